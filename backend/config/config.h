@@ -1,0 +1,97 @@
+#pragma once
+// The one configuration of a run, as plain structs grouped by concern. Every field has the name of
+// its Megatron-LM argument (snake_case in JSON, --kebab-case on the command line); the table in
+// fields.cpp binds names to members, documents them, and drives JSON, flags and docs/config.md.
+// Defaults are Megatron-LM's where it has one; what Megatron requires (sizes, lr, train_iters) is 0 here
+// and validation asks for it. The embedded demo is a preset (resources/presets/tiny-cpu-demo.json).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mwb {
+
+struct ModelConfig {
+    int num_layers = 0;                        ///< transformer layers
+    int hidden_size = 0;                     ///< model width h
+    int num_attention_heads = 0;               ///< heads a; hidden_size must divide by it
+    int ffn_hidden_size = 0;                   ///< MLP width; 0 = 4·hidden_size
+    int seq_length = 0;                      ///< tokens per sample s
+    int max_position_embeddings = 0;           ///< rows of the position table; 0 = seq_length
+    int vocab_size = 0;                        ///< tokenizer vocabulary (NullTokenizer); 0 = from the tokenizer
+    int make_vocab_size_divisible_by = 128;    ///< pad the vocabulary to a multiple of this × TP
+    std::string normalization = "LayerNorm";   ///< LayerNorm | RMSNorm
+    double layernorm_epsilon = 1e-5;           ///< epsilon of the norms
+    bool untie_embeddings_and_output_weights = false;  ///< separate output layer instead of the embedding
+    double hidden_dropout = 0.1;               ///< dropout on embeddings and residual branches
+    double attention_dropout = 0.1;            ///< dropout on attention probabilities
+    double init_method_std = 0.02;             ///< std of weight init (output layers: std/sqrt(2·layers))
+};
+
+struct ParallelConfig {
+    int tensor_model_parallel_size = 1;        ///< splits each weight matrix across ranks
+    int pipeline_model_parallel_size = 1;      ///< splits the layers into stages
+    bool sequence_parallel = false;            ///< shards norm/dropout activations along s; needs TP > 1
+    int num_layers_per_virtual_pipeline_stage = 0;  ///< interleaved schedule; 0 = plain 1F1B
+    bool use_distributed_optimizer = false;    ///< shard optimizer state across data-parallel ranks
+    int64_t ddp_bucket_size = 0;               ///< gradient all-reduce bucket (elements); 0 = automatic
+};
+
+struct TrainingConfig {
+    int micro_batch_size = 1;                  ///< samples per micro-batch per data-parallel rank
+    int global_batch_size = 0;                 ///< samples per iteration; 0 = micro × data-parallel size
+    int64_t train_iters = 0;                 ///< iterations to train
+    int64_t seed = 1234;                       ///< seeds init, dropout, data order
+    double lr = 0;                          ///< peak learning rate
+    double min_lr = 0;                      ///< floor of the decay
+    int64_t lr_warmup_iters = 0;              ///< linear warm-up from 0
+    int64_t lr_decay_iters = 0;                ///< decay length; 0 = train_iters
+    std::string lr_decay_style = "linear";     ///< constant | linear | cosine
+    double weight_decay = 0.01;                 ///< AdamW decay (never on biases and norms)
+    double adam_beta1 = 0.9;
+    double adam_beta2 = 0.999;
+    double adam_eps = 1e-8;
+    double clip_grad = 1.0;                    ///< global gradient-norm clip; 0 = off
+    std::string recompute_granularity;         ///< "" (none) | selective | full
+    std::string recompute_method;              ///< uniform | block (with full)
+    int recompute_num_layers = 0;              ///< layers per recomputed chunk (uniform) or recomputed layers (block)
+    bool bf16 = false;                         ///< bf16 weights/activations, fp32 master weights
+    bool fp16 = false;                         ///< fp16 with dynamic loss scaling
+    double loss_scale = 0;                     ///< fp16 static loss scale; 0 = dynamic
+    double initial_loss_scale = 4294967296.0;  ///< dynamic scaling start (2^32)
+    double min_loss_scale = 1.0;
+    int loss_scale_window = 1000;              ///< clean iterations before the scale doubles
+    int hysteresis = 2;                        ///< overflows tolerated before the scale halves
+    bool accumulate_allreduce_grads_in_fp32 = false;  ///< fp32 gradient buffers in 16-bit runs (bf16 forces it)
+};
+
+struct DataConfig {
+    std::vector<std::string> data_path;        ///< [weight] prefix ... of .bin/.idx datasets; empty = bundled corpus
+    std::string split = "969,30,1";            ///< train,valid,test proportions
+    std::string tokenizer_type = "ByteTokenizer";  ///< ByteTokenizer | GPT2BPETokenizer | NullTokenizer
+    std::string vocab_file;                    ///< GPT-2 vocab.json
+    std::string merge_file;                    ///< GPT-2 merges.txt
+    bool mock_data = false;                    ///< random tokens from a seeded RNG (needs no files)
+    std::string data_cache_path;               ///< where sample indices are cached; "" = next to the data
+    int64_t eval_interval = 1000;               ///< evaluate every N iterations; 0 = never
+    int64_t eval_iters = 100;                   ///< iterations (of global batches) per evaluation
+};
+
+struct LoggingConfig {
+    int64_t log_interval = 100;                 ///< iterations per metrics line
+    std::string run_dir;                       ///< "" = a new folder under the user's data dir
+    std::string save;                          ///< checkpoint directory; "" = run_dir/checkpoints when saving
+    int64_t save_interval = 0;                 ///< checkpoint every N iterations; 0 = only at the end when save is set
+    std::string load;                          ///< checkpoint directory (or iter_ folder) to resume from
+    std::string device = "auto";               ///< cpu | cuda | auto
+    int threads = 0;                           ///< CPU threads; 0 = all cores (or OMP_NUM_THREADS)
+};
+
+struct Config {
+    ModelConfig model;
+    ParallelConfig parallel;
+    TrainingConfig training;
+    DataConfig data;
+    LoggingConfig logging;
+};
+
+}  // namespace mwb

@@ -1,0 +1,171 @@
+#include "config/fields.h"
+
+#include <algorithm>
+#include <array>
+
+namespace mwb {
+
+namespace {
+
+// One row: group, member, help, choices. The JSON key is the member's name.
+#define MWB_FIELD(GROUP, NAME, HELP, CHOICES) \
+    Field { #NAME, #GROUP, HELP, CHOICES, [](Config& c) -> FieldRef { return &c.GROUP.NAME; } }
+
+const auto kFields = std::to_array<Field>({
+    // model
+    MWB_FIELD(model, num_layers, "Number of transformer layers (required).", ""),
+    MWB_FIELD(model, hidden_size, "Transformer hidden size h (required).", ""),
+    MWB_FIELD(model, num_attention_heads, "Attention heads a; must divide hidden_size (required).", ""),
+    MWB_FIELD(model, ffn_hidden_size, "MLP hidden size; 0 means 4 x hidden_size.", ""),
+    MWB_FIELD(model, seq_length, "Tokens per training sample s (required).", ""),
+    MWB_FIELD(model, max_position_embeddings, "Rows of the learned position table; 0 means seq_length.", ""),
+    MWB_FIELD(model, vocab_size, "Vocabulary of the NullTokenizer (ids 0..vocab_size, the last one is EOD).", ""),
+    MWB_FIELD(model, make_vocab_size_divisible_by,
+              "Pad the vocabulary to a multiple of this times tensor_model_parallel_size.", ""),
+    MWB_FIELD(model, normalization, "Normalisation layer.", "LayerNorm|RMSNorm"),
+    MWB_FIELD(model, layernorm_epsilon, "Epsilon of LayerNorm/RMSNorm.", ""),
+    MWB_FIELD(model, untie_embeddings_and_output_weights,
+              "Give the output layer its own weights instead of sharing the word embedding.", ""),
+    MWB_FIELD(model, hidden_dropout, "Dropout on the embeddings and on both residual branches.", ""),
+    MWB_FIELD(model, attention_dropout, "Dropout on the attention probabilities.", ""),
+    MWB_FIELD(model, init_method_std,
+              "Std of the normal weight init; the two output projections per layer use std/sqrt(2 x num_layers).",
+              ""),
+    // parallel
+    MWB_FIELD(parallel, tensor_model_parallel_size, "Tensor-parallel size: splits each layer's weights.", ""),
+    MWB_FIELD(parallel, pipeline_model_parallel_size, "Pipeline-parallel size: splits the layers into stages.", ""),
+    MWB_FIELD(parallel, sequence_parallel, "Shard norm/dropout activations along the sequence (needs TP > 1).", ""),
+    MWB_FIELD(parallel, num_layers_per_virtual_pipeline_stage,
+              "Layers per virtual stage for the interleaved schedule; 0 means the plain 1F1B schedule.", ""),
+    MWB_FIELD(parallel, use_distributed_optimizer, "Shard optimizer state and master weights across data-parallel ranks.",
+              ""),
+    MWB_FIELD(parallel, ddp_bucket_size, "Gradient reduction bucket, in elements; 0 chooses automatically.", ""),
+    // training
+    MWB_FIELD(training, micro_batch_size, "Samples per micro-batch on each data-parallel rank.", ""),
+    MWB_FIELD(training, global_batch_size,
+              "Samples per iteration; a multiple of micro_batch_size x data-parallel size (gradient accumulation). "
+              "0 means micro_batch_size x data-parallel size.",
+              ""),
+    MWB_FIELD(training, train_iters, "Iterations to train (required).", ""),
+    MWB_FIELD(training, seed, "Seed of weight init, dropout and data order.", ""),
+    MWB_FIELD(training, lr, "Peak learning rate (required).", ""),
+    MWB_FIELD(training, min_lr, "Learning rate at the end of the decay.", ""),
+    MWB_FIELD(training, lr_warmup_iters, "Iterations of linear warm-up from 0 to lr.", ""),
+    MWB_FIELD(training, lr_decay_iters, "Iterations over which lr decays to min_lr; 0 means train_iters.", ""),
+    MWB_FIELD(training, lr_decay_style, "Shape of the decay after warm-up.", "constant|linear|cosine"),
+    MWB_FIELD(training, weight_decay, "AdamW weight decay (never applied to biases and norm weights).", ""),
+    MWB_FIELD(training, adam_beta1, "AdamW beta1.", ""),
+    MWB_FIELD(training, adam_beta2, "AdamW beta2.", ""),
+    MWB_FIELD(training, adam_eps, "AdamW epsilon.", ""),
+    MWB_FIELD(training, clip_grad, "Clip the global gradient L2 norm to this; 0 disables clipping.", ""),
+    MWB_FIELD(training, recompute_granularity,
+              "Activation recomputation: selective recomputes the attention core, full recomputes whole layers; "
+              "empty for none.",
+              "|selective|full"),
+    MWB_FIELD(training, recompute_method,
+              "With full recompute: uniform recomputes chunks of recompute_num_layers layers, block recomputes "
+              "the first recompute_num_layers layers of each stage.",
+              "|uniform|block"),
+    MWB_FIELD(training, recompute_num_layers, "Layers per chunk (uniform) or recomputed layers (block).", ""),
+    MWB_FIELD(training, bf16, "bf16 weights and activations with fp32 master weights and fp32 gradients.", ""),
+    MWB_FIELD(training, fp16, "fp16 weights and activations with fp32 master weights and loss scaling.", ""),
+    MWB_FIELD(training, loss_scale, "Static fp16 loss scale; 0 means dynamic loss scaling.", ""),
+    MWB_FIELD(training, initial_loss_scale, "Initial dynamic loss scale.", ""),
+    MWB_FIELD(training, min_loss_scale, "Lowest dynamic loss scale.", ""),
+    MWB_FIELD(training, loss_scale_window, "Iterations without overflow before the loss scale doubles.", ""),
+    MWB_FIELD(training, hysteresis, "Overflowing iterations tolerated before the loss scale halves.", ""),
+    MWB_FIELD(training, accumulate_allreduce_grads_in_fp32,
+              "Keep gradients in fp32 in 16-bit runs (always on with bf16).", ""),
+    // data
+    MWB_FIELD(data, data_path,
+              "Datasets as prefixes of .bin/.idx pairs, optionally weighted: [w1] p1 [w2] p2 ...; empty means the "
+              "bundled corpus.",
+              ""),
+    MWB_FIELD(data, split, "Train,valid,test proportions of each dataset, e.g. 969,30,1.", ""),
+    MWB_FIELD(data, tokenizer_type, "Tokenizer.", "ByteTokenizer|GPT2BPETokenizer|NullTokenizer"),
+    MWB_FIELD(data, vocab_file, "GPT-2 vocab.json (GPT2BPETokenizer).", ""),
+    MWB_FIELD(data, merge_file, "GPT-2 merges.txt (GPT2BPETokenizer).", ""),
+    MWB_FIELD(data, mock_data, "Train on random tokens from a seeded RNG (no data files needed).", ""),
+    MWB_FIELD(data, data_cache_path, "Where sample indices are cached; empty means next to the data.", ""),
+    MWB_FIELD(data, eval_interval, "Evaluate on the validation split every N iterations; 0 never.", ""),
+    MWB_FIELD(data, eval_iters, "Global batches per evaluation.", ""),
+    // logging and run
+    MWB_FIELD(logging, log_interval, "Iterations per metrics record and progress line.", ""),
+    MWB_FIELD(logging, run_dir, "Run directory; empty means a new folder under the user's data dir.", ""),
+    MWB_FIELD(logging, save, "Checkpoint directory; empty means <run_dir>/checkpoints when checkpoints are saved.", ""),
+    MWB_FIELD(logging, save_interval, "Save a checkpoint every N iterations (and at the end); 0 saves only at the "
+              "end, and only when save is set.", ""),
+    MWB_FIELD(logging, load, "Checkpoint directory (or one iter_NNNNNNN folder) to resume from.", ""),
+    MWB_FIELD(logging, device, "Where to train: cuda needs a GPU, auto uses one when present.", "cpu|cuda|auto"),
+    MWB_FIELD(logging, threads, "CPU threads; 0 means OMP_NUM_THREADS or every core.", ""),
+});
+
+#undef MWB_FIELD
+
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+    std::vector<std::size_t> row(b.size() + 1);
+    for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (std::size_t i = 1; i <= a.size(); ++i) {
+        std::size_t diag = row[0];
+        row[0] = i;
+        for (std::size_t j = 1; j <= b.size(); ++j) {
+            const std::size_t up = row[j];
+            row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+            diag = up;
+        }
+    }
+    return row[b.size()];
+}
+
+std::string snake(std::string_view name) {
+    std::string s(name);
+    std::replace(s.begin(), s.end(), '-', '_');
+    return s;
+}
+
+}  // namespace
+
+std::string Field::flag() const {
+    std::string s = "--" + std::string(name);
+    std::replace(s.begin(), s.end(), '_', '-');
+    return s;
+}
+
+std::string_view Field::type_name() const {
+    Config probe;
+    return std::visit(
+        [](auto* p) -> std::string_view {
+            using T = std::remove_pointer_t<decltype(p)>;
+            if constexpr (std::is_same_v<T, int> || std::is_same_v<T, int64_t>) return "int";
+            else if constexpr (std::is_same_v<T, double>) return "float";
+            else if constexpr (std::is_same_v<T, bool>) return "bool";
+            else if constexpr (std::is_same_v<T, std::string>) return "string";
+            else return "list";
+        },
+        bind(probe));
+}
+
+std::span<const Field> config_fields() { return kFields; }
+
+const Field* find_config_field(std::string_view name) {
+    const std::string key = snake(name);
+    for (const Field& f : kFields)
+        if (f.name == key) return &f;
+    return nullptr;
+}
+
+std::string closest_field_name(std::string_view name) {
+    const std::string key = snake(name);
+    std::string best;
+    std::size_t best_d = key.size() / 3 + 2;  // suggest only when reasonably close
+    for (const Field& f : kFields) {
+        const std::size_t d = edit_distance(key, f.name);
+        if (d < best_d) {
+            best_d = d;
+            best = f.name;
+        }
+    }
+    return best;
+}
+
+}  // namespace mwb

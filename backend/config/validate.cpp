@@ -1,0 +1,240 @@
+#include "config/validate.h"
+
+#include <sstream>
+
+namespace mwb {
+
+namespace {
+
+class Checker {
+public:
+    template <typename... Args>
+    void require(bool ok, const char* field, fmt::format_string<Args...> message, Args&&... args) {
+        if (!ok) issues.push_back({field, fmt::format(message, std::forward<Args>(args)...)});
+    }
+    std::vector<ConfigIssue> issues;
+};
+
+bool parse_split(const std::string& split, std::vector<double>& parts) {
+    std::stringstream ss(split);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+        try {
+            std::size_t used = 0;
+            const double v = std::stod(item, &used);
+            while (used < item.size() && item[used] == ' ') ++used;
+            if (used != item.size() || v < 0) return false;
+            parts.push_back(v);
+        } catch (const std::logic_error&) {
+            return false;
+        }
+    }
+    return !parts.empty() && parts.size() <= 3;
+}
+
+}  // namespace
+
+std::vector<std::string> resolve(Config& c, int world_size, int64_t tokenizer_vocab) {
+    std::vector<std::string> notes;
+    auto& m = c.model;
+    auto& t = c.training;
+    if (m.ffn_hidden_size == 0) m.ffn_hidden_size = 4 * m.hidden_size;
+    if (m.max_position_embeddings == 0) m.max_position_embeddings = m.seq_length;
+    if (tokenizer_vocab > 0) m.vocab_size = static_cast<int>(tokenizer_vocab);
+    const int tp_pp = std::max(1, c.parallel.tensor_model_parallel_size) * std::max(1, c.parallel.pipeline_model_parallel_size);
+    const int dp = world_size % tp_pp == 0 ? world_size / tp_pp : 1;
+    if (t.global_batch_size == 0) t.global_batch_size = t.micro_batch_size * dp;
+    if (t.lr_decay_iters == 0) t.lr_decay_iters = t.train_iters;
+    if (t.bf16 && !t.accumulate_allreduce_grads_in_fp32) t.accumulate_allreduce_grads_in_fp32 = true;
+    if (c.parallel.sequence_parallel && c.parallel.tensor_model_parallel_size == 1) {
+        c.parallel.sequence_parallel = false;
+        notes.emplace_back("sequence_parallel has no effect with tensor_model_parallel_size 1: turned off");
+    }
+    return notes;
+}
+
+std::vector<ConfigIssue> validate(const Config& c, int world_size) {
+    Checker ck;
+    const auto& m = c.model;
+    const auto& p = c.parallel;
+    const auto& t = c.training;
+    const auto& d = c.data;
+    const auto& l = c.logging;
+
+    // model
+    ck.require(m.num_layers >= 1, "num_layers", "num_layers must be at least 1 (got {})", m.num_layers);
+    ck.require(m.hidden_size >= 1, "hidden_size", "hidden_size must be at least 1 (got {})", m.hidden_size);
+    ck.require(m.num_attention_heads >= 1, "num_attention_heads", "num_attention_heads must be at least 1 (got {})",
+               m.num_attention_heads);
+    ck.require(m.seq_length >= 1, "seq_length", "seq_length must be at least 1 (got {})", m.seq_length);
+    if (m.hidden_size >= 1 && m.num_attention_heads >= 1)
+        ck.require(m.hidden_size % m.num_attention_heads == 0, "num_attention_heads",
+                   "hidden_size ({}) must be divisible by num_attention_heads ({})", m.hidden_size,
+                   m.num_attention_heads);
+    ck.require(m.ffn_hidden_size >= 1, "ffn_hidden_size", "ffn_hidden_size must be at least 1 (got {})",
+               m.ffn_hidden_size);
+    ck.require(m.max_position_embeddings >= m.seq_length, "max_position_embeddings",
+               "max_position_embeddings ({}) must be at least seq_length ({})", m.max_position_embeddings,
+               m.seq_length);
+    ck.require(m.vocab_size >= 2, "vocab_size", "vocab_size must be at least 2 (got {}); set it for NullTokenizer",
+               m.vocab_size);
+    ck.require(m.make_vocab_size_divisible_by >= 1, "make_vocab_size_divisible_by",
+               "make_vocab_size_divisible_by must be at least 1 (got {})", m.make_vocab_size_divisible_by);
+    ck.require(m.layernorm_epsilon > 0, "layernorm_epsilon", "layernorm_epsilon must be positive (got {})",
+               m.layernorm_epsilon);
+    ck.require(m.hidden_dropout >= 0 && m.hidden_dropout < 1, "hidden_dropout",
+               "hidden_dropout must be in [0, 1) (got {})", m.hidden_dropout);
+    ck.require(m.attention_dropout >= 0 && m.attention_dropout < 1, "attention_dropout",
+               "attention_dropout must be in [0, 1) (got {})", m.attention_dropout);
+    ck.require(m.init_method_std > 0, "init_method_std", "init_method_std must be positive (got {})",
+               m.init_method_std);
+
+    // parallel layout
+    const int tp = p.tensor_model_parallel_size, pp = p.pipeline_model_parallel_size;
+    ck.require(tp >= 1, "tensor_model_parallel_size", "tensor_model_parallel_size must be at least 1 (got {})", tp);
+    ck.require(pp >= 1, "pipeline_model_parallel_size", "pipeline_model_parallel_size must be at least 1 (got {})",
+               pp);
+    if (tp >= 1 && pp >= 1) {
+        ck.require(world_size % (tp * pp) == 0, "tensor_model_parallel_size",
+                   "tensor_model_parallel_size ({}) x pipeline_model_parallel_size ({}) = {} must divide the number "
+                   "of ranks ({}); start {} x data-parallel-size processes (mpirun -np N)",
+                   tp, pp, tp * pp, world_size, tp * pp);
+        if (m.num_attention_heads >= 1)
+            ck.require(m.num_attention_heads % tp == 0, "num_attention_heads",
+                       "num_attention_heads ({}) must be divisible by tensor_model_parallel_size ({})",
+                       m.num_attention_heads, tp);
+        if (m.ffn_hidden_size >= 1)
+            ck.require(m.ffn_hidden_size % tp == 0, "ffn_hidden_size",
+                       "ffn_hidden_size ({}) must be divisible by tensor_model_parallel_size ({})", m.ffn_hidden_size,
+                       tp);
+        if (m.num_layers >= 1)
+            ck.require(m.num_layers % pp == 0, "pipeline_model_parallel_size",
+                       "num_layers ({}) must be divisible by pipeline_model_parallel_size ({})", m.num_layers, pp);
+        if (p.sequence_parallel)
+            ck.require(m.seq_length % tp == 0, "sequence_parallel",
+                       "sequence_parallel needs seq_length ({}) divisible by tensor_model_parallel_size ({})",
+                       m.seq_length, tp);
+        if (p.num_layers_per_virtual_pipeline_stage > 0) {
+            ck.require(pp > 1, "num_layers_per_virtual_pipeline_stage",
+                       "num_layers_per_virtual_pipeline_stage needs pipeline_model_parallel_size > 1");
+            const int per_stage = m.num_layers >= 1 ? m.num_layers / pp : 0;
+            ck.require(per_stage % p.num_layers_per_virtual_pipeline_stage == 0,
+                       "num_layers_per_virtual_pipeline_stage",
+                       "layers per pipeline stage ({}) must be divisible by num_layers_per_virtual_pipeline_stage "
+                       "({})",
+                       per_stage, p.num_layers_per_virtual_pipeline_stage);
+        }
+    }
+    ck.require(p.num_layers_per_virtual_pipeline_stage >= 0, "num_layers_per_virtual_pipeline_stage",
+               "num_layers_per_virtual_pipeline_stage must not be negative");
+    ck.require(p.ddp_bucket_size >= 0, "ddp_bucket_size", "ddp_bucket_size must not be negative");
+
+    // batch
+    ck.require(t.micro_batch_size >= 1, "micro_batch_size", "micro_batch_size must be at least 1 (got {})",
+               t.micro_batch_size);
+    if (t.micro_batch_size >= 1 && tp >= 1 && pp >= 1 && world_size % (tp * pp) == 0) {
+        const int dp = world_size / (tp * pp);
+        ck.require(t.global_batch_size >= 1 && t.global_batch_size % (t.micro_batch_size * dp) == 0,
+                   "global_batch_size",
+                   "global_batch_size ({}) must be a positive multiple of micro_batch_size ({}) x data-parallel size "
+                   "({})",
+                   t.global_batch_size, t.micro_batch_size, dp);
+    }
+
+    // optimisation
+    ck.require(t.train_iters >= 1, "train_iters", "train_iters must be at least 1 (got {})", t.train_iters);
+    ck.require(t.lr > 0, "lr", "lr must be positive (got {}); Megatron-LM has no default either", t.lr);
+    ck.require(t.min_lr >= 0 && t.min_lr <= t.lr, "min_lr", "min_lr ({}) must be in [0, lr ({})]", t.min_lr, t.lr);
+    ck.require(t.lr_warmup_iters >= 0, "lr_warmup_iters", "lr_warmup_iters must not be negative");
+    ck.require(t.lr_decay_iters >= 1, "lr_decay_iters", "lr_decay_iters must be at least 1 (got {})",
+               t.lr_decay_iters);
+    ck.require(t.lr_warmup_iters <= t.lr_decay_iters || t.lr_decay_style == "constant", "lr_warmup_iters",
+               "lr_warmup_iters ({}) must not exceed lr_decay_iters ({})", t.lr_warmup_iters, t.lr_decay_iters);
+    ck.require(t.weight_decay >= 0, "weight_decay", "weight_decay must not be negative (got {})", t.weight_decay);
+    ck.require(t.adam_beta1 >= 0 && t.adam_beta1 < 1, "adam_beta1", "adam_beta1 must be in [0, 1) (got {})",
+               t.adam_beta1);
+    ck.require(t.adam_beta2 >= 0 && t.adam_beta2 < 1, "adam_beta2", "adam_beta2 must be in [0, 1) (got {})",
+               t.adam_beta2);
+    ck.require(t.adam_eps > 0, "adam_eps", "adam_eps must be positive (got {})", t.adam_eps);
+    ck.require(t.clip_grad >= 0, "clip_grad", "clip_grad must not be negative (got {})", t.clip_grad);
+
+    // recompute
+    const int per_stage = pp >= 1 && m.num_layers >= 1 ? m.num_layers / pp : m.num_layers;
+    if (t.recompute_granularity == "full") {
+        ck.require(!t.recompute_method.empty(), "recompute_method",
+                   "recompute_granularity full needs recompute_method uniform or block");
+        ck.require(t.recompute_num_layers >= 1, "recompute_num_layers",
+                   "recompute_granularity full needs recompute_num_layers >= 1 (got {})", t.recompute_num_layers);
+        if (t.recompute_method == "block")
+            ck.require(t.recompute_num_layers <= per_stage, "recompute_num_layers",
+                       "recompute_num_layers ({}) exceeds the layers per pipeline stage ({})", t.recompute_num_layers,
+                       per_stage);
+    } else {
+        ck.require(t.recompute_method.empty(), "recompute_method",
+                   "recompute_method ({}) is only used with recompute_granularity full", t.recompute_method);
+        ck.require(t.recompute_num_layers == 0, "recompute_num_layers",
+                   "recompute_num_layers is only used with recompute_granularity full");
+    }
+
+    // precision
+    ck.require(!(t.bf16 && t.fp16), "fp16", "bf16 and fp16 cannot both be set");
+    ck.require(t.loss_scale >= 0, "loss_scale", "loss_scale must not be negative (got {})", t.loss_scale);
+    ck.require(t.initial_loss_scale > 0, "initial_loss_scale", "initial_loss_scale must be positive");
+    ck.require(t.min_loss_scale > 0 && t.min_loss_scale <= t.initial_loss_scale, "min_loss_scale",
+               "min_loss_scale ({}) must be in (0, initial_loss_scale ({})]", t.min_loss_scale,
+               t.initial_loss_scale);
+    ck.require(t.loss_scale_window >= 1, "loss_scale_window", "loss_scale_window must be at least 1");
+    ck.require(t.hysteresis >= 1, "hysteresis", "hysteresis must be at least 1");
+
+    // data
+    ck.require(!(d.mock_data && !d.data_path.empty()), "mock_data", "mock_data and data_path cannot both be set");
+    if (d.tokenizer_type == "GPT2BPETokenizer") {
+        ck.require(!d.vocab_file.empty(), "vocab_file", "GPT2BPETokenizer needs vocab_file (vocab.json)");
+        ck.require(!d.merge_file.empty(), "merge_file", "GPT2BPETokenizer needs merge_file (merges.txt)");
+    }
+    std::vector<double> parts;
+    ck.require(parse_split(d.split, parts), "split",
+               "split \"{}\" must be up to three non-negative numbers separated by commas, e.g. 969,30,1", d.split);
+    if (!parts.empty()) {
+        double sum = 0;
+        for (double v : parts) sum += v;
+        ck.require(sum > 0 && parts[0] > 0, "split", "split \"{}\" must give the training split a positive share",
+                   d.split);
+    }
+    ck.require(d.eval_interval >= 0, "eval_interval", "eval_interval must not be negative");
+    ck.require(d.eval_iters >= 0, "eval_iters", "eval_iters must not be negative");
+
+    // run
+    ck.require(l.log_interval >= 1, "log_interval", "log_interval must be at least 1 (got {})", l.log_interval);
+    ck.require(l.save_interval >= 0, "save_interval", "save_interval must not be negative");
+    ck.require(l.threads >= 0, "threads", "threads must not be negative");
+    return ck.issues;
+}
+
+void check_config(const Config& config, int world_size) {
+    auto issues = validate(config, world_size);
+    if (!issues.empty()) throw ConfigError(std::move(issues), "validation");
+}
+
+int64_t padded_vocab_size(const Config& c) {
+    const int64_t multiple =
+        static_cast<int64_t>(c.model.make_vocab_size_divisible_by) * c.parallel.tensor_model_parallel_size;
+    return (c.model.vocab_size + multiple - 1) / multiple * multiple;
+}
+
+int data_parallel_size(const Config& c, int world_size) {
+    return world_size / (c.parallel.tensor_model_parallel_size * c.parallel.pipeline_model_parallel_size);
+}
+
+int64_t num_micro_batches(const Config& c, int world_size) {
+    return c.training.global_batch_size /
+           (static_cast<int64_t>(c.training.micro_batch_size) * data_parallel_size(c, world_size));
+}
+
+DType storage_dtype(const TrainingConfig& t) {
+    if (t.bf16) return DType::BF16;
+    if (t.fp16) return DType::F16;
+    return DType::F32;
+}
+
+}  // namespace mwb

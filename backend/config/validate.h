@@ -1,0 +1,32 @@
+#pragma once
+// What a configuration implies (padded vocabulary, data-parallel size, micro-batches) and whether it
+// can run: every problem is reported with the field that causes it, before any work starts.
+#include "config/config.h"
+#include "config/config_io.h"
+#include "mwb/kernels/tensor.h"
+
+#include <string>
+#include <vector>
+
+namespace mwb {
+
+/// Replaces every "0 means ..." default with its value (ffn_hidden_size, max_position_embeddings,
+/// global_batch_size, lr_decay_iters, vocab_size from the tokenizer) and applies Megatron-LM's
+/// implied settings (bf16 implies fp32 gradient accumulation; sequence_parallel is off when TP = 1).
+/// Returns notes on what it changed that the user may not expect.
+std::vector<std::string> resolve(Config& config, int world_size, int64_t tokenizer_vocab);
+
+/// Every problem of a resolved configuration for a world of `world_size` ranks.
+std::vector<ConfigIssue> validate(const Config& config, int world_size);
+/// validate() and throw ConfigError when anything is wrong.
+void check_config(const Config& config, int world_size);
+
+/// The vocabulary padded as Megatron-LM does: up to a multiple of make_vocab_size_divisible_by × TP.
+int64_t padded_vocab_size(const Config& config);
+int data_parallel_size(const Config& config, int world_size);
+/// Micro-batches per iteration on each data-parallel rank (gradient accumulation steps).
+int64_t num_micro_batches(const Config& config, int world_size);
+/// Element type activations and model weights are stored in (F32, BF16 or F16).
+DType storage_dtype(const TrainingConfig& training);
+
+}  // namespace mwb

@@ -1,0 +1,119 @@
+#include "core/memory.h"
+
+#include "mwb/kernels/error.h"
+
+#include <cstdlib>
+#include <utility>
+
+namespace mwb {
+
+namespace {
+constexpr int64_t kAlignment = 64;
+int64_t rounded(int64_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
+}  // namespace
+
+std::string_view category_name(MemCategory c) {
+    switch (c) {
+    case MemCategory::Weights: return "weights";
+    case MemCategory::Gradients: return "gradients";
+    case MemCategory::Optimizer: return "optimizer";
+    case MemCategory::Activations: return "activations";
+    case MemCategory::Workspace: return "workspace";
+    case MemCategory::Data: return "data";
+    }
+    return "?";
+}
+
+Allocator::~Allocator() { empty_cache(); }
+
+void* Allocator::allocate(int64_t bytes, MemCategory category) {
+    MWB_CHECK(device_ == Device::CPU, "the {} allocator is not available in this build", device_name(device_));
+    MWB_CHECK(bytes >= 0, "allocation of {} bytes", bytes);
+    const int64_t size = rounded(std::max<int64_t>(bytes, 1));
+    std::lock_guard lock(mutex_);
+    void* ptr = nullptr;
+    if (auto it = cache_.find(size); it != cache_.end()) {
+        ptr = it->second;
+        cache_.erase(it);
+    } else {
+        ptr = std::aligned_alloc(kAlignment, static_cast<std::size_t>(size));
+        MWB_CHECK(ptr != nullptr, "out of host memory allocating {} bytes of {} ({} bytes already reserved)", size,
+                  category_name(category), stats_.reserved);
+        stats_.reserved += size;
+    }
+    account(category, bytes);  // tensors' exact bytes; the alignment slack shows only in `reserved`
+    return ptr;
+}
+
+void Allocator::release(void* ptr, int64_t bytes, MemCategory category) {
+    if (!ptr) return;
+    const int64_t size = rounded(std::max<int64_t>(bytes, 1));
+    std::lock_guard lock(mutex_);
+    cache_.emplace(size, ptr);
+    account(category, -bytes);
+}
+
+void Allocator::account(MemCategory category, int64_t delta) {
+    const int c = static_cast<int>(category);
+    stats_.current[c] += delta;
+    stats_.total_current += delta;
+    stats_.peak[c] = std::max(stats_.peak[c], stats_.current[c]);
+    stats_.total_peak = std::max(stats_.total_peak, stats_.total_current);
+}
+
+MemoryStats Allocator::stats() const {
+    std::lock_guard lock(mutex_);
+    return stats_;
+}
+
+void Allocator::reset_peaks() {
+    std::lock_guard lock(mutex_);
+    stats_.peak = stats_.current;
+    stats_.total_peak = stats_.total_current;
+}
+
+void Allocator::empty_cache() {
+    std::lock_guard lock(mutex_);
+    for (auto& [size, ptr] : cache_) {
+        std::free(ptr);
+        stats_.reserved -= size;
+    }
+    cache_.clear();
+}
+
+Buffer::Buffer(Allocator& allocator, MemCategory category, int64_t numel, DType dtype)
+    : allocator_(&allocator), numel_(numel), dtype_(dtype), category_(category) {
+    data_ = allocator.allocate(bytes(), category);
+}
+
+Buffer::Buffer(Buffer&& other) noexcept
+    : allocator_(std::exchange(other.allocator_, nullptr)), data_(std::exchange(other.data_, nullptr)),
+      numel_(std::exchange(other.numel_, 0)), dtype_(other.dtype_), category_(other.category_) {}
+
+Buffer& Buffer::operator=(Buffer&& other) noexcept {
+    if (this != &other) {
+        reset();
+        allocator_ = std::exchange(other.allocator_, nullptr);
+        data_ = std::exchange(other.data_, nullptr);
+        numel_ = std::exchange(other.numel_, 0);
+        dtype_ = other.dtype_;
+        category_ = other.category_;
+    }
+    return *this;
+}
+
+void Buffer::reset() {
+    if (data_) allocator_->release(data_, bytes(), category_);
+    data_ = nullptr;
+    numel_ = 0;
+}
+
+TensorView Buffer::view() const { return make_view(data_, dtype_, {numel_}, allocator_ ? allocator_->device() : Device::CPU); }
+
+TensorView Buffer::view(std::initializer_list<int64_t> shape) const {
+    TensorView v = make_view(data_, dtype_, shape, allocator_ ? allocator_->device() : Device::CPU);
+    MWB_CHECK(v.numel() <= numel_, "view {} exceeds its buffer of {} elements", v.describe(), numel_);
+    return v;
+}
+
+}  // namespace mwb

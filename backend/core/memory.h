@@ -1,0 +1,94 @@
+#pragma once
+// Tracked memory: every buffer the engine allocates (weights, gradients, optimizer state, activations,
+// workspace, data) is counted by category, so current and peak bytes are known at any time. These
+// figures are the "per-GPU memory" that telemetry publishes and the planner predicts.
+#include "mwb/kernels/tensor.h"
+
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include <mutex>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace mwb {
+
+enum class MemCategory : uint8_t { Weights, Gradients, Optimizer, Activations, Workspace, Data };
+inline constexpr int kMemCategories = 6;
+std::string_view category_name(MemCategory c);
+
+struct MemoryStats {
+    std::array<int64_t, kMemCategories> current{};  ///< bytes of live tensors now, per category (exact sizes)
+    std::array<int64_t, kMemCategories> peak{};     ///< highest `current` since the last reset
+    int64_t total_current = 0;                      ///< Σ current
+    int64_t total_peak = 0;                         ///< highest Σ current (not Σ peak)
+    int64_t reserved = 0;                           ///< bytes held from the system, in use or cached
+
+    int64_t of(MemCategory c) const { return current[static_cast<int>(c)]; }
+    int64_t peak_of(MemCategory c) const { return peak[static_cast<int>(c)]; }
+};
+
+/// Allocates memory of one device and counts it. Freed blocks are cached by size and reused, as a
+/// GPU caching allocator does: the shapes of a training step repeat, so the step loop never reaches
+/// the system allocator after the first iteration.
+class Allocator {
+public:
+    explicit Allocator(Device device = Device::CPU) : device_(device) {}
+    ~Allocator();
+    Allocator(const Allocator&) = delete;
+    Allocator& operator=(const Allocator&) = delete;
+
+    Device device() const { return device_; }
+    void* allocate(int64_t bytes, MemCategory category);
+    void release(void* ptr, int64_t bytes, MemCategory category);
+
+    MemoryStats stats() const;
+    /// Peaks restart from the current values (e.g. to measure one iteration).
+    void reset_peaks();
+    /// Returns cached blocks to the system.
+    void empty_cache();
+
+private:
+    void account(MemCategory category, int64_t delta);
+
+    Device device_;
+    mutable std::mutex mutex_;
+    MemoryStats stats_;
+    std::unordered_multimap<int64_t, void*> cache_;  // size -> free block
+};
+
+/// An owning, move-only, 64-byte-aligned buffer of `numel` elements, counted under one category.
+class Buffer {
+public:
+    Buffer() = default;
+    Buffer(Allocator& allocator, MemCategory category, int64_t numel, DType dtype = DType::F32);
+    ~Buffer() { reset(); }
+    Buffer(Buffer&& other) noexcept;
+    Buffer& operator=(Buffer&& other) noexcept;
+    Buffer(const Buffer&) = delete;
+    Buffer& operator=(const Buffer&) = delete;
+
+    void reset();
+    bool empty() const { return data_ == nullptr; }
+    int64_t numel() const { return numel_; }
+    int64_t bytes() const { return numel_ * static_cast<int64_t>(dtype_size(dtype_)); }
+    DType dtype() const { return dtype_; }
+    MemCategory category() const { return category_; }
+    void* data() const { return data_; }
+    float* f32() const { return static_cast<float*>(data_); }
+    int32_t* i32() const { return static_cast<int32_t*>(data_); }
+
+    /// The whole buffer as a 1-D view, or with a shape (of at most numel elements).
+    TensorView view() const;
+    TensorView view(std::initializer_list<int64_t> shape) const;
+
+private:
+    Allocator* allocator_ = nullptr;
+    void* data_ = nullptr;
+    int64_t numel_ = 0;
+    DType dtype_ = DType::F32;
+    MemCategory category_ = MemCategory::Workspace;
+};
+
+}  // namespace mwb

@@ -1,0 +1,50 @@
+#pragma once
+// The sizes of the GPT model held by this rank, and how it recomputes activations.
+#include "config/config.h"
+
+#include <cstdint>
+
+namespace mwb {
+
+/// B = micro batch, S = sequence, H = hidden, A = heads, D = head dim, F = MLP width,
+/// V = padded vocabulary, L = layers, N = S·B rows of every activation.
+struct GptDims {
+    int64_t layers = 0;       // L
+    int64_t hidden = 0;       // H
+    int64_t heads = 0;        // A
+    int64_t ffn = 0;          // F
+    int64_t seq = 0;          // S
+    int64_t micro_batch = 0;  // B
+    int64_t vocab = 0;        // V (padded)
+    int64_t max_positions = 0;
+    bool tied_output = true;
+    bool rmsnorm = false;
+    float norm_eps = 1e-5f;
+    float hidden_dropout = 0;
+    float attention_dropout = 0;
+    float init_std = 0.02f;
+
+    int64_t head_dim() const { return hidden / heads; }
+    int64_t rows() const { return seq * micro_batch; }
+    /// From a resolved configuration (single rank: the whole model).
+    static GptDims from_config(const Config& config);
+};
+
+enum class RecomputeGranularity { None, Selective, Full };
+
+/// Which layers keep their activations, and how fully recomputed layers are grouped into chunks
+/// (Megatron-LM's --recompute-granularity/--recompute-method/--recompute-num-layers).
+struct RecomputePolicy {
+    RecomputeGranularity granularity = RecomputeGranularity::None;
+    bool uniform = true;  ///< full: uniform chunks (true) or block (false)
+    int num_layers = 0;
+
+    static RecomputePolicy from_config(const TrainingConfig& training);
+    /// True when layer l keeps every activation in forward (it is not fully recomputed).
+    bool stores_all(int64_t l) const;
+    /// [first, last) layers of the recompute chunk holding layer l (only for layers that don't store all).
+    int64_t chunk_begin(int64_t l) const;
+    int64_t chunk_end(int64_t l, int64_t layers) const;
+};
+
+}  // namespace mwb

@@ -1,0 +1,36 @@
+#include "model/init.h"
+
+#include "model/runtime.h"
+#include "mwb/kernels/philox.h"
+
+#include <cmath>
+#include <numbers>
+
+namespace mwb {
+
+uint64_t tensor_stream(std::string_view name) {
+    uint64_t h = 0xCBF29CE484222325ull;
+    for (const char c : name) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001B3ull;
+    return mix64(h);
+}
+
+void normal_init(const TensorView& out, uint64_t seed, uint64_t stream, float std, int64_t first_index) {
+    float* p = out.f32();
+    const int64_t n = out.numel();
+    const RngStream rng{seed, stream};
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+        const uint64_t index = static_cast<uint64_t>(first_index + i);
+        const Philox4 r = philox_draw(rng, index >> 2);
+        const int pair = static_cast<int>(index & 3) >> 1;
+        // Uniforms in (0, 1]: never log(0).
+        const double u1 = (static_cast<double>(r.v[2 * pair]) + 1.0) / 4294967296.0;
+        const double u2 = static_cast<double>(r.v[2 * pair + 1]) / 4294967296.0;
+        const double radius = std::sqrt(-2.0 * std::log(u1));
+        const double angle = 2.0 * std::numbers::pi * u2;
+        const double z = (index & 1) ? radius * std::sin(angle) : radius * std::cos(angle);
+        p[i] = static_cast<float>(std * z);
+    }
+}
+
+}  // namespace mwb

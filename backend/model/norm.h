@@ -1,0 +1,29 @@
+#pragma once
+// The model's normalisation (LayerNorm or RMSNorm) with what it keeps for backward.
+#include "core/memory.h"
+#include "model/gpt_dims.h"
+#include "model/runtime.h"
+
+namespace mwb {
+
+struct NormActivations {
+    Buffer out;   // (N, H)
+    Buffer mean;  // (N), LayerNorm only
+    Buffer rstd;  // (N)
+
+    void reset() {
+        out.reset();
+        mean.reset();
+        rstd.reset();
+    }
+};
+
+/// n.out = norm(x) (stored rounded to the storage precision). b is ignored by RMSNorm.
+void norm_forward(ModelRuntime& rt, const GptDims& d, NormActivations& n, const TensorView& x, const TensorView& w,
+                  const TensorView& b);
+/// dx += norm'(dout); dw, db += parameter gradients.
+void norm_backward(ModelRuntime& rt, const GptDims& d, const TensorView& dx, const TensorView& dw,
+                   const TensorView& db, const TensorView& dout, const TensorView& x, const NormActivations& n,
+                   const TensorView& w, bool accumulate_dx);
+
+}  // namespace mwb

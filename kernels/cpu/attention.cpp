@@ -1,0 +1,214 @@
+// Causal multi-head self-attention core on the CPU: per (batch, head), scaled q·kᵀ, causal softmax,
+// dropout, ×v, and the exact backward. Work is tiled in row blocks of kTile so that only the lower
+// triangle (plus the diagonal tiles) is ever multiplied. (b, h) pairs run in parallel; OpenBLAS runs
+// single-threaded inside the parallel region, so every GEMM is sequential and results are the same
+// for any thread count.
+#include "cpu_ops.h"
+#include "dropout_mask.h"
+#include "vec_math.h"
+
+#include "mwb/kernels/error.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+
+namespace mwb::cpu {
+
+namespace {
+
+constexpr int64_t kTile = 64;
+
+struct HeadGeometry {
+    int64_t S, B, A, D;
+    int64_t ld_qkv() const { return B * A * 3 * D; }
+    int64_t ld_out() const { return B * A * D; }
+    // Offsets of q, k, v (S×D matrices with leading dimension ld_qkv) of head h of sequence b.
+    int64_t q(int64_t b, int64_t h) const { return b * A * 3 * D + h * 3 * D; }
+    int64_t k(int64_t b, int64_t h) const { return q(b, h) + D; }
+    int64_t v(int64_t b, int64_t h) const { return q(b, h) + 2 * D; }
+    int64_t o(int64_t b, int64_t h) const { return b * A * D + h * D; }
+};
+
+HeadGeometry check_shapes(const char* op, const TensorView& qkv, const TensorView& out, const TensorView& probs,
+                          const AttentionParams& p) {
+    MWB_CHECK(qkv.ndim == 3 && p.num_heads > 0 && p.batch > 0 && qkv.dim(1) == p.batch &&
+                  qkv.dim(2) % (3 * p.num_heads) == 0,
+              "{}: qkv {} must be (S, B={}, A·3·D) with A={}", op, qkv.describe(), p.batch, p.num_heads);
+    HeadGeometry g{qkv.dim(0), qkv.dim(1), p.num_heads, qkv.dim(2) / (3 * p.num_heads)};
+    MWB_CHECK(out.numel() == g.S * g.B * g.A * g.D, "{}: out {} must be (S={}, B={}, A·D={})", op, out.describe(),
+              g.S, g.B, g.A * g.D);
+    MWB_CHECK(probs.numel() == g.B * g.A * g.S * g.S, "{}: probs {} must be (B={}, A={}, S={}, S={})", op,
+              probs.describe(), g.B, g.A, g.S, g.S);
+    MWB_CHECK(p.head_offset >= 0 && p.head_offset + p.num_heads <= p.total_heads,
+              "{}: heads [{}, {}) outside the layer's {} heads", op, p.head_offset, p.head_offset + p.num_heads,
+              p.total_heads);
+    MWB_CHECK(p.dropout_p >= 0.0f && p.dropout_p < 1.0f, "{}: attention dropout {} must be in [0, 1)", op,
+              p.dropout_p);
+    return g;
+}
+
+float* thread_scratch(const TensorView& workspace, const AttentionParams& p, int64_t seq_len) {
+    const int threads = omp_get_num_threads();
+    MWB_CHECK(workspace.numel() * static_cast<int64_t>(dtype_size(workspace.dtype)) >=
+                  attention_workspace_bytes(p, seq_len, threads),
+              "attention: workspace {} smaller than the {} bytes needed for {} threads", workspace.describe(),
+              attention_workspace_bytes(p, seq_len, threads), threads);
+    return static_cast<float*>(workspace.data) + static_cast<int64_t>(omp_get_thread_num()) * 2 * seq_len * seq_len;
+}
+
+/// Global index of element (i, 0) of the probability matrix of (b, local head h): masks depend on it only.
+uint64_t mask_row_index(const HeadGeometry& g, const AttentionParams& p, int64_t b, int64_t h, int64_t i) {
+    const int64_t head = p.head_offset + h;
+    return static_cast<uint64_t>(((b * p.total_heads + head) * g.S + i) * g.S);
+}
+
+/// Row i of `dst` (columns [0, i]) = row i of `src` times its dropout multipliers; columns (i, width) = 0.
+void dropped_row(float* dst, const float* src, int64_t i, int64_t width, const DropoutDraw* draw, uint64_t first) {
+    if (draw) {
+        draw->multipliers(first, i + 1, dst);
+#pragma omp simd
+        for (int64_t j = 0; j <= i; ++j) dst[j] *= src[j];
+    } else {
+        std::copy(src, src + i + 1, dst);
+    }
+    std::fill(dst + i + 1, dst + width, 0.0f);
+}
+
+}  // namespace
+
+int64_t attention_workspace_bytes(const AttentionParams&, int64_t seq_len, int threads) {
+    return static_cast<int64_t>(threads) * 2 * seq_len * seq_len * static_cast<int64_t>(sizeof(float));
+}
+
+void attention_forward(OpContext&, TensorView out, TensorView probs, TensorView qkv, TensorView workspace,
+                       const AttentionParams& p) {
+    const HeadGeometry g = check_shapes("attention_forward", qkv, out, probs, p);
+    const float* base = qkv.f32();
+    float* po = out.f32();
+    float* pp = probs.f32();
+    const bool dropout = p.dropout_p > 0.0f;
+    const DropoutDraw draw(p.rng, p.dropout_p);
+    const int64_t pairs = g.B * g.A;
+    const int ld = static_cast<int>(g.ld_qkv()), ldo = static_cast<int>(g.ld_out()), S = static_cast<int>(g.S),
+              D = static_cast<int>(g.D);
+
+#pragma omp parallel
+    {
+        float* dropped = thread_scratch(workspace, p, g.S);
+#pragma omp for schedule(static)
+        for (int64_t pair = 0; pair < pairs; ++pair) {
+            const int64_t b = pair / g.A, h = pair % g.A;
+            const float *q = base + g.q(b, h), *k = base + g.k(b, h), *v = base + g.v(b, h);
+            float* P = pp + pair * g.S * g.S;
+            for (int64_t r0 = 0; r0 < g.S; r0 += kTile) {
+                const int64_t r1 = std::min(g.S, r0 + kTile);
+                const int rows = static_cast<int>(r1 - r0), width = static_cast<int>(r1);
+                // scores[r0:r1, 0:r1] = scale · q[r0:r1] · k[0:r1]ᵀ
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, width, D, p.softmax_scale, q + r0 * ld, ld,
+                            k, ld, 0.0f, P + r0 * g.S, S);
+                for (int64_t i = r0; i < r1; ++i) {
+                    float* row = P + i * g.S;
+                    float mx = row[0];
+#pragma omp simd reduction(max : mx)
+                    for (int64_t j = 0; j <= i; ++j) mx = std::max(mx, row[j]);
+                    float sum = 0;
+#pragma omp simd reduction(+ : sum)
+                    for (int64_t j = 0; j <= i; ++j) {
+                        row[j] = exp_approx(row[j] - mx);
+                        sum += row[j];
+                    }
+                    const float inv = 1.0f / sum;
+#pragma omp simd
+                    for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
+                    std::fill(row + i + 1, row + g.S, 0.0f);
+                }
+                // out[r0:r1] = dropout(P)[r0:r1, 0:r1] · v[0:r1]
+                const float* a = P + r0 * g.S;
+                if (dropout) {
+                    for (int64_t i = r0; i < r1; ++i)
+                        dropped_row(dropped + (i - r0) * g.S, P + i * g.S, i, r1, &draw, mask_row_index(g, p, b, h, i));
+                    a = dropped;
+                }
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, width, 1.0f, a, S, v, ld, 0.0f,
+                            po + g.o(b, h) + r0 * ldo, ldo);
+            }
+        }
+    }
+}
+
+void attention_backward(OpContext&, TensorView dqkv, TensorView dout, TensorView qkv, TensorView probs,
+                        TensorView workspace, const AttentionParams& p) {
+    const HeadGeometry g = check_shapes("attention_backward", qkv, dout, probs, p);
+    MWB_CHECK(dqkv.numel() == qkv.numel(), "attention_backward: dqkv {} for qkv {}", dqkv.describe(), qkv.describe());
+    const float* base = qkv.f32();
+    const float* pd = dout.f32();
+    const float* pp = probs.f32();
+    float* dbase = dqkv.f32();
+    const bool dropout = p.dropout_p > 0.0f;
+    const DropoutDraw draw(p.rng, p.dropout_p);
+    const int64_t pairs = g.B * g.A;
+    const int ld = static_cast<int>(g.ld_qkv()), ldo = static_cast<int>(g.ld_out()), S = static_cast<int>(g.S),
+              D = static_cast<int>(g.D);
+
+#pragma omp parallel
+    {
+        float* scratch = thread_scratch(workspace, p, g.S);
+        float* Pd = scratch;             // dropout(P), S×S
+        float* dS = scratch + g.S * g.S;  // dP, then the score gradient, S×S
+#pragma omp for schedule(static)
+        for (int64_t pair = 0; pair < pairs; ++pair) {
+            const int64_t b = pair / g.A, h = pair % g.A;
+            const float *q = base + g.q(b, h), *k = base + g.k(b, h), *v = base + g.v(b, h);
+            float *dq = dbase + g.q(b, h), *dk = dbase + g.k(b, h), *dv = dbase + g.v(b, h);
+            const float* dO = pd + g.o(b, h);
+            const float* P = pp + pair * g.S * g.S;
+
+            for (int64_t r0 = 0; r0 < g.S; r0 += kTile) {
+                const int64_t r1 = std::min(g.S, r0 + kTile);
+                const int rows = static_cast<int>(r1 - r0), width = static_cast<int>(r1);
+                if (dropout)
+                    for (int64_t i = r0; i < r1; ++i)
+                        dropped_row(Pd + i * g.S, P + i * g.S, i, r1, &draw, mask_row_index(g, p, b, h, i));
+                // dPd[r0:r1, 0:r1] = dO[r0:r1] · v[0:r1]ᵀ
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, width, D, 1.0f, dO + r0 * ldo, ldo, v, ld,
+                            0.0f, dS + r0 * g.S, S);
+                for (int64_t i = r0; i < r1; ++i) {
+                    float* row = dS + i * g.S;
+                    const float* prow = P + i * g.S;
+                    if (dropout) {
+                        float mult[kTile * 64];  // multipliers of one row, in pieces
+                        for (int64_t j0 = 0; j0 <= i; j0 += kTile * 64) {
+                            const int64_t len = std::min<int64_t>(kTile * 64, i + 1 - j0);
+                            draw.multipliers(mask_row_index(g, p, b, h, i) + static_cast<uint64_t>(j0), len, mult);
+#pragma omp simd
+                            for (int64_t j = 0; j < len; ++j) row[j0 + j] *= mult[j];
+                        }
+                    }
+                    float dot = 0;
+#pragma omp simd reduction(+ : dot)
+                    for (int64_t j = 0; j <= i; ++j) dot += prow[j] * row[j];
+#pragma omp simd
+                    for (int64_t j = 0; j <= i; ++j) row[j] = p.softmax_scale * prow[j] * (row[j] - dot);
+                    std::fill(row + i + 1, row + r1, 0.0f);
+                }
+                // dq[r0:r1] = dS[r0:r1, 0:r1] · k[0:r1]
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, width, 1.0f, dS + r0 * g.S, S, k, ld,
+                            0.0f, dq + r0 * ld, ld);
+            }
+            const float* A = dropout ? Pd : P;
+            for (int64_t c0 = 0; c0 < g.S; c0 += kTile) {
+                const int64_t c1 = std::min(g.S, c0 + kTile);
+                const int cols = static_cast<int>(c1 - c0), depth = static_cast<int>(g.S - c0);
+                // dv[c0:c1] = Pd[c0:S, c0:c1]ᵀ · dO[c0:S];  dk[c0:c1] = dS[c0:S, c0:c1]ᵀ · q[c0:S]
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, D, depth, 1.0f, A + c0 * g.S + c0, S,
+                            dO + c0 * ldo, ldo, 0.0f, dv + c0 * ld, ld);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, D, depth, 1.0f, dS + c0 * g.S + c0, S,
+                            q + c0 * ld, ld, 0.0f, dk + c0 * ld, ld);
+            }
+        }
+    }
+}
+
+}  // namespace mwb::cpu

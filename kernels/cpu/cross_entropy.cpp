@@ -1,0 +1,59 @@
+// Softmax + cross-entropy over a vocabulary shard. Two passes over each row (max, then Σexp), done
+// while the row sits in cache; backward overwrites the logits with their gradient.
+#include "cpu_ops.h"
+#include "vec_math.h"
+
+#include "mwb/kernels/error.h"
+
+#include <algorithm>
+
+namespace mwb::cpu {
+
+void cross_entropy_partials(OpContext&, TensorView row_max, TensorView row_sumexp, TensorView target_logit,
+                            TensorView logits, TensorView targets, int64_t vocab_start) {
+    const int64_t rows = logits.rows(), v = logits.cols();
+    MWB_CHECK(row_max.numel() == rows && row_sumexp.numel() == rows && target_logit.numel() == rows &&
+                  targets.numel() == rows,
+              "cross_entropy_partials: logits={} targets={} row_max={} row_sumexp={} target_logit={}",
+              logits.describe(), targets.describe(), row_max.describe(), row_sumexp.describe(),
+              target_logit.describe());
+    const float* pl = logits.f32();
+    const int32_t* pt = targets.i32();
+    float *pm = row_max.f32(), *ps = row_sumexp.f32(), *ptl = target_logit.f32();
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* row = pl + r * v;
+        float mx = row[0];
+#pragma omp simd reduction(max : mx)
+        for (int64_t j = 0; j < v; ++j) mx = std::max(mx, row[j]);
+        float sum = 0;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t j = 0; j < v; ++j) sum += exp_approx(row[j] - mx);
+        pm[r] = mx;
+        ps[r] = sum;
+        const int64_t local = static_cast<int64_t>(pt[r]) - vocab_start;
+        ptl[r] = (local >= 0 && local < v) ? row[local] : 0.0f;
+    }
+}
+
+void cross_entropy_backward(OpContext&, TensorView logits, TensorView targets, TensorView lse, TensorView row_scale,
+                            int64_t vocab_start) {
+    const int64_t rows = logits.rows(), v = logits.cols();
+    MWB_CHECK(targets.numel() == rows && lse.numel() == rows && row_scale.numel() == rows,
+              "cross_entropy_backward: logits={} targets={} lse={} row_scale={}", logits.describe(),
+              targets.describe(), lse.describe(), row_scale.describe());
+    float* pl = logits.f32();
+    const int32_t* pt = targets.i32();
+    const float *plse = lse.f32(), *pscale = row_scale.f32();
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+        float* row = pl + r * v;
+        const float m = plse[r], s = pscale[r];
+#pragma omp simd
+        for (int64_t j = 0; j < v; ++j) row[j] = exp_approx(row[j] - m) * s;
+        const int64_t local = static_cast<int64_t>(pt[r]) - vocab_start;
+        if (local >= 0 && local < v) row[local] -= s;
+    }
+}
+
+}  // namespace mwb::cpu

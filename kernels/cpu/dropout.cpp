@@ -1,0 +1,63 @@
+// Dropout (mask regenerated from Philox, never stored) and the dropout + residual add.
+#include "cpu_ops.h"
+#include "dropout_mask.h"
+
+#include "mwb/kernels/error.h"
+
+namespace mwb::cpu {
+
+namespace {
+
+constexpr int64_t kChunk = 1024;
+
+/// out[i] = base[i] + x[i]·mask[i] (base may be null: no residual), over fixed chunks of elements.
+void apply_dropout(float* out, const float* base, const float* x, int64_t n, float p, RngStream rng,
+                   int64_t element_offset) {
+    if (p <= 0.0f) {
+#pragma omp parallel for simd schedule(static)
+        for (int64_t i = 0; i < n; ++i) out[i] = (base ? base[i] : 0.0f) + x[i];
+        return;
+    }
+    const DropoutDraw draw(rng, p);
+    const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < chunks; ++c) {
+        const int64_t i0 = c * kChunk, len = std::min(kChunk, n - i0);
+        float mult[kChunk];
+        draw.multipliers(static_cast<uint64_t>(element_offset + i0), len, mult);
+        if (base) {
+#pragma omp simd
+            for (int64_t k = 0; k < len; ++k) out[i0 + k] = base[i0 + k] + x[i0 + k] * mult[k];
+        } else {
+#pragma omp simd
+            for (int64_t k = 0; k < len; ++k) out[i0 + k] = x[i0 + k] * mult[k];
+        }
+    }
+}
+
+void check_dropout(const char* op, const TensorView& out, const TensorView& x, float p) {
+    MWB_CHECK(out.numel() == x.numel(), "{}: out={} x={}", op, out.describe(), x.describe());
+    MWB_CHECK(p >= 0.0f && p < 1.0f, "{}: dropout probability {} must be in [0, 1)", op, p);
+}
+
+}  // namespace
+
+void dropout_forward(OpContext&, TensorView out, TensorView x, float p, RngStream rng, int64_t element_offset) {
+    check_dropout("dropout_forward", out, x, p);
+    apply_dropout(out.f32(), nullptr, x.f32(), x.numel(), p, rng, element_offset);
+}
+
+void dropout_backward(OpContext&, TensorView dx, TensorView dout, float p, RngStream rng, int64_t element_offset) {
+    check_dropout("dropout_backward", dx, dout, p);
+    apply_dropout(dx.f32(), nullptr, dout.f32(), dout.numel(), p, rng, element_offset);
+}
+
+void dropout_add_forward(OpContext&, TensorView out, TensorView residual, TensorView x, float p, RngStream rng,
+                         int64_t element_offset) {
+    check_dropout("dropout_add_forward", out, x, p);
+    MWB_CHECK(residual.numel() == x.numel(), "dropout_add_forward: residual={} x={}", residual.describe(),
+              x.describe());
+    apply_dropout(out.f32(), residual.f32(), x.f32(), x.numel(), p, rng, element_offset);
+}
+
+}  // namespace mwb::cpu

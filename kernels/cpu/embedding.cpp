@@ -1,0 +1,92 @@
+// Token (vocab-parallel) and learned position embeddings.
+#include "cpu_ops.h"
+
+#include "mwb/kernels/error.h"
+
+namespace mwb::cpu {
+
+void embedding_forward(OpContext&, TensorView out, TensorView ids, TensorView table, int64_t vocab_start) {
+    const int64_t rows = ids.numel(), h = table.dim(1), v = table.dim(0);
+    MWB_CHECK(table.ndim == 2 && out.rows() == rows && out.cols() == h, "embedding_forward: out={} ids={} table={}",
+              out.describe(), ids.describe(), table.describe());
+    const int32_t* id = ids.i32();
+    const float* t = table.f32();
+    float* o = out.f32();
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+        const int64_t local = static_cast<int64_t>(id[r]) - vocab_start;
+        float* dst = o + r * h;
+        if (local >= 0 && local < v) {
+            const float* src = t + local * h;
+#pragma omp simd
+            for (int64_t c = 0; c < h; ++c) dst[c] = src[c];
+        } else {
+#pragma omp simd
+            for (int64_t c = 0; c < h; ++c) dst[c] = 0.0f;
+        }
+    }
+}
+
+void embedding_backward(OpContext&, TensorView dtable, TensorView dout, TensorView ids, int64_t vocab_start) {
+    const int64_t rows = ids.numel(), h = dtable.dim(1), v = dtable.dim(0);
+    MWB_CHECK(dtable.ndim == 2 && dout.rows() == rows && dout.cols() == h,
+              "embedding_backward: dtable={} dout={} ids={}", dtable.describe(), dout.describe(), ids.describe());
+    const int32_t* id = ids.i32();
+    const float* d = dout.f32();
+    float* g = dtable.f32();
+    // Threads own column ranges and walk the rows in order: no races, and a fixed summation order.
+    constexpr int64_t kBlock = 64;
+    const int64_t blocks = (h + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static)
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+        const int64_t c0 = blk * kBlock, c1 = std::min(h, c0 + kBlock);
+        for (int64_t r = 0; r < rows; ++r) {
+            const int64_t local = static_cast<int64_t>(id[r]) - vocab_start;
+            if (local < 0 || local >= v) continue;
+            float* dst = g + local * h;
+            const float* src = d + r * h;
+#pragma omp simd
+            for (int64_t c = c0; c < c1; ++c) dst[c] += src[c];
+        }
+    }
+}
+
+void position_embedding_forward(OpContext&, TensorView out, TensorView wpe, int64_t position_offset) {
+    MWB_CHECK(out.ndim == 3 && wpe.ndim == 2 && wpe.dim(1) == out.dim(2) &&
+                  position_offset + out.dim(0) <= wpe.dim(0) && position_offset >= 0,
+              "position_embedding_forward: out={} (S, B, H) wpe={} offset={}", out.describe(), wpe.describe(),
+              position_offset);
+    const int64_t s_len = out.dim(0), b_len = out.dim(1), h = out.dim(2);
+    float* o = out.f32();
+    const float* w = wpe.f32();
+#pragma omp parallel for schedule(static)
+    for (int64_t s = 0; s < s_len; ++s) {
+        const float* src = w + (s + position_offset) * h;
+        for (int64_t b = 0; b < b_len; ++b) {
+            float* dst = o + (s * b_len + b) * h;
+#pragma omp simd
+            for (int64_t c = 0; c < h; ++c) dst[c] += src[c];
+        }
+    }
+}
+
+void position_embedding_backward(OpContext&, TensorView dwpe, TensorView dout, int64_t position_offset) {
+    MWB_CHECK(dout.ndim == 3 && dwpe.ndim == 2 && dwpe.dim(1) == dout.dim(2) &&
+                  position_offset + dout.dim(0) <= dwpe.dim(0) && position_offset >= 0,
+              "position_embedding_backward: dout={} (S, B, H) dwpe={} offset={}", dout.describe(), dwpe.describe(),
+              position_offset);
+    const int64_t s_len = dout.dim(0), b_len = dout.dim(1), h = dout.dim(2);
+    const float* d = dout.f32();
+    float* g = dwpe.f32();
+#pragma omp parallel for schedule(static)
+    for (int64_t s = 0; s < s_len; ++s) {
+        float* dst = g + (s + position_offset) * h;
+        for (int64_t b = 0; b < b_len; ++b) {
+            const float* src = d + (s * b_len + b) * h;
+#pragma omp simd
+            for (int64_t c = 0; c < h; ++c) dst[c] += src[c];
+        }
+    }
+}
+
+}  // namespace mwb::cpu

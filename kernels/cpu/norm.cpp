@@ -1,0 +1,167 @@
+// LayerNorm and RMSNorm, forward and backward. Row statistics in float; parameter gradients are summed
+// column-block-wise over rows in order (deterministic for any thread count).
+#include "cpu_ops.h"
+
+#include "mwb/kernels/error.h"
+
+#include <cmath>
+
+namespace mwb::cpu {
+
+namespace {
+
+constexpr int64_t kColBlock = 64;
+
+void check_norm(const char* op, const TensorView& x, const TensorView& out, const TensorView& w,
+                const TensorView& stat) {
+    MWB_CHECK(x.numel() == out.numel() && w.numel() == x.cols() && stat.numel() == x.rows(),
+              "{}: x={} out={} w={} stat={}", op, x.describe(), out.describe(), w.describe(), stat.describe());
+}
+
+}  // namespace
+
+void layernorm_forward(OpContext&, TensorView out, TensorView mean, TensorView rstd, TensorView x, TensorView w,
+                       TensorView b, float eps) {
+    check_norm("layernorm_forward", x, out, w, rstd);
+    MWB_CHECK(mean.numel() == x.rows() && b.numel() == x.cols(), "layernorm_forward: mean={} b={} for x={}",
+              mean.describe(), b.describe(), x.describe());
+    const int64_t rows = x.rows(), h = x.cols();
+    const float *px = x.f32(), *pw = w.f32(), *pb = b.f32();
+    float *po = out.f32(), *pm = mean.f32(), *pr = rstd.f32();
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* xr = px + r * h;
+        float sum = 0;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t c = 0; c < h; ++c) sum += xr[c];
+        const float mu = sum / static_cast<float>(h);
+        float var = 0;
+#pragma omp simd reduction(+ : var)
+        for (int64_t c = 0; c < h; ++c) var += (xr[c] - mu) * (xr[c] - mu);
+        const float rs = 1.0f / std::sqrt(var / static_cast<float>(h) + eps);
+        float* orow = po + r * h;
+#pragma omp simd
+        for (int64_t c = 0; c < h; ++c) orow[c] = (xr[c] - mu) * rs * pw[c] + pb[c];
+        pm[r] = mu;
+        pr[r] = rs;
+    }
+}
+
+void layernorm_backward(OpContext&, TensorView dx, TensorView dw, TensorView db, TensorView dout, TensorView x,
+                        TensorView mean, TensorView rstd, TensorView w, bool accumulate_dx) {
+    check_norm("layernorm_backward", x, dout, w, rstd);
+    MWB_CHECK(dx.numel() == x.numel() && dw.numel() == w.numel() && db.numel() == w.numel() &&
+                  mean.numel() == x.rows(),
+              "layernorm_backward: dx={} dw={} db={} mean={} for x={}", dx.describe(), dw.describe(), db.describe(),
+              mean.describe(), x.describe());
+    const int64_t rows = x.rows(), h = x.cols();
+    const float *px = x.f32(), *pd = dout.f32(), *pw = w.f32(), *pm = mean.f32(), *pr = rstd.f32();
+    float *pdx = dx.f32(), *pdw = dw.f32(), *pdb = db.f32();
+
+    // Parameter gradients first (dx may alias dout).
+    const int64_t blocks = (h + kColBlock - 1) / kColBlock;
+#pragma omp parallel for schedule(static)
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+        const int64_t c0 = blk * kColBlock, c1 = std::min(h, c0 + kColBlock);
+        float gw[kColBlock] = {}, gb[kColBlock] = {};
+        for (int64_t r = 0; r < rows; ++r) {
+            const float *xr = px + r * h, *dr = pd + r * h;
+            const float mu = pm[r], rs = pr[r];
+#pragma omp simd
+            for (int64_t c = c0; c < c1; ++c) {
+                gw[c - c0] += dr[c] * (xr[c] - mu) * rs;
+                gb[c - c0] += dr[c];
+            }
+        }
+        for (int64_t c = c0; c < c1; ++c) {
+            pdw[c] += gw[c - c0];
+            pdb[c] += gb[c - c0];
+        }
+    }
+
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+        const float *xr = px + r * h, *dr = pd + r * h;
+        const float mu = pm[r], rs = pr[r];
+        float mean_g = 0, mean_gx = 0;
+#pragma omp simd reduction(+ : mean_g, mean_gx)
+        for (int64_t c = 0; c < h; ++c) {
+            const float g = dr[c] * pw[c];
+            mean_g += g;
+            mean_gx += g * (xr[c] - mu) * rs;
+        }
+        mean_g /= static_cast<float>(h);
+        mean_gx /= static_cast<float>(h);
+        float* dxr = pdx + r * h;
+        if (accumulate_dx) {
+#pragma omp simd
+            for (int64_t c = 0; c < h; ++c) dxr[c] += rs * (dr[c] * pw[c] - mean_g - (xr[c] - mu) * rs * mean_gx);
+        } else {
+#pragma omp simd
+            for (int64_t c = 0; c < h; ++c) dxr[c] = rs * (dr[c] * pw[c] - mean_g - (xr[c] - mu) * rs * mean_gx);
+        }
+    }
+}
+
+void rmsnorm_forward(OpContext&, TensorView out, TensorView rstd, TensorView x, TensorView w, float eps) {
+    check_norm("rmsnorm_forward", x, out, w, rstd);
+    const int64_t rows = x.rows(), h = x.cols();
+    const float *px = x.f32(), *pw = w.f32();
+    float *po = out.f32(), *pr = rstd.f32();
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* xr = px + r * h;
+        float ss = 0;
+#pragma omp simd reduction(+ : ss)
+        for (int64_t c = 0; c < h; ++c) ss += xr[c] * xr[c];
+        const float rs = 1.0f / std::sqrt(ss / static_cast<float>(h) + eps);
+        float* orow = po + r * h;
+#pragma omp simd
+        for (int64_t c = 0; c < h; ++c) orow[c] = xr[c] * rs * pw[c];
+        pr[r] = rs;
+    }
+}
+
+void rmsnorm_backward(OpContext&, TensorView dx, TensorView dw, TensorView dout, TensorView x, TensorView rstd,
+                      TensorView w, bool accumulate_dx) {
+    check_norm("rmsnorm_backward", x, dout, w, rstd);
+    MWB_CHECK(dx.numel() == x.numel() && dw.numel() == w.numel(), "rmsnorm_backward: dx={} dw={} for x={}",
+              dx.describe(), dw.describe(), x.describe());
+    const int64_t rows = x.rows(), h = x.cols();
+    const float *px = x.f32(), *pd = dout.f32(), *pw = w.f32(), *pr = rstd.f32();
+    float *pdx = dx.f32(), *pdw = dw.f32();
+
+    const int64_t blocks = (h + kColBlock - 1) / kColBlock;
+#pragma omp parallel for schedule(static)
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+        const int64_t c0 = blk * kColBlock, c1 = std::min(h, c0 + kColBlock);
+        float gw[kColBlock] = {};
+        for (int64_t r = 0; r < rows; ++r) {
+            const float *xr = px + r * h, *dr = pd + r * h;
+            const float rs = pr[r];
+#pragma omp simd
+            for (int64_t c = c0; c < c1; ++c) gw[c - c0] += dr[c] * xr[c] * rs;
+        }
+        for (int64_t c = c0; c < c1; ++c) pdw[c] += gw[c - c0];
+    }
+
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+        const float *xr = px + r * h, *dr = pd + r * h;
+        const float rs = pr[r];
+        float mean_gx = 0;
+#pragma omp simd reduction(+ : mean_gx)
+        for (int64_t c = 0; c < h; ++c) mean_gx += dr[c] * pw[c] * xr[c] * rs;
+        mean_gx /= static_cast<float>(h);
+        float* dxr = pdx + r * h;
+        if (accumulate_dx) {
+#pragma omp simd
+            for (int64_t c = 0; c < h; ++c) dxr[c] += rs * (dr[c] * pw[c] - xr[c] * rs * mean_gx);
+        } else {
+#pragma omp simd
+            for (int64_t c = 0; c < h; ++c) dxr[c] = rs * (dr[c] * pw[c] - xr[c] * rs * mean_gx);
+        }
+    }
+}
+
+}  // namespace mwb::cpu

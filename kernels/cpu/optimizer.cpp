@@ -1,0 +1,53 @@
+// AdamW on fp32 master weights, with the optional rounded copy for 16-bit model weights.
+#include "cpu_ops.h"
+
+#include "mwb/kernels/error.h"
+#include "mwb/kernels/precision.h"
+
+#include <cmath>
+
+namespace mwb::cpu {
+
+void adamw_update(OpContext&, TensorView param, TensorView grad, TensorView exp_avg, TensorView exp_avg_sq,
+                  const AdamWParams& p, TensorView param_copy, DType copy_dtype) {
+    const int64_t n = param.numel();
+    MWB_CHECK(grad.numel() == n && exp_avg.numel() == n && exp_avg_sq.numel() == n &&
+                  (param_copy.empty() || param_copy.numel() == n),
+              "adamw_update: param={} grad={} exp_avg={} exp_avg_sq={} copy={}", param.describe(), grad.describe(),
+              exp_avg.describe(), exp_avg_sq.describe(), param_copy.describe());
+    MWB_CHECK(p.step >= 1, "adamw_update: step {} must be >= 1", p.step);
+    float *w = param.f32(), *m = exp_avg.f32(), *v = exp_avg_sq.f32();
+    const float* g = grad.f32();
+    float* out = param_copy.empty() ? nullptr : param_copy.f32();
+    const float b1 = p.beta1, b2 = p.beta2;
+    const float bc1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(b1), static_cast<double>(p.step)));
+    const float bc2 = 1.0f - static_cast<float>(std::pow(static_cast<double>(b2), static_cast<double>(p.step)));
+    const float step_size = p.lr / bc1;
+    const float inv_sqrt_bc2 = 1.0f / std::sqrt(bc2);
+    const float decay = 1.0f - p.lr * p.weight_decay;
+    const float gs = p.grad_scale;
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+        const float gi = g[i] * gs;
+        const float mi = b1 * m[i] + (1.0f - b1) * gi;
+        const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        // torch.optim.AdamW: p ← p·(1 − lr·wd) − lr/bc1 · m / (sqrt(v)/sqrt(bc2) + eps)
+        w[i] = w[i] * decay - step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + p.eps);
+    }
+    if (out) {
+        if (copy_dtype == DType::BF16) {
+#pragma omp parallel for simd schedule(static)
+            for (int64_t i = 0; i < n; ++i) out[i] = round_to_bf16(w[i]);
+        } else if (copy_dtype == DType::F16) {
+#pragma omp parallel for simd schedule(static)
+            for (int64_t i = 0; i < n; ++i) out[i] = round_to_fp16(w[i]);
+        } else {
+#pragma omp parallel for simd schedule(static)
+            for (int64_t i = 0; i < n; ++i) out[i] = w[i];
+        }
+    }
+}
+
+}  // namespace mwb::cpu

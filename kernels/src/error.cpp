@@ -1,0 +1,9 @@
+#include "mwb/kernels/error.h"
+
+namespace mwb {
+
+void fail_at(const char* file, int line, const std::string& message) {
+    throw Error(fmt::format("{} [{}:{}]", message, file, line));
+}
+
+}  // namespace mwb

@@ -1,0 +1,103 @@
+// GEMM and the linear layer against float64 references; gradients against finite differences.
+#include "support/reference.h"
+
+#include "mwb/kernels/error.h"
+#include "mwb/kernels/ops.h"
+
+#include <QtTest>
+
+using namespace mwb;
+using mwb::test::finite_difference;
+using mwb::test::max_rel_error;
+using mwb::test::normwise_error;
+using mwb::test::random_floats;
+using mwb::test::to_double;
+
+namespace {
+
+// y = x·wᵀ + b in float64. x (n, in), w (out, in).
+std::vector<double> linear_ref(const std::vector<double>& x, const std::vector<double>& w, const std::vector<double>& b,
+                               int64_t n, int64_t in, int64_t out) {
+    std::vector<double> y(static_cast<std::size_t>(n * out));
+    for (int64_t r = 0; r < n; ++r)
+        for (int64_t o = 0; o < out; ++o) {
+            double s = b.empty() ? 0.0 : b[o];
+            for (int64_t k = 0; k < in; ++k) s += x[r * in + k] * w[o * in + k];
+            y[r * out + o] = s;
+        }
+    return y;
+}
+
+double weighted_sum(const std::vector<double>& y, const std::vector<double>& g) {
+    double s = 0;
+    for (std::size_t i = 0; i < y.size(); ++i) s += y[i] * g[i];
+    return s;
+}
+
+}  // namespace
+
+class TestLinear : public QObject {
+    Q_OBJECT
+private slots:
+    void matmul_all_transposes_data() {
+        QTest::addColumn<bool>("ta");
+        QTest::addColumn<bool>("tb");
+        QTest::newRow("nn") << false << false;
+        QTest::newRow("nt") << false << true;
+        QTest::newRow("tn") << true << false;
+        QTest::newRow("tt") << true << true;
+    }
+    void matmul_all_transposes() {
+        QFETCH(bool, ta);
+        QFETCH(bool, tb);
+        const int64_t m = 37, n = 29, k = 53;
+        auto a = random_floats(m * k, 1), b = random_floats(k * n, 2), c = random_floats(m * n, 3);
+        const auto a_at = [&](int64_t i, int64_t j) { return double(ta ? a[j * m + i] : a[i * k + j]); };
+        const auto b_at = [&](int64_t i, int64_t j) { return double(tb ? b[j * k + i] : b[i * n + j]); };
+        std::vector<double> ref(m * n);
+        for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+                double s = 0;
+                for (int64_t p = 0; p < k; ++p) s += a_at(i, p) * b_at(p, j);
+                ref[i * n + j] = 0.5 * s + 2.0 * c[i * n + j];
+            }
+        OpContext ctx;
+        ops::matmul(ctx, view_f32(c.data(), {m, n}), view_f32(a.data(), ta ? std::initializer_list<int64_t>{k, m} : std::initializer_list<int64_t>{m, k}),
+                    view_f32(b.data(), tb ? std::initializer_list<int64_t>{n, k} : std::initializer_list<int64_t>{k, n}), ta, tb, 0.5f,
+                    2.0f);
+        QVERIFY2(normwise_error(c, ref) < 1e-6, qPrintable(QString::number(normwise_error(c, ref))));
+    }
+
+    void matmul_rejects_mismatched_shapes() {
+        std::vector<float> a(6), b(6), c(4);
+        OpContext ctx;
+        QVERIFY_THROWS_EXCEPTION(mwb::Error, ops::matmul(ctx, view_f32(c.data(), {2, 2}), view_f32(a.data(), {2, 3}),
+                                                         view_f32(b.data(), {2, 3}), false, false));
+    }
+
+    void linear_forward_and_backward() {
+        const int64_t n = 6, in = 5, out = 7;
+        auto x = random_floats(n * in, 10), w = random_floats(out * in, 11), b = random_floats(out, 12);
+        auto dy = random_floats(n * out, 13);
+        std::vector<float> y(n * out), dx(n * in), dw(out * in, 0.25f), db(out, -0.5f);
+        OpContext ctx;
+        ops::linear_forward(ctx, view_f32(y.data(), {n, out}), view_f32(x.data(), {n, in}), view_f32(w.data(), {out, in}),
+                            view_f32(b.data(), {out}));
+        const auto xd = to_double(x), wd = to_double(w), bd = to_double(b), gd = to_double(dy);
+        QVERIFY(max_rel_error(y, linear_ref(xd, wd, bd, n, in, out)) < 1e-5);
+
+        ops::linear_backward(ctx, view_f32(dx.data(), {n, in}), view_f32(dw.data(), {out, in}), view_f32(db.data(), {out}),
+                             view_f32(dy.data(), {n, out}), view_f32(x.data(), {n, in}), view_f32(w.data(), {out, in}));
+        const auto fx = finite_difference(xd, [&](const auto& v) { return weighted_sum(linear_ref(v, wd, bd, n, in, out), gd); });
+        auto fw = finite_difference(wd, [&](const auto& v) { return weighted_sum(linear_ref(xd, v, bd, n, in, out), gd); });
+        auto fb = finite_difference(bd, [&](const auto& v) { return weighted_sum(linear_ref(xd, wd, v, n, in, out), gd); });
+        for (auto& v : fw) v += 0.25;  // parameter gradients accumulate onto what was there
+        for (auto& v : fb) v -= 0.5;
+        QVERIFY2(max_rel_error(dx, fx) < 1e-5, "dx");
+        QVERIFY2(max_rel_error(dw, fw) < 1e-5, "dw");
+        QVERIFY2(max_rel_error(db, fb) < 1e-5, "db");
+    }
+};
+
+QTEST_APPLESS_MAIN(TestLinear)
+#include "test_linear.moc"
