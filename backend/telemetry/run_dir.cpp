@@ -1,0 +1,88 @@
+#include "telemetry/run_dir.h"
+
+#include "mwb/kernels/error.h"
+
+#include <chrono>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <random>
+
+namespace mwb {
+
+namespace {
+
+double unix_time() {
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string timestamp_name() {
+    const std::time_t t = std::time(nullptr);
+    std::tm tm{};
+    localtime_r(&t, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", &tm);
+    return buf;
+}
+
+/// Highest seq and the run_id found in an existing jsonl file (-1 / "" when none).
+void scan_existing(const fs::path& file, int64_t& max_seq, std::string& run_id) {
+    std::ifstream in(file);
+    std::string line;
+    while (std::getline(in, line)) {
+        const auto j = nlohmann::json::parse(line, nullptr, false);
+        if (j.is_discarded() || !j.is_object()) continue;  // a torn last line after a crash
+        if (j.contains("seq") && j["seq"].is_number_integer()) max_seq = std::max(max_seq, j["seq"].get<int64_t>());
+        if (run_id.empty() && j.contains("run_id") && j["run_id"].is_string()) run_id = j["run_id"].get<std::string>();
+    }
+}
+
+std::FILE* open_append(const fs::path& p) {
+    std::FILE* f = std::fopen(p.c_str(), "a");
+    MWB_CHECK(f != nullptr, "cannot open '{}' for appending: {}", p.string(), std::strerror(errno));
+    return f;
+}
+
+}  // namespace
+
+RunDir::RunDir(const fs::path& path, std::string_view name) {
+    path_ = path.empty() ? user_data_dir() / "runs" / (timestamp_name() + (name.empty() ? "" : "-" + std::string(name)))
+                         : path;
+    std::error_code ec;
+    fs::create_directories(path_, ec);
+    MWB_CHECK(!ec, "run_dir: cannot create '{}': {}", path_.string(), ec.message());
+    int64_t max_seq = -1;
+    scan_existing(path_ / "metrics.jsonl", max_seq, run_id_);
+    scan_existing(path_ / "events.jsonl", max_seq, run_id_);
+    next_seq_ = max_seq + 1;
+    if (run_id_.empty()) {
+        std::random_device rd;
+        run_id_ = fmt::format("{}-{:08x}", path_.filename().string(), rd());
+    }
+    metrics_ = open_append(path_ / "metrics.jsonl");
+    events_ = open_append(path_ / "events.jsonl");
+}
+
+RunDir::~RunDir() {
+    if (metrics_) std::fclose(metrics_);
+    if (events_) std::fclose(events_);
+}
+
+void RunDir::write_run_json(const nlohmann::json& run) { write_file_atomic(path_ / "run.json", run.dump(2) + "\n"); }
+
+nlohmann::json RunDir::publish(std::string_view topic, nlohmann::json fields) {
+    // Envelope first, then the topic's fields in their own order (readable files; receivers must not
+    // depend on key order).
+    nlohmann::ordered_json msg = {{"schema", kTelemetrySchema}, {"topic", topic}, {"run_id", run_id_},
+                                  {"seq", next_seq_++},         {"time", unix_time()}};
+    for (auto& [key, value] : fields.items()) msg[key] = value;
+    const bool metric = topic == "step" || topic == "eval" || topic == "memory";
+    std::FILE* f = metric ? metrics_ : events_;
+    const std::string line = msg.dump() + "\n";
+    MWB_CHECK(std::fwrite(line.data(), 1, line.size(), f) == line.size() && std::fflush(f) == 0,
+              "cannot append to '{}': {}", (path_ / (metric ? "metrics.jsonl" : "events.jsonl")).string(),
+              std::strerror(errno));
+    return nlohmann::json(msg);
+}
+
+}  // namespace mwb

@@ -1,0 +1,47 @@
+#pragma once
+// The run directory and the telemetry record stream written into it:
+//   run.json       resolved config, topology, build info (rewritten when a run resumes)
+//   metrics.jsonl  one JSON object per message of topic step / eval / memory
+//   events.jsonl   run.start, event, run.end messages
+// Every message carries schema, run_id, seq (one increasing sequence per run directory, continued
+// on resume) and time, exactly as published on the wire (docs/protocol.md).
+#include "core/files.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <string>
+#include <string_view>
+
+namespace mwb {
+
+inline constexpr const char* kTelemetrySchema = "mwb.telemetry/1";
+
+class RunDir {
+public:
+    /// Opens (creating it if needed) the run directory `path`; an empty path makes a new one under
+    /// user_data_dir()/runs named after the time and `name`.
+    RunDir(const fs::path& path, std::string_view name);
+    ~RunDir();
+    RunDir(const RunDir&) = delete;
+    RunDir& operator=(const RunDir&) = delete;
+
+    const fs::path& path() const { return path_; }
+    const std::string& run_id() const { return run_id_; }
+    /// True when the directory already held telemetry (a resumed run appends to it).
+    bool resumed() const { return next_seq_ > 0; }
+
+    void write_run_json(const nlohmann::json& run);
+    /// Stamps `fields` with schema/topic/run_id/seq/time, appends it to the file of its topic and
+    /// returns the complete message.
+    nlohmann::json publish(std::string_view topic, nlohmann::json fields);
+
+private:
+    fs::path path_;
+    std::string run_id_;
+    int64_t next_seq_ = 0;
+    std::FILE* metrics_ = nullptr;
+    std::FILE* events_ = nullptr;
+};
+
+}  // namespace mwb

@@ -1,0 +1,123 @@
+// mwb-train: one rank of a training run. Config from --config FILE.json (or the embedded demo preset),
+// overridden by Megatron-LM-named flags; see docs/config.md and `mwb-train --help`.
+#include "config/config_io.h"
+#include "config/validate.h"
+#include "data/mock_data.h"
+#include "mwb/kernels/device.h"
+#include "mwb/kernels/ops.h"
+#include "presets.h"
+#include "telemetry/run_dir.h"
+#include "train/trainer.h"
+
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include <csignal>
+#include <iostream>
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+void on_signal(int) { g_stop.store(true); }
+
+/// Picks the device: cuda needs a GPU and CUDA kernels, auto falls back to the CPU saying why once.
+std::string choose_device(const std::string& requested) {
+    if (requested == "cpu") return "cpu";
+    const mwb::DeviceReport r = mwb::probe_devices();
+    const bool usable = r.cuda_devices > 0 && r.cuda_kernels_built;
+    const std::string why = r.cuda_devices == 0 ? r.reason : "this build has no CUDA kernels yet";
+    if (requested == "cuda") {
+        if (!usable) throw mwb::ConfigError({{"device", "device cuda: " + why}}, "--device");
+        return "cuda";
+    }
+    if (!usable) spdlog::info("device auto: using the CPU ({})", why);
+    return usable ? "cuda" : "cpu";
+}
+
+int64_t tokenizer_vocab(const mwb::Config& c) {
+    const auto& t = c.data.tokenizer_type;
+    if (t == "NullTokenizer") return c.model.vocab_size > 0 ? c.model.vocab_size + 1 : 0;  // + EOD, as Megatron-LM
+    if (t == "ByteTokenizer") return 257;
+    throw mwb::ConfigError({{"tokenizer_type", "tokenizer_type " + t + " is not available in this build yet"}},
+                           "--tokenizer-type");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    spdlog::set_pattern("[%H:%M:%S] %v");
+    CLI::App app{"mwb-train: train a GPT model (one process per rank). Flags use Megatron-LM's names; "
+                 "see docs/config.md.",
+                 "mwb-train"};
+    app.set_help_flag("-h,--help", "Print this help and exit");
+    std::string config_file;
+    bool print_config = false;
+    app.add_option("--config", config_file, "Configuration JSON (default: the embedded tiny CPU demo)");
+    app.add_flag("--print-config", print_config, "Print the resolved, validated configuration as JSON and exit");
+    app.add_flag_callback("--version", [] {
+        std::cout << "mwb-train " << MWB_VERSION << "\n";
+        std::exit(0);
+    }, "Print the version and exit");
+
+    // Every configuration field is a flag: --num-layers 4, --bf16, --bf16=false, --data-path 0.5 a 0.5 b.
+    std::vector<std::pair<const mwb::Field*, CLI::Option*>> field_options;
+    for (const mwb::Field& f : mwb::config_fields()) {
+        auto* opt = app.add_option(f.flag())->description(std::string(f.help))->group(std::string(f.group));
+        if (f.type_name() == "bool") opt->expected(0, 1);
+        else if (f.type_name() == "list") opt->expected(1, -1);
+        else opt->expected(1);
+        field_options.emplace_back(&f, opt);
+    }
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    }
+
+    try {
+        mwb::Config cfg = config_file.empty() ? mwb::parse_config(mwb::presets::kTinyCpuDemo, "the embedded demo preset")
+                                              : mwb::load_config_file(config_file);
+        for (const auto& [field, opt] : field_options) {
+            if (opt->count() == 0) continue;
+            if (field->type_name() == "list") std::get<std::vector<std::string>*>(field->ref(cfg))->clear();
+            const auto& results = opt->results();
+            if (results.empty()) mwb::set_field(cfg, *field, "");
+            for (const std::string& v : results) mwb::set_field(cfg, *field, v);
+        }
+        cfg.logging.device = choose_device(cfg.logging.device);
+        if (cfg.logging.threads > 0) mwb::ops::set_num_threads(cfg.logging.threads);
+        for (const std::string& note : mwb::resolve(cfg, 1, tokenizer_vocab(cfg))) spdlog::warn("{}", note);
+        mwb::check_config(cfg, 1);
+        if (print_config) {
+            std::cout << mwb::to_json(cfg).dump(2) << "\n";
+            return 0;
+        }
+
+        mwb::TrainerInputs in;
+        in.config = cfg;
+        if (cfg.data.mock_data) {
+            const int64_t vocab = cfg.model.vocab_size;
+            in.train = std::make_unique<mwb::data::MockSampleSource>(cfg.model.seq_length, vocab, cfg.training.seed, 0);
+            in.valid = std::make_unique<mwb::data::MockSampleSource>(cfg.model.seq_length, vocab, cfg.training.seed, 1);
+            in.data_description = in.train->describe();
+        } else {
+            throw mwb::ConfigError({{"data_path", "only --mock-data is available in this build so far"}}, "data");
+        }
+        in.stop_requested = &g_stop;
+        std::signal(SIGINT, on_signal);
+        std::signal(SIGTERM, on_signal);
+
+        mwb::RunDir run_dir(cfg.logging.run_dir, "gpt");
+        const mwb::RunStatus status = mwb::train(std::move(in), run_dir);
+        if (status == mwb::RunStatus::Interrupted) spdlog::warn("stopped early; run directory {}", run_dir.path().string());
+        else spdlog::info("done; run directory {}", run_dir.path().string());
+        return static_cast<int>(status);
+    } catch (const mwb::ConfigError& e) {
+        std::cerr << "mwb-train: " << e.what() << "\n";
+        return 2;
+    } catch (const std::exception& e) {
+        std::cerr << "mwb-train: error: " << e.what() << "\n";
+        return 1;
+    }
+}
