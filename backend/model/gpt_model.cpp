@@ -19,7 +19,7 @@ GptModel::GptModel(const GptDims& dims, const RecomputePolicy& recompute, DType 
     wpe_ = layout_.add("embedding.position_embeddings.weight", {d_.max_positions, d_.hidden}, true);
     for (int64_t l = 0; l < d_.layers; ++l) TransformerLayer::add_params(layout_, l, d_);
     lnf_w_ = layout_.add("decoder.final_layernorm.weight", {d_.hidden}, false);
-    lnf_b_ = layout_.add("decoder.final_layernorm.bias", {d_.hidden}, false);
+    if (!d_.rmsnorm) lnf_b_ = layout_.add("decoder.final_layernorm.bias", {d_.hidden}, false);
     out_w_ = d_.tied_output ? wte_ : layout_.add("output_layer.weight", {d_.vocab, d_.hidden}, true);
 
     params_ = Buffer(alloc_, MemCategory::Weights, layout_.arena_elements());
@@ -35,8 +35,8 @@ GptModel::GptModel(const GptDims& dims, const RecomputePolicy& recompute, DType 
 
     for (int64_t l = 0; l < d_.layers; ++l) {
         layers_.emplace_back(d_, l);
-        w_.push_back(TransformerLayer::params(layout_, params_.view(), l));
-        g_.push_back(TransformerLayer::params(layout_, grads_.view(), l));
+        w_.push_back(TransformerLayer::params(layout_, params_.view(), l, d_));
+        g_.push_back(TransformerLayer::params(layout_, grads_.view(), l, d_));
     }
 }
 
@@ -91,7 +91,7 @@ double GptModel::head(ModelRuntime& rt, const Buffer& final_input, float grad_sc
     const TensorView params = params_.view();
     const TensorView x = final_input.view({N, H});
     NormActivations lnf;
-    norm_forward(rt, d_, lnf, x, layout_.view(params, lnf_w_), layout_.view(params, lnf_b_));
+    norm_forward(rt, d_, lnf, x, layout_.view(params, lnf_w_), final_norm_bias(params));
     Buffer logits = rt.activation(N * V);
     const TensorView lg = logits.view({N, V});
     const TensorView out_w = layout_.view(params, out_w_);
@@ -121,9 +121,13 @@ double GptModel::head(ModelRuntime& rt, const Buffer& final_input, float grad_sc
     ops::linear_backward(ctx_, dln, layout_.view(grads_.view(), out_w_), {}, lg, lnf.out.view({N, H}), out_w);
     rt.store(dln);
     logits.reset();
-    norm_backward(rt, d_, d, layout_.view(grads_.view(), lnf_w_), layout_.view(grads_.view(), lnf_b_), dln, x, lnf,
+    norm_backward(rt, d_, d, layout_.view(grads_.view(), lnf_w_), final_norm_bias(grads_.view()), dln, x, lnf,
                   layout_.view(params, lnf_w_), false);
     return loss;
+}
+
+TensorView GptModel::final_norm_bias(const TensorView& arena) const {
+    return d_.rmsnorm ? TensorView{} : layout_.view(arena, lnf_b_);
 }
 
 void GptModel::forward_layer(ModelRuntime& rt, int64_t l, std::vector<LayerActivations>& acts, Buffer& out,

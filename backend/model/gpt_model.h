@@ -41,6 +41,7 @@ private:
     void embed(ModelRuntime& rt, Buffer& x0) const;
     /// Final norm, logits and loss; with d non-empty also their backward (d receives dL/d final_input).
     double head(ModelRuntime& rt, const Buffer& final_input, float grad_scale, const TensorView& d) const;
+    TensorView final_norm_bias(const TensorView& arena) const;
     void forward_layer(ModelRuntime& rt, int64_t l, std::vector<LayerActivations>& acts, Buffer& out, bool keep) const;
 
     GptDims d_;

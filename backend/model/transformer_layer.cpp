@@ -24,23 +24,36 @@ void TransformerLayer::add_params(ParamLayout& layout, int64_t index, const GptD
     const std::string p = layer_prefix(index);
     const int64_t H = d.hidden, F = d.ffn;
     layout.add(p + "input_layernorm.weight", {H}, false);
-    layout.add(p + "input_layernorm.bias", {H}, false);
+    if (!d.rmsnorm) layout.add(p + "input_layernorm.bias", {H}, false);
     layout.add(p + "self_attention.linear_qkv.weight", {3 * H, H}, true);
     layout.add(p + "self_attention.linear_qkv.bias", {3 * H}, false);
     layout.add(p + "self_attention.linear_proj.weight", {H, H}, true);
     layout.add(p + "self_attention.linear_proj.bias", {H}, false);
     layout.add(p + "pre_mlp_layernorm.weight", {H}, false);
-    layout.add(p + "pre_mlp_layernorm.bias", {H}, false);
+    if (!d.rmsnorm) layout.add(p + "pre_mlp_layernorm.bias", {H}, false);
     layout.add(p + "mlp.linear_fc1.weight", {F, H}, true);
     layout.add(p + "mlp.linear_fc1.bias", {F}, false);
     layout.add(p + "mlp.linear_fc2.weight", {H, F}, true);
     layout.add(p + "mlp.linear_fc2.bias", {H}, false);
 }
 
-LayerParams TransformerLayer::params(const ParamLayout& layout, const TensorView& arena, int64_t index) {
-    const std::size_t first = layout.index_of(layer_prefix(index) + "input_layernorm.weight");
-    const auto v = [&](std::size_t k) { return layout.view(arena, first + k); };
-    return LayerParams{v(0), v(1), v(2), v(3), v(4), v(5), v(6), v(7), v(8), v(9), v(10), v(11)};
+LayerParams TransformerLayer::params(const ParamLayout& layout, const TensorView& arena, int64_t index,
+                                     const GptDims& d) {
+    const std::string p = layer_prefix(index);
+    const auto v = [&](const char* name) { return layout.view(arena, layout.index_of(p + name)); };
+    const auto norm_bias = [&](const char* name) { return d.rmsnorm ? TensorView{} : v(name); };
+    return LayerParams{v("input_layernorm.weight"),
+                       norm_bias("input_layernorm.bias"),
+                       v("self_attention.linear_qkv.weight"),
+                       v("self_attention.linear_qkv.bias"),
+                       v("self_attention.linear_proj.weight"),
+                       v("self_attention.linear_proj.bias"),
+                       v("pre_mlp_layernorm.weight"),
+                       norm_bias("pre_mlp_layernorm.bias"),
+                       v("mlp.linear_fc1.weight"),
+                       v("mlp.linear_fc1.bias"),
+                       v("mlp.linear_fc2.weight"),
+                       v("mlp.linear_fc2.bias")};
 }
 
 AttentionParams TransformerLayer::attention_params(const ModelRuntime& rt) const {

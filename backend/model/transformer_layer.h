@@ -10,7 +10,8 @@
 
 namespace mwb {
 
-/// Views of one layer's parameters (or of their gradients) inside an arena.
+/// Views of one layer's parameters (or of their gradients) inside an arena. Norm biases are empty
+/// views under RMSNorm.
 struct LayerParams {
     TensorView ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
 };
@@ -38,7 +39,7 @@ public:
 
     /// Adds this layer's parameters to the layout (Megatron-core names).
     static void add_params(ParamLayout& layout, int64_t index, const GptDims& dims);
-    static LayerParams params(const ParamLayout& layout, const TensorView& arena, int64_t index);
+    static LayerParams params(const ParamLayout& layout, const TensorView& arena, int64_t index, const GptDims& dims);
 
     /// Computes `out` from `a.input`. keep = false frees the intermediates (full recompute);
     /// store_probs = false never keeps the attention probabilities (selective recompute).
