@@ -152,6 +152,7 @@ double GptModel::forward_backward(const int32_t* tokens, float grad_scale, uint6
         forward_layer(rt, l, acts, out, keep);
         if (!keep && recompute_.chunk_begin(l) != l) acts[l].input.reset();
     }
+    stored_activation_bytes_ = alloc_.stats().of(MemCategory::Activations);
 
     // Loss and backward.
     Buffer grad = rt.workspace(N * H);

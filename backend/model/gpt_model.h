@@ -36,6 +36,10 @@ public:
     /// Mean loss of a micro-batch without dropout or gradients.
     double evaluate(const int32_t* tokens);
 
+    /// Activation bytes held at the end of the last forward pass (what is kept for backward: the
+    /// quantity Korthikanti et al. 2022 count), measured by the tracking allocator.
+    int64_t stored_activation_bytes() const { return stored_activation_bytes_; }
+
 private:
     void prepare_inputs(const int32_t* tokens);
     void embed(ModelRuntime& rt, Buffer& x0) const;
@@ -56,6 +60,7 @@ private:
     std::vector<TransformerLayer> layers_;
     std::vector<LayerParams> w_, g_;
     std::size_t wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = 0, out_w_ = 0;
+    int64_t stored_activation_bytes_ = 0;
 };
 
 }  // namespace mwb

@@ -1,0 +1,196 @@
+// Learning-rate schedule, loss scaling, mixed precision and gradient accumulation.
+#include "support/reference.h"
+
+#include "model/gpt_model.h"
+#include "mwb/kernels/precision.h"
+#include "optim/loss_scaler.h"
+#include "optim/lr_schedule.h"
+#include "optim/optimizer.h"
+
+#include <QtTest>
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+using namespace mwb;
+
+namespace {
+
+GptDims small_dims(int64_t micro_batch) {
+    GptDims d;
+    d.layers = 2;
+    d.hidden = 32;
+    d.heads = 4;
+    d.ffn = 64;
+    d.seq = 16;
+    d.micro_batch = micro_batch;
+    d.vocab = 128;
+    d.max_positions = 16;
+    return d;
+}
+
+std::vector<int32_t> random_tokens(int64_t samples, int64_t seq, int64_t vocab, uint32_t seed) {
+    std::mt19937 gen(seed);
+    std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(vocab - 1));
+    std::vector<int32_t> t(static_cast<std::size_t>(samples * (seq + 1)));
+    for (auto& x : t) x = id(gen);
+    return t;
+}
+
+}  // namespace
+
+class TestOptim : public QObject {
+    Q_OBJECT
+private slots:
+    void lr_schedule_follows_megatron() {
+        TrainingConfig t;
+        t.lr = 1e-3;
+        t.min_lr = 1e-4;
+        t.lr_warmup_iters = 10;
+        t.lr_decay_iters = 110;
+        for (const char* style : {"linear", "cosine", "constant"}) {
+            t.lr_decay_style = style;
+            const LrSchedule s(t);
+            QCOMPARE(s.lr(0), 0.0);        // Megatron's first iteration trains at lr 0 when warming up
+            QCOMPARE(s.lr(5), 5e-4);
+            QCOMPARE(s.lr(10), 1e-3);
+            if (std::string(style) == "constant") {
+                QCOMPARE(s.lr(60), 1e-3);
+                QCOMPARE(s.lr(500), 1e-3);
+                continue;
+            }
+            QVERIFY(std::abs(s.lr(60) - 5.5e-4) < 1e-15);  // half-way: (lr + min_lr) / 2 for both shapes
+            QVERIFY(std::abs(s.lr(110) - 1e-4) < 1e-15);
+            QCOMPARE(s.lr(111), 1e-4);
+            const double ratio = 25.0 / 100.0;  // at step 35
+            const double expected = std::string(style) == "linear" ? 1e-4 + (1 - ratio) * 9e-4
+                                                                   : 1e-4 + 0.5 * (1 + std::cos(M_PI * ratio)) * 9e-4;
+            QVERIFY(std::abs(s.lr(35) - expected) < 1e-15);
+        }
+    }
+
+    void dynamic_loss_scale_follows_megatron() {
+        TrainingConfig t;
+        t.fp16 = true;
+        t.initial_loss_scale = 1024;
+        t.min_loss_scale = 64;
+        t.loss_scale_window = 3;
+        t.hysteresis = 2;
+        LossScaler s(t);
+        QVERIFY(s.dynamic());
+        s.update(true);                 // first overflow: hysteresis absorbs it
+        QCOMPARE(s.scale(), 1024.0);
+        s.update(true);                 // second: halve
+        QCOMPARE(s.scale(), 512.0);
+        s.update(true);                 // hysteresis is not restored until the scale grows
+        QCOMPARE(s.scale(), 256.0);
+        s.update(false);
+        s.update(false);
+        QCOMPARE(s.scale(), 256.0);
+        s.update(false);                // 3 clean iterations: double
+        QCOMPARE(s.scale(), 512.0);
+        s.update(true);
+        QCOMPARE(s.scale(), 512.0);     // hysteresis restored by the growth
+        for (int i = 0; i < 10; ++i) s.update(true);
+        QCOMPARE(s.scale(), 64.0);      // floor
+        const auto state = s.state();
+        LossScaler restored(t);
+        restored.load_state(state);
+        QCOMPARE(restored.scale(), 64.0);
+
+        TrainingConfig b;
+        b.bf16 = true;
+        QVERIFY(!LossScaler(b).dynamic());
+        QCOMPARE(LossScaler(b).scale(), 1.0);
+        TrainingConfig fixed;
+        fixed.fp16 = true;
+        fixed.loss_scale = 128;
+        QVERIFY(!LossScaler(fixed).dynamic());
+        QCOMPARE(LossScaler(fixed).scale(), 128.0);
+    }
+
+    void overflowing_gradients_skip_the_step() {
+        OpContext ctx;
+        Allocator alloc;
+        GptModel model(small_dims(2), RecomputePolicy{}, DType::F16, ctx, alloc);
+        model.init_weights(3);
+        TrainingConfig t;
+        t.fp16 = true;
+        t.lr = 1e-3;
+        Optimizer opt(model.layout(), model.params(), model.grads(), t, DType::F16, ctx, alloc);
+        const std::vector<float> before(model.params().f32(), model.params().f32() + model.params().numel());
+        model.grads().f32()[5] = std::numeric_limits<float>::infinity();
+        const StepResult r = opt.step(1e-3, 1024.0);
+        QVERIFY(r.skipped);
+        QCOMPARE(opt.steps(), int64_t{0});
+        QVERIFY(std::equal(before.begin(), before.end(), model.params().f32()));
+    }
+
+    void fp16_loss_scale_overflow_is_detected_end_to_end() {
+        // A loss scale of 2^40 overflows fp16 (max 65504) in the emulated activation gradients.
+        OpContext ctx;
+        Allocator alloc;
+        const GptDims d = small_dims(2);
+        GptModel model(d, RecomputePolicy{}, DType::F16, ctx, alloc);
+        model.init_weights(3);
+        TrainingConfig t;
+        t.fp16 = true;
+        Optimizer opt(model.layout(), model.params(), model.grads(), t, DType::F16, ctx, alloc);
+        const auto tokens = random_tokens(d.micro_batch, d.seq, d.vocab, 9);
+        model.forward_backward(tokens.data(), std::ldexp(1.0f, 40), 3, 1);
+        QVERIFY(opt.step(1e-3, std::ldexp(1.0, 40)).skipped);
+        model.zero_grads();
+        model.forward_backward(tokens.data(), 1024.0f, 3, 1);
+        QVERIFY(!opt.step(1e-3, 1024.0).skipped);
+    }
+
+    void bf16_weights_are_bf16_and_close_to_fp32() {
+        const GptDims d = small_dims(2);
+        const auto tokens = random_tokens(d.micro_batch, d.seq, d.vocab, 5);
+        OpContext ctx;
+        Allocator alloc;
+        GptModel fp32(d, RecomputePolicy{}, DType::F32, ctx, alloc);
+        GptModel bf16(d, RecomputePolicy{}, DType::BF16, ctx, alloc);
+        fp32.init_weights(11);
+        bf16.init_weights(11);
+        for (int64_t i = 0; i < bf16.params().numel(); ++i) {
+            const float w = bf16.params().f32()[i];
+            QCOMPARE(round_to_bf16(w), w);
+        }
+        TrainingConfig t;
+        t.bf16 = true;
+        t.lr = 1e-3;
+        Optimizer opt(bf16.layout(), bf16.params(), bf16.grads(), t, DType::BF16, ctx, alloc);
+        const double l32 = fp32.forward_backward(tokens.data(), 1.0f, 11, 1);
+        const double l16 = bf16.forward_backward(tokens.data(), 1.0f, 11, 1);
+        QVERIFY2(std::abs(l32 - l16) < 2e-2 * std::abs(l32), qPrintable(QString("%1 vs %2").arg(l32).arg(l16)));
+        QVERIFY(!opt.step(1e-3, 1.0).skipped);
+        for (int64_t i = 0; i < bf16.params().numel(); ++i) {
+            const float w = bf16.params().f32()[i];
+            QCOMPARE(round_to_bf16(w), w);                          // model weights stay bf16
+            QCOMPARE(round_to_bf16(opt.master().f32()[i]), w);      // and are the rounded master weights
+        }
+    }
+
+    void gradient_accumulation_equals_one_big_batch() {
+        // Two micro-batches of 2 samples accumulate the same gradient as one batch of 4 (no dropout).
+        const auto tokens = random_tokens(4, 16, 128, 21);
+        OpContext ctx;
+        Allocator alloc;
+        GptModel big(small_dims(4), RecomputePolicy{}, DType::F32, ctx, alloc);
+        GptModel small(small_dims(2), RecomputePolicy{}, DType::F32, ctx, alloc);
+        big.init_weights(8);
+        small.init_weights(8);
+        const double loss_big = big.forward_backward(tokens.data(), 1.0f, 8, 1);
+        double loss_acc = 0;
+        for (int m = 0; m < 2; ++m) loss_acc += small.forward_backward(tokens.data() + m * 2 * 17, 0.5f, 8, 1) / 2;
+        QVERIFY(std::abs(loss_big - loss_acc) < 1e-6 * loss_big);
+        const std::vector<float> g(small.grads().f32(), small.grads().f32() + small.grads().numel());
+        const std::vector<double> ref(big.grads().f32(), big.grads().f32() + big.grads().numel());
+        QVERIFY2(test::normwise_error(g, ref) < 1e-5, qPrintable(QString::number(test::normwise_error(g, ref))));
+    }
+};
+
+QTEST_APPLESS_MAIN(TestOptim)
+#include "test_optim.moc"

@@ -1,0 +1,122 @@
+// Activation recomputation (Megatron-LM's --recompute-granularity/--recompute-method/--recompute-num-layers):
+// gradients must be bit-identical to the run that stores everything, and the activation memory kept
+// for backward must be exactly what docs/memory.md's formula says for each mode.
+#include "support/reference.h"
+
+#include "model/gpt_model.h"
+
+#include <QtTest>
+
+#include <cstring>
+#include <random>
+
+using namespace mwb;
+
+namespace {
+
+GptDims dims() {
+    GptDims d;
+    d.layers = 3;
+    d.hidden = 32;
+    d.heads = 4;
+    d.ffn = 128;
+    d.seq = 16;
+    d.micro_batch = 2;
+    d.vocab = 1024;
+    d.max_positions = 16;
+    d.hidden_dropout = 0.1f;
+    d.attention_dropout = 0.1f;
+    return d;
+}
+
+std::vector<int32_t> tokens(const GptDims& d) {
+    std::mt19937 gen(7);
+    std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(d.vocab - 1));
+    std::vector<int32_t> t(static_cast<std::size_t>(d.micro_batch * (d.seq + 1)));
+    for (auto& x : t) x = id(gen);
+    return t;
+}
+
+RecomputePolicy policy(RecomputeGranularity g, bool uniform = true, int layers = 0) {
+    RecomputePolicy p;
+    p.granularity = g;
+    p.uniform = uniform;
+    p.num_layers = layers;
+    return p;
+}
+
+struct Outcome {
+    std::vector<float> grads;
+    double loss = 0;
+    int64_t stored = 0;  // activation bytes kept for backward
+    int64_t peak = 0;    // peak activation bytes of the micro-batch
+};
+
+Outcome run(const RecomputePolicy& p) {
+    const GptDims d = dims();
+    OpContext ctx;
+    Allocator alloc;
+    GptModel model(d, p, DType::F32, ctx, alloc);
+    model.init_weights(42);
+    const auto t = tokens(d);
+    alloc.reset_peaks();
+    Outcome o;
+    o.loss = model.forward_backward(t.data(), 1.0f, 42, micro_batch_stream(1, 0));
+    o.stored = model.stored_activation_bytes();
+    o.peak = alloc.stats().peak_of(MemCategory::Activations);
+    o.grads.assign(model.grads().f32(), model.grads().f32() + model.grads().numel());
+    return o;
+}
+
+// docs/memory.md, in fp32 elements (N = S·B rows): a layer that keeps everything stores
+// 16·N·H + 4·N + B·A·S² (the last term is the attention probabilities); under selective recompute
+// 16·N·H + 4·N; a fully recomputed layer keeps its input N·H at the start of each chunk. The last
+// layer's output (N·H) is kept for the final norm.
+int64_t layer_all(const GptDims& d) {
+    const int64_t N = d.rows();
+    return 16 * N * d.hidden + 4 * N + d.micro_batch * d.heads * d.seq * d.seq;
+}
+int64_t layer_selective(const GptDims& d) { return 16 * d.rows() * d.hidden + 4 * d.rows(); }
+int64_t final_output(const GptDims& d) { return d.rows() * d.hidden; }
+// The head adds the final norm (N·H + 2·N) and the logits (N·V); with this vocabulary it is the peak.
+int64_t head(const GptDims& d) { return d.rows() * d.hidden + 2 * d.rows() + d.rows() * d.vocab; }
+
+}  // namespace
+
+class TestRecompute : public QObject {
+    Q_OBJECT
+private slots:
+    void gradients_are_bit_identical_and_memory_matches_the_formula() {
+        const GptDims d = dims();
+        const int64_t L = d.layers, NH = d.rows() * d.hidden, F = 4;
+        const Outcome none = run(policy(RecomputeGranularity::None));
+        QCOMPARE(none.stored, F * (L * layer_all(d) + final_output(d)));
+        QCOMPARE(none.peak, none.stored + F * head(d));
+
+        struct Mode {
+            const char* name;
+            RecomputePolicy p;
+            int64_t stored_elements;
+        };
+        const Mode modes[] = {
+            {"selective", policy(RecomputeGranularity::Selective), L * layer_selective(d) + final_output(d)},
+            {"full uniform 1", policy(RecomputeGranularity::Full, true, 1), L * NH + final_output(d)},
+            {"full uniform 2", policy(RecomputeGranularity::Full, true, 2), 2 * NH + final_output(d)},  // chunks {0,1},{2}
+            {"full block 2", policy(RecomputeGranularity::Full, false, 2), 2 * NH + layer_all(d) + final_output(d)},
+        };
+        for (const Mode& m : modes) {
+            const Outcome o = run(m.p);
+            QVERIFY2(o.loss == none.loss, m.name);
+            QVERIFY2(std::memcmp(o.grads.data(), none.grads.data(), o.grads.size() * sizeof(float)) == 0,
+                     qPrintable(QString("%1: gradients differ from the run without recompute").arg(m.name)));
+            QVERIFY2(o.stored == F * m.stored_elements,
+                     qPrintable(QString("%1: stored %2 bytes, formula %3").arg(m.name).arg(o.stored).arg(F * m.stored_elements)));
+            QVERIFY2(o.peak < none.peak, m.name);
+            if (std::string(m.name) != "full block 2" && std::string(m.name) != "full uniform 2")
+                QVERIFY2(o.peak == o.stored + F * head(d), m.name);
+        }
+    }
+};
+
+QTEST_APPLESS_MAIN(TestRecompute)
+#include "test_recompute.moc"

@@ -1,0 +1,223 @@
+// The train loop end to end on mock data: reproducibility (same seed -> same bits, any thread count),
+// checkpoints (resume continues bit-identically; corrupt, truncated or mismatched ones are refused
+// with the file named), interruption, and the run directory's records.
+#include "support/fixtures.h"
+
+#include "checkpoint/checkpoint.h"
+#include "config/validate.h"
+#include "data/mock_data.h"
+#include "mwb/kernels/ops.h"
+#include "telemetry/run_dir.h"
+#include "train/trainer.h"
+
+#include <QtTest>
+
+#include <fstream>
+
+using namespace mwb;
+namespace fs = std::filesystem;
+
+namespace {
+
+Config tiny_config() {
+    Config c;
+    c.model.num_layers = 2;
+    c.model.hidden_size = 32;
+    c.model.num_attention_heads = 4;
+    c.model.seq_length = 16;
+    c.model.make_vocab_size_divisible_by = 64;
+    c.data.tokenizer_type = "NullTokenizer";
+    c.data.mock_data = true;
+    c.data.eval_interval = 3;
+    c.data.eval_iters = 1;
+    c.training.micro_batch_size = 2;
+    c.training.global_batch_size = 4;
+    c.training.train_iters = 6;
+    c.training.lr = 1e-3;
+    c.training.lr_warmup_iters = 2;
+    c.logging.log_interval = 1;
+    resolve(c, 1, 64);
+    check_config(c, 1);
+    return c;
+}
+
+RunStatus run(Config c, const fs::path& run_dir, const std::atomic<bool>* stop = nullptr) {
+    TrainerInputs in;
+    in.config = c;
+    in.train = std::make_unique<data::MockSampleSource>(c.model.seq_length, c.model.vocab_size, c.training.seed, 0);
+    in.valid = std::make_unique<data::MockSampleSource>(c.model.seq_length, c.model.vocab_size, c.training.seed, 1);
+    in.data_description = "mock";
+    in.print_progress = false;
+    in.stop_requested = stop;
+    RunDir dir(run_dir, "test");
+    return train(std::move(in), dir);
+}
+
+std::vector<nlohmann::json> records(const fs::path& file, const std::string& topic) {
+    std::vector<nlohmann::json> out;
+    std::ifstream in(file);
+    std::string line;
+    while (std::getline(in, line)) {
+        auto j = nlohmann::json::parse(line);
+        if (j["topic"] == topic) out.push_back(j);
+    }
+    return out;
+}
+
+/// The deterministic part of a step record (timings and memory vary, the rest must not).
+nlohmann::json numbers(const nlohmann::json& r) {
+    return {r["iteration"], r["consumed_tokens"], r["lm_loss"], r["lr"], r["grad_norm"], r["loss_scale"]};
+}
+
+std::string bytes_of(const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), {}};
+}
+
+void expect_load_error(const fs::path& dir, const std::string& expected) {
+    Config c = tiny_config();
+    c.logging.load = dir.string();
+    test::TempDir out;
+    try {
+        run(c, out.path());
+        QFAIL(qPrintable(QString::fromStdString("no error for " + expected)));
+    } catch (const Error& e) {
+        QVERIFY2(std::string(e.what()).find(expected) != std::string::npos, e.what());
+    }
+}
+
+}  // namespace
+
+class TestTraining : public QObject {
+    Q_OBJECT
+private slots:
+    void cleanup() { ops::set_num_threads(2); }
+
+    void run_directory_has_the_documented_records() {
+        test::TempDir t;
+        Config c = tiny_config();
+        QCOMPARE(run(c, t.path()), RunStatus::Finished);
+        for (const char* f : {"run.json", "metrics.jsonl", "events.jsonl"}) QVERIFY(fs::exists(t / f));
+        const auto steps = records(t / "metrics.jsonl", "step");
+        QCOMPARE(steps.size(), std::size_t{6});
+        for (const char* key : {"schema", "run_id", "seq", "time", "iteration", "consumed_tokens", "lm_loss", "lr",
+                                "grad_norm", "loss_scale", "iteration_time_s", "tokens_per_sec", "tflops_per_device",
+                                "mem_allocated_bytes", "mem_peak_bytes"})
+            QVERIFY2(steps.back().contains(key), key);
+        QCOMPARE(steps.back()["consumed_tokens"].get<int64_t>(), int64_t{6 * 4 * 16});
+        QCOMPARE(records(t / "metrics.jsonl", "eval").size(), std::size_t{2});  // iterations 3 and 6
+        const auto ends = records(t / "events.jsonl", "run.end");
+        QCOMPARE(ends.size(), std::size_t{1});
+        QCOMPARE(ends[0]["status"], "finished");
+        // One sequence across both files, without gaps.
+        std::vector<int64_t> seqs;
+        for (const char* f : {"metrics.jsonl", "events.jsonl"}) {
+            std::ifstream in(t / f);
+            std::string line;
+            while (std::getline(in, line)) seqs.push_back(nlohmann::json::parse(line)["seq"]);
+        }
+        std::sort(seqs.begin(), seqs.end());
+        for (std::size_t i = 0; i < seqs.size(); ++i) QCOMPARE(seqs[i], static_cast<int64_t>(i));
+        const auto run_json = nlohmann::json::parse(bytes_of(t / "run.json"));
+        QCOMPARE(run_json["config"]["num_layers"], 2);
+        QVERIFY(run_json["build"].contains("git_commit"));
+        QVERIFY(steps.back()["lm_loss"].get<double>() < steps.front()["lm_loss"].get<double>());
+    }
+
+    void same_seed_same_bits_for_any_thread_count() {
+        test::TempDir a, b, c;
+        Config cfg = tiny_config();
+        cfg.logging.save = (a / "ckpt").string();
+        cfg.logging.threads = 2;
+        QCOMPARE(run(cfg, a.path()), RunStatus::Finished);
+        cfg.logging.save = (b / "ckpt").string();
+        QCOMPARE(run(cfg, b.path()), RunStatus::Finished);
+        cfg.logging.save = (c / "ckpt").string();
+        cfg.logging.threads = 1;
+        QCOMPARE(run(cfg, c.path()), RunStatus::Finished);
+        const auto ra = records(a / "metrics.jsonl", "step");
+        for (const fs::path& other : {b.path(), c.path()}) {
+            const auto ro = records(other / "metrics.jsonl", "step");
+            QCOMPARE(ro.size(), ra.size());
+            for (std::size_t i = 0; i < ra.size(); ++i) QCOMPARE(numbers(ro[i]), numbers(ra[i]));
+            QVERIFY(bytes_of(a / "ckpt/iter_0000006/rank_00000.bin") ==
+                    bytes_of(other / "ckpt/iter_0000006/rank_00000.bin"));
+        }
+    }
+
+    void resume_continues_bit_identically() {
+        test::TempDir whole, part;
+        Config c = tiny_config();
+        c.logging.save = (whole / "ckpt").string();
+        c.logging.save_interval = 3;
+        QCOMPARE(run(c, whole.path()), RunStatus::Finished);
+        QCOMPARE(bytes_of(whole / "ckpt/latest"), std::string("iter_0000006\n"));
+
+        Config r = tiny_config();
+        r.logging.load = (whole / "ckpt/iter_0000003").string();
+        r.logging.save = (part / "ckpt").string();
+        QCOMPARE(run(r, part.path()), RunStatus::Finished);
+        const auto full = records(whole / "metrics.jsonl", "step");
+        const auto resumed = records(part / "metrics.jsonl", "step");
+        QCOMPARE(resumed.size(), std::size_t{3});
+        for (std::size_t i = 0; i < 3; ++i) QCOMPARE(numbers(resumed[i]), numbers(full[i + 3]));
+        QVERIFY(bytes_of(whole / "ckpt/iter_0000006/rank_00000.bin") == bytes_of(part / "ckpt/iter_0000006/rank_00000.bin"));
+        // Nothing half-written is left beside the checkpoints.
+        for (const auto& e : fs::directory_iterator(whole / "ckpt"))
+            QVERIFY2(!e.path().filename().string().starts_with("."), e.path().c_str());
+    }
+
+    void bad_checkpoints_are_refused_by_name() {
+        test::TempDir t;
+        Config c = tiny_config();
+        c.logging.save = (t / "ckpt").string();
+        c.training.train_iters = 2;
+        QCOMPARE(run(c, t / "run"), RunStatus::Finished);
+        const fs::path iter = t / "ckpt/iter_0000002";
+        const std::string original = bytes_of(iter / "rank_00000.bin");
+
+        std::string flipped = original;
+        flipped[flipped.size() / 2] ^= 0x01;
+        std::ofstream(iter / "rank_00000.bin", std::ios::binary) << flipped;
+        expect_load_error(t / "ckpt", "rank_00000.bin' is corrupt");
+
+        std::ofstream(iter / "rank_00000.bin", std::ios::binary) << original.substr(0, original.size() - 100);
+        expect_load_error(iter, "truncated");
+
+        std::ofstream(iter / "rank_00000.bin", std::ios::binary) << original;
+        const std::string meta = bytes_of(iter / "metadata.json");
+        std::ofstream(iter / "metadata.json") << "{not json";
+        expect_load_error(iter, "metadata.json' is not valid JSON");
+        std::ofstream(iter / "metadata.json") << meta;
+
+        expect_load_error(t / "nowhere", "does not exist");
+        expect_load_error(t / "run", "neither metadata.json nor a 'latest' marker");
+
+        Config other = tiny_config();  // a different model cannot load it
+        other.model.hidden_size = 64;
+        other.model.ffn_hidden_size = 256;
+        other.logging.load = (t / "ckpt").string();
+        test::TempDir out;
+        try {
+            run(other, out.path());
+            QFAIL("loaded a checkpoint of another shape");
+        } catch (const Error& e) {
+            QVERIFY2(std::string(e.what()).find("has shape [64, 32], this model needs [64, 64]") != std::string::npos,
+                     e.what());
+        }
+    }
+
+    void stop_request_saves_and_reports_interrupted() {
+        test::TempDir t;
+        Config c = tiny_config();
+        c.logging.save = (t / "ckpt").string();
+        std::atomic<bool> stop{true};
+        QCOMPARE(run(c, t / "run", &stop), RunStatus::Interrupted);
+        QCOMPARE(bytes_of(t / "ckpt/latest"), std::string("iter_0000001\n"));
+        const auto ends = records(t / "run/events.jsonl", "run.end");
+        QCOMPARE(ends.back()["status"], "interrupted");
+    }
+};
+
+QTEST_APPLESS_MAIN(TestTraining)
+#include "test_training.moc"
