@@ -122,7 +122,13 @@ Config parse_config(std::string_view json_text, std::string_view source) {
 }
 
 Config load_config_file(const fs::path& path) {
-    return parse_config(read_file(path, 16 << 20), path.string());
+    std::string text;
+    try {
+        text = read_file(path, 16 << 20);
+    } catch (const Error& e) {
+        throw ConfigError({{"", e.what()}}, "--config");
+    }
+    return parse_config(text, path.string());
 }
 
 nlohmann::json to_json(const Config& config) {

@@ -2,6 +2,8 @@
 
 #include "mwb/kernels/error.h"
 
+#include <xxhash.h>
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -112,6 +114,10 @@ void IndexedDataset::validate() {
                   bin, bin_size, i, len, dtype_name(dtype_), ptr);
         tokens_ += len;
     }
+}
+
+uint64_t IndexedDataset::content_hash() const {
+    return XXH3_64bits_withSeed(idx_.data(), idx_.size(), static_cast<uint64_t>(bin_.size()));
 }
 
 namespace {

@@ -44,6 +44,8 @@ public:
     /// Documents; document_index() has one more entry.
     int64_t document_count() const { return doc_entries_ - 1; }
     int64_t token_count() const { return tokens_; }
+    /// Hash of the .idx bytes and the .bin length: changes when the data is prepared again.
+    uint64_t content_hash() const;
 
     int32_t sequence_length(int64_t i) const { return idx_.load<int32_t>(kIndexHeaderBytes + 4 * static_cast<std::size_t>(i)); }
     int64_t sequence_pointer(int64_t i) const { return idx_.load<int64_t>(pointers_at_ + 8 * static_cast<std::size_t>(i)); }

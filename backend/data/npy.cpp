@@ -3,6 +3,7 @@
 #include "mwb/kernels/error.h"
 
 #include <charconv>
+#include <cstring>
 
 namespace mwb::data {
 
@@ -92,9 +93,30 @@ NpyHeader npy_parse(std::string_view content, const fs::path& origin) {
     return h;
 }
 
-void npy_mismatch(const fs::path& path, const NpyHeader& h, std::string_view descr, std::size_t rank) {
-    MWB_FAIL("'{}' holds a {}-dimensional '{}' array, expected {} dimension(s) of '{}'", path.string(), h.shape.size(),
-             h.descr, rank, descr);
+namespace {
+template <typename T>
+void widen(std::string_view bytes, std::vector<int64_t>& out) {
+    out.resize(bytes.size() / sizeof(T));
+    for (std::size_t i = 0; i < out.size(); ++i) {
+        T v;
+        std::memcpy(&v, bytes.data() + i * sizeof(T), sizeof(T));
+        out[i] = static_cast<int64_t>(v);
+    }
+}
+}  // namespace
+
+NpyInts read_npy_ints(const fs::path& path) {
+    const std::string content = read_file(path, std::size_t{1} << 40);
+    const NpyHeader h = npy_parse(content, path);
+    NpyInts out{h.descr, h.shape, {}};
+    const std::string_view bytes = std::string_view(content).substr(h.data_offset);
+    if (h.descr == "<i8") widen<int64_t>(bytes, out.values);
+    else if (h.descr == "<u4") widen<uint32_t>(bytes, out.values);
+    else if (h.descr == "<i4") widen<int32_t>(bytes, out.values);
+    else if (h.descr == "<i2") widen<int16_t>(bytes, out.values);
+    else if (h.descr == "<u2") widen<uint16_t>(bytes, out.values);
+    else MWB_FAIL("'{}' holds '{}' values, expected little-endian integers", path.string(), h.descr);
+    return out;
 }
 
 }  // namespace mwb::data

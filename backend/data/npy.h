@@ -4,7 +4,6 @@
 #include "core/files.h"
 
 #include <cstdint>
-#include <cstring>
 #include <span>
 #include <string>
 #include <string_view>
@@ -32,23 +31,17 @@ struct NpyHeader {
 /// Parses and checks the header of `content` (magic, version, C order, data length); errors name `origin`.
 NpyHeader npy_parse(std::string_view content, const fs::path& origin);
 
-[[noreturn]] void npy_mismatch(const fs::path& path, const NpyHeader& h, std::string_view descr, std::size_t rank);
-
 template <typename T>
 void write_npy(const fs::path& path, std::span<const T> data, std::span<const int64_t> shape) {
     write_file_atomic(path, npy_encode(npy_descr<T>(), shape, data.data(), data.size_bytes()));
 }
 
-/// Reads a .npy of element type T and `rank` dimensions; throws mwb::Error naming the file otherwise.
-template <typename T>
-std::vector<T> read_npy(const fs::path& path, std::size_t rank, std::vector<int64_t>* shape = nullptr) {
-    const std::string content = read_file(path, std::size_t{1} << 40);
-    const NpyHeader h = npy_parse(content, path);
-    if (h.descr != npy_descr<T>() || h.shape.size() != rank) npy_mismatch(path, h, npy_descr<T>(), rank);
-    std::vector<T> out((content.size() - h.data_offset) / sizeof(T));
-    std::memcpy(out.data(), content.data() + h.data_offset, out.size() * sizeof(T));
-    if (shape) *shape = h.shape;
-    return out;
-}
+struct NpyInts {
+    std::string descr;
+    std::vector<int64_t> shape;
+    std::vector<int64_t> values;  ///< C order, widened to int64
+};
+/// Reads a .npy of any little-endian integer dtype; throws mwb::Error naming the file when it is not one.
+NpyInts read_npy_ints(const fs::path& path);
 
 }  // namespace mwb::data

@@ -2,7 +2,9 @@
 
 #include "mwb/kernels/error.h"
 
+#include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 
 namespace mwb::data {

@@ -22,7 +22,7 @@ std::atomic<bool> g_stop{false};
 void on_signal(int) { g_stop.store(true); }
 
 /// Picks the device: cuda needs a GPU and CUDA kernels, auto falls back to the CPU saying why once.
-std::string choose_device(const std::string& requested) {
+std::string choose_device(const std::string& requested, bool quiet) {
     if (requested == "cpu") return "cpu";
     const mwb::DeviceReport r = mwb::probe_devices();
     const bool usable = r.cuda_devices > 0 && r.cuda_kernels_built;
@@ -31,7 +31,7 @@ std::string choose_device(const std::string& requested) {
         if (!usable) throw mwb::ConfigError({{"device", "device cuda: " + why}}, "--device");
         return "cuda";
     }
-    if (!usable) spdlog::info("device auto: using the CPU ({})", why);
+    if (!usable && !quiet) spdlog::info("device auto: using the CPU ({})", why);
     return usable ? "cuda" : "cpu";
 }
 
@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
             if (results.empty()) mwb::set_field(cfg, *field, "");
             for (const std::string& v : results) mwb::set_field(cfg, *field, v);
         }
-        cfg.logging.device = choose_device(cfg.logging.device);
+        cfg.logging.device = choose_device(cfg.logging.device, print_config);
         if (cfg.logging.threads > 0) mwb::ops::set_num_threads(cfg.logging.threads);
         for (const std::string& note : mwb::resolve(cfg, 1, tokenizer_vocab(cfg))) spdlog::warn("{}", note);
         mwb::check_config(cfg, 1);
@@ -116,6 +116,10 @@ int main(int argc, char** argv) {
     } catch (const mwb::ConfigError& e) {
         std::cerr << "mwb-train: " << e.what() << "\n";
         return 2;
+    } catch (const mwb::Error& e) {
+        std::cerr << "mwb-train: error: " << e.what() << "\n";
+        if (!e.where().empty()) std::cerr << "  (raised at " << e.where() << ")\n";
+        return 1;
     } catch (const std::exception& e) {
         std::cerr << "mwb-train: error: " << e.what() << "\n";
         return 1;

@@ -3,7 +3,7 @@
 namespace mwb {
 
 void fail_at(const char* file, int line, const std::string& message) {
-    throw Error(fmt::format("{} [{}:{}]", message, file, line));
+    throw Error(message, fmt::format("{}:{}", file, line));
 }
 
 }  // namespace mwb

@@ -9,9 +9,16 @@
 
 namespace mwb {
 
+/// what() is the message for the user (it names the field, file or tensor); where() is the source
+/// location that raised it, for bug reports.
 class Error : public std::runtime_error {
 public:
-    using std::runtime_error::runtime_error;
+    explicit Error(const std::string& message, std::string where = {})
+        : std::runtime_error(message), where_(std::move(where)) {}
+    const std::string& where() const { return where_; }
+
+private:
+    std::string where_;
 };
 
 [[noreturn]] void fail_at(const char* file, int line, const std::string& message);
