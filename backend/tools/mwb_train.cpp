@@ -55,6 +55,10 @@ int main(int argc, char** argv) {
     bool print_config = false;
     app.add_option("--config", config_file, "Configuration JSON (default: the embedded tiny CPU demo)");
     app.add_flag("--print-config", print_config, "Print the resolved, validated configuration as JSON and exit");
+    app.add_flag_callback("--config-reference", [] {
+        std::cout << mwb::config_reference_markdown();
+        std::exit(0);
+    }, "Print the reference table of every configuration field (docs/config.md) and exit");
     app.add_flag_callback("--version", [] {
         std::cout << "mwb-train " << MWB_VERSION << "\n";
         std::exit(0);

@@ -1,8 +1,12 @@
 // Configuration: JSON and flags onto the struct tree, errors that name the field, validation rules.
+#include "support/fixtures.h"
+
 #include "config/config_io.h"
 #include "config/validate.h"
 
 #include <QtTest>
+
+#include <fstream>
 
 using namespace mwb;
 
@@ -174,6 +178,16 @@ private slots:
         c.training.recompute_method = "block";
         c.training.recompute_num_layers = 5;
         QVERIFY(mentions(validate(c, 1), "recompute_num_layers", "exceeds the layers per pipeline stage (4)"));
+    }
+
+    void docs_config_md_is_up_to_date() {
+        std::ifstream in(test::source_dir() / "docs" / "config.md");
+        const std::string doc{std::istreambuf_iterator<char>(in), {}};
+        const std::string begin = "<!-- BEGIN GENERATED: mwb-train --config-reference -->\n";
+        const auto a = doc.find(begin), b = doc.find("<!-- END GENERATED -->");
+        QVERIFY(a != std::string::npos && b != std::string::npos);
+        QVERIFY2(doc.substr(a + begin.size(), b - a - begin.size()) == config_reference_markdown(),
+                 "docs/config.md is out of date: regenerate its reference with mwb-train --config-reference");
     }
 
     void reference_docs_list_every_field() {

@@ -1,0 +1,115 @@
+#!/usr/bin/python3
+"""Runs the training benchmark of docs/performance.md: mwb-train and PyTorch side by side on the same
+model shapes, threads and random tokens, with OpenBLAS pinned to its Haswell kernels
+(OPENBLAS_CORETYPE=Haswell, as the test environment) and unpinned. Prints a markdown table and writes
+the raw numbers as JSON. Usage: benchmarks/run_benchmarks.py BUILD_DIR [--quick] [--json OUT]"""
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+SHAPES = {
+    # name: (layers, hidden, heads, seq, micro batch, vocab)
+    "config S": (6, 384, 6, 256, 4, 50257),
+    "GPT-2 124M": (12, 768, 12, 1024, 4, 50257),
+}
+
+
+def padded(v):
+    return (v + 127) // 128 * 128
+
+
+def model_flops(layers, h, s, b, vocab):
+    """docs/performance.md / backend/telemetry/flops.h: 72·T·L·h²·(1 + s/(6h) + V/(12·L·h))."""
+    tokens = b * s
+    return 72.0 * tokens * layers * h * h * (1 + s / (6 * h) + padded(vocab) / (12 * layers * h))
+
+
+def run_child(cmd, env):
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return out.stdout, max(before, after) * 1024
+
+
+def sgemm_peak(build, env):
+    out = subprocess.run([f"{build}/benchmarks/mwb-bench-ops", "--sgemm-peak"], env=env, check=True,
+                         capture_output=True, text=True).stdout
+    return float(out.strip())
+
+
+def bench_mwb(build, env, shape, warmup, iters, threads):
+    L, h, a, s, b, v = shape
+    with tempfile.TemporaryDirectory() as run_dir:
+        cmd = [f"{build}/backend/mwb-train", "--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size",
+               str(v), "--num-layers", str(L), "--hidden-size", str(h), "--num-attention-heads", str(a),
+               "--seq-length", str(s), "--micro-batch-size", str(b), "--global-batch-size", str(b),
+               "--train-iters", str(warmup + iters), "--lr", "1e-4", "--lr-warmup-iters", "0", "--log-interval", "1",
+               "--eval-interval", "0", "--threads", str(threads), "--run-dir", run_dir]
+        _, rss = run_child(cmd, env)
+        steps = [json.loads(line) for line in open(f"{run_dir}/metrics.jsonl")]
+        timed = [r["iteration_time_s"] for r in steps if r["topic"] == "step"][warmup:]
+        t = sum(timed) / len(timed)
+        return {"iteration_time_s": t, "tokens_per_sec": b * s / t, "peak_rss_bytes": rss,
+                "tracked_peak_bytes": steps[-1]["mem_peak_bytes"]}
+
+
+def bench_torch(env, shape, warmup, iters, threads):
+    L, h, a, s, b, v = shape
+    here = os.path.dirname(os.path.abspath(__file__))
+    cmd = ["/usr/bin/python3", f"{here}/torch_gpt.py", "--layers", str(L), "--hidden", str(h), "--heads", str(a),
+           "--seq", str(s), "--batch", str(b), "--vocab", str(padded(v)), "--threads", str(threads), "--warmup",
+           str(warmup), "--iters", str(iters)]
+    out, _ = run_child(cmd, env)
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("build")
+    ap.add_argument("--quick", action="store_true", help="config S only, fewer iterations")
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    results = []
+    for pinned in (True, False):
+        env = dict(os.environ)
+        if pinned:
+            env["OPENBLAS_CORETYPE"] = "Haswell"
+        else:
+            env.pop("OPENBLAS_CORETYPE", None)
+            env.pop("OPENBLAS_L2_SIZE", None)
+        peak = sgemm_peak(args.build, env)
+        for name, shape in SHAPES.items():
+            if args.quick and name != "config S":
+                continue
+            warmup, iters = (1, 3) if name != "config S" or args.quick else (2, 8)
+            flops = model_flops(shape[0], shape[1], shape[3], shape[4], shape[5])
+            for engine in ("mwb-train", "PyTorch"):
+                r = (bench_mwb(args.build, env, shape, warmup, iters, args.threads) if engine == "mwb-train"
+                     else bench_torch(env, shape, warmup, iters, args.threads))
+                r.update({"engine": engine, "shape": name, "openblas": "Haswell" if pinned else "auto",
+                          "sgemm_peak_gflops": peak, "gflops": flops / r["iteration_time_s"] / 1e9})
+                results.append(r)
+                print(f"{name:<11} {r['openblas']:<8} {engine:<9} {r['tokens_per_sec']:8.0f} tok/s "
+                      f"{r['iteration_time_s'] * 1e3:9.1f} ms/it {r['gflops']:7.1f} GFLOP/s "
+                      f"({100 * r['gflops'] / peak:4.1f}% of sgemm {peak:.0f}) "
+                      f"peak RSS {r['peak_rss_bytes'] / 2**20:7.0f} MiB", file=sys.stderr, flush=True)
+    print("| model | OpenBLAS kernels | engine | tokens/s | ms/iteration | model GFLOP/s | % of sgemm peak | "
+          "peak RSS (MiB) |")
+    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    for r in results:
+        print(f"| {r['shape']} | {r['openblas']} (sgemm {r['sgemm_peak_gflops']:.0f} GFLOP/s) | {r['engine']} | "
+              f"{r['tokens_per_sec']:.0f} | {r['iteration_time_s'] * 1e3:.0f} | {r['gflops']:.1f} | "
+              f"{100 * r['gflops'] / r['sgemm_peak_gflops']:.0f}% | {r['peak_rss_bytes'] / 2**20:.0f} |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"date": time.strftime("%Y-%m-%d"), "results": results}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
