@@ -46,8 +46,8 @@ std::FILE* open_append(const fs::path& p) {
 }  // namespace
 
 RunDir::RunDir(const fs::path& path, std::string_view name) {
-    path_ = path.empty() ? user_data_dir() / "runs" / (timestamp_name() + (name.empty() ? "" : "-" + std::string(name)))
-                         : path;
+    const std::string folder = name.empty() ? timestamp_name() : fmt::format("{}-{}", timestamp_name(), name);
+    path_ = path.empty() ? user_data_dir() / "runs" / folder : path;
     std::error_code ec;
     fs::create_directories(path_, ec);
     MWB_CHECK(!ec, "run_dir: cannot create '{}': {}", path_.string(), ec.message());
