@@ -4,11 +4,16 @@
 
 #include "mwb/kernels/error.h"
 
+#include <algorithm>
+
 namespace mwb::cpu {
 
 namespace {
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kCubic = 0.044715f;
+
+/// 1 + tanh(u) = 2 / (1 + e^{-2u}), without the cancellation of 1 + tanh for negative u.
+inline float one_plus_tanh(float u) { return 2.0f / (1.0f + exp_approx(-2.0f * u)); }
 }  // namespace
 
 void gelu_forward(OpContext&, TensorView out, TensorView x) {
@@ -19,8 +24,7 @@ void gelu_forward(OpContext&, TensorView out, TensorView x) {
 #pragma omp parallel for simd schedule(static)
     for (int64_t i = 0; i < n; ++i) {
         const float v = px[i];
-        const float t = tanh_approx(kSqrt2OverPi * (v + kCubic * v * v * v));
-        po[i] = 0.5f * v * (1.0f + t);
+        po[i] = 0.5f * v * one_plus_tanh(kSqrt2OverPi * (v + kCubic * v * v * v));
     }
 }
 
@@ -33,9 +37,14 @@ void gelu_backward(OpContext&, TensorView dx, TensorView dout, TensorView x) {
 #pragma omp parallel for simd schedule(static)
     for (int64_t i = 0; i < n; ++i) {
         const float v = px[i];
-        const float t = tanh_approx(kSqrt2OverPi * (v + kCubic * v * v * v));
-        const float du = kSqrt2OverPi * (1.0f + 3.0f * kCubic * v * v);
-        pdx[i] = pd[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
+        const float e = exp_approx(-2.0f * kSqrt2OverPi * (v + kCubic * v * v * v));
+        const float opt = 2.0f / (1.0f + e);          // 1 + tanh(u)
+        const float omt = 2.0f / (1.0f + 1.0f / e);    // 1 - tanh(u) = 2e / (1 + e), also for e = 0 or inf
+        // 1 - t² is exactly 0 in float for |v| > ~10; clamping v in that term keeps v·du finite there
+        // (else x² overflows from |x| ~ 1.8e19 and 0·inf = NaN) without changing any finite result.
+        const float vc = std::min(std::max(v, -16.0f), 16.0f);
+        const float du = kSqrt2OverPi * (1.0f + 3.0f * kCubic * vc * vc);
+        pdx[i] = pd[i] * (0.5f * opt + 0.5f * vc * (opt * omt) * du);
     }
 }
 

@@ -49,12 +49,18 @@ HeadGeometry check_shapes(const char* op, const TensorView& qkv, const TensorVie
     return g;
 }
 
-float* thread_scratch(const TensorView& workspace, const AttentionParams& p, int64_t seq_len) {
-    const int threads = omp_get_num_threads();
-    MWB_CHECK(workspace.numel() * static_cast<int64_t>(dtype_size(workspace.dtype)) >=
-                  attention_workspace_bytes(p, seq_len, threads),
-              "attention: workspace {} smaller than the {} bytes needed for {} threads", workspace.describe(),
-              attention_workspace_bytes(p, seq_len, threads), threads);
+/// Checks, before the parallel region (an exception escaping an OpenMP region is std::terminate), that the
+/// workspace holds scratch for the region's threads; returns that thread count for num_threads().
+int check_workspace(const char* op, const TensorView& workspace, const AttentionParams& p, int64_t seq_len) {
+    const int threads = omp_get_max_threads();
+    const int64_t need = attention_workspace_bytes(p, seq_len, threads);
+    MWB_CHECK(workspace.numel() * static_cast<int64_t>(dtype_size(workspace.dtype)) >= need,
+              "{}: workspace {} smaller than the {} bytes needed for {} threads", op, workspace.describe(), need,
+              threads);
+    return threads;
+}
+
+float* thread_scratch(const TensorView& workspace, int64_t seq_len) {
     return static_cast<float*>(workspace.data) + static_cast<int64_t>(omp_get_thread_num()) * 2 * seq_len * seq_len;
 }
 
@@ -94,9 +100,10 @@ void attention_forward(OpContext&, TensorView out, TensorView probs, TensorView 
     const int ld = static_cast<int>(g.ld_qkv()), ldo = static_cast<int>(g.ld_out()), S = static_cast<int>(g.S),
               D = static_cast<int>(g.D);
 
-#pragma omp parallel
+    const int threads = check_workspace("attention_forward", workspace, p, g.S);
+#pragma omp parallel num_threads(threads)
     {
-        float* dropped = thread_scratch(workspace, p, g.S);
+        float* dropped = thread_scratch(workspace, g.S);
 #pragma omp for schedule(static)
         for (int64_t pair = 0; pair < pairs; ++pair) {
             const int64_t b = pair / g.A, h = pair % g.A;
@@ -152,9 +159,10 @@ void attention_backward(OpContext&, TensorView dqkv, TensorView dout, TensorView
     const int ld = static_cast<int>(g.ld_qkv()), ldo = static_cast<int>(g.ld_out()), S = static_cast<int>(g.S),
               D = static_cast<int>(g.D);
 
-#pragma omp parallel
+    const int threads = check_workspace("attention_backward", workspace, p, g.S);
+#pragma omp parallel num_threads(threads)
     {
-        float* scratch = thread_scratch(workspace, p, g.S);
+        float* scratch = thread_scratch(workspace, g.S);
         float* Pd = scratch;             // dropout(P), S×S
         float* dS = scratch + g.S * g.S;  // dP, then the score gradient, S×S
 #pragma omp for schedule(static)

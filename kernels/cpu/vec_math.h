@@ -1,16 +1,19 @@
 #pragma once
 // Scalar math written so that GCC vectorises it inside `#pragma omp simd` loops (no libm calls,
-// no branches): exp and tanh accurate to a few ulp, enough for softmax, GELU and cross-entropy.
+// no branches): exp accurate to a few ulp, enough for softmax, GELU and cross-entropy.
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 namespace mwb::cpu {
 
-/// e^x for float x; 0 below -87.3 (also for -inf), NaN propagates. Cephes-style: x = n·ln2 + r,
-/// degree-6 polynomial for e^r, 2^n assembled in the exponent bits.
+/// e^x for float x; 0 below -87.3 (also for -inf), +inf above 88.72 (where float overflows), NaN
+/// propagates. Cephes-style: x = n·ln2 + r, degree-6 polynomial for e^r, 2^n assembled in the
+/// exponent bits.
 inline float exp_approx(float x) {
     const float underflow = x < -87.3f ? 0.0f : 1.0f;
+    const float overflow = x > 88.72283f ? std::numeric_limits<float>::infinity() : 1.0f;
     x = x < -87.3f ? -87.3f : x;
     x = x > 88.3f ? 88.3f : x;
     const float n = std::nearbyint(x * 1.44269504088896341f);
@@ -24,10 +27,7 @@ inline float exp_approx(float x) {
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
     const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-    return p * std::bit_cast<float>(bits) * underflow;
+    return p * std::bit_cast<float>(bits) * underflow * overflow;
 }
-
-/// tanh(x) = 1 - 2/(e^{2x} + 1): saturates cleanly to ±1.
-inline float tanh_approx(float x) { return 1.0f - 2.0f / (exp_approx(2.0f * x) + 1.0f); }
 
 }  // namespace mwb::cpu

@@ -1,5 +1,7 @@
 // GEMM and the linear layer against float64 references; gradients against finite differences.
+#include "support/qt_checks.h"
 #include "support/reference.h"
+#include "support/threads.h"
 
 #include "mwb/kernels/error.h"
 #include "mwb/kernels/ops.h"
@@ -62,9 +64,11 @@ private slots:
                 ref[i * n + j] = 0.5 * s + 2.0 * c[i * n + j];
             }
         OpContext ctx;
-        ops::matmul(ctx, view_f32(c.data(), {m, n}), view_f32(a.data(), ta ? std::initializer_list<int64_t>{k, m} : std::initializer_list<int64_t>{m, k}),
-                    view_f32(b.data(), tb ? std::initializer_list<int64_t>{n, k} : std::initializer_list<int64_t>{k, n}), ta, tb, 0.5f,
-                    2.0f);
+        ops::matmul(
+            ctx, view_f32(c.data(), {m, n}),
+            view_f32(a.data(), ta ? std::initializer_list<int64_t>{k, m} : std::initializer_list<int64_t>{m, k}),
+            view_f32(b.data(), tb ? std::initializer_list<int64_t>{n, k} : std::initializer_list<int64_t>{k, n}), ta,
+            tb, 0.5f, 2.0f);
         QVERIFY2(normwise_error(c, ref) < 1e-6, qPrintable(QString::number(normwise_error(c, ref))));
     }
 
@@ -81,21 +85,120 @@ private slots:
         auto dy = random_floats(n * out, 13);
         std::vector<float> y(n * out), dx(n * in), dw(out * in, 0.25f), db(out, -0.5f);
         OpContext ctx;
-        ops::linear_forward(ctx, view_f32(y.data(), {n, out}), view_f32(x.data(), {n, in}), view_f32(w.data(), {out, in}),
-                            view_f32(b.data(), {out}));
+        ops::linear_forward(ctx, view_f32(y.data(), {n, out}), view_f32(x.data(), {n, in}),
+                            view_f32(w.data(), {out, in}), view_f32(b.data(), {out}));
         const auto xd = to_double(x), wd = to_double(w), bd = to_double(b), gd = to_double(dy);
         QVERIFY(max_rel_error(y, linear_ref(xd, wd, bd, n, in, out)) < 1e-5);
 
-        ops::linear_backward(ctx, view_f32(dx.data(), {n, in}), view_f32(dw.data(), {out, in}), view_f32(db.data(), {out}),
-                             view_f32(dy.data(), {n, out}), view_f32(x.data(), {n, in}), view_f32(w.data(), {out, in}));
-        const auto fx = finite_difference(xd, [&](const auto& v) { return weighted_sum(linear_ref(v, wd, bd, n, in, out), gd); });
-        auto fw = finite_difference(wd, [&](const auto& v) { return weighted_sum(linear_ref(xd, v, bd, n, in, out), gd); });
-        auto fb = finite_difference(bd, [&](const auto& v) { return weighted_sum(linear_ref(xd, wd, v, n, in, out), gd); });
+        ops::linear_backward(ctx, view_f32(dx.data(), {n, in}), view_f32(dw.data(), {out, in}),
+                             view_f32(db.data(), {out}), view_f32(dy.data(), {n, out}), view_f32(x.data(), {n, in}),
+                             view_f32(w.data(), {out, in}));
+        const auto fx =
+            finite_difference(xd, [&](const auto& v) { return weighted_sum(linear_ref(v, wd, bd, n, in, out), gd); });
+        auto fw =
+            finite_difference(wd, [&](const auto& v) { return weighted_sum(linear_ref(xd, v, bd, n, in, out), gd); });
+        auto fb =
+            finite_difference(bd, [&](const auto& v) { return weighted_sum(linear_ref(xd, wd, v, n, in, out), gd); });
         for (auto& v : fw) v += 0.25;  // parameter gradients accumulate onto what was there
         for (auto& v : fb) v -= 0.5;
         QVERIFY2(max_rel_error(dx, fx) < 1e-5, "dx");
         QVERIFY2(max_rel_error(dw, fw) < 1e-5, "dw");
         QVERIFY2(max_rel_error(db, fb) < 1e-5, "db");
+    }
+
+    void linear_without_bias_overwrites_y() {
+        // x as (S, B, in): the op sees it as N = S·B rows. y starts as NaN: beta = 0 must not read it.
+        const int64_t s = 3, b = 2, in = 9, out = 4, n = s * b;
+        auto x = random_floats(n * in, 20), w = random_floats(out * in, 21);
+        std::vector<float> y(n * out, std::nanf(""));
+        OpContext ctx;
+        ops::linear_forward(ctx, view_f32(y.data(), {s, b, out}), view_f32(x.data(), {s, b, in}),
+                            view_f32(w.data(), {out, in}), TensorView{});
+        // A dot product of 9 terms in float: ~9 ulp relative to the terms' magnitude, normwise 1e-6.
+        MWB_VERIFY_ERROR(normwise_error(y, linear_ref(to_double(x), to_double(w), {}, n, in, out)), 1e-6);
+    }
+
+    void linear_backward_accumulates_dx_and_skips_empty_outputs() {
+        const int64_t n = 5, in = 6, out = 3;
+        auto x = random_floats(n * in, 30), w = random_floats(out * in, 31), dy = random_floats(n * out, 32);
+        const auto dx0 = random_floats(n * in, 33), dw0 = random_floats(out * in, 34);
+        // dx += dy·w on top of what was there (accumulate_dx), dw += dyᵀ·x; float64 references.
+        std::vector<double> ref_dx(n * in), ref_dw(out * in);
+        for (int64_t r = 0; r < n; ++r)
+            for (int64_t k = 0; k < in; ++k) {
+                double s = dx0[r * in + k];
+                for (int64_t o = 0; o < out; ++o) s += double(dy[r * out + o]) * w[o * in + k];
+                ref_dx[r * in + k] = s;
+            }
+        for (int64_t o = 0; o < out; ++o)
+            for (int64_t k = 0; k < in; ++k) {
+                double s = dw0[o * in + k];
+                for (int64_t r = 0; r < n; ++r) s += double(dy[r * out + o]) * x[r * in + k];
+                ref_dw[o * in + k] = s;
+            }
+        OpContext ctx;
+        auto dx = dx0, dw = dw0;
+        ops::linear_backward(ctx, view_f32(dx.data(), {n, in}), view_f32(dw.data(), {out, in}), TensorView{},
+                             view_f32(dy.data(), {n, out}), view_f32(x.data(), {n, in}), view_f32(w.data(), {out, in}),
+                             /*accumulate_dx=*/true);
+        MWB_VERIFY_ERROR(normwise_error(dx, ref_dx), 1e-6);  // sums of <= 7 float terms
+        MWB_VERIFY_ERROR(normwise_error(dw, ref_dw), 1e-6);
+
+        // No dx (the first layer's input needs none) and no bias: only dw moves, by the same amount again.
+        dw = dw0;
+        ops::linear_backward(ctx, TensorView{}, view_f32(dw.data(), {out, in}), TensorView{},
+                             view_f32(dy.data(), {n, out}), view_f32(x.data(), {n, in}), view_f32(w.data(), {out, in}));
+        MWB_VERIFY_ERROR(normwise_error(dw, ref_dw), 1e-6);
+    }
+
+    void linear_does_not_depend_on_threads() {
+        // Big enough for OpenBLAS to split the GEMMs across threads (its threshold is ~65k multiply-adds).
+        const int64_t n = 192, in = 160, out = 224;
+        auto x = random_floats(n * in, 40), w = random_floats(out * in, 41), b = random_floats(out, 42);
+        auto dy = random_floats(n * out, 43);
+        const auto run = [&](int threads) {
+            mwb::test::ScopedThreads t(threads);
+            std::vector<float> y(n * out), dx(n * in), dw(out * in, 0.0f), db(out, 0.0f);
+            OpContext ctx;
+            ops::linear_forward(ctx, view_f32(y.data(), {n, out}), view_f32(x.data(), {n, in}),
+                                view_f32(w.data(), {out, in}), view_f32(b.data(), {out}));
+            ops::linear_backward(ctx, view_f32(dx.data(), {n, in}), view_f32(dw.data(), {out, in}),
+                                 view_f32(db.data(), {out}), view_f32(dy.data(), {n, out}), view_f32(x.data(), {n, in}),
+                                 view_f32(w.data(), {out, in}));
+            y.insert(y.end(), dx.begin(), dx.end());
+            y.insert(y.end(), dw.begin(), dw.end());
+            y.insert(y.end(), db.begin(), db.end());
+            return y;
+        };
+        const auto one = run(1), two = run(2);
+        MWB_VERIFY_BITWISE(two, one);
+    }
+
+    void linear_rejects_mismatched_shapes() {
+        std::vector<float> x(12), w(12), b(5), y(12), dy(12), dx(10), dw(12);
+        OpContext ctx;
+        // w (out=3, in=4) against x (3, 4): fine shapes first, then one wrong at a time.
+        QVERIFY_THROWS_EXCEPTION(mwb::Error,
+                                 ops::linear_forward(ctx, view_f32(y.data(), {3, 3}), view_f32(x.data(), {3, 4}),
+                                                     view_f32(w.data(), {4, 3}), TensorView{}));
+        QVERIFY_THROWS_EXCEPTION(mwb::Error,
+                                 ops::linear_forward(ctx, view_f32(y.data(), {3, 3}), view_f32(x.data(), {3, 4}),
+                                                     view_f32(w.data(), {3, 4}), view_f32(b.data(), {5})));
+        QVERIFY_THROWS_EXCEPTION(mwb::Error,
+                                 ops::linear_forward(ctx, view_f32(y.data(), {4, 3}), view_f32(x.data(), {3, 4}),
+                                                     view_f32(w.data(), {3, 4}), TensorView{}));
+        QVERIFY_THROWS_EXCEPTION(
+            mwb::Error,
+            ops::linear_backward(ctx, view_f32(dx.data(), {10}), view_f32(dw.data(), {3, 4}), TensorView{},
+                                 view_f32(dy.data(), {3, 3}), view_f32(x.data(), {3, 4}), view_f32(w.data(), {3, 4})));
+        QVERIFY_THROWS_EXCEPTION(
+            mwb::Error,
+            ops::linear_backward(ctx, TensorView{}, view_f32(dw.data(), {4, 3}), TensorView{},
+                                 view_f32(dy.data(), {3, 3}), view_f32(x.data(), {3, 4}), view_f32(w.data(), {3, 4})));
+        QVERIFY_THROWS_EXCEPTION(
+            mwb::Error,
+            ops::linear_backward(ctx, TensorView{}, view_f32(dw.data(), {3, 4}), view_f32(b.data(), {5}),
+                                 view_f32(dy.data(), {3, 3}), view_f32(x.data(), {3, 4}), view_f32(w.data(), {3, 4})));
     }
 };
 

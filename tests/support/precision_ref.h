@@ -7,12 +7,18 @@
 
 namespace mwb::test {
 
-inline uint32_t bits_of(float x) { return std::bit_cast<uint32_t>(x); }
-inline float float_of(uint32_t b) { return std::bit_cast<float>(b); }
+inline uint32_t bits_of(float x) {
+    return std::bit_cast<uint32_t>(x);
+}
+inline float float_of(uint32_t b) {
+    return std::bit_cast<float>(b);
+}
 
 /// float -> IEEE binary16 -> float, as the compiler converts (overflow to ±inf, subnormals kept, NaN quieted
 /// with its top payload bits).
-inline float fp16_ref(float x) { return static_cast<float>(static_cast<_Float16>(x)); }
+inline float fp16_ref(float x) {
+    return static_cast<float>(static_cast<_Float16>(x));
+}
 
 /// float -> bfloat16 -> float from the definition: keep the top 16 bits, round the dropped 16 to nearest even
 /// (a carry may ripple into the exponent, so FLT_MAX rounds to inf). NaN stays NaN: quiet bit set, sign and

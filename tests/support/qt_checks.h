@@ -28,17 +28,19 @@ inline QString bitwise_difference(const std::vector<float>& a, const std::vector
 
 }  // namespace mwb::test
 
-/// QVERIFY that `err` (an error measure) is below `tol`, printing both on failure.
-#define MWB_VERIFY_ERROR(err, tol)                                                                       \
-    do {                                                                                                 \
-        const double mwb_err_ = (err);                                                                   \
-        QVERIFY2(mwb_err_ < (tol),                                                                       \
-                 qPrintable(QStringLiteral("%1 = %2, tolerance %3").arg(#err).arg(mwb_err_).arg(tol))); \
+/// QVERIFY that `err` (an error measure) is below `tol`, printing both on failure. With MWB_PRINT_ERRORS set
+/// in the environment every measured error is printed, to see how much room each tolerance leaves.
+#define MWB_VERIFY_ERROR(err, tol)                                                                         \
+    do {                                                                                                   \
+        const double mwb_err_ = (err);                                                                     \
+        const QString mwb_msg_ = QStringLiteral("%1 = %2, tolerance %3").arg(#err).arg(mwb_err_).arg(tol); \
+        if (qEnvironmentVariableIsSet("MWB_PRINT_ERRORS")) qInfo("%s", qPrintable(mwb_msg_));              \
+        QVERIFY2(mwb_err_ < (tol), qPrintable(mwb_msg_));                                                  \
     } while (0)
 
 /// QVERIFY that two std::vector<float> are bitwise identical, printing the first difference.
-#define MWB_VERIFY_BITWISE(a, b)                                                                      \
-    do {                                                                                              \
-        const QString mwb_diff_ = ::mwb::test::bitwise_difference((a), (b));                          \
+#define MWB_VERIFY_BITWISE(a, b)                                                                         \
+    do {                                                                                                 \
+        const QString mwb_diff_ = ::mwb::test::bitwise_difference((a), (b));                             \
         QVERIFY2(mwb_diff_.isEmpty(), qPrintable(QStringLiteral("%1 vs %2: ").arg(#a, #b) + mwb_diff_)); \
     } while (0)

@@ -11,7 +11,8 @@ inline float round_to_bf16(float x) {
     const bool is_nan = (b & 0x7FFFFFFFu) > 0x7F800000u;
     const uint32_t lsb = (b >> 16) & 1u;
     const uint32_t rounded = (b + 0x7FFFu + lsb) & 0xFFFF0000u;
-    return std::bit_cast<float>(is_nan ? (b | 0x00400000u) : rounded);
+    // A NaN stays a quiet NaN with its sign and top payload bits; like any bf16 value, its low 16 bits are 0.
+    return std::bit_cast<float>(is_nan ? ((b | 0x00400000u) & 0xFFFF0000u) : rounded);
 }
 
 inline float round_to_fp16(float x) {
@@ -26,7 +27,7 @@ inline float round_to_fp16(float x) {
     const float sub = (std::bit_cast<float>(mag) + 0.5f) - 0.5f;
     uint32_t out = mag < 0x38800000u ? std::bit_cast<uint32_t>(sub) : normal;
     out = mag >= 0x477FF000u ? 0x7F800000u : out;      // >= 65520 rounds to infinity
-    out = mag > 0x7F800000u ? (mag | 0x00400000u) : out;  // NaN stays NaN
+    out = mag > 0x7F800000u ? ((mag | 0x00400000u) & ~0x1FFFu) : out;  // NaN: quiet, top 10 payload bits
     return std::bit_cast<float>(out | sign);
 }
 

@@ -1,0 +1,291 @@
+// Causal self-attention core against a naive float64 implementation (scale, causal mask, softmax, dropout
+// with masks drawn from the documented global index), gradients of q, k, v against central finite
+// differences of it, tensor-parallel head shards against the whole layer, and thread-count invariance.
+#include "support/child_process.h"
+#include "support/qt_checks.h"
+#include "support/reference.h"
+#include "support/threads.h"
+
+#include "mwb/kernels/error.h"
+#include "mwb/kernels/ops.h"
+#include "mwb/kernels/philox.h"
+
+#include <QtTest>
+
+#include <cmath>
+
+using namespace mwb;
+using mwb::test::finite_difference;
+using mwb::test::normwise_error;
+using mwb::test::random_floats;
+using mwb::test::to_double;
+
+namespace {
+
+// S = sequence, B = micro batch, A = heads held here, D = head dim (ops.h letters).
+struct Shape {
+    int64_t S, B, A, D;
+    int head_offset = 0, total_heads = 0;  // total_heads 0: A
+    float p = 0;
+
+    int64_t qkv_size() const { return S * B * A * 3 * D; }
+    int64_t out_size() const { return S * B * A * D; }
+    int64_t probs_size() const { return B * A * S * S; }
+    AttentionParams params() const {
+        AttentionParams ap;
+        ap.num_heads = int(A);
+        ap.head_offset = head_offset;
+        ap.total_heads = total_heads ? total_heads : int(A);
+        ap.batch = int(B);
+        ap.softmax_scale = float(1.0 / std::sqrt(double(D)));
+        ap.dropout_p = p;
+        ap.rng = RngStream{2024, 11};
+        return ap;
+    }
+    // Element offsets in qkv (S, B, A·3·D) with per-head [q | k | v], out (S, B, A·D), probs (B, A, S, S).
+    int64_t q(int64_t i, int64_t b, int64_t h) const { return (i * B + b) * A * 3 * D + h * 3 * D; }
+    int64_t o(int64_t i, int64_t b, int64_t h) const { return (i * B + b) * A * D + h * D; }
+    int64_t pr(int64_t b, int64_t h, int64_t i, int64_t j) const { return ((b * A + h) * S + i) * S + j; }
+};
+
+/// Dropout multipliers of every probability (b, h, i, j): 1/(1-p) or 0 from mwb::dropout_keep at the
+/// documented global index ((b·total_heads + head_offset + h)·S + i)·S + j; all 1 without dropout.
+std::vector<double> dropout_multipliers(const Shape& s) {
+    const AttentionParams ap = s.params();
+    std::vector<double> m(static_cast<std::size_t>(s.probs_size()), 1.0);
+    if (ap.dropout_p <= 0) return m;
+    const uint32_t threshold = dropout_keep_threshold(ap.dropout_p);
+    for (int64_t b = 0; b < s.B; ++b)
+        for (int64_t h = 0; h < s.A; ++h)
+            for (int64_t i = 0; i < s.S; ++i)
+                for (int64_t j = 0; j < s.S; ++j) {
+                    const auto index =
+                        static_cast<uint64_t>(((b * ap.total_heads + ap.head_offset + h) * s.S + i) * s.S + j);
+                    m[s.pr(b, h, i, j)] =
+                        dropout_keep(ap.rng, index, threshold) ? 1.0 / (1.0 - double(ap.dropout_p)) : 0.0;
+                }
+    return m;
+}
+
+struct Ref {
+    std::vector<double> out, probs;
+};
+
+/// Naive float64 attention: scores = scale·q·kᵀ for j <= i, softmax over j, out = (probs ∘ mult)·v.
+Ref attention_ref(const std::vector<double>& qkv, const Shape& s, const std::vector<double>& mult) {
+    const double scale = s.params().softmax_scale;
+    Ref r{std::vector<double>(s.out_size(), 0.0), std::vector<double>(s.probs_size(), 0.0)};
+    std::vector<double> row(s.S);
+    for (int64_t b = 0; b < s.B; ++b)
+        for (int64_t h = 0; h < s.A; ++h)
+            for (int64_t i = 0; i < s.S; ++i) {
+                double mx = -INFINITY;
+                for (int64_t j = 0; j <= i; ++j) {
+                    double dot = 0;
+                    for (int64_t d = 0; d < s.D; ++d) dot += qkv[s.q(i, b, h) + d] * qkv[s.q(j, b, h) + s.D + d];
+                    row[j] = scale * dot;
+                    mx = std::max(mx, row[j]);
+                }
+                double sum = 0;
+                for (int64_t j = 0; j <= i; ++j) sum += (row[j] = std::exp(row[j] - mx));
+                for (int64_t j = 0; j <= i; ++j) {
+                    const double prob = row[j] / sum;
+                    r.probs[s.pr(b, h, i, j)] = prob;
+                    const double w = prob * mult[s.pr(b, h, i, j)];
+                    for (int64_t d = 0; d < s.D; ++d) r.out[s.o(i, b, h) + d] += w * qkv[s.q(j, b, h) + 2 * s.D + d];
+                }
+            }
+    return r;
+}
+
+struct Run {
+    std::vector<float> out, probs, dqkv;
+};
+
+/// Forward and backward on the CPU ops; outputs start as NaN so that every element must be written.
+Run run_attention(const Shape& s, std::vector<float>& qkv, std::vector<float>& dout) {
+    const AttentionParams ap = s.params();
+    Run r{std::vector<float>(s.out_size(), std::nanf("")), std::vector<float>(s.probs_size(), std::nanf("")),
+          std::vector<float>(s.qkv_size(), std::nanf(""))};
+    std::vector<float> ws(ops::attention_workspace_bytes(ap, s.S, ops::num_threads()) / sizeof(float) + 1);
+    OpContext ctx;
+    const TensorView qkv_v = view_f32(qkv.data(), {s.S, s.B, s.A * 3 * s.D});
+    const TensorView probs_v = view_f32(r.probs.data(), {s.B, s.A, s.S, s.S});
+    const TensorView ws_v = view_f32(ws.data(), {int64_t(ws.size())});
+    ops::attention_forward(ctx, view_f32(r.out.data(), {s.S, s.B, s.A * s.D}), probs_v, qkv_v, ws_v, ap);
+    ops::attention_backward(ctx, view_f32(r.dqkv.data(), {s.S, s.B, s.A * 3 * s.D}),
+                            view_f32(dout.data(), {s.S, s.B, s.A * s.D}), qkv_v, probs_v, ws_v, ap);
+    return r;
+}
+
+/// The q, k or v part (which = 0, 1, 2) of a qkv-shaped tensor.
+template <class T>
+std::vector<T> part(const std::vector<T>& qkv, const Shape& s, int which) {
+    std::vector<T> v;
+    for (int64_t i = 0; i < s.S; ++i)
+        for (int64_t b = 0; b < s.B; ++b)
+            for (int64_t h = 0; h < s.A; ++h)
+                for (int64_t d = 0; d < s.D; ++d) v.push_back(qkv[s.q(i, b, h) + which * s.D + d]);
+    return v;
+}
+
+/// Columns [c0, c1) of every row of a row-major tensor with `cols` columns.
+std::vector<float> columns(const std::vector<float>& t, int64_t cols, int64_t c0, int64_t c1) {
+    std::vector<float> v;
+    for (std::size_t r = 0; r < t.size() / cols; ++r)
+        v.insert(v.end(), t.begin() + r * cols + c0, t.begin() + r * cols + c1);
+    return v;
+}
+
+}  // namespace
+
+Q_DECLARE_METATYPE(Shape)
+
+class TestAttention : public QObject {
+    Q_OBJECT
+private slots:
+    void matches_float64_and_finite_differences_data() {
+        QTest::addColumn<Shape>("shape");
+        QTest::newRow("S1_B2_A2_D3_dropout") << Shape{1, 2, 2, 3, 0, 0, 0.5f};  // one token: probs = mask
+        QTest::newRow("S5_B2_A3_D3") << Shape{5, 2, 3, 3};
+        QTest::newRow("S5_B2_A3_D3_dropout") << Shape{5, 2, 3, 3, 0, 0, 0.3f};
+        // S not a multiple of the 64-row tiles, and past one tile: the lower triangle spans tiles.
+        // (B and A are kept small here: the finite differences cost O(S²·B²·A²·D²).)
+        QTest::newRow("S70_B2_A1_D4") << Shape{70, 2, 1, 4};
+        QTest::newRow("S70_B1_A2_D4_dropout") << Shape{70, 1, 2, 4, 0, 0, 0.2f};
+        QTest::newRow("S130_B1_A1_D3_dropout") << Shape{130, 1, 1, 3, 0, 0, 0.1f};
+        // A tensor-parallel shard: heads 1..2 of 4, so masks come from global heads 1 and 2.
+        QTest::newRow("S9_B2_A2_D4_heads1of4_dropout") << Shape{9, 2, 2, 4, 1, 4, 0.5f};
+    }
+    void matches_float64_and_finite_differences() {
+        QFETCH(Shape, shape);
+        const Shape& s = shape;
+        auto qkv = random_floats(s.qkv_size(), 1, -1.5f, 1.5f);  // scores up to ~±4: softmax far from uniform
+        auto dout = random_floats(s.out_size(), 2);
+        const Run got = run_attention(s, qkv, dout);
+
+        const auto mult = dropout_multipliers(s);
+        const auto xd = to_double(qkv), gd = to_double(dout);
+        const Ref ref = attention_ref(xd, s, mult);
+        // Forward: float GEMMs over D (scores) and S (out), a float softmax with exp_approx (a few ulp):
+        // ~1e-7 of the largest element, 1e-6 normwise. Probabilities lie in [0, 1]: compared normwise too
+        // (their largest is O(1)), the masked upper triangle must be exactly 0.
+        MWB_VERIFY_ERROR(normwise_error(got.out, ref.out), 1e-6);
+        MWB_VERIFY_ERROR(normwise_error(got.probs, ref.probs), 1e-6);
+
+        // Backward against central differences of Σ out·dout in float64 (good to ~1e-9). Each of q, k, v is
+        // compared normwise on its own: dq and dk pass through the softmax Jacobian (P∘(dP - rowdot)), which
+        // cancels, so single elements near zero carry the rounding of larger terms.
+        const auto fd = finite_difference(xd, [&](const std::vector<double>& x) {
+            const auto out = attention_ref(x, s, mult).out;
+            double l = 0;
+            for (std::size_t i = 0; i < out.size(); ++i) l += out[i] * gd[i];
+            return l;
+        });
+        MWB_VERIFY_ERROR(normwise_error(part(got.dqkv, s, 0), part(fd, s, 0)), 2e-6);
+        MWB_VERIFY_ERROR(normwise_error(part(got.dqkv, s, 1), part(fd, s, 1)), 2e-6);
+        MWB_VERIFY_ERROR(normwise_error(part(got.dqkv, s, 2), part(fd, s, 2)), 2e-6);
+    }
+
+    void masked_probabilities_are_exactly_zero() {
+        const Shape s{70, 1, 2, 4, 0, 0, 0.1f};
+        auto qkv = random_floats(s.qkv_size(), 3), dout = random_floats(s.out_size(), 4);
+        const Run got = run_attention(s, qkv, dout);
+        for (int64_t h = 0; h < s.A; ++h)
+            for (int64_t i = 0; i < s.S; ++i)
+                for (int64_t j = i + 1; j < s.S; ++j) QCOMPARE(got.probs[s.pr(0, h, i, j)], 0.0f);
+    }
+
+    void tensor_parallel_shards_match_the_whole_layer() {
+        // 4 heads split over 2 ranks: each rank holds heads [2r, 2r + 2) with head_offset 2r. Its output,
+        // probabilities and gradients must be exactly the whole layer's for those heads (dropout masks
+        // included), so a TP run reproduces a TP=1 run.
+        const Shape whole{70, 2, 4, 4, 0, 4, 0.3f};
+        auto qkv = random_floats(whole.qkv_size(), 5), dout = random_floats(whole.out_size(), 6);
+        const Run all = run_attention(whole, qkv, dout);
+        for (int rank = 0; rank < 2; ++rank) {
+            const Shape s{70, 2, 2, 4, 2 * rank, 4, 0.3f};
+            auto qkv_r = columns(qkv, 4 * 3 * 4, rank * 2 * 3 * 4, (rank + 1) * 2 * 3 * 4);
+            auto dout_r = columns(dout, 4 * 4, rank * 2 * 4, (rank + 1) * 2 * 4);
+            const Run got = run_attention(s, qkv_r, dout_r);
+            MWB_VERIFY_BITWISE(got.out, columns(all.out, 4 * 4, rank * 2 * 4, (rank + 1) * 2 * 4));
+            MWB_VERIFY_BITWISE(got.dqkv, columns(all.dqkv, 4 * 3 * 4, rank * 2 * 3 * 4, (rank + 1) * 2 * 3 * 4));
+            std::vector<float> probs;  // whole probs (B, 4, S, S): heads 2r, 2r + 1 of each b
+            for (int64_t b = 0; b < 2; ++b)
+                probs.insert(probs.end(), all.probs.begin() + whole.pr(b, 2 * rank, 0, 0),
+                             all.probs.begin() + whole.pr(b, 2 * rank + 2, 0, 0));
+            MWB_VERIFY_BITWISE(got.probs, probs);
+        }
+    }
+
+    void results_do_not_depend_on_threads() {
+        // 3 row tiles, 6 (b, h) pairs: uneven for 4 threads, and 1 vs 2 vs 3 vs 4 must agree bit for bit.
+        const Shape s{130, 2, 3, 8, 0, 0, 0.1f};
+        auto qkv = random_floats(s.qkv_size(), 7), dout = random_floats(s.out_size(), 8);
+        const auto run = [&](int threads) {
+            mwb::test::ScopedThreads t(threads);
+            Run r = run_attention(s, qkv, dout);
+            r.out.insert(r.out.end(), r.probs.begin(), r.probs.end());
+            r.out.insert(r.out.end(), r.dqkv.begin(), r.dqkv.end());
+            return r.out;
+        };
+        const auto one = run(1);
+        for (int threads : {2, 3, 4}) {
+            const auto other = run(threads);
+            MWB_VERIFY_BITWISE(other, one);
+        }
+    }
+
+    void invalid_shapes_throw() {
+        const Shape s{8, 2, 2, 4};
+        const AttentionParams ap = s.params();
+        std::vector<float> qkv(s.qkv_size()), out(s.out_size()), probs(s.probs_size()), big(4 * s.qkv_size());
+        std::vector<float> ws(ops::attention_workspace_bytes(ap, s.S, ops::num_threads()) / sizeof(float));
+        OpContext ctx;
+        const auto fwd = [&](TensorView o, TensorView p, TensorView x, const AttentionParams& a) {
+            ops::attention_forward(ctx, o, p, x, view_f32(ws.data(), {int64_t(ws.size())}), a);
+        };
+        const TensorView qkv_v = view_f32(qkv.data(), {8, 2, 24}), out_v = view_f32(out.data(), {8, 2, 8});
+        const TensorView probs_v = view_f32(probs.data(), {2, 2, 8, 8});
+        fwd(out_v, probs_v, qkv_v, ap);  // the shapes above are right
+        // qkv's last dimension must split into A·3·D, its second be B.
+        QVERIFY_THROWS_EXCEPTION(mwb::Error, fwd(out_v, probs_v, view_f32(qkv.data(), {8, 2, 23}), ap));
+        QVERIFY_THROWS_EXCEPTION(mwb::Error, fwd(out_v, probs_v, view_f32(qkv.data(), {16, 1, 24}), ap));
+        QVERIFY_THROWS_EXCEPTION(mwb::Error, fwd(view_f32(out.data(), {8, 2, 7}), probs_v, qkv_v, ap));
+        QVERIFY_THROWS_EXCEPTION(mwb::Error, fwd(out_v, view_f32(probs.data(), {2, 2, 8, 7}), qkv_v, ap));
+        AttentionParams bad = ap;
+        bad.head_offset = 1;  // heads [1, 3) of 2
+        QVERIFY_THROWS_EXCEPTION(mwb::Error, fwd(out_v, probs_v, qkv_v, bad));
+        bad = ap;
+        bad.dropout_p = 1.0f;
+        QVERIFY_THROWS_EXCEPTION(mwb::Error, fwd(out_v, probs_v, qkv_v, bad));
+        QVERIFY_THROWS_EXCEPTION(mwb::Error,
+                                 ops::attention_backward(ctx, view_f32(big.data(), {8, 2, 25}), out_v, qkv_v, probs_v,
+                                                         view_f32(ws.data(), {int64_t(ws.size())}), ap));
+    }
+
+    void too_small_workspace_throws() {
+        // The workspace check runs inside the ops' OpenMP region; an exception escaping that region ends in
+        // std::terminate, so this check runs in a child process and a crash there fails it here.
+        if (!mwb::test::in_child()) {
+            const auto r = mwb::test::run_test_function_in_child("too_small_workspace_throws");
+            QVERIFY2(r.exited && r.code == 0, r.describe().c_str());
+            return;
+        }
+        const Shape s{8, 1, 1, 4};
+        const AttentionParams ap = s.params();
+        std::vector<float> qkv(s.qkv_size(), 0.5f), out(s.out_size()), probs(s.probs_size()), ws(4);
+        OpContext ctx;
+        QVERIFY_THROWS_EXCEPTION(
+            mwb::Error,
+            ops::attention_forward(ctx, view_f32(out.data(), {8, 1, 4}), view_f32(probs.data(), {1, 1, 8, 8}),
+                                   view_f32(qkv.data(), {8, 1, 12}), view_f32(ws.data(), {4}), ap));
+        QVERIFY_THROWS_EXCEPTION(
+            mwb::Error, ops::attention_backward(ctx, view_f32(qkv.data(), {8, 1, 12}), view_f32(out.data(), {8, 1, 4}),
+                                                view_f32(qkv.data(), {8, 1, 12}), view_f32(probs.data(), {1, 1, 8, 8}),
+                                                view_f32(ws.data(), {4}), ap));
+    }
+};
+
+QTEST_APPLESS_MAIN(TestAttention)
+#include "test_attention.moc"
