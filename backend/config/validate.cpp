@@ -40,7 +40,7 @@ std::vector<std::string> resolve(Config& c, int world_size, int64_t tokenizer_vo
     auto& t = c.training;
     if (m.ffn_hidden_size == 0) m.ffn_hidden_size = 4 * m.hidden_size;
     if (m.max_position_embeddings == 0) m.max_position_embeddings = m.seq_length;
-    if (tokenizer_vocab > 0) m.vocab_size = static_cast<int>(tokenizer_vocab);
+    if (tokenizer_vocab > 0 && c.data.tokenizer_type != "NullTokenizer") m.vocab_size = static_cast<int>(tokenizer_vocab);
     const int tp_pp = std::max(1, c.parallel.tensor_model_parallel_size) * std::max(1, c.parallel.pipeline_model_parallel_size);
     const int dp = world_size % tp_pp == 0 ? world_size / tp_pp : 1;
     if (t.global_batch_size == 0) t.global_batch_size = t.micro_batch_size * dp;
@@ -76,8 +76,8 @@ std::vector<ConfigIssue> validate(const Config& c, int world_size) {
     ck.require(m.max_position_embeddings >= m.seq_length, "max_position_embeddings",
                "max_position_embeddings ({}) must be at least seq_length ({})", m.max_position_embeddings,
                m.seq_length);
-    ck.require(m.vocab_size >= 2, "vocab_size", "vocab_size must be at least 2 (got {}); set it for NullTokenizer",
-               m.vocab_size);
+    ck.require(model_vocab_size(c) >= 2, "vocab_size", "the vocabulary must hold at least 2 ids (got {}); set vocab_size for NullTokenizer",
+               model_vocab_size(c));
     ck.require(m.make_vocab_size_divisible_by >= 1, "make_vocab_size_divisible_by",
                "make_vocab_size_divisible_by must be at least 1 (got {})", m.make_vocab_size_divisible_by);
     ck.require(m.layernorm_epsilon > 0, "layernorm_epsilon", "layernorm_epsilon must be positive (got {})",
@@ -216,10 +216,14 @@ void check_config(const Config& config, int world_size) {
     if (!issues.empty()) throw ConfigError(std::move(issues), "validation");
 }
 
+int64_t model_vocab_size(const Config& c) {
+    return c.data.tokenizer_type == "NullTokenizer" ? int64_t{c.model.vocab_size} + 1 : c.model.vocab_size;
+}
+
 int64_t padded_vocab_size(const Config& c) {
     const int64_t multiple =
         static_cast<int64_t>(c.model.make_vocab_size_divisible_by) * c.parallel.tensor_model_parallel_size;
-    return (c.model.vocab_size + multiple - 1) / multiple * multiple;
+    return (model_vocab_size(c) + multiple - 1) / multiple * multiple;
 }
 
 int data_parallel_size(const Config& c, int world_size) {

@@ -11,7 +11,8 @@
 namespace mwb {
 
 /// Replaces every "0 means ..." default with its value (ffn_hidden_size, max_position_embeddings,
-/// global_batch_size, lr_decay_iters, vocab_size from the tokenizer) and applies Megatron-LM's
+/// global_batch_size, lr_decay_iters, vocab_size from the tokenizer unless it is the NullTokenizer,
+/// whose vocab_size is the user's) and applies Megatron-LM's
 /// implied settings (bf16 implies fp32 gradient accumulation; sequence_parallel is off when TP = 1).
 /// Returns notes on what it changed that the user may not expect.
 std::vector<std::string> resolve(Config& config, int world_size, int64_t tokenizer_vocab);
@@ -21,6 +22,10 @@ std::vector<ConfigIssue> validate(const Config& config, int world_size);
 /// validate() and throw ConfigError when anything is wrong.
 void check_config(const Config& config, int world_size);
 
+/// Token ids the model must embed: the tokenizer's vocabulary. For NullTokenizer that is
+/// vocab_size + 1 (Megatron-LM's: the extra id is the end-of-document token), else the tokenizer's
+/// size that resolve() stored in vocab_size.
+int64_t model_vocab_size(const Config& config);
 /// The vocabulary padded as Megatron-LM does: up to a multiple of make_vocab_size_divisible_by × TP.
 int64_t padded_vocab_size(const Config& config);
 int data_parallel_size(const Config& config, int world_size);

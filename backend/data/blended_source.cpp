@@ -25,8 +25,8 @@ void build_blending_indices(std::span<const double> weights, int64_t size, std::
     }
 }
 
-BlendedSampleSource::BlendedSampleSource(std::vector<std::unique_ptr<SampleSource>> sources, std::vector<double> weights,
-                                         int64_t size)
+BlendedSampleSource::BlendedSampleSource(std::vector<std::unique_ptr<SampleSource>> sources,
+                                         std::vector<double> weights, int64_t size)
     : sources_(std::move(sources)), weights_(std::move(weights)) {
     MWB_CHECK(!sources_.empty() && sources_.size() == weights_.size() && sources_.size() <= 32767,
               "blend: {} sources with {} weights (need the same number, 1 to 32767)", sources_.size(), weights_.size());

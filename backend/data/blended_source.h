@@ -27,6 +27,8 @@ public:
 
     /// The source blended sample `index` comes from.
     int dataset_of(int64_t index) const { return dataset_index_[static_cast<std::size_t>(wrap(index))]; }
+    /// Which of its source's samples blended sample `index` is.
+    int64_t sample_of(int64_t index) const { return dataset_sample_index_[static_cast<std::size_t>(wrap(index))]; }
     const std::vector<double>& weights() const { return weights_; }
     const SampleSource& source(int d) const { return *sources_[static_cast<std::size_t>(d)]; }
 

@@ -11,12 +11,16 @@ void ByteTokenizer::encode(std::string_view text, std::vector<int32_t>& out) con
 }
 
 void ByteTokenizer::decode(std::span<const int32_t> ids, std::string& out) const {
-    out.reserve(out.size() + ids.size());
+    std::size_t n = out.size();
+    out.resize(n + ids.size());
     for (const int32_t id : ids) {
-        if (id == kEod) continue;
-        MWB_CHECK(id >= 0 && id < 256, "ByteTokenizer: id {} is outside the vocabulary [0, 257)", id);
-        out.push_back(static_cast<char>(id));
+        if (static_cast<uint32_t>(id) < 256u) {
+            out[n++] = static_cast<char>(id);
+            continue;
+        }
+        MWB_CHECK(id == kEod, "ByteTokenizer: id {} is outside the vocabulary [0, 257)", id);
     }
+    out.resize(n);
 }
 
 }  // namespace mwb::data

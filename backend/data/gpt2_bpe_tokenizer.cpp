@@ -3,8 +3,8 @@
 #include "data/gpt2_pretokenizer.h"
 #include "mwb/kernels/error.h"
 
-#include <nlohmann/json.hpp>
 #include <xxhash.h>
+#include <nlohmann/json.hpp>
 
 #include <array>
 #include <atomic>
@@ -44,9 +44,12 @@ bool unmap_bytes(std::string_view s, std::string& out) {
         const auto c = static_cast<unsigned char>(s[i]);
         uint32_t cp = 0;
         std::size_t n = 0;
-        if (c < 0x80) cp = c, n = 1;
-        else if ((c & 0xE0) == 0xC0 && i + 1 < s.size()) cp = ((c & 0x1Fu) << 6) | (s[i + 1] & 0x3Fu), n = 2;
-        else return false;  // the alphabet ends at U+0143: one or two UTF-8 bytes
+        if (c < 0x80)
+            cp = c, n = 1;
+        else if ((c & 0xE0) == 0xC0 && i + 1 < s.size())
+            cp = ((c & 0x1Fu) << 6) | (s[i + 1] & 0x3Fu), n = 2;
+        else
+            return false;  // the alphabet ends at U+0143: one or two UTF-8 bytes
         if (cp >= a.to_byte.size() || a.to_byte[cp] < 0) return false;
         out.push_back(static_cast<char>(a.to_byte[cp]));
         i += n;
@@ -54,7 +57,9 @@ bool unmap_bytes(std::string_view s, std::string& out) {
     return true;
 }
 
-std::string shown(std::string_view s) { return s.size() <= 40 ? std::string(s) : std::string(s.substr(0, 40)) + "..."; }
+std::string shown(std::string_view s) {
+    return s.size() <= 40 ? std::string(s) : std::string(s.substr(0, 40)) + "...";
+}
 
 // (left id, right id) -> (rank, merged id), open addressing: the hot lookup of BPE.
 class PairTable {
@@ -90,8 +95,12 @@ private:
         int32_t rank = 0, merged = 0;
     };
     static constexpr uint64_t kEmpty = ~uint64_t{0};
-    static uint64_t pack(int32_t a, int32_t b) { return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b); }
-    std::size_t slot(uint64_t key) const { return static_cast<std::size_t>((key * 0x9E3779B97F4A7C15ull) >> 20) & mask_; }
+    static uint64_t pack(int32_t a, int32_t b) {
+        return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+    }
+    std::size_t slot(uint64_t key) const {
+        return static_cast<std::size_t>((key * 0x9E3779B97F4A7C15ull) >> 20) & mask_;
+    }
     std::vector<uint64_t> keys_;
     std::vector<Value> vals_;
     std::size_t mask_ = 0;
@@ -105,7 +114,8 @@ public:
         for (std::size_t i = home(h);; i = (i + 1) & mask_) {
             const Slot& s = slots_[i];
             if (s.hash == 0) return nullptr;
-            if (s.hash == h && s.key_len == w.size() && std::memcmp(keys_.data() + s.key_off, w.data(), w.size()) == 0) {
+            if (s.hash == h && s.key_len == w.size() &&
+                std::memcmp(keys_.data() + s.key_off, w.data(), w.size()) == 0) {
                 n = s.tok_len;
                 return ids_.data() + s.tok_off;
             }
@@ -163,8 +173,8 @@ struct GPT2BPETokenizer::Impl {
     Gpt2Pretokenizer pretokenizer;
     PairTable pairs;
     std::array<int32_t, 256> byte_id{};
-    std::string token_bytes;                 // every token's raw bytes, back to back
-    std::vector<uint32_t> token_offset;      // id -> [offset[id], offset[id + 1]) in token_bytes
+    std::string token_bytes;             // every token's raw bytes, back to back
+    std::vector<uint32_t> token_offset;  // id -> [offset[id], offset[id + 1]) in token_bytes
     int32_t eod = -1;
     std::string fingerprint;
 
@@ -179,7 +189,8 @@ GPT2BPETokenizer::Impl::Impl(std::string_view vocab_json, std::string_view merge
     try {
         vocab = nlohmann::json::parse(vocab_json);
     } catch (const nlohmann::json::exception& e) {
-        MWB_FAIL("{}: not valid JSON ({}); expected GPT-2's vocab.json, an object of token -> id", vocab_origin, e.what());
+        MWB_FAIL("{}: not valid JSON ({}); expected GPT-2's vocab.json, an object of token -> id", vocab_origin,
+                 e.what());
     }
     MWB_CHECK(vocab.is_object() && !vocab.empty(), "{}: expected a JSON object of token -> id (GPT-2's vocab.json)",
               vocab_origin);
@@ -192,9 +203,10 @@ GPT2BPETokenizer::Impl::Impl(std::string_view vocab_json, std::string_view merge
     int32_t max_id = -1;
     for (const auto& [token, value] : vocab.items()) {
         MWB_CHECK(value.is_number_integer() && value.get<int64_t>() >= 0 && value.get<int64_t>() < (int64_t{1} << 31),
-                  "{}: token '{}' has id {}, expected a non-negative integer", vocab_origin, shown(token), value.dump());
-        MWB_CHECK(unmap_bytes(token, raw), "{}: token '{}' has a character outside GPT-2's byte alphabet",
-                  vocab_origin, shown(token));
+                  "{}: token '{}' has id {}, expected a non-negative integer", vocab_origin, shown(token),
+                  value.dump());
+        MWB_CHECK(unmap_bytes(token, raw), "{}: token '{}' has a character outside GPT-2's byte alphabet", vocab_origin,
+                  shown(token));
         const auto id = value.get<int32_t>();
         MWB_CHECK(id_of.emplace(raw, id).second, "{}: token '{}' appears twice", vocab_origin, shown(token));
         tokens.emplace_back(id, raw);
@@ -244,7 +256,8 @@ GPT2BPETokenizer::Impl::Impl(std::string_view vocab_json, std::string_view merge
         MWB_CHECK(parts.size() == 2, "{} line {}: expected two symbols separated by a space, got '{}'", merges_origin,
                   line_no, shown(line));
         MWB_CHECK(unmap_bytes(parts[0], left) && unmap_bytes(parts[1], right),
-                  "{} line {}: '{}' has a character outside GPT-2's byte alphabet", merges_origin, line_no, shown(line));
+                  "{} line {}: '{}' has a character outside GPT-2's byte alphabet", merges_origin, line_no,
+                  shown(line));
         const auto a = id_of.find(left), b = id_of.find(right), m = id_of.find(left + right);
         MWB_CHECK(a != id_of.end() && b != id_of.end() && m != id_of.end(),
                   "{} line {}: '{}' uses or makes a token that is not in {}", merges_origin, line_no, shown(line),
@@ -300,9 +313,15 @@ GPT2BPETokenizer::GPT2BPETokenizer(std::string_view vocab_json, std::string_view
 
 GPT2BPETokenizer::~GPT2BPETokenizer() = default;
 
-int64_t GPT2BPETokenizer::vocab_size() const { return static_cast<int64_t>(impl_->token_offset.size()) - 1; }
-int32_t GPT2BPETokenizer::eod() const { return impl_->eod; }
-std::string GPT2BPETokenizer::fingerprint() const { return impl_->fingerprint; }
+int64_t GPT2BPETokenizer::vocab_size() const {
+    return static_cast<int64_t>(impl_->token_offset.size()) - 1;
+}
+int32_t GPT2BPETokenizer::eod() const {
+    return impl_->eod;
+}
+std::string GPT2BPETokenizer::fingerprint() const {
+    return impl_->fingerprint;
+}
 
 void GPT2BPETokenizer::encode(std::string_view text, std::vector<int32_t>& out) const {
     // Per-thread scratch and word cache, reset when this thread switches to another tokenizer.

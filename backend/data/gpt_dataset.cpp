@@ -4,8 +4,8 @@
 #include "data/npy.h"
 #include "mwb/kernels/error.h"
 
-#include <nlohmann/json.hpp>
 #include <xxhash.h>
+#include <nlohmann/json.hpp>
 
 namespace mwb::data {
 
@@ -62,7 +62,8 @@ void GPTDataset::build() {
     sample_index_ = build_sample_index([&ds](int32_t id) { return static_cast<int64_t>(ds.sequence_length(id)); },
                                        document_index_, options_.seq_length, epochs_, tokens_per_epoch_);
     const int64_t samples = static_cast<int64_t>(sample_index_.size() / 2) - 1;
-    shuffle_index_ = build_shuffle_index(plan.separate_final_epoch ? plan.samples_before_final_epoch : samples, samples, rng);
+    shuffle_index_ =
+        build_shuffle_index(plan.separate_final_epoch ? plan.samples_before_final_epoch : samples, samples, rng);
 }
 
 bool GPTDataset::try_load(const std::string& base, const std::string& description) {
@@ -91,7 +92,8 @@ bool GPTDataset::try_load(const std::string& base, const std::string& descriptio
         for (int64_t s = 0; s <= samples; ++s) {
             const int64_t pos = smp.values[2 * s], off = smp.values[2 * s + 1];
             if (pos < 0 || pos >= static_cast<int64_t>(doc.values.size())) return bad("sample index position");
-            if (off < 0 || (off >= data_->sequence_length(doc.values[pos]) && off > 0)) return bad("sample index offset");
+            if (off < 0 || (off >= data_->sequence_length(doc.values[pos]) && off > 0))
+                return bad("sample index offset");
         }
         std::vector<bool> seen(static_cast<std::size_t>(samples), false);
         for (const int64_t v : shf.values) {
@@ -154,11 +156,12 @@ void GPTDataset::read(int64_t index, std::span<int32_t> out) const {
 }
 
 std::string GPTDataset::describe() const {
-    std::string s = fmt::format("{} split of {}: sequences [{}, {}), {} tokens/epoch, {} epoch(s), {} samples of {} "
-                                "tokens, seed {}, indices {}",
-                                split_name(options_.split), data_->prefix(), range_.begin, range_.end, tokens_per_epoch_,
-                                epochs_, size(), sample_tokens(), options_.seed,
-                                from_cache_ ? "from cache" : (cache_prefix_.empty() ? "in memory" : "built and cached"));
+    std::string s = fmt::format(
+        "{} split of {}: sequences [{}, {}), {} tokens/epoch, {} epoch(s), {} samples of {} "
+        "tokens, seed {}, indices {}",
+        split_name(options_.split), data_->prefix(), range_.begin, range_.end, tokens_per_epoch_, epochs_, size(),
+        sample_tokens(), options_.seed,
+        from_cache_ ? "from cache" : (cache_prefix_.empty() ? "in memory" : "built and cached"));
     if (!cache_note_.empty()) s += "; " + cache_note_;
     return s;
 }

@@ -18,7 +18,7 @@ struct GPTDatasetOptions {
     int64_t num_samples = 0;  ///< samples wanted; the dataset repeats epochs to reach it; <= 0: one epoch
     uint32_t seed = 1234;     ///< numpy RandomState seed of the shuffles (training.seed)
     Split split = Split::Train;
-    std::string cache_dir;    ///< "" = PREFIX/cache/GPTDataset_indices, Megatron's default
+    std::string cache_dir;  ///< "" = PREFIX/cache/GPTDataset_indices, Megatron's default
 };
 
 class GPTDataset final : public SampleSource {

@@ -29,8 +29,8 @@ EpochPlan gpt_epoch_plan(int64_t tokens_per_epoch, int64_t seq_length, int64_t n
     return plan;
 }
 
-std::vector<int32_t> build_document_index(std::span<const int32_t> sequences, int64_t num_epochs,
-                                          NumpyRandomState& rng, bool separate_final_epoch) {
+std::vector<int32_t> build_document_index(std::span<const int32_t> sequences, int64_t num_epochs, NumpyRandomState& rng,
+                                          bool separate_final_epoch) {
     if (!separate_final_epoch || num_epochs == 1) {
         std::vector<int32_t> index;
         index.reserve(sequences.size() * static_cast<std::size_t>(num_epochs));

@@ -28,8 +28,8 @@ struct EpochPlan {
 EpochPlan gpt_epoch_plan(int64_t tokens_per_epoch, int64_t seq_length, int64_t num_samples);
 
 /// Megatron's _build_document_index: `sequences` (ids) repeated num_epochs times, shuffled.
-std::vector<int32_t> build_document_index(std::span<const int32_t> sequences, int64_t num_epochs,
-                                          NumpyRandomState& rng, bool separate_final_epoch);
+std::vector<int32_t> build_document_index(std::span<const int32_t> sequences, int64_t num_epochs, NumpyRandomState& rng,
+                                          bool separate_final_epoch);
 
 /// Megatron's build_sample_idx (dropping the last partial sample): (num_samples + 1) x 2 entries of
 /// (position in document_index, token offset). `length_of(id)` is the token count of sequence `id`.

@@ -19,35 +19,53 @@ namespace mwb::data {
 int dtype_size(TokenDType dtype) {
     switch (dtype) {
         case TokenDType::UInt8:
-        case TokenDType::Int8: return 1;
+        case TokenDType::Int8:
+            return 1;
         case TokenDType::Int16:
-        case TokenDType::UInt16: return 2;
+        case TokenDType::UInt16:
+            return 2;
         case TokenDType::Int32:
-        case TokenDType::Float32: return 4;
+        case TokenDType::Float32:
+            return 4;
         case TokenDType::Int64:
-        case TokenDType::Float64: return 8;
+        case TokenDType::Float64:
+            return 8;
     }
     return 0;
 }
 
 std::string_view dtype_name(TokenDType dtype) {
     switch (dtype) {
-        case TokenDType::UInt8: return "uint8";
-        case TokenDType::Int8: return "int8";
-        case TokenDType::Int16: return "int16";
-        case TokenDType::Int32: return "int32";
-        case TokenDType::Int64: return "int64";
-        case TokenDType::Float64: return "float64";
-        case TokenDType::Float32: return "float32";
-        case TokenDType::UInt16: return "uint16";
+        case TokenDType::UInt8:
+            return "uint8";
+        case TokenDType::Int8:
+            return "int8";
+        case TokenDType::Int16:
+            return "int16";
+        case TokenDType::Int32:
+            return "int32";
+        case TokenDType::Int64:
+            return "int64";
+        case TokenDType::Float64:
+            return "float64";
+        case TokenDType::Float32:
+            return "float32";
+        case TokenDType::UInt16:
+            return "uint16";
     }
     return "?";
 }
 
-TokenDType optimal_dtype(int64_t vocab_size) { return vocab_size < 65500 ? TokenDType::UInt16 : TokenDType::Int32; }
+TokenDType optimal_dtype(int64_t vocab_size) {
+    return vocab_size < 65500 ? TokenDType::UInt16 : TokenDType::Int32;
+}
 
-fs::path idx_path(const std::string& prefix) { return prefix + ".idx"; }
-fs::path bin_path(const std::string& prefix) { return prefix + ".bin"; }
+fs::path idx_path(const std::string& prefix) {
+    return prefix + ".idx";
+}
+fs::path bin_path(const std::string& prefix) {
+    return prefix + ".bin";
+}
 
 bool indexed_dataset_exists(const std::string& prefix) {
     std::error_code ec;
@@ -70,7 +88,8 @@ void IndexedDataset::validate() {
     MWB_CHECK(std::string_view(reinterpret_cast<const char*>(idx_.data()), 9) == kIndexMagic,
               "'{}' does not start with \"MMIDIDX\\0\\0\": not a Megatron-LM indexed dataset index", idx);
     const auto version = idx_.load<uint64_t>(9);
-    MWB_CHECK(version == 1, "'{}' has format version {}; only version 1 (Megatron-LM's MMIDIDX) is known", idx, version);
+    MWB_CHECK(version == 1, "'{}' has format version {}; only version 1 (Megatron-LM's MMIDIDX) is known", idx,
+              version);
     const auto code = idx_.load<uint8_t>(17);
     MWB_CHECK(code >= 1 && code <= 8, "'{}' has dtype code {}; expected 1..8 (Megatron's uint8 .. uint16)", idx, code);
     dtype_ = static_cast<TokenDType>(code);
@@ -80,8 +99,8 @@ void IndexedDataset::validate() {
     // Bound the counts before multiplying so a garbage header cannot overflow the size arithmetic.
     const uint64_t max_count = size / 4;
     MWB_CHECK(s <= max_count && d <= max_count && d >= 1,
-              "'{}' claims {} sequences and {} document indices, impossible for a file of {} bytes: corrupt header", idx,
-              s, d, size);
+              "'{}' claims {} sequences and {} document indices, impossible for a file of {} bytes: corrupt header",
+              idx, s, d, size);
     sequences_ = static_cast<int64_t>(s);
     doc_entries_ = static_cast<int64_t>(d);
     pointers_at_ = kIndexHeaderBytes + 4 * s;
@@ -128,8 +147,9 @@ void convert(const unsigned char* src, std::span<int32_t> out, const IndexedData
         T v;
         std::memcpy(&v, src + i * sizeof(T), sizeof(T));
         if constexpr (sizeof(T) > 4) {
-            MWB_CHECK(v >= 0 && v <= std::numeric_limits<int32_t>::max(), "'{}.bin': token {} in sequence {} is out of range",
-                      ds.prefix(), static_cast<int64_t>(v), sequence);
+            MWB_CHECK(v >= 0 && v <= std::numeric_limits<int32_t>::max(),
+                      "'{}.bin': token {} in sequence {} is out of range", ds.prefix(), static_cast<int64_t>(v),
+                      sequence);
         }
         out[i] = static_cast<int32_t>(v);
     }
@@ -146,13 +166,26 @@ void IndexedDataset::read(int64_t sequence, int64_t offset, std::span<int32_t> o
               offset + static_cast<int64_t>(out.size()), sequence, len);
     const unsigned char* src = bin_.data() + sequence_pointer(sequence) + offset * dtype_size(dtype_);
     switch (dtype_) {
-        case TokenDType::UInt8: convert<uint8_t>(src, out, *this, sequence); break;
-        case TokenDType::Int8: convert<int8_t>(src, out, *this, sequence); break;
-        case TokenDType::Int16: convert<int16_t>(src, out, *this, sequence); break;
-        case TokenDType::UInt16: convert<uint16_t>(src, out, *this, sequence); break;
-        case TokenDType::Int32: convert<int32_t>(src, out, *this, sequence); break;
-        case TokenDType::Int64: convert<int64_t>(src, out, *this, sequence); break;
-        default: MWB_FAIL("'{}': {} tokens cannot be read", prefix_, dtype_name(dtype_));
+        case TokenDType::UInt8:
+            convert<uint8_t>(src, out, *this, sequence);
+            break;
+        case TokenDType::Int8:
+            convert<int8_t>(src, out, *this, sequence);
+            break;
+        case TokenDType::Int16:
+            convert<int16_t>(src, out, *this, sequence);
+            break;
+        case TokenDType::UInt16:
+            convert<uint16_t>(src, out, *this, sequence);
+            break;
+        case TokenDType::Int32:
+            convert<int32_t>(src, out, *this, sequence);
+            break;
+        case TokenDType::Int64:
+            convert<int64_t>(src, out, *this, sequence);
+            break;
+        default:
+            MWB_FAIL("'{}': {} tokens cannot be read", prefix_, dtype_name(dtype_));
     }
 }
 
@@ -192,11 +225,21 @@ void IndexedDatasetBuilder::write_tokens(std::span<const int32_t> tokens) {
     const int item = dtype_size(dtype_);
     int64_t lo = 0, hi = std::numeric_limits<int32_t>::max();
     switch (dtype_) {
-        case TokenDType::UInt8: hi = 255; break;
-        case TokenDType::Int8: lo = -128, hi = 127; break;
-        case TokenDType::Int16: lo = -32768, hi = 32767; break;
-        case TokenDType::UInt16: hi = 65535; break;
-        default: lo = std::numeric_limits<int32_t>::min(); break;
+        case TokenDType::UInt8:
+            hi = 255;
+            break;
+        case TokenDType::Int8:
+            lo = -128, hi = 127;
+            break;
+        case TokenDType::Int16:
+            lo = -32768, hi = 32767;
+            break;
+        case TokenDType::UInt16:
+            hi = 65535;
+            break;
+        default:
+            lo = std::numeric_limits<int32_t>::min();
+            break;
     }
     buffer_.resize(tokens.size() * static_cast<std::size_t>(item));
     unsigned char* dst = buffer_.data();
@@ -205,12 +248,30 @@ void IndexedDatasetBuilder::write_tokens(std::span<const int32_t> tokens) {
         MWB_CHECK(t >= lo && t <= hi, "'{}': token id {} does not fit the dataset's dtype {}", prefix_, t,
                   dtype_name(dtype_));
         switch (dtype_) {
-            case TokenDType::UInt8: *dst = static_cast<uint8_t>(t); break;
-            case TokenDType::Int8: *dst = static_cast<unsigned char>(static_cast<int8_t>(t)); break;
-            case TokenDType::Int16: { const auto v = static_cast<int16_t>(t); std::memcpy(dst, &v, 2); break; }
-            case TokenDType::UInt16: { const auto v = static_cast<uint16_t>(t); std::memcpy(dst, &v, 2); break; }
-            case TokenDType::Int32: std::memcpy(dst, &t, 4); break;
-            default: { const auto v = static_cast<int64_t>(t); std::memcpy(dst, &v, 8); break; }
+            case TokenDType::UInt8:
+                *dst = static_cast<uint8_t>(t);
+                break;
+            case TokenDType::Int8:
+                *dst = static_cast<unsigned char>(static_cast<int8_t>(t));
+                break;
+            case TokenDType::Int16: {
+                const auto v = static_cast<int16_t>(t);
+                std::memcpy(dst, &v, 2);
+                break;
+            }
+            case TokenDType::UInt16: {
+                const auto v = static_cast<uint16_t>(t);
+                std::memcpy(dst, &v, 2);
+                break;
+            }
+            case TokenDType::Int32:
+                std::memcpy(dst, &t, 4);
+                break;
+            default: {
+                const auto v = static_cast<int64_t>(t);
+                std::memcpy(dst, &v, 8);
+                break;
+            }
         }
     }
     MWB_CHECK(std::fwrite(buffer_.data(), 1, buffer_.size(), bin_) == buffer_.size(), "cannot write '{}': {}",
@@ -232,8 +293,8 @@ void IndexedDatasetBuilder::add_document(std::span<const int32_t> tokens, std::s
         MWB_CHECK(len >= 0, "'{}': negative sequence length {}", prefix_, len);
         total += len;
     }
-    MWB_CHECK(total == static_cast<int64_t>(tokens.size()), "'{}': sequence lengths sum to {}, the document has {} tokens",
-              prefix_, total, tokens.size());
+    MWB_CHECK(total == static_cast<int64_t>(tokens.size()),
+              "'{}': sequence lengths sum to {}, the document has {} tokens", prefix_, total, tokens.size());
     write_tokens(tokens);
     lengths_.insert(lengths_.end(), sequence_lengths.begin(), sequence_lengths.end());
     documents_.push_back(static_cast<int64_t>(lengths_.size()));

@@ -16,7 +16,16 @@
 namespace mwb::data {
 
 /// Megatron's DType codes.
-enum class TokenDType : uint8_t { UInt8 = 1, Int8 = 2, Int16 = 3, Int32 = 4, Int64 = 5, Float64 = 6, Float32 = 7, UInt16 = 8 };
+enum class TokenDType : uint8_t {
+    UInt8 = 1,
+    Int8 = 2,
+    Int16 = 3,
+    Int32 = 4,
+    Int64 = 5,
+    Float64 = 6,
+    Float32 = 7,
+    UInt16 = 8
+};
 
 int dtype_size(TokenDType dtype);
 std::string_view dtype_name(TokenDType dtype);
@@ -47,10 +56,16 @@ public:
     /// Hash of the .idx bytes and the .bin length: changes when the data is prepared again.
     uint64_t content_hash() const;
 
-    int32_t sequence_length(int64_t i) const { return idx_.load<int32_t>(kIndexHeaderBytes + 4 * static_cast<std::size_t>(i)); }
-    int64_t sequence_pointer(int64_t i) const { return idx_.load<int64_t>(pointers_at_ + 8 * static_cast<std::size_t>(i)); }
+    int32_t sequence_length(int64_t i) const {
+        return idx_.load<int32_t>(kIndexHeaderBytes + 4 * static_cast<std::size_t>(i));
+    }
+    int64_t sequence_pointer(int64_t i) const {
+        return idx_.load<int64_t>(pointers_at_ + 8 * static_cast<std::size_t>(i));
+    }
     /// First sequence of document i (i in [0, document_count()]; the last entry is sequence_count()).
-    int64_t document_index(int64_t i) const { return idx_.load<int64_t>(documents_at_ + 8 * static_cast<std::size_t>(i)); }
+    int64_t document_index(int64_t i) const {
+        return idx_.load<int64_t>(documents_at_ + 8 * static_cast<std::size_t>(i));
+    }
 
     /// Copies tokens [offset, offset + out.size()) of sequence `sequence` into `out`.
     void read(int64_t sequence, int64_t offset, std::span<int32_t> out) const;

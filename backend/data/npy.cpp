@@ -14,8 +14,10 @@ constexpr std::string_view kMagic{"\x93NUMPY", 6};
 std::string npy_encode(std::string_view descr, std::span<const int64_t> shape, const void* data, std::size_t bytes) {
     std::string dims;
     for (const int64_t d : shape) dims += fmt::format("{}, ", d);
-    if (shape.size() > 1) dims.resize(dims.size() - 2);  // "(3,)" for one dimension, "(3, 2)" for two
-    else if (!dims.empty()) dims.resize(dims.size() - 1);
+    if (shape.size() > 1)
+        dims.resize(dims.size() - 2);  // "(3,)" for one dimension, "(3, 2)" for two
+    else if (!dims.empty())
+        dims.resize(dims.size() - 1);
     std::string header = fmt::format("{{'descr': '{}', 'fortran_order': False, 'shape': ({}), }}", descr, dims);
     // numpy pads the header with spaces and a newline so the data starts at a multiple of 64 bytes.
     const std::size_t total = kMagic.size() + 2 + 2 + header.size() + 1;
@@ -41,11 +43,13 @@ NpyHeader npy_parse(std::string_view content, const fs::path& origin) {
     const int major = static_cast<unsigned char>(content[6]);
     std::size_t header_len = 0, header_at = 0;
     if (major == 1) {
-        header_len = static_cast<unsigned char>(content[8]) | (static_cast<std::size_t>(static_cast<unsigned char>(content[9])) << 8);
+        header_len = static_cast<unsigned char>(content[8]) |
+                     (static_cast<std::size_t>(static_cast<unsigned char>(content[9])) << 8);
         header_at = 10;
     } else {
         MWB_CHECK((major == 2 || major == 3) && content.size() >= 12, "'{}': unknown .npy version {}", file, major);
-        for (int i = 0; i < 4; ++i) header_len |= static_cast<std::size_t>(static_cast<unsigned char>(content[8 + i])) << (8 * i);
+        for (int i = 0; i < 4; ++i)
+            header_len |= static_cast<std::size_t>(static_cast<unsigned char>(content[8 + i])) << (8 * i);
         header_at = 12;
     }
     MWB_CHECK(header_at + header_len <= content.size(), "'{}': .npy header runs past the end of the file", file);
@@ -85,7 +89,8 @@ NpyHeader npy_parse(std::string_view content, const fs::path& origin) {
     int64_t count = 1;
     for (const int64_t d : h.shape) count *= d;
     std::size_t item = 0;
-    if (h.descr.size() == 3 && (h.descr[0] == '<' || h.descr[0] == '|')) item = static_cast<std::size_t>(h.descr[2] - '0');
+    if (h.descr.size() == 3 && (h.descr[0] == '<' || h.descr[0] == '|'))
+        item = static_cast<std::size_t>(h.descr[2] - '0');
     MWB_CHECK(item == 1 || item == 2 || item == 4 || item == 8, "'{}': unsupported .npy dtype '{}'", file, h.descr);
     MWB_CHECK(content.size() - h.data_offset == static_cast<std::size_t>(count) * item,
               "'{}' holds {} data bytes, its header promises {} ({} elements of {}): truncated or corrupt", file,
@@ -110,12 +115,18 @@ NpyInts read_npy_ints(const fs::path& path) {
     const NpyHeader h = npy_parse(content, path);
     NpyInts out{h.descr, h.shape, {}};
     const std::string_view bytes = std::string_view(content).substr(h.data_offset);
-    if (h.descr == "<i8") widen<int64_t>(bytes, out.values);
-    else if (h.descr == "<u4") widen<uint32_t>(bytes, out.values);
-    else if (h.descr == "<i4") widen<int32_t>(bytes, out.values);
-    else if (h.descr == "<i2") widen<int16_t>(bytes, out.values);
-    else if (h.descr == "<u2") widen<uint16_t>(bytes, out.values);
-    else MWB_FAIL("'{}' holds '{}' values, expected little-endian integers", path.string(), h.descr);
+    if (h.descr == "<i8")
+        widen<int64_t>(bytes, out.values);
+    else if (h.descr == "<u4")
+        widen<uint32_t>(bytes, out.values);
+    else if (h.descr == "<i4")
+        widen<int32_t>(bytes, out.values);
+    else if (h.descr == "<i2")
+        widen<int16_t>(bytes, out.values);
+    else if (h.descr == "<u2")
+        widen<uint16_t>(bytes, out.values);
+    else
+        MWB_FAIL("'{}' holds '{}' values, expected little-endian integers", path.string(), h.descr);
     return out;
 }
 

@@ -13,11 +13,16 @@ namespace mwb::data {
 
 template <typename T>
 constexpr std::string_view npy_descr() {
-    if constexpr (std::is_same_v<T, int32_t>) return "<i4";
-    else if constexpr (std::is_same_v<T, uint32_t>) return "<u4";
-    else if constexpr (std::is_same_v<T, int64_t>) return "<i8";
-    else if constexpr (std::is_same_v<T, int16_t>) return "<i2";
-    else static_assert(sizeof(T) == 0, "unsupported .npy element type");
+    if constexpr (std::is_same_v<T, int32_t>)
+        return "<i4";
+    else if constexpr (std::is_same_v<T, uint32_t>)
+        return "<u4";
+    else if constexpr (std::is_same_v<T, int64_t>)
+        return "<i8";
+    else if constexpr (std::is_same_v<T, int16_t>)
+        return "<i2";
+    else
+        static_assert(sizeof(T) == 0, "unsupported .npy element type");
 }
 
 /// The bytes of a .npy file holding `data` with `shape` (the product of shape is data's element count).

@@ -12,7 +12,9 @@ NullTokenizer::NullTokenizer(int64_t vocab_size_without_eod) : vocab_(vocab_size
 }
 
 void NullTokenizer::encode(std::string_view text, std::vector<int32_t>& out) const {
-    const auto is_space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; };
+    const auto is_space = [](char c) {
+        return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+    };
     std::size_t i = 0;
     while (i < text.size()) {
         while (i < text.size() && is_space(text[i])) ++i;
@@ -38,6 +40,8 @@ void NullTokenizer::decode(std::span<const int32_t> ids, std::string& out) const
     }
 }
 
-std::string NullTokenizer::fingerprint() const { return fmt::format("NullTokenizer-{}", vocab_); }
+std::string NullTokenizer::fingerprint() const {
+    return fmt::format("NullTokenizer-{}", vocab_);
+}
 
 }  // namespace mwb::data

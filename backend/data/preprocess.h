@@ -27,13 +27,13 @@ void parallel_for(int64_t n, int threads, const std::function<void(int64_t)>& wo
 enum class TextUnit { File, Paragraph, Line };
 
 struct PreprocessOptions {
-    std::vector<std::string> inputs;            ///< .json/.jsonl: JSON lines; anything else: plain text
-    std::string output_prefix;                  ///< writes {output_prefix}_{key}_document.{bin,idx}
+    std::vector<std::string> inputs;             ///< .json/.jsonl: JSON lines; anything else: plain text
+    std::string output_prefix;                   ///< writes {output_prefix}_{key}_document.{bin,idx}
     std::vector<std::string> json_keys{"text"};  ///< keys read from each JSON line (text files use the first)
-    bool append_eod = false;                    ///< end every non-empty document with the EOD id
-    int workers = 0;                            ///< tokenising threads; 0 = every core
-    TextUnit text_unit = TextUnit::File;        ///< what a document is in a plain text file
-    bool progress = true;                       ///< progress line on stderr
+    bool append_eod = false;                     ///< end every non-empty document with the EOD id
+    int workers = 0;                             ///< tokenising threads; 0 = every core
+    TextUnit text_unit = TextUnit::File;         ///< what a document is in a plain text file
+    bool progress = true;                        ///< progress line on stderr
 };
 
 struct PreprocessResult {

@@ -11,9 +11,12 @@ namespace mwb::data {
 
 std::string_view split_name(Split split) {
     switch (split) {
-        case Split::Train: return "train";
-        case Split::Valid: return "valid";
-        case Split::Test: return "test";
+        case Split::Train:
+            return "train";
+        case Split::Valid:
+            return "valid";
+        case Split::Test:
+            return "test";
     }
     return "?";
 }

@@ -36,7 +36,9 @@ struct TokenizerArgs {
     std::unique_ptr<Tokenizer> make() const { return make_tokenizer(data, model); }
 };
 
-int hardware_threads() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
+int hardware_threads() {
+    return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
 
 void print_info(const std::string& prefix) {
     const IndexedDataset ds(prefix);
@@ -46,7 +48,8 @@ void print_info(const std::string& prefix) {
         lo = i == 0 ? len : std::min(lo, len);
         hi = std::max(hi, len);
     }
-    const double mean = ds.sequence_count() ? static_cast<double>(ds.token_count()) / static_cast<double>(ds.sequence_count()) : 0.0;
+    const double mean =
+        ds.sequence_count() ? static_cast<double>(ds.token_count()) / static_cast<double>(ds.sequence_count()) : 0.0;
     fmt::print("prefix     {}\n", prefix);
     fmt::print("dtype      {} (code {})\n", dtype_name(ds.dtype()), static_cast<int>(ds.dtype()));
     fmt::print("documents  {}\n", ds.document_count());
@@ -96,8 +99,9 @@ int bench_tokenizer(const Tokenizer& tok, const std::string& file, std::vector<i
         }
         tokens = 0;
         for (const auto& v : ids) tokens += static_cast<int64_t>(v.size());
-        fmt::print("  encode {} thread{}: {:8.2f} MB/s  ({} tokens, {:.2f} bytes/token)\n", threads, threads == 1 ? " " : "s",
-                   mb / best, tokens, static_cast<double>(text.size()) / static_cast<double>(std::max<int64_t>(1, tokens)));
+        fmt::print("  encode {} thread{}: {:8.2f} MB/s  ({} tokens, {:.2f} bytes/token)\n", threads,
+                   threads == 1 ? " " : "s", mb / best, tokens,
+                   static_cast<double>(text.size()) / static_cast<double>(std::max<int64_t>(1, tokens)));
     }
     std::string back;
     back.reserve(text.size());
@@ -154,7 +158,9 @@ int main(int argc, char** argv) {
     CLI11_PARSE(app, argc, argv);
     try {
         if (pre->parsed()) {
-            popt.text_unit = text_unit == "line" ? TextUnit::Line : text_unit == "paragraph" ? TextUnit::Paragraph : TextUnit::File;
+            popt.text_unit = text_unit == "line"        ? TextUnit::Line
+                             : text_unit == "paragraph" ? TextUnit::Paragraph
+                                                        : TextUnit::File;
             const auto tok = ptok.make();
             const PreprocessResult r = preprocess(popt, *tok);
             fmt::print(stderr, "preprocess: {} documents, {} tokens from {:.1f} MB in {:.1f} s ({:.1f} MB/s)\n",

@@ -2,7 +2,7 @@
 // overridden by Megatron-LM-named flags; see docs/config.md and `mwb-train --help`.
 #include "config/config_io.h"
 #include "config/validate.h"
-#include "data/mock_data.h"
+#include "data/data_sources.h"
 #include "mwb/kernels/device.h"
 #include "mwb/kernels/ops.h"
 #include "presets.h"
@@ -35,12 +35,16 @@ std::string choose_device(const std::string& requested, bool quiet) {
     return usable ? "cuda" : "cpu";
 }
 
-int64_t tokenizer_vocab(const mwb::Config& c) {
-    const auto& t = c.data.tokenizer_type;
-    if (t == "NullTokenizer") return c.model.vocab_size > 0 ? c.model.vocab_size + 1 : 0;  // + EOD, as Megatron-LM
-    if (t == "ByteTokenizer") return 257;
-    throw mwb::ConfigError({{"tokenizer_type", "tokenizer_type " + t + " is not available in this build yet"}},
-                           "--tokenizer-type");
+/// Runs `f`, turning an error into a configuration error of `field` (exit status 2: nothing started).
+template <typename F>
+auto as_config_error(const char* field, F&& f) {
+    try {
+        return f();
+    } catch (const mwb::ConfigError&) {
+        throw;
+    } catch (const mwb::Error& e) {
+        throw mwb::ConfigError({{field, e.what()}}, field);
+    }
 }
 
 }  // namespace
@@ -91,23 +95,27 @@ int main(int argc, char** argv) {
         }
         cfg.logging.device = choose_device(cfg.logging.device, print_config);
         if (cfg.logging.threads > 0) mwb::ops::set_num_threads(cfg.logging.threads);
-        for (const std::string& note : mwb::resolve(cfg, 1, tokenizer_vocab(cfg))) spdlog::warn("{}", note);
+        const auto tokenizer = as_config_error("tokenizer_type", [&] { return mwb::data::make_tokenizer(cfg.data, cfg.model); });
+        for (const std::string& note : mwb::resolve(cfg, 1, tokenizer->vocab_size())) spdlog::warn("{}", note);
         mwb::check_config(cfg, 1);
         if (print_config) {
             std::cout << mwb::to_json(cfg).dump(2) << "\n";
             return 0;
         }
 
+        // As Megatron-LM: enough training samples for every iteration, validation samples for every
+        // evaluation (the trainer reads the same first eval_iters global batches each time).
+        const auto& t = cfg.training;
+        const int64_t train_samples = t.train_iters * t.global_batch_size;
+        const int64_t valid_samples = cfg.data.eval_interval > 0 ? cfg.data.eval_iters * t.global_batch_size : 0;
+        auto sources = as_config_error("data_path", [&] {
+            return mwb::data::make_data_sources(cfg, *tokenizer, train_samples, valid_samples);
+        });
         mwb::TrainerInputs in;
         in.config = cfg;
-        if (cfg.data.mock_data) {
-            const int64_t vocab = cfg.model.vocab_size;
-            in.train = std::make_unique<mwb::data::MockSampleSource>(cfg.model.seq_length, vocab, cfg.training.seed, 0);
-            in.valid = std::make_unique<mwb::data::MockSampleSource>(cfg.model.seq_length, vocab, cfg.training.seed, 1);
-            in.data_description = in.train->describe();
-        } else {
-            throw mwb::ConfigError({{"data_path", "only --mock-data is available in this build so far"}}, "data");
-        }
+        in.train = std::move(sources.train);
+        in.valid = std::move(sources.valid);
+        in.data_description = sources.description;
         in.stop_requested = &g_stop;
         std::signal(SIGINT, on_signal);
         std::signal(SIGTERM, on_signal);

@@ -116,7 +116,7 @@ private:
                                    {"hosts", {host}}, {"iteration", iteration_}});
         if (in_.print_progress) {
             spdlog::info("model: {} layers, hidden {}, {} heads, seq {}, vocab {} (padded {}): {:.2f}M parameters",
-                         m.num_layers, m.hidden_size, m.num_attention_heads, m.seq_length, m.vocab_size,
+                         m.num_layers, m.hidden_size, m.num_attention_heads, m.seq_length, model_vocab_size(cfg_),
                          padded_vocab_size(cfg_), static_cast<double>(params) / 1e6);
             spdlog::info("batch: {} x {} micro-batches = {} samples/iteration; {} | {} thread(s), {}", 
                          cfg_.training.micro_batch_size, micro_batches_, cfg_.training.global_batch_size,

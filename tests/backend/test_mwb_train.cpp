@@ -62,7 +62,8 @@ private slots:
             {{"--num-layers", "four"}, "--num-layers four: expected an integer"},
             {{"--lr-decay-style", "exp"}, "expected one of constant, linear, cosine"},
             {{"--config", "/nonexistent/run.json"}, "cannot read '/nonexistent/run.json'"},
-            {{"--tokenizer-type", "GPT2BPETokenizer"}, "vocab_file"},
+            {{"--tokenizer-type", "GPT2BPETokenizer"}, "GPT2BPETokenizer needs vocab_file"},
+            {{"--data-path", "/nonexistent/corpus"}, "'/nonexistent/corpus.idx' does not exist"},
         };
         for (const auto& [args, expected] : cases) {
             mwb::test::TempDir t;

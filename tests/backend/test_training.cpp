@@ -26,6 +26,7 @@ Config tiny_config() {
     c.model.num_attention_heads = 4;
     c.model.seq_length = 16;
     c.model.make_vocab_size_divisible_by = 64;
+    c.model.vocab_size = 63;  // + EOD: 64 ids
     c.data.tokenizer_type = "NullTokenizer";
     c.data.mock_data = true;
     c.data.eval_interval = 3;
@@ -44,8 +45,9 @@ Config tiny_config() {
 RunStatus run(Config c, const fs::path& run_dir, const std::atomic<bool>* stop = nullptr) {
     TrainerInputs in;
     in.config = c;
-    in.train = std::make_unique<data::MockSampleSource>(c.model.seq_length, c.model.vocab_size, c.training.seed, 0);
-    in.valid = std::make_unique<data::MockSampleSource>(c.model.seq_length, c.model.vocab_size, c.training.seed, 1);
+    const int64_t vocab = model_vocab_size(c);
+    in.train = std::make_unique<data::MockSampleSource>(c.model.seq_length, vocab, c.training.seed, 0);
+    in.valid = std::make_unique<data::MockSampleSource>(c.model.seq_length, vocab, c.training.seed, 1);
     in.data_description = "mock";
     in.print_progress = false;
     in.stop_requested = stop;
