@@ -6,7 +6,6 @@ the raw numbers as JSON. Usage: benchmarks/run_benchmarks.py BUILD_DIR [--quick]
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -30,10 +29,15 @@ def model_flops(layers, h, s, b, vocab):
 
 
 def run_child(cmd, env):
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return out.stdout, max(before, after) * 1024
+    """Runs cmd; returns its stdout and its own peak resident set size (bytes), from wait4."""
+    with tempfile.TemporaryFile(mode="w+") as out:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.DEVNULL, text=True)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{cmd[0]} exited with {proc.returncode}")
+        out.seek(0)
+        return out.read(), usage.ru_maxrss * 1024
 
 
 def sgemm_peak(build, env):

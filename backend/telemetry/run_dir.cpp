@@ -78,7 +78,9 @@ nlohmann::json RunDir::publish(std::string_view topic, nlohmann::json fields) {
     for (auto& [key, value] : fields.items()) msg[key] = value;
     const bool metric = topic == "step" || topic == "eval" || topic == "memory";
     std::FILE* f = metric ? metrics_ : events_;
-    const std::string line = msg.dump() + "\n";
+    std::string line = msg.dump();
+    if (forward_) forward_(topic, line);
+    line += "\n";
     MWB_CHECK(std::fwrite(line.data(), 1, line.size(), f) == line.size() && std::fflush(f) == 0,
               "cannot append to '{}': {}", (path_ / (metric ? "metrics.jsonl" : "events.jsonl")).string(),
               std::strerror(errno));

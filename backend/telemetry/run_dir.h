@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -32,9 +33,14 @@ public:
     bool resumed() const { return next_seq_ > 0; }
 
     void write_run_json(const nlohmann::json& run);
-    /// Stamps `fields` with schema/topic/run_id/seq/time, appends it to the file of its topic and
-    /// returns the complete message.
+    /// Stamps `fields` with schema/topic/run_id/seq/time, appends it to the file of its topic, hands
+    /// it to the forwarder (the wire), and returns the complete message.
     nlohmann::json publish(std::string_view topic, nlohmann::json fields);
+    /// Every published message is also passed to `forward` as (topic, serialized JSON), e.g. to the
+    /// ZeroMQ publisher; it must not block.
+    using Forwarder = std::function<void(std::string_view topic, const std::string& json)>;
+    void set_forwarder(Forwarder forward) { forward_ = std::move(forward); }
+    int64_t next_seq() const { return next_seq_; }
 
 private:
     fs::path path_;
@@ -42,6 +48,7 @@ private:
     int64_t next_seq_ = 0;
     std::FILE* metrics_ = nullptr;
     std::FILE* events_ = nullptr;
+    Forwarder forward_;
 };
 
 }  // namespace mwb

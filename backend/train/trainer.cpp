@@ -19,6 +19,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <thread>
 
 namespace mwb {
 
@@ -77,12 +78,9 @@ public:
                 (iteration_ % cfg_.data.eval_interval == 0 || last))
                 evaluate();
             if (should_save(last)) save();
-            if (in_.stop_requested && in_.stop_requested->load()) {
-                if (!iteration_logged_) log_interval();
-                if (!checkpointed_ && !save_dir().empty()) save();
-                finish("interrupted", "stop requested (signal)");
-                return RunStatus::Interrupted;
-            }
+            if (signalled()) return stop_now(RunStatus::Interrupted, "interrupted", "stop requested (signal)");
+            handle_control();
+            if (stop_requested_) return stop_now(RunStatus::Stopped, "stopped", "stop requested over the control channel");
         }
         finish("finished", "");
         return RunStatus::Finished;
@@ -91,6 +89,56 @@ public:
     void fail(const std::string& why) { finish("failed", why); }
 
 private:
+    bool signalled() const { return in_.stop_requested && in_.stop_requested->load(); }
+
+    /// Ends the run early: logs the partial interval and checkpoints (into --save, else
+    /// <run_dir>/checkpoints) so that it can be resumed.
+    RunStatus stop_now(RunStatus status, const char* name, const char* reason) {
+        if (!iteration_logged_ && interval_iterations_ > 0) log_interval();
+        if (!checkpointed_ && iteration_ > 0) save(true);
+        finish(name, reason);
+        return status;
+    }
+
+    /// Applies every pending control request at this iteration boundary; while paused, waits here
+    /// (still answering requests and watching for signals).
+    void handle_control() {
+        if (!in_.control) return;
+        do {
+            while (auto request = in_.control->poll()) apply(*request);
+            if (paused_ && !signalled() && !stop_requested_) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        } while (paused_ && !signalled() && !stop_requested_);
+    }
+
+    void apply(const ControlRequest& r) {
+        nlohmann::json result = {{"ok", true}, {"action", control_action_name(r.action)}, {"iteration", iteration_}};
+        switch (r.action) {
+        case ControlAction::Status:
+            result.update({{"state", paused_ ? "paused" : "running"}, {"train_iters", cfg_.training.train_iters},
+                           {"consumed_samples", consumed_samples_}, {"skipped_iterations", skipped_}});
+            break;
+        case ControlAction::Pause:
+            paused_ = true;
+            break;
+        case ControlAction::Resume:
+            paused_ = false;
+            break;
+        case ControlAction::Checkpoint:
+            result["path"] = save(true).string();
+            break;
+        case ControlAction::Stop:
+            stop_requested_ = true;
+            paused_ = false;
+            break;
+        }
+        in_.control->reply(r, result);
+        if (r.action != ControlAction::Status)
+            dir_.publish("event", {{"kind", "control_applied"}, {"action", control_action_name(r.action)},
+                                   {"iteration", iteration_}, {"request_id", r.id}});
+        if (in_.print_progress && r.action != ControlAction::Status)
+            spdlog::info("control: {} at iteration {}", control_action_name(r.action), iteration_);
+    }
+
     void announce() {
         const auto& m = cfg_.model;
         const int64_t params = model_.layout().parameter_count();
@@ -241,9 +289,10 @@ private:
                          std::exp(std::min(loss, 700.0)), count * dims_.micro_batch, seconds_since(t0));
     }
 
-    fs::path save_dir() const {
+    /// Where checkpoints go: --save, else <run_dir>/checkpoints when saving at intervals or on request.
+    fs::path save_dir(bool requested = false) const {
         if (!cfg_.logging.save.empty()) return cfg_.logging.save;
-        if (cfg_.logging.save_interval > 0) return dir_.path() / "checkpoints";
+        if (cfg_.logging.save_interval > 0 || requested) return dir_.path() / "checkpoints";
         return {};
     }
 
@@ -265,7 +314,7 @@ private:
         return t;
     }
 
-    void save() {
+    fs::path save(bool requested = false) {
         const auto t0 = Clock::now();
         CheckpointState s;
         s.iteration = iteration_;
@@ -274,11 +323,12 @@ private:
         s.skipped_iterations = skipped_;
         s.loss_scaler = scaler_.state();
         s.config = to_json(cfg_);
-        const fs::path where = save_checkpoint(save_dir(), s, checkpoint_tensors());
+        const fs::path where = save_checkpoint(save_dir(requested), s, checkpoint_tensors());
         checkpointed_ = true;
         dir_.publish("event", {{"kind", "checkpoint_saved"}, {"iteration", iteration_}, {"path", where.string()},
                                {"time_s", seconds_since(t0)}});
         if (in_.print_progress) spdlog::info("saved checkpoint {} ({:.2f} s)", where.string(), seconds_since(t0));
+        return where;
     }
 
     void load(const fs::path& from) {
@@ -317,7 +367,7 @@ private:
 
     int64_t iteration_ = 0, consumed_samples_ = 0, skipped_ = 0;
     int nonfinite_in_a_row_ = 0;
-    bool checkpointed_ = false, iteration_logged_ = false;
+    bool checkpointed_ = false, iteration_logged_ = false, paused_ = false, stop_requested_ = false;
     double last_lr_ = 0, last_grad_norm_ = 0, last_loss_scale_ = 1;
     double interval_loss_ = 0, interval_time_ = 0;
     int64_t interval_loss_count_ = 0, interval_iterations_ = 0, interval_skipped_ = 0;

@@ -3,6 +3,7 @@
 // optimizer step, learning-rate schedule and loss scaling, evaluation, checkpoints and telemetry.
 #include "config/config.h"
 #include "data/sample_source.h"
+#include "telemetry/control.h"
 
 #include <atomic>
 #include <memory>
@@ -12,7 +13,7 @@ namespace mwb {
 class RunDir;
 
 /// How a run ended; the process exit code follows it.
-enum class RunStatus { Finished = 0, Failed = 1, Interrupted = 130 };
+enum class RunStatus { Finished = 0, Failed = 1, Stopped = 3, Interrupted = 130 };
 
 struct TrainerInputs {
     Config config;  ///< resolved and validated
@@ -23,6 +24,9 @@ struct TrainerInputs {
     const std::atomic<bool>* stop_requested = nullptr;
     /// Print a progress line every log interval (mwb-train does; tests need not).
     bool print_progress = true;
+    /// Pause / resume / checkpoint / stop / status requests, polled at every iteration boundary
+    /// (may be null).
+    ControlSource* control = nullptr;
 };
 
 /// Runs training to the end (or until stop_requested), writing the run directory. Throws mwb::Error

@@ -42,7 +42,31 @@ Config tiny_config() {
     return c;
 }
 
-RunStatus run(Config c, const fs::path& run_dir, const std::atomic<bool>* stop = nullptr) {
+/// Releases scripted requests at iteration boundaries: request k is returned by the first poll after
+/// `boundary` empty polls (one empty poll per boundary while running, one per wait while paused).
+class ScriptedControl final : public ControlSource {
+public:
+    void add(int boundary, ControlAction action) { script_.push_back({boundary, ControlRequest{action, std::to_string(script_.size())}}); }
+    std::optional<ControlRequest> poll() override {
+        for (auto& [when, req] : script_)
+            if (when == empty_polls_ && !req.id.empty()) {
+                ControlRequest r = req;
+                req.id.clear();
+                return r;
+            }
+        ++empty_polls_;
+        return std::nullopt;
+    }
+    void reply(const ControlRequest& r, const nlohmann::json& result) override { replies.push_back({r.id, result}); }
+    std::vector<std::pair<std::string, nlohmann::json>> replies;
+
+private:
+    std::vector<std::pair<int, ControlRequest>> script_;
+    int empty_polls_ = 0;
+};
+
+RunStatus run(Config c, const fs::path& run_dir, const std::atomic<bool>* stop = nullptr,
+              ControlSource* control = nullptr) {
     TrainerInputs in;
     in.config = c;
     const int64_t vocab = model_vocab_size(c);
@@ -51,6 +75,7 @@ RunStatus run(Config c, const fs::path& run_dir, const std::atomic<bool>* stop =
     in.data_description = "mock";
     in.print_progress = false;
     in.stop_requested = stop;
+    in.control = control;
     RunDir dir(run_dir, "test");
     return train(std::move(in), dir);
 }
@@ -207,6 +232,33 @@ private slots:
             QVERIFY2(std::string(e.what()).find("has shape [64, 32], this model needs [64, 64]") != std::string::npos,
                      e.what());
         }
+    }
+
+    void control_requests_apply_at_iteration_boundaries() {
+        test::TempDir t;
+        Config c = tiny_config();
+        ScriptedControl control;
+        control.add(0, ControlAction::Status);      // after iteration 1
+        control.add(1, ControlAction::Checkpoint);  // after iteration 2
+        control.add(2, ControlAction::Pause);       // after iteration 3 ...
+        control.add(5, ControlAction::Status);      // ... answered while paused ...
+        control.add(6, ControlAction::Resume);      // ... then resumed
+        control.add(7, ControlAction::Stop);        // after iteration 4
+        QCOMPARE(run(c, t.path(), nullptr, &control), RunStatus::Stopped);
+        QCOMPARE(control.replies.size(), std::size_t{6});
+        QCOMPARE(control.replies[0].second["state"], "running");
+        QCOMPARE(control.replies[0].second["iteration"], 1);
+        QCOMPARE(control.replies[1].second["path"].get<std::string>(), (t / "checkpoints/iter_0000002").string());
+        QCOMPARE(control.replies[3].second["state"], "paused");
+        QCOMPARE(control.replies[3].second["iteration"], 3);
+        QCOMPARE(control.replies[5].second["iteration"], 4);
+        for (const auto& [id, r] : control.replies) QVERIFY(r["ok"].get<bool>());
+        QCOMPARE(records(t / "events.jsonl", "run.end").back()["status"], "stopped");
+        QCOMPARE(records(t / "metrics.jsonl", "step").back()["iteration"], 4);
+        QCOMPARE(bytes_of(t / "checkpoints/latest"), std::string("iter_0000004\n"));  // stop checkpoints
+        int applied = 0;
+        for (const auto& e : records(t / "events.jsonl", "event")) applied += e["kind"] == "control_applied";
+        QCOMPARE(applied, 4);
     }
 
     void stop_request_saves_and_reports_interrupted() {
