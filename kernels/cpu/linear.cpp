@@ -4,10 +4,37 @@
 #include "mwb/kernels/error.h"
 
 #include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
 
 namespace mwb::cpu {
 
 namespace {
+
+/// How one GEMM is cut into independent sgemm calls, each run single-threaded. The cut depends only
+/// on the shape, never on the thread count: OpenBLAS's own threading changes the order of
+/// floating-point sums with the number of threads for some kernels (its Haswell sgemm does), which
+/// would make results depend on --threads.
+struct GemmSplit {
+    bool along_rows = true;  ///< split the rows of C (re-reading op(B) per chunk) or its columns (op(A))
+    int64_t chunks = 1;      ///< 1, 2, 4 or 8: balanced for 1, 2, 4 or 8 threads
+};
+
+GemmSplit plan_gemm_split(int64_t m, int64_t n, int64_t k) {
+    constexpr double kFlopsPerChunk = 128.0 * 1024 * 1024;  // below this a chunk is not worth a thread
+    constexpr int64_t kMinChunk = 64;                       // rows/columns per chunk, a multiple of any unroll
+    const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+    GemmSplit s;
+    // Re-packing cost of each axis: splitting rows re-reads op(B) (k·n) per chunk, columns op(A) (m·k).
+    s.along_rows = static_cast<double>(k) * n <= static_cast<double>(m) * k ? m >= 2 * kMinChunk
+                                                                            : !(n >= 2 * kMinChunk);
+    const int64_t dim = s.along_rows ? m : n;
+    while (s.chunks < 8 && flops / static_cast<double>(2 * s.chunks) >= kFlopsPerChunk &&
+           dim / (2 * s.chunks) >= kMinChunk)
+        s.chunks *= 2;
+    return s;
+}
 
 /// Σ over rows of a row-major (rows, cols) matrix, added to out (cols). Columns are split across
 /// threads and every column is summed top to bottom, so the order is fixed.
@@ -40,10 +67,35 @@ void matmul(OpContext&, TensorView c, TensorView a, TensorView b, bool trans_a, 
     MWB_CHECK(k == kb && c.dim(0) == m && c.dim(1) == n, "matmul: shapes do not agree: c={} a{}={} b{}={}",
               c.describe(), trans_a ? "ᵀ" : "", a.describe(), trans_b ? "ᵀ" : "", b.describe());
     if (m == 0 || n == 0) return;
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-                static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a.f32(),
-                static_cast<blasint>(a.dim(1)), b.f32(), static_cast<blasint>(b.dim(1)), beta, c.f32(),
-                static_cast<blasint>(n));
+    const GemmSplit split = plan_gemm_split(m, n, k);
+    const int64_t dim = split.along_rows ? m : n;
+    const int64_t chunk = (dim + split.chunks - 1) / split.chunks;
+    const int64_t lda = a.dim(1), ldb = b.dim(1);
+    const float *pa = a.f32(), *pb = b.f32();
+    float* pc = c.f32();
+    const auto run = [&](int64_t first, int64_t count) {
+        // A chunk of rows of C is a chunk of rows of op(A); a chunk of columns, one of op(B).
+        const float* ca = split.along_rows ? (trans_a ? pa + first : pa + first * lda) : pa;
+        const float* cb = split.along_rows ? pb : (trans_b ? pb + first * ldb : pb + first);
+        float* cc = split.along_rows ? pc + first * n : pc + first;
+        cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+                    static_cast<blasint>(split.along_rows ? count : m), static_cast<blasint>(split.along_rows ? n : count),
+                    static_cast<blasint>(k), alpha, ca, static_cast<blasint>(lda), cb, static_cast<blasint>(ldb), beta, cc,
+                    static_cast<blasint>(n));
+    };
+    if (split.chunks == 1) {
+        // OpenBLAS (OpenMP build) follows omp_get_max_threads() outside parallel regions: make it 1.
+        const int threads = omp_get_max_threads();
+        omp_set_num_threads(1);
+        run(0, dim);
+        omp_set_num_threads(threads);
+        return;
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < split.chunks; ++i) {
+        const int64_t first = i * chunk;
+        if (first < dim) run(first, std::min(chunk, dim - first));
+    }
 }
 
 void linear_forward(OpContext& ctx, TensorView y, TensorView x, TensorView w, TensorView bias) {
