@@ -1,18 +1,18 @@
 #include "checkpoint/checkpoint.h"
 
 #include "mwb/kernels/error.h"
+#include "parallel/parallel_context.h"
 
 #include <fcntl.h>
+#include <fmt/ranges.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <fmt/ranges.h>
 #include <xxhash.h>
 
 #include <cerrno>
 #include <cstring>
 #include <map>
-#include <random>
 
 namespace mwb {
 
@@ -21,7 +21,6 @@ namespace {
 constexpr const char* kFormat = "mwb-checkpoint";
 constexpr int kVersion = 1;
 constexpr int64_t kAlign = 64;
-constexpr const char* kShardFile = "rank_00000.bin";
 
 std::string hex64(uint64_t v) { return fmt::format("{:016x}", v); }
 
@@ -71,7 +70,7 @@ private:
 /// A read-only memory map of a whole file.
 class MappedFile {
 public:
-    explicit MappedFile(const fs::path& path) : path_(path) {
+    explicit MappedFile(const fs::path& path) {
         fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
         MWB_CHECK(fd_ >= 0, "cannot open checkpoint file '{}': {}", path.string(), std::strerror(errno));
         struct stat st {};
@@ -90,7 +89,6 @@ public:
     int64_t size() const { return size_; }
 
 private:
-    fs::path path_;
     int fd_ = -1;
     void* data_ = nullptr;
     int64_t size_ = 0;
@@ -102,63 +100,115 @@ int64_t numel_of(const std::vector<int64_t>& shape) {
     return n;
 }
 
+/// The rectangle [row0, row1) x [col0, col1) a slice covers in its 2-D global tensor (1-D: one row).
+struct Rect {
+    int64_t row0, row1, col0, col1;
+};
+
+Rect rect_of(const std::vector<int64_t>& global, const std::vector<int64_t>& shape, int split_dim, int64_t begin) {
+    const int64_t rows = global.size() == 2 ? global[0] : 1, cols = global.back();
+    Rect r{0, rows, 0, cols};
+    if (split_dim < 0) return r;
+    if (global.size() == 1 || split_dim == 1) {
+        r.col0 = begin;
+        r.col1 = begin + shape.back();
+    } else {
+        r.row0 = begin;
+        r.row1 = begin + shape[0];
+    }
+    return r;
+}
+
+std::string part_name(const RankCoordinates& c) { return fmt::format("tp{:02d}_pp{:02d}", c.tp, c.pp); }
+
 }  // namespace
 
 std::string iteration_dir_name(int64_t iteration) { return fmt::format("iter_{:07d}", iteration); }
 
-fs::path save_checkpoint(const fs::path& dir, const CheckpointState& state, const std::vector<CheckpointTensor>& tensors) {
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    MWB_CHECK(!ec, "cannot create checkpoint directory '{}': {}", dir.string(), ec.message());
+fs::path save_checkpoint(const fs::path& dir, const CheckpointState& state, const std::vector<CheckpointTensor>& tensors,
+                         ParallelContext& par, bool writer) {
     const std::string name = iteration_dir_name(state.iteration);
-    const fs::path tmp = dir / fmt::format(".{}.tmp-{:x}", name, std::random_device{}());
-    fs::create_directories(tmp, ec);
-    MWB_CHECK(!ec, "cannot create '{}': {}", tmp.string(), ec.message());
-    try {
+    const fs::path tmp = dir / ("." + name + ".tmp");  // one name all ranks agree on
+    const bool leader = par.world_rank() == 0;
+    std::error_code ec;
+    if (leader) {
+        fs::create_directories(dir, ec);
+        MWB_CHECK(!ec, "cannot create checkpoint directory '{}': {}", dir.string(), ec.message());
+        fs::remove_all(tmp, ec);  // left by a crash
+        fs::create_directories(tmp, ec);
+        MWB_CHECK(!ec, "cannot create '{}': {}", tmp.string(), ec.message());
+    }
+    par.world().barrier();
+
+    if (writer) {
+        const std::string part = part_name(par.coord());
         nlohmann::json entries = nlohmann::json::array();
-        HashingWriter shard(tmp / kShardFile);
+        HashingWriter shard(tmp / (part + ".bin"));
         for (const CheckpointTensor& t : tensors) {
+            if (!t.save) continue;
             shard.pad_to(kAlign);
             const int64_t bytes = numel_of(t.shape) * static_cast<int64_t>(sizeof(float));
-            entries.push_back({{"name", t.name}, {"shape", t.shape}, {"dtype", "f32"}, {"file", kShardFile},
-                               {"offset", shard.offset()}, {"bytes", bytes}});
+            entries.push_back({{"name", t.name}, {"global_shape", t.global_shape}, {"shape", t.shape},
+                               {"split_dim", t.split_dim}, {"split_begin", t.split_begin}, {"dtype", "f32"},
+                               {"file", part + ".bin"}, {"offset", shard.offset()}, {"bytes", bytes}});
             shard.write(t.data, bytes);
         }
-        const int64_t shard_bytes = shard.offset();
-        const uint64_t shard_hash = shard.finish();
-        const nlohmann::json meta = {
-            {"format", kFormat},
-            {"version", kVersion},
-            {"iteration", state.iteration},
-            {"consumed_samples", state.consumed_samples},
-            {"optimizer_steps", state.optimizer_steps},
-            {"skipped_iterations", state.skipped_iterations},
-            {"loss_scaler", state.loss_scaler},
-            {"layout", {{"tensor_model_parallel_size", 1}, {"pipeline_model_parallel_size", 1}, {"data_parallel_size", 1}}},
-            {"files", nlohmann::json::array({{{"name", kShardFile}, {"bytes", shard_bytes}, {"xxh3_64", hex64(shard_hash)}}})},
-            {"tensors", entries},
-            {"config", state.config},
-        };
-        write_file_atomic(tmp / "metadata.json", meta.dump(1));
-        sync_directory(tmp);
-
-        // Swap the finished folder into place; an older checkpoint of the same iteration goes first.
-        const fs::path final_dir = dir / name;
-        if (fs::exists(final_dir)) {
-            const fs::path old = dir / fmt::format(".{}.old-{:x}", name, std::random_device{}());
-            fs::rename(final_dir, old);
-            fs::rename(tmp, final_dir);
-            fs::remove_all(old, ec);
-        } else {
-            fs::rename(tmp, final_dir);
-        }
-        sync_directory(dir);
-        write_file_atomic(dir / "latest", name + "\n");
-        return final_dir;
-    } catch (...) {
-        fs::remove_all(tmp, ec);
-        throw;
+        const int64_t bytes = shard.offset();
+        const uint64_t hash = shard.finish();
+        const nlohmann::json part_meta = {
+            {"file", {{"name", part + ".bin"}, {"bytes", bytes}, {"xxh3_64", hex64(hash)}}}, {"tensors", entries}};
+        write_file_atomic(tmp / (part + ".json"), part_meta.dump());
     }
+    par.world().barrier();
+
+    fs::path final_dir = dir / name;
+    if (leader) {
+        try {
+            nlohmann::json files = nlohmann::json::array(), tensors_meta = nlohmann::json::array();
+            for (const auto& entry : fs::directory_iterator(tmp)) {
+                if (entry.path().extension() != ".json") continue;
+                const auto part = nlohmann::json::parse(read_file(entry.path(), 256 << 20));
+                files.push_back(part.at("file"));
+                for (const auto& t : part.at("tensors")) tensors_meta.push_back(t);
+                fs::remove(entry.path());
+            }
+            const nlohmann::json meta = {
+                {"format", kFormat},
+                {"version", kVersion},
+                {"iteration", state.iteration},
+                {"consumed_samples", state.consumed_samples},
+                {"optimizer_steps", state.optimizer_steps},
+                {"skipped_iterations", state.skipped_iterations},
+                {"loss_scaler", state.loss_scaler},
+                {"layout",
+                 {{"tensor_model_parallel_size", par.tp_size()},
+                  {"pipeline_model_parallel_size", par.pp_size()},
+                  {"data_parallel_size", par.dp_size()}}},
+                {"files", files},
+                {"tensors", tensors_meta},
+                {"config", state.config},
+            };
+            write_file_atomic(tmp / "metadata.json", meta.dump(1));
+            sync_directory(tmp);
+            // Swap the finished folder into place; an older checkpoint of the same iteration goes first.
+            if (fs::exists(final_dir)) {
+                const fs::path old = dir / ("." + name + ".old");
+                fs::remove_all(old, ec);
+                fs::rename(final_dir, old);
+                fs::rename(tmp, final_dir);
+                fs::remove_all(old, ec);
+            } else {
+                fs::rename(tmp, final_dir);
+            }
+            sync_directory(dir);
+            write_file_atomic(dir / "latest", name + "\n");
+        } catch (...) {
+            fs::remove_all(tmp, ec);
+            throw;
+        }
+    }
+    par.world().barrier();
+    return final_dir;
 }
 
 fs::path resolve_checkpoint_dir(const fs::path& load) {
@@ -180,7 +230,7 @@ CheckpointState load_checkpoint(const fs::path& iteration_dir, const std::vector
     const fs::path meta_path = iteration_dir / "metadata.json";
     nlohmann::json meta;
     try {
-        meta = nlohmann::json::parse(read_file(meta_path, 64 << 20));
+        meta = nlohmann::json::parse(read_file(meta_path, 256 << 20));
     } catch (const nlohmann::json::exception& e) {
         MWB_FAIL("checkpoint metadata '{}' is not valid JSON: {}", meta_path.string(), e.what());
     }
@@ -190,44 +240,78 @@ CheckpointState load_checkpoint(const fs::path& iteration_dir, const std::vector
         MWB_CHECK(meta.at("version").get<int>() == kVersion, "'{}' has checkpoint version {}, this build reads {}",
                   meta_path.string(), meta.at("version").get<int>(), kVersion);
 
-        // Verify every file before trusting any byte of it.
-        std::map<std::string, std::unique_ptr<MappedFile>> files;
+        std::map<std::string, nlohmann::json> file_meta;
         for (const auto& f : meta.at("files")) {
             const std::string name = f.at("name").get<std::string>();
             MWB_CHECK(name.find('/') == std::string::npos && !name.starts_with("."), "'{}' names an invalid file '{}'",
                       meta_path.string(), name);
+            file_meta.emplace(name, f);
+        }
+        std::multimap<std::string, nlohmann::json> entries;
+        for (const auto& e : meta.at("tensors")) entries.emplace(e.at("name").get<std::string>(), e);
+
+        // Files are mapped and verified once, when first needed.
+        std::map<std::string, std::unique_ptr<MappedFile>> files;
+        const auto file = [&](const std::string& name) -> const MappedFile& {
+            if (auto it = files.find(name); it != files.end()) return *it->second;
+            const auto fm = file_meta.find(name);
+            MWB_CHECK(fm != file_meta.end(), "checkpoint '{}': a tensor lives in the unlisted file {}",
+                      iteration_dir.string(), name);
             const fs::path path = iteration_dir / name;
             auto mapped = std::make_unique<MappedFile>(path);
-            const int64_t expected = f.at("bytes").get<int64_t>();
+            const int64_t expected = fm->second.at("bytes").get<int64_t>();
             MWB_CHECK(mapped->size() == expected, "checkpoint file '{}' is {} bytes, metadata.json records {} (truncated?)",
                       path.string(), mapped->size(), expected);
             const std::string hash = hex64(XXH3_64bits(mapped->data(), static_cast<std::size_t>(mapped->size())));
-            MWB_CHECK(hash == f.at("xxh3_64").get<std::string>(),
+            MWB_CHECK(hash == fm->second.at("xxh3_64").get<std::string>(),
                       "checkpoint file '{}' is corrupt: its XXH3-64 is {}, metadata.json records {}", path.string(), hash,
-                      f.at("xxh3_64").get<std::string>());
-            files.emplace(name, std::move(mapped));
-        }
+                      fm->second.at("xxh3_64").get<std::string>());
+            return *files.emplace(name, std::move(mapped)).first->second;
+        };
 
-        std::map<std::string, nlohmann::json> entries;
-        for (const auto& e : meta.at("tensors")) entries.emplace(e.at("name").get<std::string>(), e);
         for (const CheckpointTensor& t : tensors) {
-            const auto it = entries.find(t.name);
-            MWB_CHECK(it != entries.end(), "checkpoint '{}' has no tensor {} (was it saved by a different model?)",
+            const auto [first, last] = entries.equal_range(t.name);
+            MWB_CHECK(first != last, "checkpoint '{}' has no tensor {} (was it saved by a different model?)",
                       iteration_dir.string(), t.name);
-            const auto& e = it->second;
-            const auto shape = e.at("shape").get<std::vector<int64_t>>();
-            MWB_CHECK(shape == t.shape, "checkpoint '{}': {} has shape [{}], this model needs [{}]", iteration_dir.string(),
-                      t.name, fmt::join(shape, ", "), fmt::join(t.shape, ", "));
-            const auto file = files.find(e.at("file").get<std::string>());
-            MWB_CHECK(file != files.end(), "checkpoint '{}': {} lives in an unlisted file", iteration_dir.string(), t.name);
-            const int64_t offset = e.at("offset").get<int64_t>(), bytes = e.at("bytes").get<int64_t>();
-            MWB_CHECK(bytes == numel_of(t.shape) * 4 && offset >= 0 && offset + bytes <= file->second->size(),
-                      "checkpoint '{}': {} lies outside its file", iteration_dir.string(), t.name);
-            std::memcpy(t.dest, file->second->data() + offset, static_cast<std::size_t>(bytes));
-            entries.erase(it);
+            const Rect want = rect_of(t.global_shape, t.shape, t.split_dim, t.split_begin);
+            const int64_t want_cols = want.col1 - want.col0;
+            int64_t copied = 0, saved_rows = -1;
+            for (auto it = first; it != last; ++it) {
+                const auto& e = it->second;
+                const auto global = e.at("global_shape").get<std::vector<int64_t>>();
+                const bool same = global == t.global_shape ||
+                                  (t.padded_rows && global.size() == 2 && t.global_shape.size() == 2 &&
+                                   global[1] == t.global_shape[1]);
+                MWB_CHECK(same, "checkpoint '{}': {} has shape [{}], this model needs [{}]", iteration_dir.string(), t.name,
+                          fmt::join(global, ", "), fmt::join(t.global_shape, ", "));
+                saved_rows = global[0];
+                const auto shape = e.at("shape").get<std::vector<int64_t>>();
+                const Rect have = rect_of(global, shape, e.at("split_dim").get<int>(), e.at("split_begin").get<int64_t>());
+                const int64_t r0 = std::max(want.row0, have.row0), r1 = std::min(want.row1, have.row1);
+                const int64_t c0 = std::max(want.col0, have.col0), c1 = std::min(want.col1, have.col1);
+                if (r0 >= r1 || c0 >= c1) continue;
+                const MappedFile& f = file(e.at("file").get<std::string>());
+                const int64_t offset = e.at("offset").get<int64_t>(), bytes = e.at("bytes").get<int64_t>();
+                MWB_CHECK(bytes == numel_of(shape) * 4 && offset >= 0 && offset + bytes <= f.size(),
+                          "checkpoint '{}': {} lies outside its file", iteration_dir.string(), t.name);
+                const float* src = reinterpret_cast<const float*>(f.data() + offset);
+                const int64_t have_cols = have.col1 - have.col0;
+                for (int64_t row = r0; row < r1; ++row)
+                    std::memcpy(t.dest + (row - want.row0) * want_cols + (c0 - want.col0),
+                                src + (row - have.row0) * have_cols + (c0 - have.col0),
+                                static_cast<std::size_t>(c1 - c0) * sizeof(float));
+                copied += (r1 - r0) * (c1 - c0);
+            }
+            if (t.padded_rows && saved_rows >= 0 && want.row1 > saved_rows) {
+                // Padding rows this layout has and the saved one had not: zero.
+                const int64_t r0 = std::max(want.row0, saved_rows);
+                std::memset(t.dest + (r0 - want.row0) * want_cols, 0,
+                            static_cast<std::size_t>((want.row1 - r0) * want_cols) * sizeof(float));
+                copied += (want.row1 - r0) * want_cols;
+            }
+            MWB_CHECK(copied == numel_of(t.shape), "checkpoint '{}' covers {} of the {} elements of {} this rank needs",
+                      iteration_dir.string(), copied, numel_of(t.shape), t.name);
         }
-        MWB_CHECK(entries.empty(), "checkpoint '{}' holds {} tensors this model does not have, e.g. {}",
-                  iteration_dir.string(), entries.size(), entries.empty() ? "" : entries.begin()->first);
 
         CheckpointState s;
         s.iteration = meta.at("iteration").get<int64_t>();

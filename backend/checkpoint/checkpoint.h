@@ -1,12 +1,14 @@
 #pragma once
 // Checkpoints: what a run needs to continue bit-identically (weights, Adam moments, step counts, loss
-// scaler, data position, iteration), written as
-//   <dir>/iter_NNNNNNN/metadata.json        layout, tensors (name, shape, file, offset), checksums
-//   <dir>/iter_NNNNNNN/rank_RRRRR.bin       this rank's tensors, fp32, 64-byte aligned
+// scaler, data position, iteration), saved sharded and loadable into any parallel layout:
+//   <dir>/iter_NNNNNNN/metadata.json        layout, every tensor slice (name, global shape, slice, file, offset), checksums
+//   <dir>/iter_NNNNNNN/tp00_pp00.bin        the tensors of one tensor-/pipeline-parallel shard, fp32, 64-byte aligned
 //   <dir>/latest                            "iter_NNNNNNN", written last
-// The iteration folder is assembled under a temporary name and renamed into place, so a crash never
-// leaves a half-written checkpoint behind `latest`. Every file is checksummed (XXH3-64) and verified
-// on load; mismatches are errors naming the file. Format: docs/checkpoint.md.
+// Each tensor is stored once (by data-parallel rank 0 of its shard, replicated tensors by tensor-parallel
+// rank 0) with its place in the global tensor, so a loader with other TP/PP/DP sizes assembles its own
+// slices from whichever files hold them. The iteration folder is built under a temporary name and
+// renamed into place; files are checksummed (XXH3-64) and verified on load. Format: docs/checkpoint.md.
+// Saving assumes the ranks share a file system (as Megatron-LM's checkpoints do).
 #include "core/files.h"
 #include "mwb/kernels/tensor.h"
 
@@ -18,14 +20,22 @@
 
 namespace mwb {
 
-struct ParamLayout;
+class ParallelContext;
 
-/// One named tensor of the checkpoint.
+/// One tensor slice of this rank.
 struct CheckpointTensor {
-    std::string name;             ///< e.g. "param/decoder.final_layernorm.weight", "exp_avg/..."
-    std::vector<int64_t> shape;
-    const float* data = nullptr;  ///< saving: where the values are
-    float* dest = nullptr;        ///< loading: where they go
+    std::string name;                   ///< e.g. "param/decoder.final_layernorm.weight", "exp_avg/..."
+    std::vector<int64_t> global_shape;  ///< the whole tensor
+    std::vector<int64_t> shape;         ///< this slice
+    int split_dim = -1;                 ///< dimension the slice is cut along (-1: the whole tensor)
+    int64_t split_begin = 0;            ///< where the slice starts along split_dim
+    const float* data = nullptr;        ///< saving: where the values are
+    float* dest = nullptr;              ///< loading: where they go
+    bool save = true;                   ///< false: a replica that another rank saves
+    /// Vocabulary-padded tensors (word embedding, output layer): the saved and the needed number of
+    /// rows (dimension 0) may differ when the tensor-parallel size changes the padding; common rows
+    /// load, extra padding rows are zero.
+    bool padded_rows = false;
 };
 
 /// The scalar state saved beside the tensors.
@@ -41,15 +51,18 @@ struct CheckpointState {
 /// "iter_0000100"
 std::string iteration_dir_name(int64_t iteration);
 
-/// Writes the checkpoint of `iteration` under `dir` (replacing one of the same iteration) and then
-/// the `latest` marker. Returns the iteration folder.
-fs::path save_checkpoint(const fs::path& dir, const CheckpointState& state, const std::vector<CheckpointTensor>& tensors);
+/// Collective over the world of `par`: writes the checkpoint of `state.iteration` under `dir`
+/// (replacing one of the same iteration) and then the `latest` marker. `writer`: this rank writes its
+/// tensors (data-parallel rank 0 of each shard). Returns the iteration folder.
+fs::path save_checkpoint(const fs::path& dir, const CheckpointState& state, const std::vector<CheckpointTensor>& tensors,
+                         ParallelContext& par, bool writer);
 
 /// Resolves a --load argument: a checkpoint directory (follows `latest`) or one iteration folder.
 fs::path resolve_checkpoint_dir(const fs::path& load);
 
-/// Reads metadata.json of an iteration folder, verifies every file's size and checksum, fills each
-/// tensor's `dest` (every tensor must be present with the same shape) and returns the state.
+/// Reads metadata.json of an iteration folder, verifies the size and checksum of every file it reads,
+/// fills each tensor's `dest` from the saved slices (every element must be covered, global shapes must
+/// match, no saved tensor may be unknown to the model) and returns the state.
 CheckpointState load_checkpoint(const fs::path& iteration_dir, const std::vector<CheckpointTensor>& tensors);
 
 }  // namespace mwb

@@ -25,6 +25,30 @@ GptDims GptDims::from_config(const Config& c) {
     return d;
 }
 
+ModelPartition ModelPartition::whole(const GptDims& d) {
+    ModelPartition p;
+    p.chunks.push_back({0, d.layers});
+    return p;
+}
+
+ModelPartition ModelPartition::for_stage(const GptDims& d, int pp_size, int pp_rank, int layers_per_virtual_stage) {
+    ModelPartition p;
+    if (layers_per_virtual_stage > 0) {
+        const int64_t chunks = d.layers / (static_cast<int64_t>(pp_size) * layers_per_virtual_stage);
+        for (int64_t c = 0; c < chunks; ++c) {
+            const int64_t stage = c * pp_size + pp_rank;
+            p.chunks.push_back({stage * layers_per_virtual_stage, (stage + 1) * layers_per_virtual_stage});
+        }
+    } else {
+        const int64_t per = d.layers / pp_size;
+        p.chunks.push_back({pp_rank * per, (pp_rank + 1) * per});
+    }
+    p.embedding = p.chunks.front().first_layer == 0;
+    p.head = p.chunks.back().end_layer == d.layers;
+    p.tied_copy = p.head && !p.embedding && d.tied_output;
+    return p;
+}
+
 RecomputePolicy RecomputePolicy::from_config(const TrainingConfig& t) {
     RecomputePolicy p;
     if (t.recompute_granularity == "selective") p.granularity = RecomputeGranularity::Selective;

@@ -3,6 +3,7 @@
 #include "config/config.h"
 
 #include <cstdint>
+#include <vector>
 
 namespace mwb {
 
@@ -30,6 +31,24 @@ struct GptDims {
     static GptDims from_config(const Config& config);
 };
 
+/// The layers this rank holds: one or more model chunks (virtual pipeline stages), each a contiguous
+/// range of global layers. Virtual stage k = chunk·P + pipeline_rank holds layers [k·Lv, (k+1)·Lv)
+/// (Megatron-LM's interleaved assignment; without interleaving one chunk of L/P layers).
+struct ModelPartition {
+    struct Chunk {
+        int64_t first_layer = 0, end_layer = 0;
+    };
+    std::vector<Chunk> chunks;
+    bool embedding = true;   ///< chunks[0] starts at layer 0: word and position embeddings here
+    bool head = true;        ///< chunks.back() ends at the last layer: final norm, output layer, loss here
+    bool tied_copy = false;  ///< the head is here, the embedding on another stage, and they are tied
+
+    /// The whole model on one pipeline stage.
+    static ModelPartition whole(const GptDims& dims);
+    /// Pipeline rank `pp_rank` of `pp_size` with `layers_per_virtual_stage` (0: no interleaving).
+    static ModelPartition for_stage(const GptDims& dims, int pp_size, int pp_rank, int layers_per_virtual_stage);
+};
+
 enum class RecomputeGranularity { None, Selective, Full };
 
 /// Which layers keep their activations, and how fully recomputed layers are grouped into chunks
@@ -40,6 +59,7 @@ struct RecomputePolicy {
     int num_layers = 0;
 
     static RecomputePolicy from_config(const TrainingConfig& training);
+    /// Layer indices below are local to a model chunk (as Megatron-LM applies the policy per stage).
     /// True when layer l keeps every activation in forward (it is not fully recomputed).
     bool stores_all(int64_t l) const;
     /// [first, last) layers of the recompute chunk holding layer l (only for layers that don't store all).

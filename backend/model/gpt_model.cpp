@@ -3,41 +3,92 @@
 #include "model/init.h"
 #include "model/norm.h"
 #include "mwb/kernels/error.h"
+#include "parallel/self_communicator.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace mwb {
 
 GptModel::GptModel(const GptDims& dims, const RecomputePolicy& recompute, DType storage, OpContext& ctx,
                    Allocator& alloc)
-    : d_(dims), recompute_(recompute), storage_(storage), ctx_(ctx), alloc_(alloc) {
-    MWB_CHECK(d_.layers >= 1 && d_.hidden >= 1 && d_.heads >= 1 && d_.hidden % d_.heads == 0 && d_.seq >= 1 &&
-                  d_.micro_batch >= 1 && d_.vocab >= 2 && d_.max_positions >= d_.seq && d_.ffn >= 1,
-              "GptModel: inconsistent sizes (L={} H={} A={} F={} S={} B={} V={} P={})", d_.layers, d_.hidden,
-              d_.heads, d_.ffn, d_.seq, d_.micro_batch, d_.vocab, d_.max_positions);
-    wte_ = layout_.add("embedding.word_embeddings.weight", {d_.vocab, d_.hidden}, true);
-    wpe_ = layout_.add("embedding.position_embeddings.weight", {d_.max_positions, d_.hidden}, true);
-    for (int64_t l = 0; l < d_.layers; ++l) TransformerLayer::add_params(layout_, l, d_);
-    lnf_w_ = layout_.add("decoder.final_layernorm.weight", {d_.hidden}, false);
-    if (!d_.rmsnorm) lnf_b_ = layout_.add("decoder.final_layernorm.bias", {d_.hidden}, false);
-    out_w_ = d_.tied_output ? wte_ : layout_.add("output_layer.weight", {d_.vocab, d_.hidden}, true);
+    : d_(dims), partition_(ModelPartition::whole(dims)), self_tp_(std::make_unique<SelfCommunicator>("tp")),
+      self_sp_(std::make_unique<SelfCommunicator>("sp")),
+      own_tp_(std::make_unique<TensorParallel>(*self_tp_, *self_sp_, false)), tp_(*own_tp_), recompute_(recompute),
+      storage_(storage), ctx_(ctx), alloc_(alloc) {
+    build(1);
+}
 
+GptModel::GptModel(const GptDims& dims, const ModelPartition& partition, TensorParallel& tp,
+                   const RecomputePolicy& recompute, DType storage, OpContext& ctx, Allocator& alloc, int64_t arena_shards)
+    : d_(dims), partition_(partition), tp_(tp), recompute_(recompute), storage_(storage), ctx_(ctx), alloc_(alloc) {
+    build(arena_shards);
+}
+
+GptModel::~GptModel() = default;
+
+void GptModel::build(int64_t arena_shards) {
+    const int t = tp_.size(), r = tp_.rank();
+    MWB_CHECK(d_.layers >= 1 && d_.hidden >= 1 && d_.heads >= 1 && d_.hidden % d_.heads == 0 && d_.seq >= 1 &&
+                  d_.micro_batch >= 1 && d_.vocab >= 2 && d_.max_positions >= d_.seq && d_.ffn >= 1 &&
+                  d_.vocab % t == 0 && !partition_.chunks.empty(),
+              "GptModel: inconsistent sizes (L={} H={} A={} F={} S={} B={} V={} P={}, tensor-parallel {})", d_.layers,
+              d_.hidden, d_.heads, d_.ffn, d_.seq, d_.micro_batch, d_.vocab, d_.max_positions, t);
+    local_rows_ = tp_.local_seq(d_.seq) * d_.micro_batch;
+    vocab_local_ = d_.vocab / t;
+    vocab_start_ = r * vocab_local_;
+    const bool sp = tp_.sequence_parallel();
+
+    if (partition_.embedding) {
+        wte_ = layout_.add_split("embedding.word_embeddings.weight", {d_.vocab, d_.hidden}, 0, t, r, true);
+        wpe_ = layout_.add("embedding.position_embeddings.weight", {d_.max_positions, d_.hidden}, true);
+        layout_.mark_sequence_parallel(wpe_, sp);
+    }
+    for (const auto& chunk : partition_.chunks)
+        for (int64_t l = chunk.first_layer; l < chunk.end_layer; ++l) {
+            TransformerLayer::add_params(layout_, l, d_, t, r, sp);
+            layer_ids_.push_back(l);
+        }
+    if (partition_.head) {
+        lnf_w_ = layout_.add("decoder.final_layernorm.weight", {d_.hidden}, false);
+        layout_.mark_sequence_parallel(lnf_w_, sp);
+        if (!d_.rmsnorm) {
+            lnf_b_ = layout_.add("decoder.final_layernorm.bias", {d_.hidden}, false);
+            layout_.mark_sequence_parallel(lnf_b_, sp);
+        }
+        if (!d_.tied_output) {
+            out_w_ = layout_.add_split("output_layer.weight", {d_.vocab, d_.hidden}, 0, t, r, true);
+        } else if (partition_.embedding) {
+            out_w_ = wte_;
+        } else {
+            // Pipeline > 1 with tied weights: the last stage keeps its own copy of the word embedding,
+            // initialised identically and kept in sync by summing gradients with the first stage's.
+            out_w_ = layout_.add_split("embedding.word_embeddings.weight", {d_.vocab, d_.hidden}, 0, t, r, true);
+            layout_.mark_tied_copy(out_w_);
+        }
+    }
+
+    if (arena_shards > 1) layout_.pad_to_shards(arena_shards);
     params_ = Buffer(alloc_, MemCategory::Weights, layout_.arena_elements());
     grads_ = Buffer(alloc_, MemCategory::Gradients, layout_.arena_elements());
     ops::fill(ctx_, params_.view(), 0.0f);
     ops::fill(ctx_, grads_.view(), 0.0f);
-    ids_ = Buffer(alloc_, MemCategory::Data, d_.rows(), DType::I32);
-    targets_ = Buffer(alloc_, MemCategory::Data, d_.rows(), DType::I32);
     AttentionParams ap;
-    ap.num_heads = static_cast<int>(d_.heads);
+    ap.num_heads = static_cast<int>(d_.heads / t);
     const int64_t ws_bytes = ops::attention_workspace_bytes(ap, d_.seq, ops::num_threads());
     attention_workspace_ = Buffer(alloc_, MemCategory::Workspace, (ws_bytes + 3) / 4);
 
-    for (int64_t l = 0; l < d_.layers; ++l) {
-        layers_.emplace_back(d_, l);
+    for (int64_t l : layer_ids_) {
+        layers_.emplace_back(d_, tp_, l);
         w_.push_back(TransformerLayer::params(layout_, params_.view(), l, d_));
         g_.push_back(TransformerLayer::params(layout_, grads_.view(), l, d_));
     }
+}
+
+std::size_t GptModel::layer_slot(int64_t global_layer) const {
+    const auto it = std::find(layer_ids_.begin(), layer_ids_.end(), global_layer);
+    MWB_CHECK(it != layer_ids_.end(), "layer {} is not held by this rank", global_layer);
+    return static_cast<std::size_t>(it - layer_ids_.begin());
 }
 
 void GptModel::init_weights(uint64_t seed) {
@@ -52,7 +103,7 @@ void GptModel::init_weights(uint64_t seed) {
             ops::fill(ctx_, v, 1.0f);
         } else {
             const bool output_proj = p.name.ends_with("linear_proj.weight") || p.name.ends_with("linear_fc2.weight");
-            normal_init(v, seed, tensor_stream(p.name), output_proj ? out_std : d_.init_std);
+            normal_init_slice(v, p, seed, output_proj ? out_std : d_.init_std);
         }
     }
     ops::round_to(ctx_, params_.view(), storage_);
@@ -60,138 +111,233 @@ void GptModel::init_weights(uint64_t seed) {
 
 void GptModel::zero_grads() { ops::fill(ctx_, grads_.view(), 0.0f); }
 
-void GptModel::prepare_inputs(const int32_t* tokens) {
+ModelRuntime GptModel::runtime(uint64_t seed, uint64_t stream_base, bool training) {
+    return ModelRuntime{ctx_, alloc_, storage_, seed, stream_base, training};
+}
+
+void GptModel::prepare_inputs(MicroState& st, const int32_t* tokens, bool want_ids, bool want_targets) {
+    if (!want_ids && !want_targets) return;
+    MWB_CHECK(tokens != nullptr, "GptModel: this chunk needs the micro-batch's tokens");
     const int64_t S = d_.seq, B = d_.micro_batch;
-    int32_t* ids = ids_.i32();
-    int32_t* targets = targets_.i32();
+    if (want_ids) st.ids = Buffer(alloc_, MemCategory::Data, S * B, DType::I32);
+    if (want_targets) st.targets = Buffer(alloc_, MemCategory::Data, S * B, DType::I32);
     for (int64_t s = 0; s < S; ++s) {
         for (int64_t b = 0; b < B; ++b) {
             const int32_t in = tokens[b * (S + 1) + s], out = tokens[b * (S + 1) + s + 1];
             MWB_CHECK(in >= 0 && in < d_.vocab && out >= 0 && out < d_.vocab,
                       "token id {} at position {} of sample {} of the micro-batch is outside the vocabulary [0, {})",
                       (in < 0 || in >= d_.vocab) ? in : out, (in < 0 || in >= d_.vocab) ? s : s + 1, b, d_.vocab);
-            ids[s * B + b] = in;
-            targets[s * B + b] = out;
+            if (want_ids) st.ids.i32()[s * B + b] = in;
+            if (want_targets) st.targets.i32()[s * B + b] = out;
         }
     }
 }
 
-void GptModel::embed(ModelRuntime& rt, Buffer& x0) const {
-    const int64_t N = d_.rows(), H = d_.hidden;
-    x0 = rt.activation(N * H);
-    const TensorView x = x0.view({N, H});
-    ops::embedding_forward(ctx_, x, ids_.view(), layout_.view(params_.view(), wte_), 0);
-    ops::position_embedding_forward(ctx_, x0.view({d_.seq, d_.micro_batch, H}), layout_.view(params_.view(), wpe_), 0);
-    ops::dropout_forward(ctx_, x, x, rt.dropout(d_.hidden_dropout), rt.rng(-1, DropoutSite::Embedding), 0);
+void GptModel::embed(ModelRuntime& rt, const MicroState& st, Buffer& x0) {
+    const int64_t N = d_.rows(), R = local_rows_, H = d_.hidden;
+    const int64_t s_begin = tp_.seq_begin(d_.seq);
+    x0 = rt.activation(R * H);
+    const TensorView wte = layout_.view(params_.view(), wte_);
+    if (tp_.size() == 1) {
+        ops::embedding_forward(ctx_, x0.view({N, H}), st.ids.view(), wte, 0);
+    } else {
+        // Vocabulary-parallel: each rank embeds the ids of its vocabulary shard, zeros elsewhere; the
+        // tensor-parallel sum (reduce-scattered along the sequence under SP) is the embedding.
+        Buffer partial = rt.workspace(N * H);
+        ops::embedding_forward(ctx_, partial.view({N, H}), st.ids.view(), wte, vocab_start_);
+        tp_.reduce_rows(partial.view({N, H}), x0.view({R, H}));
+    }
+    ops::position_embedding_forward(ctx_, x0.view({R / d_.micro_batch, d_.micro_batch, H}),
+                                    layout_.view(params_.view(), wpe_), s_begin);
+    const TensorView x = x0.view({R, H});
+    ops::dropout_forward(ctx_, x, x, rt.dropout(d_.hidden_dropout), rt.rng(-1, DropoutSite::Embedding),
+                         s_begin * d_.micro_batch * H);
     rt.store(x);
 }
 
-double GptModel::head(ModelRuntime& rt, const Buffer& final_input, float grad_scale, const TensorView& d) const {
-    const int64_t N = d_.rows(), H = d_.hidden, V = d_.vocab;
-    const TensorView params = params_.view();
-    const TensorView x = final_input.view({N, H});
-    NormActivations lnf;
-    norm_forward(rt, d_, lnf, x, layout_.view(params, lnf_w_), final_norm_bias(params));
-    Buffer logits = rt.activation(N * V);
-    const TensorView lg = logits.view({N, V});
-    const TensorView out_w = layout_.view(params, out_w_);
-    ops::linear_forward(ctx_, lg, lnf.out.view({N, H}), out_w, {});
-    rt.store(lg);
-
-    Buffer stats = rt.workspace(4 * N);  // row max, Σexp, target logit, then lse and row scale
-    const TensorView row_max = make_view(stats.f32(), DType::F32, {N});
-    const TensorView row_sum = make_view(stats.f32() + N, DType::F32, {N});
-    const TensorView target_logit = make_view(stats.f32() + 2 * N, DType::F32, {N});
-    const TensorView row_scale = make_view(stats.f32() + 3 * N, DType::F32, {N});
-    ops::cross_entropy_partials(ctx_, row_max, row_sum, target_logit, lg, targets_.view(), 0);
-    double loss_sum = 0;  // summed in row order: the same for any thread count
-    float* lse = row_max.f32();
-    for (int64_t n = 0; n < N; ++n) {
-        lse[n] = lse[n] + std::log(row_sum.f32()[n]);
-        loss_sum += static_cast<double>(lse[n]) - static_cast<double>(target_logit.f32()[n]);
-    }
-    const double loss = loss_sum / static_cast<double>(N);
-    if (d.empty()) return loss;
-
-    ops::fill(ctx_, row_scale, grad_scale / static_cast<float>(N));
-    ops::cross_entropy_backward(ctx_, lg, targets_.view(), row_max, row_scale, 0);
-    rt.store(lg);
-    Buffer grad_ln = rt.workspace(N * H);
-    const TensorView dln = grad_ln.view({N, H});
-    ops::linear_backward(ctx_, dln, layout_.view(grads_.view(), out_w_), {}, lg, lnf.out.view({N, H}), out_w);
-    rt.store(dln);
-    logits.reset();
-    norm_backward(rt, d_, d, layout_.view(grads_.view(), lnf_w_), final_norm_bias(grads_.view()), dln, x, lnf,
-                  layout_.view(params, lnf_w_), false);
-    return loss;
+void GptModel::embed_backward(ModelRuntime& rt, const MicroState& st, const TensorView& d) {
+    const int64_t N = d_.rows(), R = local_rows_, H = d_.hidden;
+    const int64_t s_begin = tp_.seq_begin(d_.seq);
+    ops::dropout_backward(ctx_, d, d, rt.dropout(d_.hidden_dropout), rt.rng(-1, DropoutSite::Embedding),
+                          s_begin * d_.micro_batch * H);
+    ops::position_embedding_backward(ctx_, layout_.view(grads_.view(), wpe_),
+                                     make_view(d.data, DType::F32, {R / d_.micro_batch, d_.micro_batch, H}), s_begin);
+    Buffer full = tp_.sequence_parallel() ? rt.workspace(N * H) : Buffer{};
+    const TensorView d_full = tp_.sequence_parallel() ? full.view({N, H}) : d;
+    tp_.gather_rows(d, d_full);
+    ops::embedding_backward(ctx_, layout_.view(grads_.view(), wte_), d_full, st.ids.view(), vocab_start_);
 }
 
 TensorView GptModel::final_norm_bias(const TensorView& arena) const {
     return d_.rmsnorm ? TensorView{} : layout_.view(arena, lnf_b_);
 }
 
-void GptModel::forward_layer(ModelRuntime& rt, int64_t l, std::vector<LayerActivations>& acts, Buffer& out,
-                             bool keep) const {
-    const bool store_probs = recompute_.granularity != RecomputeGranularity::Selective;
-    layers_[l].forward(rt, w_[l], acts[l], out, keep, store_probs, attention_workspace_.view());
-}
+double GptModel::head(ModelRuntime& rt, const MicroState& st, const Buffer& final_input, float grad_scale,
+                      const TensorView& d) {
+    const int64_t N = d_.rows(), R = local_rows_, H = d_.hidden, V = vocab_local_;
+    const bool sp = tp_.sequence_parallel();
+    const TensorView params = params_.view();
+    const TensorView x = final_input.view({R, H});
+    NormActivations lnf;
+    norm_forward(rt, d_, lnf, x, layout_.view(params, lnf_w_), final_norm_bias(params));
+    Buffer lnf_gathered = sp ? rt.workspace(N * H) : Buffer{};
+    const TensorView lnf_full = sp ? lnf_gathered.view({N, H}) : lnf.out.view({N, H});
+    tp_.gather_rows(lnf.out.view({R, H}), lnf_full);
+    Buffer logits = rt.activation(N * V);
+    const TensorView lg = logits.view({N, V});
+    const TensorView out_w = layout_.view(params, out_w_);
+    ops::linear_forward(ctx_, lg, lnf_full, out_w, {});
+    rt.store(lg);
 
-double GptModel::forward_backward(const int32_t* tokens, float grad_scale, uint64_t seed, uint64_t stream_base) {
-    ModelRuntime rt{ctx_, alloc_, storage_, seed, stream_base, true};
-    prepare_inputs(tokens);
-    const int64_t L = d_.layers, N = d_.rows(), H = d_.hidden;
-
-    // Forward. acts[l].input is layer l's input; a fully recomputed layer keeps its input only at the
-    // start of its chunk.
-    std::vector<LayerActivations> acts(static_cast<std::size_t>(L));
-    embed(rt, acts[0].input);
-    Buffer final_input;
-    for (int64_t l = 0; l < L; ++l) {
-        Buffer& out = l + 1 < L ? acts[l + 1].input : final_input;
-        const bool keep = recompute_.stores_all(l);
-        forward_layer(rt, l, acts, out, keep);
-        if (!keep && recompute_.chunk_begin(l) != l) acts[l].input.reset();
-    }
-    stored_activation_bytes_ = alloc_.stats().of(MemCategory::Activations);
-
-    // Loss and backward.
-    Buffer grad = rt.workspace(N * H);
-    const TensorView d = grad.view({N, H});
-    const double loss = head(rt, final_input, grad_scale, d);
-    final_input.reset();
-    for (int64_t l = L - 1; l >= 0; --l) {
-        if (!recompute_.stores_all(l) && l == recompute_.chunk_end(l, L) - 1) {
-            // Recompute the whole chunk from its stored input, keeping everything, then run backward.
-            for (int64_t j = recompute_.chunk_begin(l); j <= l; ++j) {
-                Buffer out;
-                forward_layer(rt, j, acts, out, true);
-                if (j < l) acts[j + 1].input = std::move(out);
-            }
+    // Softmax cross-entropy over the vocabulary shards: per-row max and Σexp combine by log-sum-exp,
+    // the target's logit comes from the shard that holds it; logits are never gathered.
+    Buffer stats = rt.workspace(4 * N);
+    float* row_max = stats.f32();
+    float* row_sum = stats.f32() + N;
+    float* target_logit = stats.f32() + 2 * N;
+    const TensorView row_scale = make_view(stats.f32() + 3 * N, DType::F32, {N});
+    ops::cross_entropy_partials(ctx_, make_view(row_max, DType::F32, {N}), make_view(row_sum, DType::F32, {N}),
+                                make_view(target_logit, DType::F32, {N}), lg, st.targets.view(), vocab_start_);
+    if (tp_.size() > 1) {
+        Buffer global_max = rt.workspace(N);
+        std::copy(row_max, row_max + N, global_max.f32());
+        tp_.all_reduce_max(global_max.f32(), N);
+        for (int64_t n = 0; n < N; ++n) {
+            row_sum[n] *= std::exp(row_max[n] - global_max.f32()[n]);
+            row_max[n] = global_max.f32()[n];
         }
-        layers_[l].backward(rt, w_[l], g_[l], acts[l], d, attention_workspace_.view());
+        tp_.all_reduce(row_sum, N);
+        tp_.all_reduce(target_logit, N);
     }
+    double loss_sum = 0;  // summed in row order: the same for any thread count
+    for (int64_t n = 0; n < N; ++n) {
+        row_max[n] = row_max[n] + std::log(row_sum[n]);  // now the log-sum-exp
+        loss_sum += static_cast<double>(row_max[n]) - static_cast<double>(target_logit[n]);
+    }
+    const double loss = loss_sum / static_cast<double>(N);
+    if (d.empty()) return loss;
 
-    // Embedding backward: x0 = dropout(wte[ids] + wpe).
-    ops::dropout_backward(ctx_, d, d, rt.dropout(d_.hidden_dropout), rt.rng(-1, DropoutSite::Embedding), 0);
-    ops::embedding_backward(ctx_, layout_.view(grads_.view(), wte_), d, ids_.view(), 0);
-    ops::position_embedding_backward(ctx_, layout_.view(grads_.view(), wpe_), grad.view({d_.seq, d_.micro_batch, H}), 0);
+    ops::fill(ctx_, row_scale, grad_scale / static_cast<float>(N));
+    ops::cross_entropy_backward(ctx_, lg, st.targets.view(), make_view(row_max, DType::F32, {N}), row_scale,
+                                vocab_start_);
+    rt.store(lg);
+    Buffer grad_ln = rt.workspace(N * H);
+    const TensorView dln = grad_ln.view({N, H});
+    ops::linear_backward(ctx_, dln, layout_.view(grads_.view(), out_w_), {}, lg, lnf_full, out_w);
+    logits.reset();
+    Buffer grad_local = sp ? rt.workspace(R * H) : Buffer{};
+    const TensorView dln_local = sp ? grad_local.view({R, H}) : dln;
+    tp_.reduce_rows(dln, dln_local);
+    rt.store(dln_local);
+    norm_backward(rt, d_, d, layout_.view(grads_.view(), lnf_w_), final_norm_bias(grads_.view()), dln_local, x, lnf,
+                  layout_.view(params, lnf_w_), false);
     return loss;
 }
 
-double GptModel::evaluate(const int32_t* tokens) {
-    ModelRuntime rt{ctx_, alloc_, storage_, 0, 0, false};
-    prepare_inputs(tokens);
-    std::vector<LayerActivations> acts(static_cast<std::size_t>(d_.layers));
-    embed(rt, acts[0].input);
-    Buffer x;
-    for (int64_t l = 0; l < d_.layers; ++l) {
-        Buffer out;
-        forward_layer(rt, l, acts, out, false);
-        acts[l].input.reset();
-        if (l + 1 < d_.layers) acts[l + 1].input = std::move(out);
-        else x = std::move(out);
+void GptModel::forward_layer(ModelRuntime& rt, int64_t global_layer, LayerActivations& a, Buffer& out, bool keep) {
+    const std::size_t slot = layer_slot(global_layer);
+    const bool store_probs = recompute_.granularity != RecomputeGranularity::Selective;
+    layers_[slot].forward(rt, tp_, w_[slot], a, out, keep, store_probs, attention_workspace_.view());
+}
+
+ForwardResult GptModel::forward(int chunk, const MicroBatch& mb, Buffer input) {
+    MWB_CHECK(chunk >= 0 && chunk < num_chunks(), "forward: chunk {} of {}", chunk, num_chunks());
+    const auto key = std::make_pair(chunk, mb.id);
+    MWB_CHECK(!states_.contains(key), "forward: micro-batch {} of chunk {} is already in flight", mb.id, chunk);
+    const auto& range = partition_.chunks[chunk];
+    const bool has_embedding = partition_.embedding && chunk == 0;
+    const bool has_head = partition_.head && chunk == num_chunks() - 1;
+    const int64_t layers = range.end_layer - range.first_layer;
+    MicroState st;
+    st.seed = mb.seed;
+    st.stream_base = mb.stream_base;
+    st.acts.resize(static_cast<std::size_t>(layers));
+    ModelRuntime rt = runtime(mb.seed, mb.stream_base, mb.training);
+    prepare_inputs(st, mb.tokens, has_embedding, has_head);
+
+    if (has_embedding) {
+        embed(rt, st, st.acts[0].input);
+    } else {
+        MWB_CHECK(input.numel() == local_rows_ * d_.hidden, "forward: chunk {} needs an input of {} x {}, got {} elements",
+                  chunk, local_rows_, d_.hidden, input.numel());
+        st.acts[0].input = std::move(input);
     }
-    return head(rt, x, 0.0f, {});
+    // A fully recomputed layer keeps its input only at the start of its recompute chunk; evaluation
+    // keeps nothing.
+    Buffer out;
+    for (int64_t l = 0; l < layers; ++l) {
+        Buffer& next = l + 1 < layers ? st.acts[l + 1].input : out;
+        const bool keep = mb.training && recompute_.stores_all(l);
+        forward_layer(rt, range.first_layer + l, st.acts[l], next, keep);
+        if (!keep && (!mb.training || recompute_.chunk_begin(l) != l)) st.acts[l].input.reset();
+    }
+    stored_activation_bytes_ = alloc_.stats().of(MemCategory::Activations);
+
+    ForwardResult result;
+    if (has_head) {
+        if (mb.training) st.grad = rt.workspace(local_rows_ * d_.hidden);
+        result.loss = head(rt, st, out, mb.grad_scale, mb.training ? st.grad.view({local_rows_, d_.hidden}) : TensorView{});
+        out.reset();
+    } else {
+        result.output = std::move(out);
+    }
+    if (mb.training) states_.emplace(key, std::move(st));
+    return result;
+}
+
+Buffer GptModel::backward(int chunk, int64_t id, Buffer grad_output) {
+    const auto it = states_.find({chunk, id});
+    MWB_CHECK(it != states_.end(), "backward: micro-batch {} of chunk {} has no forward in flight", id, chunk);
+    MicroState& st = it->second;
+    const auto& range = partition_.chunks[chunk];
+    const bool has_embedding = partition_.embedding && chunk == 0;
+    const bool has_head = partition_.head && chunk == num_chunks() - 1;
+    const int64_t layers = range.end_layer - range.first_layer;
+    ModelRuntime rt = runtime(st.seed, st.stream_base, true);
+    Buffer grad = has_head ? std::move(st.grad) : std::move(grad_output);
+    MWB_CHECK(grad.numel() == local_rows_ * d_.hidden, "backward: chunk {} needs an output gradient of {} x {}", chunk,
+              local_rows_, d_.hidden);
+    const TensorView d = grad.view({local_rows_, d_.hidden});
+
+    for (int64_t l = layers - 1; l >= 0; --l) {
+        if (!recompute_.stores_all(l) && l == recompute_.chunk_end(l, layers) - 1) {
+            // Recompute the whole recompute chunk from its stored input, keeping everything.
+            for (int64_t j = recompute_.chunk_begin(l); j <= l; ++j) {
+                Buffer out;
+                forward_layer(rt, range.first_layer + j, st.acts[j], out, true);
+                if (j < l) st.acts[j + 1].input = std::move(out);
+            }
+        }
+        const std::size_t slot = layer_slot(range.first_layer + l);
+        layers_[slot].backward(rt, tp_, w_[slot], g_[slot], st.acts[l], d, attention_workspace_.view());
+    }
+    if (has_embedding) {
+        embed_backward(rt, st, d);
+        grad.reset();
+    }
+    states_.erase(it);
+    return grad;
+}
+
+double GptModel::forward_backward(const int32_t* tokens, float grad_scale, uint64_t seed, uint64_t stream_base) {
+    MWB_CHECK(num_chunks() == 1 && partition_.embedding && partition_.head,
+              "forward_backward needs the whole model on this rank");
+    MicroBatch mb;
+    mb.tokens = tokens;
+    mb.seed = seed;
+    mb.stream_base = stream_base;
+    mb.grad_scale = grad_scale;
+    const ForwardResult r = forward(0, mb, {});
+    backward(0, 0, {});
+    return r.loss;
+}
+
+double GptModel::evaluate(const int32_t* tokens) {
+    MWB_CHECK(num_chunks() == 1 && partition_.embedding && partition_.head, "evaluate needs the whole model on this rank");
+    MicroBatch mb;
+    mb.tokens = tokens;
+    mb.training = false;
+    return forward(0, mb, {}).loss;
 }
 
 }  // namespace mwb

@@ -1,65 +1,126 @@
 #pragma once
 // GPT as in GPT-2/GPT-3 and Megatron-LM's GPTModel: token + learned position embeddings, L pre-LN
 // transformer layers, a final norm, and an output layer tied to the word embedding (or untied),
-// trained with softmax cross-entropy. Parameters and gradients live in one arena each.
+// trained with softmax cross-entropy. This is the part one rank holds: its tensor-parallel slice of
+// its pipeline stage's model chunks. Parameters and gradients live in one arena each.
+//
+// Forward and backward run per (chunk, micro-batch) so that pipeline schedules can interleave them;
+// what a micro-batch keeps between its forward and its backward lives here until its backward.
 #include "core/memory.h"
 #include "model/gpt_dims.h"
 #include "model/param_layout.h"
 #include "model/runtime.h"
+#include "model/tensor_parallel.h"
 #include "model/transformer_layer.h"
 
+#include <map>
+#include <memory>
 #include <vector>
 
 namespace mwb {
 
+class SelfCommunicator;
+
+/// One micro-batch as the model sees it.
+struct MicroBatch {
+    int64_t id = 0;                   ///< this rank's micro-batch number within the iteration (keys the saved state)
+    const int32_t* tokens = nullptr;  ///< (B, S+1) row-major; needed by chunks with the embedding or the head
+    uint64_t seed = 0;
+    uint64_t stream_base = 0;         ///< micro_batch_stream() of the global micro-batch (dropout masks)
+    float grad_scale = 1;             ///< the loss gradient is multiplied by this (loss scale / micro-batches)
+    bool training = true;             ///< false: no dropout, nothing kept for backward
+};
+
+struct ForwardResult {
+    Buffer output;    ///< (R, H) activation for the next stage; empty for the head chunk
+    double loss = 0;  ///< mean loss of the micro-batch (head chunk only)
+};
+
 class GptModel {
 public:
+    /// The whole model on one process (no communication).
     GptModel(const GptDims& dims, const RecomputePolicy& recompute, DType storage, OpContext& ctx, Allocator& alloc);
+    /// This rank's part: `partition` says which layers (and whether the embedding and head) it holds,
+    /// `tp` its tensor-parallel group; the arenas split into `arena_shards` equal shards (the
+    /// distributed optimizer's data-parallel size).
+    GptModel(const GptDims& dims, const ModelPartition& partition, TensorParallel& tp, const RecomputePolicy& recompute,
+             DType storage, OpContext& ctx, Allocator& alloc, int64_t arena_shards = 1);
+    ~GptModel();
 
     const GptDims& dims() const { return d_; }
+    const ModelPartition& partition() const { return partition_; }
     const ParamLayout& layout() const { return layout_; }
     DType storage() const { return storage_; }
+    Allocator& allocator() { return alloc_; }
+    int num_chunks() const { return static_cast<int>(partition_.chunks.size()); }
+    /// Rows of the residual stream this rank holds per micro-batch (S·B, or S·B/t under SP).
+    int64_t local_rows() const { return local_rows_; }
     /// The weights the forward pass uses (rounded to the storage precision in 16-bit runs).
     TensorView params() const { return params_.view(); }
     /// fp32 gradient accumulators ("main grads"), same layout as params().
     TensorView grads() const { return grads_.view(); }
 
     /// Megatron-LM's init: N(0, std) weights, N(0, std/sqrt(2L)) for the two output projections of
-    /// each layer, zero biases, unit norm weights.
+    /// each layer, zero biases, unit norm weights — each shard drawing its part of the global tensor.
     void init_weights(uint64_t seed);
     void zero_grads();
 
-    /// One micro-batch: forward, loss, backward; gradients accumulate into grads(). tokens is (B, S+1)
-    /// row-major (inputs are [:, :S], targets [:, 1:]); the loss gradient is multiplied by grad_scale
-    /// (loss scale / micro-batches). Returns the micro-batch's mean loss.
+    /// Forward of model chunk `chunk` for one micro-batch. `input` is the previous stage's output
+    /// (ignored by the chunk with the embedding). In training the chunk with the head also runs the
+    /// head's backward at once (so logits are never kept) and returns the loss.
+    ForwardResult forward(int chunk, const MicroBatch& mb, Buffer input);
+    /// Backward of `chunk` for micro-batch `id` given the gradient of its output (ignored by the
+    /// head chunk); returns the gradient of its input (empty for the embedding chunk). Parameter
+    /// gradients accumulate into grads().
+    Buffer backward(int chunk, int64_t id, Buffer grad_output);
+
+    /// Single-stage convenience: forward and backward of one micro-batch (whole model on this rank).
     double forward_backward(const int32_t* tokens, float grad_scale, uint64_t seed, uint64_t stream_base);
-    /// Mean loss of a micro-batch without dropout or gradients.
+    /// Mean loss of a micro-batch without dropout or gradients (whole model on this rank).
     double evaluate(const int32_t* tokens);
 
-    /// Activation bytes held at the end of the last forward pass (what is kept for backward: the
-    /// quantity Korthikanti et al. 2022 count), measured by the tracking allocator.
+    /// Activation bytes held at the end of the last forward (what is kept for backward: the quantity
+    /// Korthikanti et al. 2022 count, plus other micro-batches still in flight), as tracked.
     int64_t stored_activation_bytes() const { return stored_activation_bytes_; }
 
 private:
-    void prepare_inputs(const int32_t* tokens);
-    void embed(ModelRuntime& rt, Buffer& x0) const;
+    struct MicroState {
+        std::vector<LayerActivations> acts;  // per layer of the chunk
+        Buffer ids, targets;                 // (N) in (s, b) row order
+        Buffer grad;                         // head chunk: gradient of the final norm's input, (R, H)
+        uint64_t seed = 0, stream_base = 0;
+    };
+
+    void build(int64_t arena_shards);
+    ModelRuntime runtime(uint64_t seed, uint64_t stream_base, bool training);
+    void prepare_inputs(MicroState& st, const int32_t* tokens, bool ids, bool targets);
+    void embed(ModelRuntime& rt, const MicroState& st, Buffer& x0);
+    void embed_backward(ModelRuntime& rt, const MicroState& st, const TensorView& d);
     /// Final norm, logits and loss; with d non-empty also their backward (d receives dL/d final_input).
-    double head(ModelRuntime& rt, const Buffer& final_input, float grad_scale, const TensorView& d) const;
+    double head(ModelRuntime& rt, const MicroState& st, const Buffer& final_input, float grad_scale,
+                const TensorView& d);
+    void forward_layer(ModelRuntime& rt, int64_t global_layer, LayerActivations& a, Buffer& out, bool keep);
     TensorView final_norm_bias(const TensorView& arena) const;
-    void forward_layer(ModelRuntime& rt, int64_t l, std::vector<LayerActivations>& acts, Buffer& out, bool keep) const;
+    std::size_t layer_slot(int64_t global_layer) const;
 
     GptDims d_;
+    ModelPartition partition_;
+    std::unique_ptr<SelfCommunicator> self_tp_, self_sp_;
+    std::unique_ptr<TensorParallel> own_tp_;
+    TensorParallel& tp_;
     RecomputePolicy recompute_;
     DType storage_;
     OpContext& ctx_;
     Allocator& alloc_;
+    int64_t local_rows_ = 0, vocab_local_ = 0, vocab_start_ = 0;
     ParamLayout layout_;
     Buffer params_, grads_;
-    Buffer ids_, targets_;      // (N) in (s, b) row order
     Buffer attention_workspace_;
+    std::vector<int64_t> layer_ids_;  // global index of each layer this rank holds, in chunk order
     std::vector<TransformerLayer> layers_;
     std::vector<LayerParams> w_, g_;
     std::size_t wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = 0, out_w_ = 0;
+    std::map<std::pair<int, int64_t>, MicroState> states_;
     int64_t stored_activation_bytes_ = 0;
 };
 

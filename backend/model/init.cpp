@@ -34,3 +34,20 @@ void normal_init(const TensorView& out, uint64_t seed, uint64_t stream, float st
 }
 
 }  // namespace mwb
+
+namespace mwb {
+
+void normal_init_slice(const TensorView& local, const ParamInfo& p, uint64_t seed, float std) {
+    const uint64_t stream = tensor_stream(p.name);
+    if (p.split_dim <= 0) {  // replicated, or rows [split_begin, ...): one contiguous global range
+        const int64_t row = p.shape.size() == 2 ? p.shape[1] : 1;
+        normal_init(local, seed, stream, std, p.split_begin * row);
+        return;
+    }
+    const int64_t rows = p.shape[0], cols = p.shape[1], global_cols = p.global_shape[1];
+    for (int64_t r = 0; r < rows; ++r)
+        normal_init(make_view(local.f32() + r * cols, DType::F32, {cols}), seed, stream, std,
+                    r * global_cols + p.split_begin);
+}
+
+}  // namespace mwb

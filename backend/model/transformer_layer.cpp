@@ -1,5 +1,7 @@
 #include "model/transformer_layer.h"
 
+#include "mwb/kernels/error.h"
+
 #include <cmath>
 #include <string>
 
@@ -20,20 +22,37 @@ void LayerActivations::drop_intermediates() {
     gelu.reset();
 }
 
-void TransformerLayer::add_params(ParamLayout& layout, int64_t index, const GptDims& d) {
+TransformerLayer::TransformerLayer(const GptDims& dims, const TensorParallel& tp, int64_t index)
+    : d_(dims), index_(index), tp_size_(tp.size()), tp_rank_(tp.rank()), rows_(dims.rows()),
+      local_rows_(tp.local_seq(dims.seq) * dims.micro_batch), seq_begin_(tp.seq_begin(dims.seq)),
+      heads_(dims.heads / tp.size()), width_(dims.hidden / tp.size()), ffn_(dims.ffn / tp.size()) {
+    MWB_CHECK(dims.heads % tp.size() == 0 && dims.ffn % tp.size() == 0 &&
+                  (!tp.sequence_parallel() || dims.seq % tp.size() == 0),
+              "layer {}: {} heads, MLP width {} and sequence {} do not split over {} tensor-parallel ranks", index,
+              dims.heads, dims.ffn, dims.seq, tp.size());
+}
+
+void TransformerLayer::add_params(ParamLayout& layout, int64_t index, const GptDims& d, int t, int r,
+                                  bool sequence_parallel) {
     const std::string p = layer_prefix(index);
     const int64_t H = d.hidden, F = d.ffn;
-    layout.add(p + "input_layernorm.weight", {H}, false);
-    if (!d.rmsnorm) layout.add(p + "input_layernorm.bias", {H}, false);
-    layout.add(p + "self_attention.linear_qkv.weight", {3 * H, H}, true);
-    layout.add(p + "self_attention.linear_qkv.bias", {3 * H}, false);
-    layout.add(p + "self_attention.linear_proj.weight", {H, H}, true);
+    // Norms are replicated; under sequence parallelism each rank sees only its positions, so their
+    // gradients are partial sums to be all-reduced over the tensor-parallel group.
+    const auto norm = [&](const std::string& name) {
+        const std::size_t i = layout.add(p + name, {H}, false);
+        layout.mark_sequence_parallel(i, sequence_parallel && t > 1);
+    };
+    norm("input_layernorm.weight");
+    if (!d.rmsnorm) norm("input_layernorm.bias");
+    layout.add_split(p + "self_attention.linear_qkv.weight", {3 * H, H}, 0, t, r, true);
+    layout.add_split(p + "self_attention.linear_qkv.bias", {3 * H}, 0, t, r, false);
+    layout.add_split(p + "self_attention.linear_proj.weight", {H, H}, 1, t, r, true);
     layout.add(p + "self_attention.linear_proj.bias", {H}, false);
-    layout.add(p + "pre_mlp_layernorm.weight", {H}, false);
-    if (!d.rmsnorm) layout.add(p + "pre_mlp_layernorm.bias", {H}, false);
-    layout.add(p + "mlp.linear_fc1.weight", {F, H}, true);
-    layout.add(p + "mlp.linear_fc1.bias", {F}, false);
-    layout.add(p + "mlp.linear_fc2.weight", {H, F}, true);
+    norm("pre_mlp_layernorm.weight");
+    if (!d.rmsnorm) norm("pre_mlp_layernorm.bias");
+    layout.add_split(p + "mlp.linear_fc1.weight", {F, H}, 0, t, r, true);
+    layout.add_split(p + "mlp.linear_fc1.bias", {F}, 0, t, r, false);
+    layout.add_split(p + "mlp.linear_fc2.weight", {H, F}, 1, t, r, true);
     layout.add(p + "mlp.linear_fc2.bias", {H}, false);
 }
 
@@ -58,8 +77,8 @@ LayerParams TransformerLayer::params(const ParamLayout& layout, const TensorView
 
 AttentionParams TransformerLayer::attention_params(const ModelRuntime& rt) const {
     AttentionParams p;
-    p.num_heads = static_cast<int>(d_.heads);
-    p.head_offset = 0;
+    p.num_heads = static_cast<int>(heads_);
+    p.head_offset = static_cast<int>(tp_rank_ * heads_);
     p.total_heads = static_cast<int>(d_.heads);
     p.batch = static_cast<int>(d_.micro_batch);
     p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(d_.head_dim()));
@@ -68,109 +87,137 @@ AttentionParams TransformerLayer::attention_params(const ModelRuntime& rt) const
     return p;
 }
 
-void TransformerLayer::forward(ModelRuntime& rt, const LayerParams& w, LayerActivations& a, Buffer& out, bool keep,
-                               bool store_probs, const TensorView& attention_workspace) const {
-    const int64_t N = d_.rows(), H = d_.hidden, F = d_.ffn, S = d_.seq, B = d_.micro_batch, A = d_.heads;
-    const TensorView x = a.input.view({N, H});
+void TransformerLayer::forward(ModelRuntime& rt, TensorParallel& tp, const LayerParams& w, LayerActivations& a,
+                               Buffer& out, bool keep, bool store_probs, const TensorView& attention_workspace) const {
+    const int64_t N = rows_, R = local_rows_, H = d_.hidden, S = d_.seq, B = d_.micro_batch;
+    const float p_hidden = rt.dropout(d_.hidden_dropout);
+    const TensorView x = a.input.view({R, H});
+    const bool sp = tp.sequence_parallel();
+    Buffer gathered = sp ? rt.workspace(N * H) : Buffer{};  // a norm output gathered to all N rows
+    Buffer branch = rt.workspace(N * H);                      // row-parallel output before the reduction
+    const TensorView br = branch.view({N, H});
 
     // Attention block.
     norm_forward(rt, d_, a.ln1, x, w.ln1_w, w.ln1_b);
-    a.qkv = rt.activation(N * 3 * H);
-    const TensorView qkv = a.qkv.view({S, B, 3 * H});
-    ops::linear_forward(rt.ctx, qkv, a.ln1.out.view({N, H}), w.qkv_w, w.qkv_b);
+    const TensorView ln1_full = sp ? gathered.view({N, H}) : a.ln1.out.view({N, H});
+    tp.gather_rows(a.ln1.out.view({R, H}), ln1_full);
+    a.qkv = rt.activation(N * 3 * width_);
+    const TensorView qkv = a.qkv.view({S, B, 3 * width_});
+    ops::linear_forward(rt.ctx, qkv, ln1_full, w.qkv_w, w.qkv_b);
     rt.store(qkv);
 
-    Buffer probs = rt.activation(B * A * S * S);
-    a.context = rt.activation(N * H);
-    const TensorView context = a.context.view({S, B, H});
-    ops::attention_forward(rt.ctx, context, probs.view({B, A, S, S}), qkv, attention_workspace, attention_params(rt));
+    Buffer probs = rt.activation(B * heads_ * S * S);
+    a.context = rt.activation(N * width_);
+    const TensorView context = a.context.view({S, B, width_});
+    ops::attention_forward(rt.ctx, context, probs.view({B, heads_, S, S}), qkv, attention_workspace,
+                           attention_params(rt));
     rt.store(context);
     if (store_probs) a.probs = std::move(probs);
     probs.reset();
 
-    Buffer branch = rt.workspace(N * H);  // proj output, then fc2 output
-    const TensorView br = branch.view({N, H});
-    ops::linear_forward(rt.ctx, br, context, w.proj_w, w.proj_b);
-    rt.store(br);
-    a.residual2 = rt.activation(N * H);
-    const TensorView x2 = a.residual2.view({N, H});
-    ops::dropout_add_forward(rt.ctx, x2, x, br, rt.dropout(d_.hidden_dropout), rt.rng(index_, DropoutSite::AttentionOutput),
-                             0);
+    ops::linear_forward(rt.ctx, br, reshaped(context, {N, width_}), w.proj_w, {});
+    Buffer reduced_buffer = sp ? rt.workspace(R * H) : Buffer{};  // without SP the reduction is in place
+    const TensorView reduced = sp ? reduced_buffer.view({R, H}) : br;
+    tp.reduce_rows(br, reduced);
+    a.residual2 = rt.activation(R * H);
+    const TensorView x2 = a.residual2.view({R, H});
+    ops::bias_dropout_add_forward(rt.ctx, x2, x, reduced, w.proj_b, p_hidden,
+                                  rt.rng(index_, DropoutSite::AttentionOutput), residual_offset());
     rt.store(x2);
 
     // MLP block.
     norm_forward(rt, d_, a.ln2, x2, w.ln2_w, w.ln2_b);
-    a.fc1 = rt.activation(N * F);
-    const TensorView fc1 = a.fc1.view({N, F});
-    ops::linear_forward(rt.ctx, fc1, a.ln2.out.view({N, H}), w.fc1_w, w.fc1_b);
+    const TensorView ln2_full = sp ? gathered.view({N, H}) : a.ln2.out.view({N, H});
+    tp.gather_rows(a.ln2.out.view({R, H}), ln2_full);
+    a.fc1 = rt.activation(N * ffn_);
+    const TensorView fc1 = a.fc1.view({N, ffn_});
+    ops::linear_forward(rt.ctx, fc1, ln2_full, w.fc1_w, w.fc1_b);
     rt.store(fc1);
-    a.gelu = rt.activation(N * F);
-    const TensorView gelu = a.gelu.view({N, F});
+    a.gelu = rt.activation(N * ffn_);
+    const TensorView gelu = a.gelu.view({N, ffn_});
     ops::gelu_forward(rt.ctx, gelu, fc1);
     rt.store(gelu);
-    ops::linear_forward(rt.ctx, br, gelu, w.fc2_w, w.fc2_b);
-    rt.store(br);
-    out = rt.activation(N * H);
-    const TensorView y = out.view({N, H});
-    ops::dropout_add_forward(rt.ctx, y, x2, br, rt.dropout(d_.hidden_dropout), rt.rng(index_, DropoutSite::MlpOutput), 0);
+    ops::linear_forward(rt.ctx, br, gelu, w.fc2_w, {});
+    tp.reduce_rows(br, reduced);
+    out = rt.activation(R * H);
+    const TensorView y = out.view({R, H});
+    ops::bias_dropout_add_forward(rt.ctx, y, x2, reduced, w.fc2_b, p_hidden,
+                                  rt.rng(index_, DropoutSite::MlpOutput), residual_offset());
     rt.store(y);
 
     if (!keep) a.drop_intermediates();
 }
 
-void TransformerLayer::backward(ModelRuntime& rt, const LayerParams& w, const LayerParams& g, LayerActivations& a,
-                                const TensorView& d, const TensorView& attention_workspace) const {
-    const int64_t N = d_.rows(), H = d_.hidden, F = d_.ffn, S = d_.seq, B = d_.micro_batch, A = d_.heads;
+void TransformerLayer::backward(ModelRuntime& rt, TensorParallel& tp, const LayerParams& w, const LayerParams& g,
+                                LayerActivations& a, const TensorView& d, const TensorView& attention_workspace) const {
+    const int64_t N = rows_, R = local_rows_, H = d_.hidden, S = d_.seq, B = d_.micro_batch;
     const float p_hidden = rt.dropout(d_.hidden_dropout);
-    Buffer branch = rt.workspace(N * H);  // gradient of the fc2 / proj output
-    Buffer grad_h = rt.workspace(N * H);  // gradient of ln2 / context / ln1 output
-    const TensorView dbr = branch.view({N, H}), dh = grad_h.view({N, H});
+    const bool sp = tp.sequence_parallel();
+    Buffer branch_local = rt.workspace(R * H);            // gradient of a row-parallel output, local rows
+    Buffer branch_full = sp ? rt.workspace(N * H) : Buffer{};
+    Buffer gathered = sp ? rt.workspace(N * H) : Buffer{};  // a norm output gathered again
+    Buffer grad_h = rt.workspace(N * H);                  // gradient of a column-parallel input, partial
+    Buffer grad_local = sp ? rt.workspace(R * H) : Buffer{};  // ... reduced to local rows (in place without SP)
+    const TensorView dbl = branch_local.view({R, H});
+    const TensorView dbr = sp ? branch_full.view({N, H}) : dbl;
+    const TensorView dh = grad_h.view({N, H}), dhl = sp ? grad_local.view({R, H}) : dh;
+    const auto full_rows = [&](const NormActivations& n) {
+        if (!sp) return n.out.view({N, H});
+        tp.gather_rows(n.out.view({R, H}), gathered.view({N, H}));
+        return gathered.view({N, H});
+    };
 
-    // MLP block: out = x2 + dropout(fc2(gelu(fc1(ln2(x2))))).
-    ops::dropout_backward(rt.ctx, dbr, d, p_hidden, rt.rng(index_, DropoutSite::MlpOutput), 0);
+    // MLP block: out = x2 + dropout(fc2(gelu(fc1(ln2(x2)))) + b).
+    ops::dropout_backward(rt.ctx, dbl, d, p_hidden, rt.rng(index_, DropoutSite::MlpOutput), residual_offset());
+    tp.gather_rows(dbl, dbr);
     {
-        Buffer grad_f = rt.workspace(N * F);
-        const TensorView df = grad_f.view({N, F});
-        ops::linear_backward(rt.ctx, df, g.fc2_w, g.fc2_b, dbr, a.gelu.view({N, F}), w.fc2_w);
+        Buffer grad_f = rt.workspace(N * ffn_);
+        const TensorView df = grad_f.view({N, ffn_});
+        ops::linear_backward(rt.ctx, df, g.fc2_w, g.fc2_b, dbr, a.gelu.view({N, ffn_}), w.fc2_w);
         rt.store(df);
-        ops::gelu_backward(rt.ctx, df, df, a.fc1.view({N, F}));
+        ops::gelu_backward(rt.ctx, df, df, a.fc1.view({N, ffn_}));
         rt.store(df);
-        ops::linear_backward(rt.ctx, dh, g.fc1_w, g.fc1_b, df, a.ln2.out.view({N, H}), w.fc1_w);
-        rt.store(dh);
+        ops::linear_backward(rt.ctx, dh, g.fc1_w, g.fc1_b, df, full_rows(a.ln2), w.fc1_w);
     }
+    tp.reduce_rows(dh, dhl);
+    rt.store(dhl);
     a.gelu.reset();
     a.fc1.reset();
-    norm_backward(rt, d_, d, g.ln2_w, g.ln2_b, dh, a.residual2.view({N, H}), a.ln2, w.ln2_w, true);
+    norm_backward(rt, d_, d, g.ln2_w, g.ln2_b, dhl, a.residual2.view({R, H}), a.ln2, w.ln2_w, true);
     a.ln2.reset();
     a.residual2.reset();
 
-    // Attention block: x2 = x + dropout(proj(attention(ln1(x)))).
-    ops::dropout_backward(rt.ctx, dbr, d, p_hidden, rt.rng(index_, DropoutSite::AttentionOutput), 0);
-    ops::linear_backward(rt.ctx, dh, g.proj_w, g.proj_b, dbr, a.context.view({N, H}), w.proj_w);
-    rt.store(dh);
+    // Attention block: x2 = x + dropout(proj(attention(qkv(ln1(x)))) + b).
+    ops::dropout_backward(rt.ctx, dbl, d, p_hidden, rt.rng(index_, DropoutSite::AttentionOutput), residual_offset());
+    tp.gather_rows(dbl, dbr);
+    Buffer grad_ctx = rt.workspace(N * width_);
+    const TensorView dctx = grad_ctx.view({N, width_});
+    ops::linear_backward(rt.ctx, dctx, g.proj_w, g.proj_b, dbr, a.context.view({N, width_}), w.proj_w);
+    rt.store(dctx);
     a.context.reset();
 
-    const TensorView qkv = a.qkv.view({S, B, 3 * H});
+    const TensorView qkv = a.qkv.view({S, B, 3 * width_});
     const AttentionParams ap = attention_params(rt);
     if (a.probs.empty()) {
         // Selective recompute: the attention core runs again (same dropout stream, so the same
-        // probabilities); its output lands in the free `branch` buffer and is not used.
-        a.probs = rt.activation(B * A * S * S);
-        ops::attention_forward(rt.ctx, branch.view({S, B, H}), a.probs.view({B, A, S, S}), qkv, attention_workspace, ap);
+        // probabilities); its output lands in the free grad_h buffer and is not used.
+        a.probs = rt.activation(B * heads_ * S * S);
+        ops::attention_forward(rt.ctx, make_view(grad_h.data(), DType::F32, {S, B, width_}),
+                               a.probs.view({B, heads_, S, S}), qkv, attention_workspace, ap);
     }
-    branch.reset();
     {
-        Buffer grad_qkv = rt.workspace(N * 3 * H);
-        const TensorView dqkv = grad_qkv.view({S, B, 3 * H});
-        ops::attention_backward(rt.ctx, dqkv, reshaped(dh, {S, B, H}), qkv, a.probs.view({B, A, S, S}), attention_workspace,
-                                ap);
+        Buffer grad_qkv = rt.workspace(N * 3 * width_);
+        const TensorView dqkv = grad_qkv.view({S, B, 3 * width_});
+        ops::attention_backward(rt.ctx, dqkv, reshaped(dctx, {S, B, width_}), qkv, a.probs.view({B, heads_, S, S}),
+                                attention_workspace, ap);
         rt.store(dqkv);
         a.probs.reset();
-        ops::linear_backward(rt.ctx, dh, g.qkv_w, g.qkv_b, dqkv, a.ln1.out.view({N, H}), w.qkv_w);
-        rt.store(dh);
+        ops::linear_backward(rt.ctx, dh, g.qkv_w, g.qkv_b, reshaped(dqkv, {N, 3 * width_}), full_rows(a.ln1), w.qkv_w);
     }
+    tp.reduce_rows(dh, dhl);
+    rt.store(dhl);
     a.qkv.reset();
-    norm_backward(rt, d_, d, g.ln1_w, g.ln1_b, dh, a.input.view({N, H}), a.ln1, w.ln1_w, true);
+    norm_backward(rt, d_, d, g.ln1_w, g.ln1_b, dhl, a.input.view({R, H}), a.ln1, w.ln1_w, true);
     a.ln1.reset();
     a.input.reset();
 }

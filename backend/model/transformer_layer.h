@@ -1,33 +1,40 @@
 #pragma once
-// One pre-LN GPT transformer layer with explicit forward and backward:
-//   x2  = x  + dropout(proj(attention(ln1(x))))
-//   out = x2 + dropout(fc2(gelu(fc1(ln2(x2)))))
+// One pre-LN GPT transformer layer with explicit forward and backward, tensor- and
+// sequence-parallel as Megatron-LM's:
+//   x2  = x  + dropout(proj(attention(qkv(ln1(x)))) + b_proj)     qkv column-, proj row-parallel
+//   out = x2 + dropout(fc2(gelu(fc1(ln2(x2)))) + b_fc2)            fc1 column-, fc2 row-parallel
+// Under sequence parallelism x, ln outputs, x2 and out hold this rank's S/t positions; the
+// column-parallel inputs are all-gathered (and gathered again in backward instead of being kept),
+// the row-parallel outputs reduce-scattered.
 #include "core/memory.h"
 #include "model/gpt_dims.h"
 #include "model/norm.h"
 #include "model/param_layout.h"
 #include "model/runtime.h"
+#include "model/tensor_parallel.h"
 
 namespace mwb {
 
-/// Views of one layer's parameters (or of their gradients) inside an arena. Norm biases are empty
-/// views under RMSNorm.
+/// Views of one layer's parameters (or of their gradients) inside an arena, local shapes. Norm
+/// biases are empty views under RMSNorm.
 struct LayerParams {
     TensorView ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
 };
 
-/// What one layer keeps from forward for its backward (N = S·B rows). Under selective recompute
-/// `probs` stays empty; a fully recomputed layer keeps only `input` (and only at chunk starts).
+/// What one layer keeps from forward for its backward; R = rows this rank holds of the residual
+/// stream (N/t under sequence parallelism, else N), N = S·B, t = tensor-parallel size. Under
+/// selective recompute `probs` stays empty; a fully recomputed layer keeps only `input` (and only at
+/// chunk starts).
 struct LayerActivations {
-    Buffer input;                   // (N, H)  residual stream in = ln1 input
-    NormActivations ln1;            // (N, H)  qkv input
-    Buffer qkv;                     // (N, 3H) per head [q | k | v]
-    Buffer probs;                   // (B, A, S, S) softmax output
-    Buffer context;                 // (N, H)  attention output, proj input
-    Buffer residual2;               // (N, H)  x + dropout(proj): ln2 input
-    NormActivations ln2;            // (N, H)  fc1 input
-    Buffer fc1;                     // (N, F)  gelu input
-    Buffer gelu;                    // (N, F)  fc2 input
+    Buffer input;                   // (R, H)   residual stream in = ln1 input
+    NormActivations ln1;            // (R, H)   qkv input (gathered again in backward under SP)
+    Buffer qkv;                     // (N, 3H/t) per local head [q | k | v]
+    Buffer probs;                   // (B, A/t, S, S) softmax output
+    Buffer context;                 // (N, H/t) attention output, proj input
+    Buffer residual2;               // (R, H)   x + dropout(proj): ln2 input
+    NormActivations ln2;            // (R, H)   fc1 input
+    Buffer fc1;                     // (N, F/t) gelu input
+    Buffer gelu;                    // (N, F/t) fc2 input
 
     /// Frees everything but `input`.
     void drop_intermediates();
@@ -35,25 +42,32 @@ struct LayerActivations {
 
 class TransformerLayer {
 public:
-    TransformerLayer(const GptDims& dims, int64_t index) : d_(dims), index_(index) {}
+    /// index: the layer's global index (names, dropout streams).
+    TransformerLayer(const GptDims& dims, const TensorParallel& tp, int64_t index);
 
-    /// Adds this layer's parameters to the layout (Megatron-core names).
-    static void add_params(ParamLayout& layout, int64_t index, const GptDims& dims);
+    /// Adds this layer's parameters (this tensor-parallel rank's slices) to the layout.
+    static void add_params(ParamLayout& layout, int64_t index, const GptDims& dims, int tp_size, int tp_rank,
+                           bool sequence_parallel);
     static LayerParams params(const ParamLayout& layout, const TensorView& arena, int64_t index, const GptDims& dims);
 
-    /// Computes `out` from `a.input`. keep = false frees the intermediates (full recompute);
+    /// Computes `out` (R, H) from `a.input`. keep = false frees the intermediates (full recompute);
     /// store_probs = false never keeps the attention probabilities (selective recompute).
-    void forward(ModelRuntime& rt, const LayerParams& w, LayerActivations& a, Buffer& out, bool keep,
-                 bool store_probs, const TensorView& attention_workspace) const;
-    /// d: gradient of the layer output in, gradient of the layer input out. Frees `a`.
-    void backward(ModelRuntime& rt, const LayerParams& w, const LayerParams& g, LayerActivations& a,
-                  const TensorView& d, const TensorView& attention_workspace) const;
+    void forward(ModelRuntime& rt, TensorParallel& tp, const LayerParams& w, LayerActivations& a, Buffer& out,
+                 bool keep, bool store_probs, const TensorView& attention_workspace) const;
+    /// d (R, H): gradient of the layer output in, gradient of the layer input out. Frees `a`.
+    void backward(ModelRuntime& rt, TensorParallel& tp, const LayerParams& w, const LayerParams& g,
+                  LayerActivations& a, const TensorView& d, const TensorView& attention_workspace) const;
 
 private:
     AttentionParams attention_params(const ModelRuntime& rt) const;
+    /// Element offset of this rank's first residual-stream element (dropout masks are global).
+    int64_t residual_offset() const { return seq_begin_ * d_.micro_batch * d_.hidden; }
 
     GptDims d_;
     int64_t index_;
+    int tp_size_, tp_rank_;
+    int64_t rows_, local_rows_, seq_begin_;  // N, R, first sequence position held
+    int64_t heads_, width_, ffn_;            // A/t, H/t, F/t
 };
 
 }  // namespace mwb

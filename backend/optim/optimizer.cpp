@@ -1,19 +1,26 @@
 #include "optim/optimizer.h"
 
+#include "parallel/parallel_context.h"
+
+#include <algorithm>
 #include <cmath>
 
 namespace mwb {
 
 Optimizer::Optimizer(const ParamLayout& layout, TensorView params, TensorView grads, const TrainingConfig& t,
                      DType storage, OpContext& ctx, Allocator& alloc)
+    : Optimizer(layout, params, grads, t, storage, ctx, alloc, nullptr, ArenaShard{0, params.numel()}) {}
+
+Optimizer::Optimizer(const ParamLayout& layout, TensorView params, TensorView grads, const TrainingConfig& t,
+                     DType storage, OpContext& ctx, Allocator& alloc, ParallelContext* par, ArenaShard shard)
     : layout_(layout), params_(params), grads_(grads), storage_(storage), beta1_(static_cast<float>(t.adam_beta1)),
       beta2_(static_cast<float>(t.adam_beta2)), eps_(static_cast<float>(t.adam_eps)),
-      weight_decay_(static_cast<float>(t.weight_decay)), clip_grad_(t.clip_grad), ctx_(ctx) {
-    const int64_t n = layout.arena_elements();
+      weight_decay_(static_cast<float>(t.weight_decay)), clip_grad_(t.clip_grad), ctx_(ctx), par_(par), shard_(shard) {
+    const int64_t n = shard_.size();
     if (storage_ != DType::F32) {
         // As in Megatron-LM, the master copy starts from the (already rounded) 16-bit weights.
         master_ = Buffer(alloc, MemCategory::Optimizer, n);
-        ops::copy(ctx_, master_.view(), params_);
+        ops::copy(ctx_, master_.view(), make_view(params_.f32() + shard_.begin, DType::F32, {n}));
     }
     exp_avg_ = Buffer(alloc, MemCategory::Optimizer, n);
     exp_avg_sq_ = Buffer(alloc, MemCategory::Optimizer, n);
@@ -21,12 +28,40 @@ Optimizer::Optimizer(const ParamLayout& layout, TensorView params, TensorView gr
     ops::fill(ctx_, exp_avg_sq_.view(), 0.0f);
 }
 
+TensorView Optimizer::master() const {
+    return master_.empty() ? make_view(params_.f32() + shard_.begin, DType::F32, {shard_.size()}) : master_.view();
+}
+
+template <typename F>
+void Optimizer::for_each_in_shard(F&& f) const {
+    for (std::size_t i = 0; i < layout_.size(); ++i) {
+        const ParamInfo& p = layout_[i];
+        const int64_t first = std::max(p.offset, shard_.begin), last = std::min(p.offset + p.numel, shard_.end);
+        if (first < last) f(i, first, last - first);
+    }
+}
+
+bool Optimizer::counted_in_norm(const ParamInfo& p) const {
+    // Each gradient element counts once in the model: tensor-parallel replicas on TP rank 0 only,
+    // the last stage's tied embedding copy not at all (its first-stage twin counts).
+    if (p.tied_copy) return false;
+    return p.split_dim >= 0 || !par_ || par_->coord().tp == 0;
+}
+
 StepResult Optimizer::step(double lr, double loss_scale) {
     StepResult r;
-    const double sumsq = ops::sum_squares(ctx_, grads_);
+    double sumsq = 0;
+    for_each_in_shard([&](std::size_t i, int64_t first, int64_t count) {
+        if (counted_in_norm(layout_[i]))
+            sumsq += ops::sum_squares(ctx_, make_view(grads_.f32() + first, DType::F32, {count}));
+    });
+    if (par_) {
+        par_->model().all_reduce_sum(&sumsq, 1);
+        if (distributed()) par_->dp().all_reduce_sum(&sumsq, 1);
+    }
     r.grad_norm = std::sqrt(sumsq) / loss_scale;
     if (!std::isfinite(r.grad_norm)) {
-        r.skipped = true;
+        r.skipped = true;  // every rank sees the same norm, so every rank skips
         return r;
     }
     if (clip_grad_ > 0) {
@@ -41,20 +76,33 @@ StepResult Optimizer::step(double lr, double loss_scale) {
     p.eps = eps_;
     p.step = steps_;
     p.grad_scale = static_cast<float>(r.clip_coeff / loss_scale);
-    const TensorView master_arena = master();
-    for (std::size_t i = 0; i < layout_.size(); ++i) {
+    const TensorView m = master();
+    for_each_in_shard([&](std::size_t i, int64_t first, int64_t count) {
         p.weight_decay = layout_[i].weight_decay ? weight_decay_ : 0.0f;
-        const TensorView copy = master_.empty() ? TensorView{} : layout_.view(params_, i);
-        ops::adamw_update(ctx_, layout_.view(master_arena, i), layout_.view(grads_, i), layout_.view(exp_avg(), i),
-                          layout_.view(exp_avg_sq(), i), p, copy, storage_);
-    }
+        const int64_t local = first - shard_.begin;
+        const auto slice = [&](const TensorView& arena, int64_t at) {
+            return make_view(arena.f32() + at, DType::F32, {count});
+        };
+        ops::adamw_update(ctx_, slice(m, local), slice(grads_, first), slice(exp_avg(), local),
+                          slice(exp_avg_sq(), local), p, master_.empty() ? TensorView{} : slice(params_, first),
+                          storage_);
+    });
+    if (distributed()) all_gather_params();
     return r;
 }
 
+void Optimizer::all_gather_params() {
+    // Every rank updated its shard of the weights; the data-parallel group exchanges them.
+    par_->dp().all_gather(params_.f32() + shard_.begin, params_.f32(), shard_.size());
+}
+
 void Optimizer::sync_params_from_master() {
-    if (master_.empty()) return;
-    ops::copy(ctx_, params_, master_.view());
-    ops::round_to(ctx_, params_, storage_);
+    if (!master_.empty()) {
+        const TensorView mine = make_view(params_.f32() + shard_.begin, DType::F32, {shard_.size()});
+        ops::copy(ctx_, mine, master_.view());
+        ops::round_to(ctx_, mine, storage_);
+    }
+    if (distributed()) all_gather_params();
 }
 
 }  // namespace mwb

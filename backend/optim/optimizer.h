@@ -1,15 +1,18 @@
 #pragma once
 // AdamW over the parameter arena with Megatron-LM's mixed-precision recipe: fp32 master weights
 // (16-bit runs) or the weights themselves (fp32 runs), Adam moments in fp32, gradients unscaled,
-// global-norm clipped, and the step skipped when any gradient is Inf/NaN.
+// global-norm clipped, and the step skipped when any gradient is Inf/NaN. With the distributed
+// optimizer a rank keeps master weights and moments for its shard of the arena only, updates that
+// shard, and the data-parallel group all-gathers the new weights.
 #include "config/config.h"
 #include "core/memory.h"
 #include "model/param_layout.h"
 #include "mwb/kernels/ops.h"
-
-#include <nlohmann/json.hpp>
+#include "parallel/gradient_reducer.h"
 
 namespace mwb {
+
+class ParallelContext;
 
 struct StepResult {
     double grad_norm = 0;    ///< global L2 norm of the unscaled gradients (before clipping)
@@ -19,29 +22,45 @@ struct StepResult {
 
 class Optimizer {
 public:
+    /// Single process: the whole arena, no communication.
     Optimizer(const ParamLayout& layout, TensorView params, TensorView grads, const TrainingConfig& t, DType storage,
               OpContext& ctx, Allocator& alloc);
+    /// One rank of a parallel run: `shard` is the part of the arena it updates (the whole arena
+    /// unless the optimizer is distributed).
+    Optimizer(const ParamLayout& layout, TensorView params, TensorView grads, const TrainingConfig& t, DType storage,
+              OpContext& ctx, Allocator& alloc, ParallelContext* par, ArenaShard shard);
 
-    /// One update with learning rate `lr`; gradients hold loss_scale × the true gradients.
+    /// One update with learning rate `lr`; gradients hold loss_scale × the true gradients (reduced).
     StepResult step(double lr, double loss_scale);
 
     /// Successful steps so far (Adam's bias-correction count).
     int64_t steps() const { return steps_; }
     void set_steps(int64_t steps) { steps_ = steps; }
-    /// The fp32 weights the optimizer updates (the master copy in 16-bit runs, else the model weights).
-    TensorView master() const { return master_.empty() ? params_ : master_.view(); }
+    const ArenaShard& shard() const { return shard_; }
+    bool distributed() const { return shard_.size() != params_.numel(); }
+    /// The fp32 weights the optimizer updates for its shard: the master copy in 16-bit runs, else the
+    /// model weights (views of shard().size() elements, shard-relative).
+    TensorView master() const;
     TensorView exp_avg() const { return exp_avg_.view(); }
     TensorView exp_avg_sq() const { return exp_avg_sq_.view(); }
     /// After master() was overwritten (checkpoint load): refresh the model weights from it.
     void sync_params_from_master();
 
 private:
+    /// Calls f(param index, first, count): the part of parameter i inside the shard, in arena elements.
+    template <typename F>
+    void for_each_in_shard(F&& f) const;
+    bool counted_in_norm(const ParamInfo& p) const;
+    void all_gather_params();
+
     const ParamLayout& layout_;
     TensorView params_, grads_;
     DType storage_;
     float beta1_, beta2_, eps_, weight_decay_;
     double clip_grad_;
     OpContext& ctx_;
+    ParallelContext* par_ = nullptr;
+    ArenaShard shard_;
     Buffer master_, exp_avg_, exp_avg_sq_;
     int64_t steps_ = 0;
 };

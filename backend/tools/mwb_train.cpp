@@ -5,6 +5,7 @@
 #include "data/data_sources.h"
 #include "mwb/kernels/device.h"
 #include "mwb/kernels/ops.h"
+#include "parallel/parallel_context.h"
 #include "presets.h"
 #include "telemetry/run_dir.h"
 #include "train/trainer.h"
@@ -50,7 +51,12 @@ auto as_config_error(const char* field, F&& f) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    // One process per rank: under mpirun/srun every rank runs this main; rank 0 prints and writes
+    // the run directory. Every rank validates the same configuration, so all stop together.
+    mwb::World world(&argc, &argv);
+    const bool leader = world.rank() == 0;
     spdlog::set_pattern("[%H:%M:%S] %v");
+    if (!leader) spdlog::set_level(spdlog::level::warn);
     CLI::App app{"mwb-train: train a GPT model (one process per rank). Flags use Megatron-LM's names; "
                  "see docs/config.md.",
                  "mwb-train"};
@@ -80,7 +86,7 @@ int main(int argc, char** argv) {
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
-        return app.exit(e);
+        return leader ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : 2);
     }
 
     try {
@@ -93,12 +99,13 @@ int main(int argc, char** argv) {
             if (results.empty()) mwb::set_field(cfg, *field, "");
             for (const std::string& v : results) mwb::set_field(cfg, *field, v);
         }
-        cfg.logging.device = choose_device(cfg.logging.device, print_config);
+        cfg.logging.device = choose_device(cfg.logging.device, print_config || !leader);
         if (cfg.logging.threads > 0) mwb::ops::set_num_threads(cfg.logging.threads);
         const auto tokenizer = as_config_error("tokenizer_type", [&] { return mwb::data::make_tokenizer(cfg.data, cfg.model); });
-        for (const std::string& note : mwb::resolve(cfg, 1, tokenizer->vocab_size())) spdlog::warn("{}", note);
-        mwb::check_config(cfg, 1);
+        for (const std::string& note : mwb::resolve(cfg, world.size(), tokenizer->vocab_size())) spdlog::warn("{}", note);
+        mwb::check_config(cfg, world.size());
         if (print_config) {
+            if (!leader) return 0;
             std::cout << mwb::to_json(cfg).dump(2) << "\n";
             return 0;
         }
@@ -120,20 +127,27 @@ int main(int argc, char** argv) {
         std::signal(SIGINT, on_signal);
         std::signal(SIGTERM, on_signal);
 
-        mwb::RunDir run_dir(cfg.logging.run_dir, "gpt");
-        const mwb::RunStatus status = mwb::train(std::move(in), run_dir);
-        if (status == mwb::RunStatus::Interrupted) spdlog::warn("stopped early; run directory {}", run_dir.path().string());
-        else spdlog::info("done; run directory {}", run_dir.path().string());
+        mwb::ParallelContext par(world, cfg.parallel);
+        std::unique_ptr<mwb::RunDir> run_dir = leader ? std::make_unique<mwb::RunDir>(cfg.logging.run_dir, "gpt") : nullptr;
+        const mwb::RunStatus status = mwb::train(std::move(in), run_dir.get(), &par);
+        if (leader) {
+            if (status == mwb::RunStatus::Finished) spdlog::info("done; run directory {}", run_dir->path().string());
+            else spdlog::warn("stopped early; run directory {}", run_dir->path().string());
+        }
         return static_cast<int>(status);
     } catch (const mwb::ConfigError& e) {
-        std::cerr << "mwb-train: " << e.what() << "\n";
+        // Every rank reached the same verdict from the same inputs: only rank 0 says it.
+        if (leader) std::cerr << "mwb-train: " << e.what() << "\n";
         return 2;
     } catch (const mwb::Error& e) {
-        std::cerr << "mwb-train: error: " << e.what() << "\n";
+        std::cerr << "mwb-train: error" << (world.size() > 1 ? fmt::format(" on rank {}", world.rank()) : "") << ": "
+                  << e.what() << "\n";
         if (!e.where().empty()) std::cerr << "  (raised at " << e.where() << ")\n";
+        if (world.size() > 1) world.abort(1);  // the other ranks may be waiting in a collective
         return 1;
     } catch (const std::exception& e) {
         std::cerr << "mwb-train: error: " << e.what() << "\n";
+        if (world.size() > 1) world.abort(1);
         return 1;
     }
 }

@@ -6,13 +6,15 @@
 #include "core/build_info.h"
 #include "core/memory.h"
 #include "model/gpt_model.h"
-#include "mwb/kernels/device.h"
 #include "mwb/kernels/error.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
+#include "parallel/gradient_reducer.h"
+#include "parallel/parallel_context.h"
 #include "telemetry/flops.h"
 #include "telemetry/run_dir.h"
+#include "train/pipeline_runner.h"
 
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -51,25 +53,58 @@ nlohmann::json memory_json(const MemoryStats& m) {
     return {{"allocated", m.total_current}, {"peak", m.total_peak}, {"reserved", m.reserved}, {"by_category", by_category}};
 }
 
+/// Group types whose traffic is reported (the "world" and "model" groups only carry norms and control).
+const char* const kGroups[] = {"tp", "sp", "pp", "dp", "embedding", "model"};
+constexpr int kNumGroups = 6;
+
+/// What each rank reports to rank 0 every log interval (a fixed-size record for one gather).
+struct RankReport {
+    double mem_current[kMemCategories], mem_peak[kMemCategories];
+    double mem_total, mem_total_peak, mem_reserved;
+    double bytes[kNumGroups], comm_seconds[kNumGroups], wait_seconds[kNumGroups];
+    double forward_s, backward_s, reduce_s, optimizer_s, data_s;  // sums over the interval
+};
+
+/// Traffic accumulated over the training steps of one log interval (evaluation and checkpoints excluded).
+struct IntervalComm {
+    std::map<std::string, CommStats> by_group;
+    void add_delta(const std::map<std::string, CommStats>& before, const std::map<std::string, CommStats>& after) {
+        for (const auto& [g, s] : after) {
+            CommStats d = s;
+            const CommStats& b = before.at(g);
+            d.bytes_sent -= b.bytes_sent;
+            d.calls -= b.calls;
+            d.seconds -= b.seconds;
+            d.wait_seconds -= b.wait_seconds;
+            by_group[g].add(d);
+        }
+    }
+};
+
 /// Everything a run holds; one instance per train() call.
 class Run {
 public:
-    Run(TrainerInputs& in, RunDir& dir)
-        : in_(in), cfg_(in.config), dir_(dir), dims_(GptDims::from_config(cfg_)),
-          model_(dims_, RecomputePolicy::from_config(cfg_.training), storage_dtype(cfg_.training), ctx_, alloc_),
-          micro_batches_(num_micro_batches(cfg_, 1)), schedule_(cfg_.training), scaler_(cfg_.training),
-          flops_(flops_per_iteration(cfg_)),
+    Run(TrainerInputs& in, RunDir* dir, ParallelContext& par)
+        : in_(in), cfg_(in.config), dir_(dir), par_(par), dims_(GptDims::from_config(cfg_)),
+          partition_(ModelPartition::for_stage(dims_, par.pp_size(), par.coord().pp,
+                                               cfg_.parallel.num_layers_per_virtual_pipeline_stage)),
+          tp_(par.tp(), par.sp(), par.sequence_parallel()), distributed_(cfg_.parallel.use_distributed_optimizer),
+          model_(dims_, partition_, tp_, RecomputePolicy::from_config(cfg_.training), storage_dtype(cfg_.training),
+                 ctx_, alloc_, distributed_ ? par.dp_size() : 1),
+          reducer_(model_.layout(), model_.grads(), par, dims_.tied_output, distributed_,
+                   cfg_.parallel.ddp_bucket_size, ctx_, alloc_),
+          runner_(model_, par), micro_batches_(num_micro_batches(cfg_, par.world_size())),
+          schedule_(cfg_.training), scaler_(cfg_.training), flops_(flops_per_iteration(cfg_)),
           tokens_(alloc_, MemCategory::Data, dims_.micro_batch * (dims_.seq + 1), DType::I32) {
         model_.init_weights(static_cast<uint64_t>(cfg_.training.seed));
         optimizer_ = std::make_unique<Optimizer>(model_.layout(), model_.params(), model_.grads(), cfg_.training,
-                                                 model_.storage(), ctx_, alloc_);
+                                                 model_.storage(), ctx_, alloc_, &par_, reducer_.shard());
     }
 
     RunStatus run() {
         if (!cfg_.logging.load.empty()) load(cfg_.logging.load);
         announce();
         const int64_t total = cfg_.training.train_iters;
-        interval_start_ = Clock::now();
         while (iteration_ < total) {
             train_step();
             const bool last = iteration_ == total;
@@ -78,8 +113,8 @@ public:
                 (iteration_ % cfg_.data.eval_interval == 0 || last))
                 evaluate();
             if (should_save(last)) save();
-            if (signalled()) return stop_now(RunStatus::Interrupted, "interrupted", "stop requested (signal)");
-            handle_control();
+            const Decision d = decide();
+            if (d.signalled) return stop_now(RunStatus::Interrupted, "interrupted", "stop requested (signal)");
             if (stop_requested_) return stop_now(RunStatus::Stopped, "stopped", "stop requested over the control channel");
         }
         finish("finished", "");
@@ -89,7 +124,74 @@ public:
     void fail(const std::string& why) { finish("failed", why); }
 
 private:
-    bool signalled() const { return in_.stop_requested && in_.stop_requested->load(); }
+    bool leader() const { return par_.world_rank() == 0; }
+
+    void publish(std::string_view topic, nlohmann::json fields) {
+        if (dir_) dir_->publish(topic, std::move(fields));
+    }
+
+    // ---- decisions taken by rank 0 for everyone: signals and control requests -------------------------
+
+    struct Decision {
+        bool signalled = false;
+    };
+
+    /// At an iteration boundary rank 0 reads its signal flag and pending control requests and
+    /// broadcasts them; every rank applies them in the same order. While paused, rank 0 keeps
+    /// answering requests and the others wait in the broadcast.
+    Decision decide() {
+        Decision d;
+        do {
+            int32_t msg[1 + kMaxRequests] = {0};
+            std::vector<ControlRequest> requests;
+            if (leader()) {
+                msg[0] = (in_.stop_requested && in_.stop_requested->load()) ? 1 : 0;
+                while (in_.control && static_cast<int>(requests.size()) < kMaxRequests) {
+                    auto r = in_.control->poll();
+                    if (!r) break;
+                    requests.push_back(*r);
+                }
+                for (std::size_t i = 0; i < requests.size(); ++i) msg[1 + i] = 1 + static_cast<int32_t>(requests[i].action);
+            }
+            par_.world().broadcast(msg, sizeof msg, 0);
+            d.signalled = msg[0] != 0;
+            for (int i = 0; i < kMaxRequests && msg[1 + i] != 0; ++i) {
+                const auto action = static_cast<ControlAction>(msg[1 + i] - 1);
+                const nlohmann::json result = apply(action);
+                if (leader()) finish_request(requests[static_cast<std::size_t>(i)], result);
+            }
+            if (paused_ && !d.signalled && !stop_requested_ && leader())
+                std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        } while (paused_ && !d.signalled && !stop_requested_);
+        return d;
+    }
+
+    nlohmann::json apply(ControlAction action) {
+        nlohmann::json result = {{"ok", true}, {"action", control_action_name(action)}, {"iteration", iteration_}};
+        switch (action) {
+        case ControlAction::Status:
+            result.update({{"state", paused_ ? "paused" : "running"}, {"train_iters", cfg_.training.train_iters},
+                           {"consumed_samples", consumed_samples_}, {"skipped_iterations", skipped_},
+                           {"world_size", par_.world_size()}});
+            break;
+        case ControlAction::Pause: paused_ = true; break;
+        case ControlAction::Resume: paused_ = false; break;
+        case ControlAction::Checkpoint: result["path"] = save(true).string(); break;
+        case ControlAction::Stop:
+            stop_requested_ = true;
+            paused_ = false;
+            break;
+        }
+        return result;
+    }
+
+    void finish_request(const ControlRequest& r, const nlohmann::json& result) {
+        in_.control->reply(r, result);
+        if (r.action == ControlAction::Status) return;
+        publish("event", {{"kind", "control_applied"}, {"action", control_action_name(r.action)},
+                          {"iteration", iteration_}, {"request_id", r.id}});
+        if (in_.print_progress) spdlog::info("control: {} at iteration {}", control_action_name(r.action), iteration_);
+    }
 
     /// Ends the run early: logs the partial interval and checkpoints (into --save, else
     /// <run_dir>/checkpoints) so that it can be resumed.
@@ -100,50 +202,40 @@ private:
         return status;
     }
 
-    /// Applies every pending control request at this iteration boundary; while paused, waits here
-    /// (still answering requests and watching for signals).
-    void handle_control() {
-        if (!in_.control) return;
-        do {
-            while (auto request = in_.control->poll()) apply(*request);
-            if (paused_ && !signalled() && !stop_requested_) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        } while (paused_ && !signalled() && !stop_requested_);
-    }
+    // ---- the run's description ----------------------------------------------------------------------
 
-    void apply(const ControlRequest& r) {
-        nlohmann::json result = {{"ok", true}, {"action", control_action_name(r.action)}, {"iteration", iteration_}};
-        switch (r.action) {
-        case ControlAction::Status:
-            result.update({{"state", paused_ ? "paused" : "running"}, {"train_iters", cfg_.training.train_iters},
-                           {"consumed_samples", consumed_samples_}, {"skipped_iterations", skipped_}});
-            break;
-        case ControlAction::Pause:
-            paused_ = true;
-            break;
-        case ControlAction::Resume:
-            paused_ = false;
-            break;
-        case ControlAction::Checkpoint:
-            result["path"] = save(true).string();
-            break;
-        case ControlAction::Stop:
-            stop_requested_ = true;
-            paused_ = false;
-            break;
-        }
-        in_.control->reply(r, result);
-        if (r.action != ControlAction::Status)
-            dir_.publish("event", {{"kind", "control_applied"}, {"action", control_action_name(r.action)},
-                                   {"iteration", iteration_}, {"request_id", r.id}});
-        if (in_.print_progress && r.action != ControlAction::Status)
-            spdlog::info("control: {} at iteration {}", control_action_name(r.action), iteration_);
+    nlohmann::json topology() const {
+        return {{"world_size", par_.world_size()},
+                {"tensor_model_parallel_size", par_.tp_size()},
+                {"pipeline_model_parallel_size", par_.pp_size()},
+                {"data_parallel_size", par_.dp_size()},
+                {"virtual_pipeline_chunks", model_.num_chunks()},
+                {"sequence_parallel", par_.sequence_parallel()},
+                {"distributed_optimizer", distributed_},
+                {"rank_order", "tp-dp-pp"},
+                {"device", "cpu"},
+                {"threads", ops::num_threads()}};
     }
 
     void announce() {
+        char host[256] = "";
+        gethostname(host, sizeof host - 1);
+        std::vector<char> hosts(static_cast<std::size_t>(par_.world_size()) * sizeof host);
+        par_.world().gather(host, hosts.data(), sizeof host, 0);
+        // Parameters of the whole model: every rank counts what it owns once (see Optimizer).
+        double owned = 0;
+        for (const ParamInfo& p : model_.layout())
+            if (!p.tied_copy && (p.split_dim >= 0 || par_.coord().tp == 0) && par_.coord().dp == 0)
+                owned += static_cast<double>(p.numel);
+        par_.world().all_reduce_sum(&owned, 1);
+        if (!leader()) return;
+
+        nlohmann::json host_list = nlohmann::json::array();
+        for (int r = 0; r < par_.world_size(); ++r) host_list.push_back(std::string(hosts.data() + r * sizeof host));
         const auto& m = cfg_.model;
-        const int64_t params = model_.layout().parameter_count();
+        const auto params = static_cast<int64_t>(owned);
         nlohmann::json run = {
-            {"run_id", dir_.run_id()},
+            {"run_id", dir_->run_id()},
             {"config", to_json(cfg_)},
             {"derived",
              {{"padded_vocab_size", padded_vocab_size(cfg_)},
@@ -151,53 +243,85 @@ private:
               {"parameters", params},
               {"model_flops_per_iteration", flops_.model},
               {"hardware_flops_per_iteration", flops_.hardware}}},
-            {"topology", {{"world_size", 1}, {"tensor_model_parallel_size", 1}, {"pipeline_model_parallel_size", 1},
-                          {"data_parallel_size", 1}, {"device", "cpu"}, {"threads", ops::num_threads()}}},
+            {"topology", topology()},
+            {"hosts", host_list},
             {"data", in_.data_description},
             {"build", build_info()},
             {"resumed_from_iteration", iteration_},
         };
-        dir_.write_run_json(run);
-        char host[256] = "";
-        gethostname(host, sizeof host - 1);
-        dir_.publish("run.start", {{"config", run["config"]}, {"derived", run["derived"]}, {"topology", run["topology"]},
-                                   {"hosts", {host}}, {"iteration", iteration_}});
+        dir_->write_run_json(run);
+        publish("run.start", {{"config", run["config"]}, {"derived", run["derived"]}, {"topology", run["topology"]},
+                              {"hosts", host_list}, {"iteration", iteration_}});
         if (in_.print_progress) {
             spdlog::info("model: {} layers, hidden {}, {} heads, seq {}, vocab {} (padded {}): {:.2f}M parameters",
                          m.num_layers, m.hidden_size, m.num_attention_heads, m.seq_length, model_vocab_size(cfg_),
                          padded_vocab_size(cfg_), static_cast<double>(params) / 1e6);
-            spdlog::info("batch: {} x {} micro-batches = {} samples/iteration; {} | {} thread(s), {}", 
-                         cfg_.training.micro_batch_size, micro_batches_, cfg_.training.global_batch_size,
+            if (par_.world_size() > 1)
+                spdlog::info("layout: {} ranks = TP {} x PP {} x DP {}{}{}{}", par_.world_size(), par_.tp_size(),
+                             par_.pp_size(), par_.dp_size(), par_.sequence_parallel() ? ", sequence parallel" : "",
+                             model_.num_chunks() > 1 ? fmt::format(", {} virtual stages per rank", model_.num_chunks()) : "",
+                             distributed_ ? ", distributed optimizer" : "");
+            spdlog::info("batch: {} x {} micro-batches x {} data-parallel = {} samples/iteration; {} | {} thread(s), {}",
+                         cfg_.training.micro_batch_size, micro_batches_, par_.dp_size(), cfg_.training.global_batch_size,
                          in_.data_description, ops::num_threads(),
                          cfg_.training.bf16 ? "bf16 (emulated)" : cfg_.training.fp16 ? "fp16 (emulated)" : "fp32");
-            spdlog::info("run directory: {}", dir_.path().string());
+            spdlog::info("run directory: {}", dir_->path().string());
         }
     }
 
-    void read_micro_batch(const data::SampleSource& source, int64_t first_sample) {
-        const int64_t per = dims_.seq + 1;
-        for (int64_t b = 0; b < dims_.micro_batch; ++b)
-            source.read(first_sample + b, std::span<int32_t>(tokens_.i32() + b * per, static_cast<std::size_t>(per)));
+    // ---- one iteration -----------------------------------------------------------------------------
+
+    /// The micro-batch m of this rank: global micro-batch m·DP + dp (as Megatron-LM's sampler), its
+    /// samples [base + g·B, base + (g+1)·B) of `source`.
+    MicroBatch micro_batch(const data::SampleSource& source, int64_t base, int64_t m, bool needs_tokens, int64_t it,
+                           float grad_scale) {
+        const int64_t g = m * par_.dp_size() + par_.coord().dp;
+        if (needs_tokens) {
+            const auto t0 = Clock::now();
+            const int64_t per = dims_.seq + 1;
+            for (int64_t b = 0; b < dims_.micro_batch; ++b)
+                source.read(base + g * dims_.micro_batch + b,
+                            std::span<int32_t>(tokens_.i32() + b * per, static_cast<std::size_t>(per)));
+            interval_data_s_ += seconds_since(t0);
+        }
+        MicroBatch mb;
+        mb.tokens = needs_tokens ? tokens_.i32() : nullptr;
+        mb.seed = static_cast<uint64_t>(cfg_.training.seed);
+        mb.stream_base = micro_batch_stream(it, g);
+        mb.grad_scale = grad_scale;
+        return mb;
+    }
+
+    /// Σ of the last stage's micro-batch losses -> the iteration's mean loss on every rank.
+    double mean_loss(double loss_sum) {
+        par_.pp().all_reduce_sum(&loss_sum, 1);
+        par_.dp().all_reduce_sum(&loss_sum, 1);
+        return loss_sum / static_cast<double>(micro_batches_ * par_.dp_size());
     }
 
     void train_step() {
         const auto t0 = Clock::now();
+        const auto comm_before = par_.stats();
         const int64_t it = iteration_ + 1;
         model_.zero_grads();
         const double loss_scale = scaler_.scale();
         const float grad_scale = static_cast<float>(loss_scale / static_cast<double>(micro_batches_));
-        const bool round_grads = model_.storage() != DType::F32 && !cfg_.training.accumulate_allreduce_grads_in_fp32;
-        double loss = 0;
-        for (int64_t m = 0; m < micro_batches_; ++m) {
-            read_micro_batch(*in_.train, consumed_samples_ + m * dims_.micro_batch);
-            loss += model_.forward_backward(tokens_.i32(), grad_scale, static_cast<uint64_t>(cfg_.training.seed),
-                                            micro_batch_stream(it, m));
-            if (round_grads) ops::round_to(ctx_, model_.grads(), model_.storage());
-        }
-        loss /= static_cast<double>(micro_batches_);
+        const PipelineResult pr = runner_.run(micro_batches_, true, [&](int64_t m, bool needs_tokens) {
+            return micro_batch(*in_.train, consumed_samples_, m, needs_tokens, it, grad_scale);
+        });
+        if (model_.storage() != DType::F32 && !cfg_.training.accumulate_allreduce_grads_in_fp32)
+            ops::round_to(ctx_, model_.grads(), model_.storage());
+        const auto t_reduce = Clock::now();
+        reducer_.reduce();
+        const double loss = mean_loss(pr.loss_sum);
+        interval_reduce_s_ += seconds_since(t_reduce);
+        const auto t_opt = Clock::now();
         const double lr = schedule_.lr(iteration_);
         const StepResult step = optimizer_->step(lr, loss_scale);
         scaler_.update(step.skipped);
+        interval_optimizer_s_ += seconds_since(t_opt);
+        interval_forward_s_ += pr.forward_seconds;
+        interval_backward_s_ += pr.backward_seconds;
         iteration_ = it;
         consumed_samples_ += cfg_.training.global_batch_size;
         checkpointed_ = false;
@@ -206,12 +330,12 @@ private:
         if (step.skipped) {
             ++skipped_;
             ++interval_skipped_;
-            dir_.publish("event", {{"kind", "skipped_iteration"}, {"iteration", it}, {"loss_scale", loss_scale},
-                                   {"reason", "gradients are not finite"}});
+            publish("event", {{"kind", "skipped_iteration"}, {"iteration", it}, {"loss_scale", loss_scale},
+                              {"reason", "gradients are not finite"}});
         }
         if (!std::isfinite(loss)) {
             ++nonfinite_in_a_row_;
-            dir_.publish("event", {{"kind", "nan_loss"}, {"iteration", it}, {"loss", nullptr}});
+            publish("event", {{"kind", "nan_loss"}, {"iteration", it}, {"loss", nullptr}});
             MWB_CHECK(nonfinite_in_a_row_ < 10 || scaler_.dynamic(),
                       "training diverged: the loss was not finite for {} iterations in a row (last at iteration {})",
                       nonfinite_in_a_row_, it);
@@ -224,92 +348,220 @@ private:
         last_grad_norm_ = step.grad_norm;
         last_loss_scale_ = loss_scale;
         ++interval_iterations_;
+        interval_comm_.add_delta(comm_before, par_.stats());
         interval_time_ += seconds_since(t0);
     }
 
-    void log_interval() {
-        const double n = std::max<int64_t>(1, interval_iterations_);
-        const double iter_time = interval_time_ / n;
-        const double tokens_per_iter = static_cast<double>(cfg_.training.global_batch_size) * dims_.seq;
-        const double loss = interval_loss_count_ ? interval_loss_ / static_cast<double>(interval_loss_count_) : NAN;
-        const MemoryStats mem = alloc_.stats();
-        const double tflops = flops_.model / iter_time / 1e12;
-        nlohmann::json rec = {
-            {"iteration", iteration_},
-            {"consumed_samples", consumed_samples_},
-            {"consumed_tokens", static_cast<int64_t>(consumed_samples_ * dims_.seq)},
-            {"lm_loss", std::isfinite(loss) ? nlohmann::json(loss) : nlohmann::json(nullptr)},
-            {"lr", last_lr_},
-            {"grad_norm", std::isfinite(last_grad_norm_) ? nlohmann::json(last_grad_norm_) : nlohmann::json(nullptr)},
-            {"loss_scale", last_loss_scale_},
-            {"skipped_iterations", interval_skipped_},
-            {"iterations_in_interval", interval_iterations_},
-            {"iteration_time_s", iter_time},
-            {"tokens_per_sec", tokens_per_iter / iter_time},
-            {"tflops_per_device", tflops},
-            {"hardware_tflops_per_device", flops_.hardware / iter_time / 1e12},
-            {"mem_allocated_bytes", mem.total_current},
-            {"mem_peak_bytes", mem.total_peak},
-            {"mem", memory_json(mem)},
-        };
-        dir_.publish("step", rec);
-        if (in_.print_progress) {
-            const double eta = iter_time * static_cast<double>(cfg_.training.train_iters - iteration_);
-            spdlog::info("iter {:>6}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.0f} tok/s | {:.3f} s/it | "
-                         "{:.1f} GFLOP/s | mem {} (peak {}){} | ETA {}",
-                         iteration_, cfg_.training.train_iters, loss, last_lr_, last_grad_norm_, tokens_per_iter / iter_time,
-                         iter_time, tflops * 1e3, format_bytes(mem.total_current), format_bytes(mem.total_peak),
-                         interval_skipped_ ? fmt::format(" | skipped {}", interval_skipped_) : "", format_duration(eta));
+    // ---- logging ------------------------------------------------------------------------------------
+
+    RankReport report() const {
+        RankReport r{};
+        const MemoryStats m = alloc_.stats();
+        for (int c = 0; c < kMemCategories; ++c) {
+            r.mem_current[c] = static_cast<double>(m.current[c]);
+            r.mem_peak[c] = static_cast<double>(m.peak[c]);
         }
-        interval_loss_ = 0;
-        interval_loss_count_ = 0;
-        interval_iterations_ = 0;
-        interval_skipped_ = 0;
-        interval_time_ = 0;
+        r.mem_total = static_cast<double>(m.total_current);
+        r.mem_total_peak = static_cast<double>(m.total_peak);
+        r.mem_reserved = static_cast<double>(m.reserved);
+        for (int g = 0; g < kNumGroups; ++g) {
+            const auto it = interval_comm_.by_group.find(kGroups[g]);
+            if (it == interval_comm_.by_group.end()) continue;
+            r.bytes[g] = static_cast<double>(it->second.bytes_sent);
+            r.comm_seconds[g] = it->second.seconds;
+            r.wait_seconds[g] = it->second.wait_seconds;
+        }
+        r.forward_s = interval_forward_s_;
+        r.backward_s = interval_backward_s_;
+        r.reduce_s = interval_reduce_s_;
+        r.optimizer_s = interval_optimizer_s_;
+        r.data_s = interval_data_s_;
+        return r;
+    }
+
+    nlohmann::json rank_json(int rank, const RankReport& r, double n) const {
+        const int tp = rank % par_.tp_size(), dp = (rank / par_.tp_size()) % par_.dp_size(),
+                  pp = rank / (par_.tp_size() * par_.dp_size());
+        nlohmann::json comm = nlohmann::json::object();
+        double comm_s = 0, wait_s = 0;
+        for (int g = 0; g < kNumGroups; ++g) {
+            comm[kGroups[g]] = {{"bytes_per_iteration", static_cast<int64_t>(r.bytes[g] / n)},
+                                {"seconds_per_iteration", r.comm_seconds[g] / n}};
+            comm_s += r.comm_seconds[g];
+            wait_s += r.wait_seconds[g];
+        }
+        return {{"rank", rank},
+                {"tp", tp},
+                {"pp", pp},
+                {"dp", dp},
+                {"comm", comm},
+                {"time",
+                 {{"forward_s", r.forward_s / n},
+                  {"backward_s", r.backward_s / n},
+                  {"gradient_reduce_s", r.reduce_s / n},
+                  {"optimizer_s", r.optimizer_s / n},
+                  {"data_s", r.data_s / n},
+                  {"communication_s", (comm_s - wait_s) / n},
+                  {"pipeline_bubble_s", wait_s / n}}}};
+    }
+
+    nlohmann::json rank_memory_json(int rank, const RankReport& r) const {
+        nlohmann::json by_category = nlohmann::json::object();
+        for (int c = 0; c < kMemCategories; ++c)
+            by_category[std::string(category_name(static_cast<MemCategory>(c)))] = {
+                {"current", static_cast<int64_t>(r.mem_current[c])}, {"peak", static_cast<int64_t>(r.mem_peak[c])}};
+        return {{"rank", rank},
+                {"allocated", static_cast<int64_t>(r.mem_total)},
+                {"peak", static_cast<int64_t>(r.mem_total_peak)},
+                {"reserved", static_cast<int64_t>(r.mem_reserved)},
+                {"by_category", by_category}};
+    }
+
+    void log_interval() {
+        const RankReport mine = report();
+        std::vector<RankReport> all(static_cast<std::size_t>(par_.world_size()));
+        par_.world().gather(&mine, all.data(), sizeof(RankReport), 0);
+        const double n = static_cast<double>(std::max<int64_t>(1, interval_iterations_));
+        if (leader()) {
+            const double iter_time = interval_time_ / n;
+            const double tokens_per_iter = static_cast<double>(cfg_.training.global_batch_size) * dims_.seq;
+            const double loss = interval_loss_count_ ? interval_loss_ / static_cast<double>(interval_loss_count_) : NAN;
+            const MemoryStats mem = alloc_.stats();
+            const double tflops = flops_.model / iter_time / 1e12 / par_.world_size();
+            nlohmann::json ranks = nlohmann::json::array(), memory = nlohmann::json::array();
+            int64_t peak_max = 0;
+            for (int r = 0; r < par_.world_size(); ++r) {
+                ranks.push_back(rank_json(r, all[static_cast<std::size_t>(r)], n));
+                memory.push_back(rank_memory_json(r, all[static_cast<std::size_t>(r)]));
+                peak_max = std::max(peak_max, static_cast<int64_t>(all[static_cast<std::size_t>(r)].mem_total_peak));
+            }
+            nlohmann::json rec = {
+                {"iteration", iteration_},
+                {"consumed_samples", consumed_samples_},
+                {"consumed_tokens", static_cast<int64_t>(consumed_samples_ * dims_.seq)},
+                {"lm_loss", std::isfinite(loss) ? nlohmann::json(loss) : nlohmann::json(nullptr)},
+                {"lr", last_lr_},
+                {"grad_norm", std::isfinite(last_grad_norm_) ? nlohmann::json(last_grad_norm_) : nlohmann::json(nullptr)},
+                {"loss_scale", last_loss_scale_},
+                {"skipped_iterations", interval_skipped_},
+                {"iterations_in_interval", interval_iterations_},
+                {"iteration_time_s", iter_time},
+                {"tokens_per_sec", tokens_per_iter / iter_time},
+                {"tflops_per_device", tflops},
+                {"hardware_tflops_per_device", flops_.hardware / iter_time / 1e12 / par_.world_size()},
+                {"mem_allocated_bytes", mem.total_current},
+                {"mem_peak_bytes", mem.total_peak},
+                {"mem_peak_bytes_max_rank", peak_max},
+                {"mem", memory_json(mem)},
+                {"ranks", ranks},
+            };
+            publish("step", rec);
+            publish("memory", {{"iteration", iteration_}, {"ranks", memory}});
+            if (in_.print_progress) {
+                const double eta = iter_time * static_cast<double>(cfg_.training.train_iters - iteration_);
+                spdlog::info("iter {:>6}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.0f} tok/s | {:.3f} s/it | "
+                             "{:.1f} GFLOP/s | mem {} (peak {}){} | ETA {}",
+                             iteration_, cfg_.training.train_iters, loss, last_lr_, last_grad_norm_,
+                             tokens_per_iter / iter_time, iter_time, tflops * 1e3, format_bytes(mem.total_current),
+                             format_bytes(peak_max), interval_skipped_ ? fmt::format(" | skipped {}", interval_skipped_) : "",
+                             format_duration(eta));
+            }
+        }
+        interval_loss_ = interval_time_ = 0;
+        interval_forward_s_ = interval_backward_s_ = interval_reduce_s_ = interval_optimizer_s_ = interval_data_s_ = 0;
+        interval_loss_count_ = interval_iterations_ = interval_skipped_ = 0;
+        interval_comm_ = {};
         iteration_logged_ = true;
     }
 
     void evaluate() {
         const auto t0 = Clock::now();
         double sum = 0;
-        int64_t count = 0;
         for (int64_t k = 0; k < cfg_.data.eval_iters; ++k) {
-            for (int64_t m = 0; m < micro_batches_; ++m) {
-                read_micro_batch(*in_.valid, (k * micro_batches_ + m) * dims_.micro_batch);
-                sum += model_.evaluate(tokens_.i32());
-                ++count;
-            }
+            const int64_t base = k * cfg_.training.global_batch_size;
+            const PipelineResult pr = runner_.run(micro_batches_, false, [&](int64_t m, bool needs_tokens) {
+                return micro_batch(*in_.valid, base, m, needs_tokens, 0, 0.0f);
+            });
+            sum += mean_loss(pr.loss_sum);
         }
-        const double loss = sum / static_cast<double>(count);
-        dir_.publish("eval", {{"iteration", iteration_}, {"consumed_tokens", consumed_samples_ * dims_.seq},
-                              {"lm_loss", loss}, {"ppl", std::exp(std::min(loss, 700.0))},
-                              {"samples", count * dims_.micro_batch}, {"time_s", seconds_since(t0)}});
-        if (in_.print_progress)
+        const double loss = sum / static_cast<double>(cfg_.data.eval_iters);
+        const int64_t samples = cfg_.data.eval_iters * cfg_.training.global_batch_size;
+        publish("eval", {{"iteration", iteration_}, {"consumed_tokens", consumed_samples_ * dims_.seq},
+                         {"lm_loss", loss}, {"ppl", std::exp(std::min(loss, 700.0))}, {"samples", samples},
+                         {"time_s", seconds_since(t0)}});
+        if (in_.print_progress && leader())
             spdlog::info("validation at iter {}: loss {:.4f} | ppl {:.3f} ({} samples, {:.1f} s)", iteration_, loss,
-                         std::exp(std::min(loss, 700.0)), count * dims_.micro_batch, seconds_since(t0));
+                         std::exp(std::min(loss, 700.0)), samples, seconds_since(t0));
     }
 
+    // ---- checkpoints --------------------------------------------------------------------------------
+
     /// Where checkpoints go: --save, else <run_dir>/checkpoints when saving at intervals or on request.
-    fs::path save_dir(bool requested = false) const {
+    /// Every rank must agree: the run directory's path is broadcast once from rank 0.
+    fs::path save_dir(bool requested = false) {
         if (!cfg_.logging.save.empty()) return cfg_.logging.save;
-        if (cfg_.logging.save_interval > 0 || requested) return dir_.path() / "checkpoints";
+        if (cfg_.logging.save_interval > 0 || requested) return run_dir_path() / "checkpoints";
         return {};
     }
 
-    bool should_save(bool last) const {
+    fs::path run_dir_path() {
+        if (run_dir_path_.empty()) {
+            char path[4096] = {0};
+            if (leader()) std::snprintf(path, sizeof path, "%s", dir_->path().c_str());
+            par_.world().broadcast(path, sizeof path, 0);
+            run_dir_path_ = path;
+        }
+        return run_dir_path_;
+    }
+
+    bool should_save(bool last) {
         if (save_dir().empty()) return false;
         return last || (cfg_.logging.save_interval > 0 && iteration_ % cfg_.logging.save_interval == 0);
     }
 
-    std::vector<CheckpointTensor> checkpoint_tensors() {
+    /// The three fp32 arenas of the checkpoint, each as large as the whole parameter arena. With the
+    /// distributed optimizer the shards are gathered over the data-parallel group first.
+    struct FullState {
+        Buffer master, exp_avg, exp_avg_sq;
+        TensorView views[3];
+    };
+
+    FullState full_state() {
+        FullState s;
+        const TensorView shards[3] = {optimizer_->master(), optimizer_->exp_avg(), optimizer_->exp_avg_sq()};
+        if (!distributed_ || par_.dp_size() == 1) {
+            for (int i = 0; i < 3; ++i)
+                s.views[i] = make_view(shards[i].f32() - optimizer_->shard().begin, DType::F32,
+                                       {model_.params().numel()});
+            return s;
+        }
+        Buffer* bufs[3] = {&s.master, &s.exp_avg, &s.exp_avg_sq};
+        for (int i = 0; i < 3; ++i) {
+            *bufs[i] = Buffer(alloc_, MemCategory::Workspace, model_.params().numel());
+            s.views[i] = bufs[i]->view();
+        }
+        return s;
+    }
+
+    std::vector<CheckpointTensor> checkpoint_tensors(const FullState& s) {
         std::vector<CheckpointTensor> t;
         const ParamLayout& layout = model_.layout();
-        const std::pair<const char*, TensorView> arenas[] = {
-            {"param/", optimizer_->master()}, {"exp_avg/", optimizer_->exp_avg()}, {"exp_avg_sq/", optimizer_->exp_avg_sq()}};
-        for (const auto& [prefix, arena] : arenas)
+        const char* prefixes[3] = {"param/", "exp_avg/", "exp_avg_sq/"};
+        for (int k = 0; k < 3; ++k)
             for (std::size_t i = 0; i < layout.size(); ++i) {
-                float* p = layout.view(arena, i).f32();
-                t.push_back({prefix + layout[i].name, layout[i].shape, p, p});
+                const ParamInfo& p = layout[i];
+                float* data = layout.view(s.views[k], i).f32();
+                CheckpointTensor c;
+                c.name = prefixes[k] + p.name;
+                c.global_shape = p.global_shape;
+                c.shape = p.shape;
+                c.split_dim = p.split_dim;
+                c.split_begin = p.split_begin;
+                c.data = data;
+                c.dest = data;
+                c.save = !p.tied_copy && (p.split_dim >= 0 || par_.coord().tp == 0);
+                c.padded_rows = p.name == "embedding.word_embeddings.weight" || p.name == "output_layer.weight";
+                t.push_back(std::move(c));
             }
         return t;
     }
@@ -323,69 +575,114 @@ private:
         s.skipped_iterations = skipped_;
         s.loss_scaler = scaler_.state();
         s.config = to_json(cfg_);
-        const fs::path where = save_checkpoint(save_dir(requested), s, checkpoint_tensors());
+        FullState full = full_state();
+        if (!full.master.empty()) {
+            const TensorView shards[3] = {optimizer_->master(), optimizer_->exp_avg(), optimizer_->exp_avg_sq()};
+            for (int k = 0; k < 3; ++k) par_.dp().all_gather(shards[k].f32(), full.views[k].f32(), shards[k].numel());
+        }
+        const fs::path where = save_checkpoint(save_dir(requested), s, checkpoint_tensors(full), par_, par_.coord().dp == 0);
         checkpointed_ = true;
-        dir_.publish("event", {{"kind", "checkpoint_saved"}, {"iteration", iteration_}, {"path", where.string()},
-                               {"time_s", seconds_since(t0)}});
-        if (in_.print_progress) spdlog::info("saved checkpoint {} ({:.2f} s)", where.string(), seconds_since(t0));
+        publish("event", {{"kind", "checkpoint_saved"}, {"iteration", iteration_}, {"path", where.string()},
+                          {"time_s", seconds_since(t0)}});
+        if (in_.print_progress && leader()) spdlog::info("saved checkpoint {} ({:.2f} s)", where.string(), seconds_since(t0));
         return where;
     }
 
     void load(const fs::path& from) {
         const fs::path dir = resolve_checkpoint_dir(from);
-        const CheckpointState s = load_checkpoint(dir, checkpoint_tensors());
+        FullState full = full_state();
+        const CheckpointState s = load_checkpoint(dir, checkpoint_tensors(full));
+        check_compatible(s.config, dir);
+        if (!full.master.empty()) {
+            const ArenaShard& shard = optimizer_->shard();
+            const TensorView shards[3] = {optimizer_->master(), optimizer_->exp_avg(), optimizer_->exp_avg_sq()};
+            for (int k = 0; k < 3; ++k)
+                ops::copy(ctx_, shards[k], make_view(full.views[k].f32() + shard.begin, DType::F32, {shard.size()}));
+        }
         optimizer_->set_steps(s.optimizer_steps);
         optimizer_->sync_params_from_master();
         scaler_.load_state(s.loss_scaler);
         iteration_ = s.iteration;
         consumed_samples_ = s.consumed_samples;
         skipped_ = s.skipped_iterations;
-        dir_.publish("event", {{"kind", "checkpoint_loaded"}, {"iteration", iteration_}, {"path", dir.string()}});
-        if (in_.print_progress) spdlog::info("resumed from {} at iteration {}", dir.string(), iteration_);
+        publish("event", {{"kind", "checkpoint_loaded"}, {"iteration", iteration_}, {"path", dir.string()}});
+        if (in_.print_progress && leader()) spdlog::info("resumed from {} at iteration {}", dir.string(), iteration_);
+    }
+
+    /// A checkpoint of another model architecture is refused by name, before any surprise.
+    void check_compatible(const nlohmann::json& saved, const fs::path& dir) const {
+        const nlohmann::json now = to_json(cfg_);
+        for (const char* key : {"num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size",
+                                "max_position_embeddings", "normalization", "untie_embeddings_and_output_weights"}) {
+            if (!saved.contains(key)) continue;
+            MWB_CHECK(saved[key] == now[key], "checkpoint '{}' was saved by a model with {} {}, this run has {}",
+                      dir.string(), key, saved[key].dump(), now[key].dump());
+        }
     }
 
     void finish(const std::string& status, const std::string& reason) {
         const MemoryStats mem = alloc_.stats();
-        dir_.publish("run.end", {{"status", status}, {"reason", reason}, {"iteration", iteration_},
-                                 {"consumed_samples", consumed_samples_}, {"skipped_iterations", skipped_},
-                                 {"mem_peak_bytes", mem.total_peak}, {"mem", memory_json(mem)}});
+        publish("run.end", {{"status", status}, {"reason", reason}, {"iteration", iteration_},
+                            {"consumed_samples", consumed_samples_}, {"skipped_iterations", skipped_},
+                            {"mem_peak_bytes", mem.total_peak}, {"mem", memory_json(mem)}});
     }
+
+    static constexpr int kMaxRequests = 15;
 
     TrainerInputs& in_;
     const Config& cfg_;
-    RunDir& dir_;
+    RunDir* dir_;
+    ParallelContext& par_;
     OpContext ctx_;
     Allocator alloc_;
     GptDims dims_;
+    ModelPartition partition_;
+    TensorParallel tp_;
+    bool distributed_;
     GptModel model_;
+    GradientReducer reducer_;
+    PipelineRunner runner_;
     std::unique_ptr<Optimizer> optimizer_;
     int64_t micro_batches_;
     LrSchedule schedule_;
     LossScaler scaler_;
     FlopCounts flops_;
-    Buffer tokens_;  // (B, S+1)
+    Buffer tokens_;  // (B, S+1) of the micro-batch being read
+    fs::path run_dir_path_;
 
     int64_t iteration_ = 0, consumed_samples_ = 0, skipped_ = 0;
     int nonfinite_in_a_row_ = 0;
     bool checkpointed_ = false, iteration_logged_ = false, paused_ = false, stop_requested_ = false;
     double last_lr_ = 0, last_grad_norm_ = 0, last_loss_scale_ = 1;
     double interval_loss_ = 0, interval_time_ = 0;
+    double interval_forward_s_ = 0, interval_backward_s_ = 0, interval_reduce_s_ = 0, interval_optimizer_s_ = 0,
+           interval_data_s_ = 0;
     int64_t interval_loss_count_ = 0, interval_iterations_ = 0, interval_skipped_ = 0;
-    Clock::time_point interval_start_;
+    IntervalComm interval_comm_;
 };
 
 }  // namespace
 
-RunStatus train(TrainerInputs inputs, RunDir& run_dir) {
+RunStatus train(TrainerInputs inputs, RunDir* run_dir, ParallelContext* par) {
     MWB_CHECK(inputs.train != nullptr, "train: no training data source");
     if (inputs.config.logging.threads > 0) ops::set_num_threads(inputs.config.logging.threads);
+    std::unique_ptr<World> own_world;
+    std::unique_ptr<ParallelContext> own_par;
+    if (!par) {
+        own_world = std::make_unique<World>(nullptr, nullptr);
+        MWB_CHECK(!own_world->uses_mpi() || own_world->size() == 1,
+                  "train() without a ParallelContext runs one process; pass the context of the MPI world");
+        own_par = std::make_unique<ParallelContext>(*own_world, inputs.config.parallel);
+        par = own_par.get();
+    }
+    MWB_CHECK((par->world_rank() == 0) == (run_dir != nullptr), "train: rank 0, and only rank 0, writes the run directory");
     std::unique_ptr<Run> run;
     try {
-        run = std::make_unique<Run>(inputs, run_dir);
+        run = std::make_unique<Run>(inputs, run_dir, *par);
         return run->run();
     } catch (const std::exception& e) {
         if (run) run->fail(e.what());
-        else run_dir.publish("run.end", {{"status", "failed"}, {"reason", e.what()}});
+        else if (run_dir) run_dir->publish("run.end", {{"status", "failed"}, {"reason", e.what()}});
         throw;
     }
 }

@@ -1,6 +1,8 @@
 #pragma once
-// The training loop of one rank: micro-batches forward/backward with gradient accumulation, the
-// optimizer step, learning-rate schedule and loss scaling, evaluation, checkpoints and telemetry.
+// The training loop of one rank: micro-batches through the pipeline schedule with gradient
+// accumulation, gradient reduction over the parallel groups, the optimizer step, learning-rate
+// schedule and loss scaling, evaluation, checkpoints, control requests and telemetry. Rank 0 writes
+// the run directory and prints; every rank takes part in every collective decision.
 #include "config/config.h"
 #include "data/sample_source.h"
 #include "telemetry/control.h"
@@ -11,6 +13,7 @@
 namespace mwb {
 
 class RunDir;
+class ParallelContext;
 
 /// How a run ended; the process exit code follows it.
 enum class RunStatus { Finished = 0, Failed = 1, Stopped = 3, Interrupted = 130 };
@@ -21,16 +24,21 @@ struct TrainerInputs {
     std::unique_ptr<data::SampleSource> valid;  ///< may be null (no evaluation)
     std::string data_description;
     /// Set from a signal handler (or a test) to stop after the current iteration, saving a checkpoint.
+    /// Rank 0's flag decides for every rank.
     const std::atomic<bool>* stop_requested = nullptr;
-    /// Print a progress line every log interval (mwb-train does; tests need not).
+    /// Print a progress line every log interval (mwb-train's rank 0 does; tests need not).
     bool print_progress = true;
-    /// Pause / resume / checkpoint / stop / status requests, polled at every iteration boundary
-    /// (may be null).
+    /// Pause / resume / checkpoint / stop / status requests, polled by rank 0 at every iteration
+    /// boundary and applied on every rank (may be null).
     ControlSource* control = nullptr;
 };
 
-/// Runs training to the end (or until stop_requested), writing the run directory. Throws mwb::Error
-/// on failures; the run directory then records a run.end event with status "failed".
-RunStatus train(TrainerInputs inputs, RunDir& run_dir);
+/// Runs training to the end (or until stopped), writing the run directory (`run_dir`: rank 0 only,
+/// null on the other ranks). Single process: `par` may be null. Throws mwb::Error on failures; the
+/// run directory then records a run.end event with status "failed".
+RunStatus train(TrainerInputs inputs, RunDir* run_dir, ParallelContext* par = nullptr);
+
+/// Single-process convenience.
+inline RunStatus train(TrainerInputs inputs, RunDir& run_dir) { return train(std::move(inputs), &run_dir, nullptr); }
 
 }  // namespace mwb

@@ -37,6 +37,8 @@ void dropout_forward(OpContext& ctx, TensorView out, TensorView x, float p, RngS
 void dropout_backward(OpContext& ctx, TensorView dx, TensorView dout, float p, RngStream rng, int64_t element_offset);
 void dropout_add_forward(OpContext& ctx, TensorView out, TensorView residual, TensorView x, float p, RngStream rng,
                          int64_t element_offset);
+void bias_dropout_add_forward(OpContext& ctx, TensorView out, TensorView residual, TensorView x, TensorView bias,
+                              float p, RngStream rng, int64_t element_offset);
 
 int64_t attention_workspace_bytes(const AttentionParams& p, int64_t seq_len, int threads);
 void attention_forward(OpContext& ctx, TensorView out, TensorView probs, TensorView qkv, TensorView workspace,

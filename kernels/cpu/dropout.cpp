@@ -60,4 +60,33 @@ void dropout_add_forward(OpContext&, TensorView out, TensorView residual, Tensor
     apply_dropout(out.f32(), residual.f32(), x.f32(), x.numel(), p, rng, element_offset);
 }
 
+void bias_dropout_add_forward(OpContext&, TensorView out, TensorView residual, TensorView x, TensorView bias,
+                              float p, RngStream rng, int64_t element_offset) {
+    check_dropout("bias_dropout_add_forward", out, x, p);
+    const int64_t cols = x.cols(), rows = x.rows();
+    MWB_CHECK(residual.numel() == x.numel() && bias.numel() == cols,
+              "bias_dropout_add_forward: residual={} x={} bias={} (one per column)", residual.describe(), x.describe(),
+              bias.describe());
+    const float *px = x.f32(), *pr = residual.f32(), *pb = bias.f32();
+    float* po = out.f32();
+    const DropoutDraw draw(rng, p);
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+        float mult[kChunk];
+        const float* xr = px + r * cols;
+        const float* rr = pr + r * cols;
+        float* orow = po + r * cols;
+        for (int64_t c0 = 0; c0 < cols; c0 += kChunk) {
+            const int64_t len = std::min(kChunk, cols - c0);
+            if (p > 0.0f) {
+                draw.multipliers(static_cast<uint64_t>(element_offset + r * cols + c0), len, mult);
+            } else {
+                for (int64_t k = 0; k < len; ++k) mult[k] = 1.0f;
+            }
+#pragma omp simd
+            for (int64_t k = 0; k < len; ++k) orow[c0 + k] = rr[c0 + k] + (xr[c0 + k] + pb[c0 + k]) * mult[k];
+        }
+    }
+}
+
 }  // namespace mwb::cpu

@@ -95,6 +95,11 @@ void dropout_add_forward(OpContext& ctx, TensorView out, TensorView residual, Te
     MWB_DISPATCH(dropout_add_forward, ctx, out, residual, x, p, rng, element_offset);
 }
 
+void bias_dropout_add_forward(OpContext& ctx, TensorView out, TensorView residual, TensorView x, TensorView bias,
+                              float p, RngStream rng, int64_t element_offset) {
+    MWB_DISPATCH(bias_dropout_add_forward, ctx, out, residual, x, bias, p, rng, element_offset);
+}
+
 int64_t attention_workspace_bytes(const AttentionParams& p, int64_t seq_len, int threads) {
     return cpu::attention_workspace_bytes(p, seq_len, threads);
 }

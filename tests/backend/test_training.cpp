@@ -167,8 +167,8 @@ private slots:
             const auto ro = records(other / "metrics.jsonl", "step");
             QCOMPARE(ro.size(), ra.size());
             for (std::size_t i = 0; i < ra.size(); ++i) QCOMPARE(numbers(ro[i]), numbers(ra[i]));
-            QVERIFY(bytes_of(a / "ckpt/iter_0000006/rank_00000.bin") ==
-                    bytes_of(other / "ckpt/iter_0000006/rank_00000.bin"));
+            QVERIFY(bytes_of(a / "ckpt/iter_0000006/tp00_pp00.bin") ==
+                    bytes_of(other / "ckpt/iter_0000006/tp00_pp00.bin"));
         }
     }
 
@@ -188,7 +188,7 @@ private slots:
         const auto resumed = records(part / "metrics.jsonl", "step");
         QCOMPARE(resumed.size(), std::size_t{3});
         for (std::size_t i = 0; i < 3; ++i) QCOMPARE(numbers(resumed[i]), numbers(full[i + 3]));
-        QVERIFY(bytes_of(whole / "ckpt/iter_0000006/rank_00000.bin") == bytes_of(part / "ckpt/iter_0000006/rank_00000.bin"));
+        QVERIFY(bytes_of(whole / "ckpt/iter_0000006/tp00_pp00.bin") == bytes_of(part / "ckpt/iter_0000006/tp00_pp00.bin"));
         // Nothing half-written is left beside the checkpoints.
         for (const auto& e : fs::directory_iterator(whole / "ckpt"))
             QVERIFY2(!e.path().filename().string().starts_with("."), e.path().c_str());
@@ -201,17 +201,17 @@ private slots:
         c.training.train_iters = 2;
         QCOMPARE(run(c, t / "run"), RunStatus::Finished);
         const fs::path iter = t / "ckpt/iter_0000002";
-        const std::string original = bytes_of(iter / "rank_00000.bin");
+        const std::string original = bytes_of(iter / "tp00_pp00.bin");
 
         std::string flipped = original;
         flipped[flipped.size() / 2] ^= 0x01;
-        std::ofstream(iter / "rank_00000.bin", std::ios::binary) << flipped;
-        expect_load_error(t / "ckpt", "rank_00000.bin' is corrupt");
+        std::ofstream(iter / "tp00_pp00.bin", std::ios::binary) << flipped;
+        expect_load_error(t / "ckpt", "tp00_pp00.bin' is corrupt");
 
-        std::ofstream(iter / "rank_00000.bin", std::ios::binary) << original.substr(0, original.size() - 100);
+        std::ofstream(iter / "tp00_pp00.bin", std::ios::binary) << original.substr(0, original.size() - 100);
         expect_load_error(iter, "truncated");
 
-        std::ofstream(iter / "rank_00000.bin", std::ios::binary) << original;
+        std::ofstream(iter / "tp00_pp00.bin", std::ios::binary) << original;
         const std::string meta = bytes_of(iter / "metadata.json");
         std::ofstream(iter / "metadata.json") << "{not json";
         expect_load_error(iter, "metadata.json' is not valid JSON");

@@ -118,6 +118,10 @@ void dropout_backward(OpContext& ctx, TensorView dx, TensorView dout, float p, R
 /// out = residual + dropout(x): the residual connection after attention and MLP (out may alias either).
 void dropout_add_forward(OpContext& ctx, TensorView out, TensorView residual, TensorView x, float p,
                          RngStream rng, int64_t element_offset);
+/// out (N, H) = residual + dropout(x + bias): the row-parallel linear's bias, added after the
+/// tensor-parallel reduction, fused with dropout and the residual (Megatron's bias_dropout_add).
+void bias_dropout_add_forward(OpContext& ctx, TensorView out, TensorView residual, TensorView x, TensorView bias,
+                              float p, RngStream rng, int64_t element_offset);
 
 // ---- attention ------------------------------------------------------------------------------------------
 

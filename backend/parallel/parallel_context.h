@@ -1,0 +1,76 @@
+#pragma once
+// Who this rank is in the 3D layout and its process groups. Ranks are ordered as Megatron-LM's
+// default: tensor-parallel ranks adjacent, then data-parallel, then pipeline
+// (world rank = tp + TP·(dp + DP·pp)). Passed explicitly to everything that communicates; no globals.
+#include "config/config.h"
+#include "parallel/communicator.h"
+
+#include <map>
+#include <memory>
+#include <string>
+
+namespace mwb {
+
+/// The process world: MPI when launched by mpirun/srun (or MWB_MPI=1), else a single process.
+class World {
+public:
+    /// Initialises MPI when the environment shows a launcher; safe to construct once per process.
+    World(int* argc, char*** argv);
+    ~World();
+    World(const World&) = delete;
+    World& operator=(const World&) = delete;
+    int rank() const { return rank_; }
+    int size() const { return size_; }
+    bool uses_mpi() const { return mpi_; }
+    /// Ends every rank consistently (MPI_Abort when ranks cannot agree), for fatal errors.
+    [[noreturn]] void abort(int code);
+
+private:
+    bool mpi_ = false;
+    int rank_ = 0, size_ = 1;
+};
+
+struct RankCoordinates {
+    int tp = 0, dp = 0, pp = 0;
+};
+
+class ParallelContext {
+public:
+    /// Builds the groups for a world and a configuration whose sizes divide it (validate first).
+    ParallelContext(const World& world, const ParallelConfig& parallel);
+    ~ParallelContext();
+
+    int world_rank() const { return world_rank_; }
+    int world_size() const { return world_size_; }
+    int tp_size() const { return tp_size_; }
+    int pp_size() const { return pp_size_; }
+    int dp_size() const { return dp_size_; }
+    const RankCoordinates& coord() const { return coord_; }
+    bool sequence_parallel() const { return sequence_parallel_; }
+    bool first_stage() const { return coord_.pp == 0; }
+    bool last_stage() const { return coord_.pp == pp_size_ - 1; }
+    int world_rank_of(int tp, int dp, int pp) const { return tp + tp_size_ * (dp + dp_size_ * pp); }
+
+    Communicator& tp() { return *tp_; }
+    /// The tensor-parallel ranks again, for sequence-parallel traffic (counted apart from "tp").
+    Communicator& sp() { return *sp_; }
+    Communicator& dp() { return *dp_; }
+    Communicator& pp() { return *pp_; }
+    /// First and last pipeline stage of this (tp, dp) column: holders of the tied word embedding.
+    Communicator& embedding() { return *embedding_; }
+    /// All tp × pp ranks of this data-parallel replica (global gradient norm).
+    Communicator& model() { return *model_; }
+    Communicator& world() { return *world_comm_; }
+
+    /// Traffic per group type since the last reset: "tp", "sp", "pp", "dp", "embedding", "model", "world".
+    std::map<std::string, CommStats> stats() const;
+    void reset_stats();
+
+private:
+    int world_rank_, world_size_, tp_size_, pp_size_, dp_size_;
+    bool sequence_parallel_;
+    RankCoordinates coord_;
+    std::unique_ptr<Communicator> tp_, sp_, dp_, pp_, embedding_, model_, world_comm_;
+};
+
+}  // namespace mwb

@@ -1,0 +1,34 @@
+#pragma once
+// Runs one iteration's micro-batches through this rank's model chunks in pipeline-schedule order,
+// exchanging activations and gradients with the neighbouring stages (point-to-point, non-blocking
+// sends, blocking receives placed right before the pass that needs them).
+#include "model/gpt_model.h"
+#include "parallel/parallel_context.h"
+#include "parallel/schedule.h"
+
+#include <functional>
+
+namespace mwb {
+
+struct PipelineResult {
+    double loss_sum = 0;          ///< Σ of the micro-batch losses on the last pipeline stage (0 elsewhere)
+    double forward_seconds = 0;   ///< in forward passes (including the head's backward on the last stage)
+    double backward_seconds = 0;  ///< in backward passes
+};
+
+class PipelineRunner {
+public:
+    PipelineRunner(GptModel& model, ParallelContext& par) : model_(model), par_(par) {}
+
+    /// micro(m): the MicroBatch of this rank's micro-batch m, with its tokens when `needs_tokens`
+    /// (ranks holding the embedding or the head). Training runs forward and backward (gradients
+    /// accumulate), evaluation forward only.
+    PipelineResult run(int64_t micro_batches, bool training,
+                       const std::function<MicroBatch(int64_t m, bool needs_tokens)>& micro);
+
+private:
+    GptModel& model_;
+    ParallelContext& par_;
+};
+
+}  // namespace mwb

@@ -1,0 +1,236 @@
+// The acceptance test of 3D parallelism: real `mpirun -np N mwb-train` processes on loopback. For a
+// fixed seed and global batch, the losses of 20 iterations under each layout (tensor, sequence,
+// pipeline with and without interleaving, data parallel, distributed optimizer, recomputation) must
+// match the single-process run to 1e-5 relative (dropout on: masks are drawn by global index), and
+// every rank's measured bytes per group and memory by category must equal layout_formulas.h.
+#include "layout_formulas.h"
+#include "support/fixtures.h"
+
+#include <QProcess>
+#include <QtTest>
+
+#include <fstream>
+
+namespace fs = std::filesystem;
+using namespace mwb::test;
+
+namespace {
+
+const ModelSpec kModel{.layers = 4, .hidden = 32, .heads = 4, .ffn = 128, .seq = 16, .micro_batch = 2,
+                       .vocab = 256, .max_positions = 16, .micro_batches = 0};
+constexpr int kGlobalBatch = 8;
+constexpr int kIterations = 20;
+
+QStringList model_args(const fs::path& run_dir) {
+    return {"--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", "255",
+            "--make-vocab-size-divisible-by", "64", "--num-layers", "4", "--hidden-size", "32",
+            "--num-attention-heads", "4", "--seq-length", "16", "--micro-batch-size", "2", "--global-batch-size",
+            QString::number(kGlobalBatch), "--train-iters", QString::number(kIterations), "--lr", "2e-3",
+            "--lr-warmup-iters", "2", "--log-interval", "1", "--eval-interval", "10", "--eval-iters", "1",
+            "--threads", "1", "--run-dir", QString::fromStdString(run_dir.string())};
+}
+
+QStringList layout_args(const LayoutSpec& l) {
+    QStringList a{"--tensor-model-parallel-size", QString::number(l.tp), "--pipeline-model-parallel-size",
+                  QString::number(l.pp)};
+    if (l.sp) a << "--sequence-parallel";
+    if (l.chunks > 1) a << "--num-layers-per-virtual-pipeline-stage" << QString::number(kModel.layers / (l.pp * l.chunks));
+    if (l.distributed_optimizer) a << "--use-distributed-optimizer";
+    if (!l.recompute.empty()) a << "--recompute-granularity" << QString::fromStdString(l.recompute);
+    if (l.recompute == "full") a << "--recompute-method" << "uniform" << "--recompute-num-layers" << QString::number(l.recompute_layers);
+    return a;
+}
+
+/// Runs mwb-train (under mpirun when ranks > 1); returns its exit code, with its output in `log`.
+int run_train(int ranks, const QStringList& args, QString& log) {
+    QProcess p;
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert("OMPI_ALLOW_RUN_AS_ROOT", "1");
+    env.insert("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    env.insert("OMPI_MCA_rmaps_base_oversubscribe", "1");
+    env.insert("OMPI_MCA_btl_vader_single_copy_mechanism", "none");
+    env.insert("OMPI_MCA_btl", "self,vader");  // loopback only: shared memory between local processes
+    p.setProcessEnvironment(env);
+    p.setProcessChannelMode(QProcess::MergedChannels);
+    const QString train = QString::fromStdString((binary_dir() / "backend" / "mwb-train").string());
+    if (ranks == 1) p.start(train, args);
+    else p.start(MWB_MPIEXEC, QStringList{"-np", QString::number(ranks), train} + args);
+    if (!p.waitForFinished(240000)) p.kill();
+    log = p.readAll();
+    return p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
+}
+
+std::vector<nlohmann::json> records(const fs::path& dir, const std::string& topic) {
+    std::vector<nlohmann::json> out;
+    std::ifstream in(dir / "metrics.jsonl");
+    std::string line;
+    while (std::getline(in, line)) {
+        auto j = nlohmann::json::parse(line);
+        if (j["topic"] == topic) out.push_back(std::move(j));
+    }
+    return out;
+}
+
+}  // namespace
+
+class TestEquivalence : public QObject {
+    Q_OBJECT
+
+    TempDir tmp_;
+    std::vector<double> reference_;  // single-process losses
+    double reference_eval_ = 0;
+
+private slots:
+    void initTestCase() {
+        QString log;
+        QVERIFY2(run_train(1, model_args(tmp_ / "single"), log) == 0, qPrintable(log));
+        for (const auto& r : records(tmp_ / "single", "step")) reference_.push_back(r["lm_loss"]);
+        QCOMPARE(static_cast<int>(reference_.size()), kIterations);
+        reference_eval_ = records(tmp_ / "single", "eval").back()["lm_loss"];
+    }
+
+    void layouts_match_single_process_data() {
+        QTest::addColumn<int>("tp");
+        QTest::addColumn<int>("pp");
+        QTest::addColumn<int>("dp");
+        QTest::addColumn<int>("chunks");
+        QTest::addColumn<bool>("sp");
+        QTest::addColumn<bool>("distopt");
+        QTest::addColumn<QString>("recompute");
+        QTest::newRow("tp2_pp1_dp1") << 2 << 1 << 1 << 1 << false << false << "";
+        QTest::newRow("tp1_pp2_dp1") << 1 << 2 << 1 << 1 << false << false << "";
+        QTest::newRow("tp1_pp1_dp2") << 1 << 1 << 2 << 1 << false << false << "";
+        QTest::newRow("tp2_pp2_dp2") << 2 << 2 << 2 << 1 << false << false << "";
+        QTest::newRow("tp2_pp1_dp1_sp") << 2 << 1 << 1 << 1 << true << false << "";
+        QTest::newRow("tp2_pp2_dp2_sp") << 2 << 2 << 2 << 1 << true << false << "";
+        QTest::newRow("tp1_pp2_dp1_interleaved") << 1 << 2 << 1 << 2 << false << false << "";
+        QTest::newRow("tp2_pp2_dp1_interleaved_sp") << 2 << 2 << 1 << 2 << true << false << "";
+        QTest::newRow("tp1_pp1_dp2_distopt") << 1 << 1 << 2 << 1 << false << true << "";
+        QTest::newRow("tp2_pp2_dp2_sp_distopt_selective") << 2 << 2 << 2 << 1 << true << true << "selective";
+        QTest::newRow("tp2_pp2_dp2_full_recompute") << 2 << 2 << 2 << 1 << false << false << "full";
+    }
+
+    void layouts_match_single_process() {
+        QFETCH(int, tp);
+        QFETCH(int, pp);
+        QFETCH(int, dp);
+        QFETCH(int, chunks);
+        QFETCH(bool, sp);
+        QFETCH(bool, distopt);
+        QFETCH(QString, recompute);
+        const LayoutSpec l{.tp = tp, .pp = pp, .dp = dp, .chunks = chunks, .sp = sp, .distributed_optimizer = distopt,
+                           .recompute = recompute.toStdString(), .recompute_layers = 1};
+        const fs::path dir = tmp_ / QTest::currentDataTag();
+        QString log;
+        QVERIFY2(run_train(tp * pp * dp, model_args(dir) + layout_args(l), log) == 0, qPrintable(log));
+
+        // Losses: the same model trained on the same samples with the same dropout masks.
+        const auto steps = records(dir, "step");
+        QCOMPARE(static_cast<int>(steps.size()), kIterations);
+        for (int i = 0; i < kIterations; ++i) {
+            const double got = steps[static_cast<std::size_t>(i)]["lm_loss"];
+            QVERIFY2(std::abs(got - reference_[i]) <= 1e-5 * std::abs(reference_[i]),
+                     qPrintable(QString("iteration %1: loss %2, single process %3").arg(i + 1).arg(got, 0, 'g', 12)
+                                    .arg(reference_[i], 0, 'g', 12)));
+        }
+        const double eval = records(dir, "eval").back()["lm_loss"];
+        QVERIFY2(std::abs(eval - reference_eval_) <= 1e-5 * reference_eval_, "validation loss");
+
+        // Every rank's traffic per group and memory by category, against the formulas.
+        ModelSpec m = kModel;
+        m.micro_batches = kGlobalBatch / (m.micro_batch * dp);
+        const auto& ranks = steps.back()["ranks"];
+        const auto& memory = records(dir, "memory").back()["ranks"];
+        QCOMPARE(static_cast<int>(ranks.size()), tp * pp * dp);
+        for (std::size_t i = 0; i < ranks.size(); ++i) {
+            const int r = ranks[i]["pp"];
+            for (const auto& [group, expected] : bytes_per_iteration(m, l, r)) {
+                const int64_t got = ranks[i]["comm"][group]["bytes_per_iteration"];
+                QVERIFY2(got == expected, qPrintable(QString("rank %1 (pp %2): %3 group sent %4 bytes per iteration, "
+                                                             "formula %5")
+                                                         .arg(i).arg(r).arg(QString::fromStdString(group)).arg(got)
+                                                         .arg(expected)));
+            }
+            const auto& by = memory[i]["by_category"];
+            const int64_t arena = arena_elements(m, l, r);
+            const int64_t shard = distopt && dp > 1 ? arena / dp : arena;
+            QCOMPARE(by["weights"]["current"].get<int64_t>(), arena * 4);
+            QCOMPARE(by["gradients"]["current"].get<int64_t>(), arena * 4);
+            QCOMPARE(by["optimizer"]["current"].get<int64_t>(), 2 * shard * 4);  // Adam moments (fp32 run)
+            if (pp == 1 && recompute.isEmpty()) {
+                // One micro-batch in flight: the layers' activations, the last layer's output, then
+                // the head's final norm and logits (docs/memory.md).
+                const int64_t N = m.seq * m.micro_batch, R = sp ? N / tp : N;
+                const int64_t expected = m.layers * layer_activations(m, l) + 2 * R * m.hidden + 2 * R + N * m.vocab / tp;
+                QCOMPARE(by["activations"]["peak"].get<int64_t>(), expected * 4);
+            }
+        }
+    }
+
+    void pipeline_stages_hold_the_1f1b_micro_batches() {
+        // 1F1B keeps up to P - r micro-batches in flight on stage r: the first stage's activations peak
+        // above the last stage's (PP 4, 8 micro-batches, one layer per stage).
+        const LayoutSpec l{.tp = 1, .pp = 4, .dp = 1};
+        const fs::path dir = tmp_ / "pp4";
+        QString log;
+        QStringList args = model_args(dir);
+        args << "--pipeline-model-parallel-size" << "4" << "--global-batch-size" << "16" << "--train-iters" << "3";
+        QVERIFY2(run_train(4, args, log) == 0, qPrintable(log));
+        const auto& memory = records(dir, "memory").back()["ranks"];
+        ModelSpec m = kModel;
+        const int64_t layer = layer_activations(m, l) * 4;
+        for (int r = 0; r < 3; ++r) {
+            const int64_t peak = memory[r]["by_category"]["activations"]["peak"];
+            // Stage r holds P - r micro-batches' layer activations at its peak (plus, briefly, one output
+            // in flight to the next stage).
+            const int64_t held = (4 - r) * layer;
+            QVERIFY2(peak >= held && peak <= held + 2 * m.seq * m.micro_batch * m.hidden * 4,
+                     qPrintable(QString("stage %1: activation peak %2, expected %3 micro-batches = %4")
+                                    .arg(r).arg(peak).arg(4 - r).arg(held)));
+        }
+    }
+
+    void wrong_world_size_stops_every_rank_with_one_message() {
+        QString log;
+        const int code = run_train(3, model_args(tmp_ / "wrong") + QStringList{"--tensor-model-parallel-size", "2"}, log);
+        QVERIFY2(code != 0, qPrintable(log));
+        QCOMPARE(log.count("must divide the number of ranks (3)"), 1);
+        QVERIFY(!fs::exists(tmp_ / "wrong" / "metrics.jsonl"));
+    }
+
+    void checkpoints_reshard_across_layouts() {
+        // Save under TP 2 x PP 2 x DP 2 with the distributed optimizer, resume under other layouts:
+        // the continued losses equal the uninterrupted single-process run's.
+        const fs::path save = tmp_ / "ckpt";
+        QString log;
+        QStringList first = model_args(tmp_ / "save") + layout_args({.tp = 2, .pp = 2, .dp = 2, .distributed_optimizer = true});
+        first << "--train-iters" << "10" << "--save" << QString::fromStdString(save.string());
+        QVERIFY2(run_train(8, first, log) == 0, qPrintable(log));
+        QVERIFY(fs::exists(save / "iter_0000010" / "tp01_pp01.bin"));
+        const LayoutSpec targets[] = {{}, {.tp = 1, .pp = 2, .dp = 2}, {.tp = 2, .pp = 1, .dp = 1, .sp = true},
+                                      {.tp = 1, .pp = 1, .dp = 2, .distributed_optimizer = true}};
+        for (const LayoutSpec& l : targets) {
+            const fs::path dir = tmp_ / fmt_layout(l);
+            QStringList args = model_args(dir) + layout_args(l);
+            args << "--load" << QString::fromStdString(save.string());
+            QVERIFY2(run_train(l.tp * l.pp * l.dp, args, log) == 0, qPrintable(log));
+            const auto steps = records(dir, "step");
+            QCOMPARE(static_cast<int>(steps.size()), kIterations - 10);
+            for (std::size_t i = 0; i < steps.size(); ++i) {
+                const double got = steps[i]["lm_loss"], want = reference_[10 + i];
+                QVERIFY2(std::abs(got - want) <= 1e-5 * want,
+                         qPrintable(QString("%1, iteration %2: %3 vs %4").arg(QString::fromStdString(fmt_layout(l)))
+                                        .arg(11 + i).arg(got, 0, 'g', 12).arg(want, 0, 'g', 12)));
+            }
+        }
+    }
+
+private:
+    static std::string fmt_layout(const LayoutSpec& l) {
+        return "resume_tp" + std::to_string(l.tp) + "_pp" + std::to_string(l.pp) + "_dp" + std::to_string(l.dp) +
+               (l.sp ? "_sp" : "") + (l.distributed_optimizer ? "_distopt" : "");
+    }
+};
+
+QTEST_GUILESS_MAIN(TestEquivalence)
+#include "test_equivalence.moc"
