@@ -140,7 +140,8 @@ private slots:
         ModelSpec m = kModel;
         m.micro_batches = kGlobalBatch / (m.micro_batch * dp);
         const auto& ranks = steps.back()["ranks"];
-        const auto& memory = records(dir, "memory").back()["ranks"];
+        const auto memory_records = records(dir, "memory");
+        const auto& memory = memory_records.back()["ranks"];
         QCOMPARE(static_cast<int>(ranks.size()), tp * pp * dp);
         for (std::size_t i = 0; i < ranks.size(); ++i) {
             const int r = ranks[i]["pp"];
@@ -176,15 +177,16 @@ private slots:
         QStringList args = model_args(dir);
         args << "--pipeline-model-parallel-size" << "4" << "--global-batch-size" << "16" << "--train-iters" << "3";
         QVERIFY2(run_train(4, args, log) == 0, qPrintable(log));
-        const auto& memory = records(dir, "memory").back()["ranks"];
+        const auto memory_records = records(dir, "memory");
+        const auto& memory = memory_records.back()["ranks"];
         ModelSpec m = kModel;
         const int64_t layer = layer_activations(m, l) * 4;
         for (int r = 0; r < 3; ++r) {
             const int64_t peak = memory[r]["by_category"]["activations"]["peak"];
-            // Stage r holds P - r micro-batches' layer activations at its peak (plus, briefly, one output
-            // in flight to the next stage).
+            // Stage r holds P - r micro-batches' layer activations at its peak, plus outputs whose
+            // non-blocking sends to the next stage have not completed yet (at most P of them).
             const int64_t held = (4 - r) * layer;
-            QVERIFY2(peak >= held && peak <= held + 2 * m.seq * m.micro_batch * m.hidden * 4,
+            QVERIFY2(peak >= held && peak <= held + 4 * m.seq * m.micro_batch * m.hidden * 4,
                      qPrintable(QString("stage %1: activation peak %2, expected %3 micro-batches = %4")
                                     .arg(r).arg(peak).arg(4 - r).arg(held)));
         }
@@ -204,7 +206,8 @@ private slots:
         const fs::path save = tmp_ / "ckpt";
         QString log;
         QStringList first = model_args(tmp_ / "save") + layout_args({.tp = 2, .pp = 2, .dp = 2, .distributed_optimizer = true});
-        first << "--train-iters" << "10" << "--save" << QString::fromStdString(save.string());
+        // Stop at 10 of the reference's 20 iterations (same learning-rate schedule: decay over 20).
+        first << "--train-iters" << "10" << "--lr-decay-iters" << "20" << "--save" << QString::fromStdString(save.string());
         QVERIFY2(run_train(8, first, log) == 0, qPrintable(log));
         QVERIFY(fs::exists(save / "iter_0000010" / "tp01_pp01.bin"));
         const LayoutSpec targets[] = {{}, {.tp = 1, .pp = 2, .dp = 2}, {.tp = 2, .pp = 1, .dp = 1, .sp = true},
