@@ -52,7 +52,8 @@ def bench_mwb(build, env, shape, warmup, iters, threads):
         cmd = [f"{build}/backend/mwb-train", "--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size",
                str(v), "--num-layers", str(L), "--hidden-size", str(h), "--num-attention-heads", str(a),
                "--seq-length", str(s), "--micro-batch-size", str(b), "--global-batch-size", str(b),
-               "--train-iters", str(warmup + iters), "--lr", "1e-4", "--lr-warmup-iters", "0", "--log-interval", "1",
+               "--train-iters", str(warmup + iters), "--lr", "1e-4", "--min-lr", "0", "--lr-warmup-iters", "0",
+               "--log-interval", "1",
                "--eval-interval", "0", "--threads", str(threads), "--run-dir", run_dir]
         _, rss = run_child(cmd, env)
         steps = [json.loads(line) for line in open(f"{run_dir}/metrics.jsonl")]

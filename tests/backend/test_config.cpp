@@ -165,6 +165,14 @@ private slots:
         c.parallel.tensor_model_parallel_size = 4;
         QVERIFY(mentions(validate(c, 4), "num_attention_heads", "num_attention_heads (2) must be divisible by tensor_model_parallel_size (4)"));
         c = valid_config();
+        c.parallel.pipeline_model_parallel_size = 2;
+        c.parallel.num_layers_per_virtual_pipeline_stage = 1;
+        c.training.global_batch_size = 3;
+        QVERIFY(mentions(validate(c, 2), "num_layers_per_virtual_pipeline_stage",
+                         "needs the number of micro-batches (3) to be a multiple of pipeline_model_parallel_size (2)"));
+        c.training.global_batch_size = 4;
+        QVERIFY(validate(c, 2).empty());
+        c = valid_config();
         c.parallel.pipeline_model_parallel_size = 3;
         QVERIFY(mentions(validate(c, 3), "pipeline_model_parallel_size", "num_layers (4) must be divisible by pipeline_model_parallel_size (3)"));
     }
