@@ -168,6 +168,37 @@ private slots:
         MWB_VERIFY_BITWISE(xx, out);
     }
 
+    void bias_dropout_add_adds_bias_then_drops_then_adds_the_residual() {
+        // (rows, cols) with a per-column bias, at a global element offset: rows of a sequence shard.
+        const int64_t rows = 37, cols = 1100;  // cols > the op's 1024-element pieces
+        auto x = random_floats(rows * cols, 7), residual = random_floats(rows * cols, 8, -3.0f, 3.0f);
+        auto bias = random_floats(cols, 9);
+        const RngStream rng{12, 13};
+        const float p = 0.3f;
+        const int64_t offset = 5 * cols;
+        std::vector<float> out(x.size(), std::nanf(""));
+        OpContext ctx;
+        ops::bias_dropout_add_forward(ctx, mwb::view_f32(out.data(), {rows, cols}), mwb::view_f32(residual.data(), {rows, cols}),
+                                      mwb::view_f32(x.data(), {rows, cols}), mwb::view_f32(bias.data(), {cols}), p, rng,
+                                      offset);
+        std::vector<float> xb(x.size());
+        for (int64_t i = 0; i < rows * cols; ++i) xb[i] = x[i] + bias[i % cols];  // float sum, as the op
+        const auto dropped = dropout_ref(xb, p, rng, offset);
+        std::vector<double> ref(x.size());
+        for (std::size_t i = 0; i < x.size(); ++i) ref[i] = double(residual[i]) + dropped[i];
+        // As dropout_add: the multiply may be fused into the add.
+        MWB_VERIFY_ERROR(max_rel_error(out, ref, 1.0), 5e-7);
+        // p = 0: residual + x + bias.
+        ops::bias_dropout_add_forward(ctx, mwb::view_f32(out.data(), {rows, cols}), mwb::view_f32(residual.data(), {rows, cols}),
+                                      mwb::view_f32(x.data(), {rows, cols}), mwb::view_f32(bias.data(), {cols}), 0.0f, rng, 0);
+        for (int64_t i = 0; i < rows * cols; ++i) ref[i] = double(residual[i]) + double(xb[i]);
+        MWB_VERIFY_ERROR(max_rel_error(out, ref, 1.0), 2.5e-7);
+        QVERIFY_THROWS_EXCEPTION(mwb::Error, ops::bias_dropout_add_forward(ctx, mwb::view_f32(out.data(), {rows, cols}),
+                                                                           mwb::view_f32(residual.data(), {rows, cols}),
+                                                                           mwb::view_f32(x.data(), {rows, cols}),
+                                                                           mwb::view_f32(bias.data(), {cols - 1}), p, rng, 0));
+    }
+
     void shards_at_their_offset_match_the_whole_data() {
         QTest::addColumn<int64_t>("split");
         QTest::newRow("half") << int64_t{5001};  // n/2 of an odd n: not a multiple of 4 (mid-Philox-group)
