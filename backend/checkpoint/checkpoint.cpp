@@ -1,12 +1,11 @@
 #include "checkpoint/checkpoint.h"
 
+#include "core/mapped_file.h"
 #include "mwb/kernels/error.h"
 #include "parallel/parallel_context.h"
 
 #include <fcntl.h>
 #include <fmt/ranges.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -65,33 +64,6 @@ private:
     XXH3_state_t* state_;
     int fd_ = -1;
     int64_t offset_ = 0;
-};
-
-/// A read-only memory map of a whole file.
-class MappedFile {
-public:
-    explicit MappedFile(const fs::path& path) {
-        fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-        MWB_CHECK(fd_ >= 0, "cannot open checkpoint file '{}': {}", path.string(), std::strerror(errno));
-        struct stat st {};
-        MWB_CHECK(::fstat(fd_, &st) == 0, "cannot stat '{}'", path.string());
-        size_ = st.st_size;
-        if (size_ > 0) {
-            data_ = ::mmap(nullptr, static_cast<std::size_t>(size_), PROT_READ, MAP_PRIVATE, fd_, 0);
-            MWB_CHECK(data_ != MAP_FAILED, "cannot map '{}': {}", path.string(), std::strerror(errno));
-        }
-    }
-    ~MappedFile() {
-        if (data_ && data_ != MAP_FAILED) ::munmap(data_, static_cast<std::size_t>(size_));
-        if (fd_ >= 0) ::close(fd_);
-    }
-    const char* data() const { return static_cast<const char*>(data_); }
-    int64_t size() const { return size_; }
-
-private:
-    int fd_ = -1;
-    void* data_ = nullptr;
-    int64_t size_ = 0;
 };
 
 int64_t numel_of(const std::vector<int64_t>& shape) {
@@ -260,9 +232,10 @@ CheckpointState load_checkpoint(const fs::path& iteration_dir, const std::vector
             const fs::path path = iteration_dir / name;
             auto mapped = std::make_unique<MappedFile>(path);
             const int64_t expected = fm->second.at("bytes").get<int64_t>();
-            MWB_CHECK(mapped->size() == expected, "checkpoint file '{}' is {} bytes, metadata.json records {} (truncated?)",
-                      path.string(), mapped->size(), expected);
-            const std::string hash = hex64(XXH3_64bits(mapped->data(), static_cast<std::size_t>(mapped->size())));
+            MWB_CHECK(static_cast<int64_t>(mapped->size()) == expected,
+                      "checkpoint file '{}' is {} bytes, metadata.json records {} (truncated?)", path.string(),
+                      mapped->size(), expected);
+            const std::string hash = hex64(XXH3_64bits(mapped->data(), mapped->size()));
             MWB_CHECK(hash == fm->second.at("xxh3_64").get<std::string>(),
                       "checkpoint file '{}' is corrupt: its XXH3-64 is {}, metadata.json records {}", path.string(), hash,
                       fm->second.at("xxh3_64").get<std::string>());
@@ -292,9 +265,9 @@ CheckpointState load_checkpoint(const fs::path& iteration_dir, const std::vector
                 if (r0 >= r1 || c0 >= c1) continue;
                 const MappedFile& f = file(e.at("file").get<std::string>());
                 const int64_t offset = e.at("offset").get<int64_t>(), bytes = e.at("bytes").get<int64_t>();
-                MWB_CHECK(bytes == numel_of(shape) * 4 && offset >= 0 && offset + bytes <= f.size(),
+                MWB_CHECK(bytes == numel_of(shape) * 4 && offset >= 0 && offset + bytes <= static_cast<int64_t>(f.size()),
                           "checkpoint '{}': {} lies outside its file", iteration_dir.string(), t.name);
-                const float* src = reinterpret_cast<const float*>(f.data() + offset);
+                const float* src = reinterpret_cast<const float*>(f.data() + offset);  // 64-byte aligned in the file
                 const int64_t have_cols = have.col1 - have.col0;
                 for (int64_t row = r0; row < r1; ++row)
                     std::memcpy(t.dest + (row - want.row0) * want_cols + (c0 - want.col0),

@@ -1,4 +1,4 @@
-#include "data/mapped_file.h"
+#include "core/mapped_file.h"
 
 #include "mwb/kernels/error.h"
 
@@ -10,7 +10,7 @@
 #include <cerrno>
 #include <utility>
 
-namespace mwb::data {
+namespace mwb {
 
 MappedFile::MappedFile(const fs::path& path) : path_(path) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -55,4 +55,4 @@ void MappedFile::release() {
     size_ = 0;
 }
 
-}  // namespace mwb::data
+}  // namespace mwb

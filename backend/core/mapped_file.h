@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <cstring>
 
-namespace mwb::data {
+namespace mwb {
 
 class MappedFile {
 public:
@@ -38,4 +38,4 @@ private:
     std::size_t size_ = 0;
 };
 
-}  // namespace mwb::data
+}  // namespace mwb
