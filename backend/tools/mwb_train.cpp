@@ -81,6 +81,8 @@ int main(int argc, char** argv) {
         if (f.type_name() == "bool") opt->expected(0, 1);
         else if (f.type_name() == "list") opt->expected(1, -1);
         else opt->expected(1);
+        // As argparse (Megatron-LM's): a flag given twice takes its last value.
+        if (f.type_name() != "list") opt->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
         field_options.emplace_back(&f, opt);
     }
     try {
