@@ -45,7 +45,8 @@ public:
     virtual void all_reduce_max(float* data, int64_t n) = 0;
     /// out (size()·n) = the n-element inputs of every rank, in rank order.
     virtual void all_gather(const float* in, float* out, int64_t n) = 0;
-    /// out (n) = Σ over ranks of the rank()-th n-element block of in (size()·n).
+    /// out (n) = Σ over ranks of the rank()-th n-element block of in (size()·n). With out == in it
+    /// works in place and the result lands in the first n elements.
     virtual void reduce_scatter_sum(const float* in, float* out, int64_t n) = 0;
     virtual void broadcast(void* data, int64_t bytes, int root) = 0;
     /// Gathers `bytes` from every rank to root (out: size()·bytes, only read on root).

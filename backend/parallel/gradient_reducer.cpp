@@ -15,9 +15,9 @@ ArenaShard arena_shard(int64_t elements, int ranks, int rank) {
 }
 
 GradientReducer::GradientReducer(const ParamLayout& layout, TensorView grads, ParallelContext& par, bool tied,
-                                 bool distributed_optimizer, int64_t bucket_elements, OpContext& ctx, Allocator& alloc)
+                                 bool distributed_optimizer, int64_t bucket_elements, OpContext& ctx)
     : layout_(layout), grads_(grads), par_(par), tied_(tied), distributed_(distributed_optimizer && par.dp_size() > 1),
-      bucket_(bucket_elements > 0 ? bucket_elements : int64_t{40'000'000}), ctx_(ctx), alloc_(alloc),
+      bucket_(bucket_elements > 0 ? bucket_elements : int64_t{40'000'000}), ctx_(ctx),
       shard_(distributed_optimizer ? arena_shard(grads.numel(), par.dp_size(), par.coord().dp)
                                    : ArenaShard{0, grads.numel()}) {}
 
@@ -43,10 +43,10 @@ void GradientReducer::reduce() {
         ops::scale(ctx_, grads_, inv);
         return;
     }
-    // Each rank receives the sum of its shard; the rest of its gradient arena is stale from here on.
-    Buffer mine(alloc_, MemCategory::Workspace, shard_.size());
-    par_.dp().reduce_scatter_sum(g, mine.f32(), shard_.size());
-    std::memcpy(g + shard_.begin, mine.f32(), static_cast<std::size_t>(shard_.size()) * sizeof(float));
+    // Each rank receives the sum of its shard, in place at the start of the arena (no temporary),
+    // then moves it to where the shard lives; the rest of the arena is stale from here on.
+    par_.dp().reduce_scatter_sum(g, g, shard_.size());
+    if (shard_.begin != 0) std::memcpy(g + shard_.begin, g, static_cast<std::size_t>(shard_.size()) * sizeof(float));
     ops::scale(ctx_, make_view(g + shard_.begin, DType::F32, {shard_.size()}), inv);
 }
 

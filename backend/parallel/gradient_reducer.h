@@ -4,7 +4,6 @@
 // group, the tied word embedding's two copies summed over the embedding group (first and last
 // pipeline stage), then the data-parallel average — an all-reduce in buckets, or with the distributed
 // optimizer a reduce-scatter that leaves each rank the summed gradients of its shard only.
-#include "core/memory.h"
 #include "model/param_layout.h"
 #include "mwb/kernels/ops.h"
 #include "parallel/parallel_context.h"
@@ -24,7 +23,7 @@ class GradientReducer {
 public:
     /// tied: the word embedding is also the output layer (its two pipeline copies are summed).
     GradientReducer(const ParamLayout& layout, TensorView grads, ParallelContext& par, bool tied,
-                    bool distributed_optimizer, int64_t bucket_elements, OpContext& ctx, Allocator& alloc);
+                    bool distributed_optimizer, int64_t bucket_elements, OpContext& ctx);
     /// Reduces the accumulated gradients; afterwards grads() holds the data-parallel mean (of this
     /// rank's shard only, with the distributed optimizer).
     void reduce();
@@ -38,7 +37,6 @@ private:
     bool distributed_;
     int64_t bucket_;
     OpContext& ctx_;
-    Allocator& alloc_;
     ArenaShard shard_;
 };
 

@@ -98,7 +98,8 @@ void MpiCommunicator::all_gather(const float* in, float* out, int64_t n) {
 
 void MpiCommunicator::reduce_scatter_sum(const float* in, float* out, int64_t n) {
     Measure m(stats_, (size_ - 1) * n * 4);
-    check(MPI_Reduce_scatter_block(in, out, count_of(n, name_), MPI_FLOAT, MPI_SUM, comm_), "reduce-scatter", name_);
+    check(MPI_Reduce_scatter_block(in == out ? MPI_IN_PLACE : in, out, count_of(n, name_), MPI_FLOAT, MPI_SUM, comm_),
+          "reduce-scatter", name_);
 }
 
 void MpiCommunicator::broadcast(void* data, int64_t bytes, int root) {

@@ -15,11 +15,15 @@ FlopCounts flops_per_iteration(const Config& c) {
     r.hardware = r.model;
     const std::string& g = c.training.recompute_granularity;
     if (g == "full") {
-        const int per_stage = c.model.num_layers / c.parallel.pipeline_model_parallel_size;
+        // The block method recomputes the first N layers of every model chunk (as the engine applies it).
+        const int pp = c.parallel.pipeline_model_parallel_size;
+        const int per_chunk = c.parallel.num_layers_per_virtual_pipeline_stage > 0
+                                  ? c.parallel.num_layers_per_virtual_pipeline_stage
+                                  : c.model.num_layers / pp;
         const double recomputed_layers =
-            c.training.recompute_method == "block" ? std::min(c.training.recompute_num_layers, per_stage) *
-                                                          c.parallel.pipeline_model_parallel_size
-                                                    : L;
+            c.training.recompute_method == "block"
+                ? static_cast<double>(std::min(c.training.recompute_num_layers, per_chunk)) * (c.model.num_layers / per_chunk)
+                : L;
         r.hardware += T * recomputed_layers * layer_fwd;
     } else if (g == "selective") {
         r.hardware += T * L * 4 * s * h;

@@ -92,7 +92,7 @@ public:
           model_(dims_, partition_, tp_, RecomputePolicy::from_config(cfg_.training), storage_dtype(cfg_.training),
                  ctx_, alloc_, distributed_ ? par.dp_size() : 1),
           reducer_(model_.layout(), model_.grads(), par, dims_.tied_output, distributed_,
-                   cfg_.parallel.ddp_bucket_size, ctx_, alloc_),
+                   cfg_.parallel.ddp_bucket_size, ctx_),
           runner_(model_, par), micro_batches_(num_micro_batches(cfg_, par.world_size())),
           schedule_(cfg_.training), scaler_(cfg_.training), flops_(flops_per_iteration(cfg_)),
           tokens_(alloc_, MemCategory::Data, dims_.micro_batch * (dims_.seq + 1), DType::I32) {

@@ -1,0 +1,54 @@
+#pragma once
+// What a resolved configuration means for one rank: the model's sizes, the parallel layout on a world
+// of N ranks, and the bytes per element of each kind of tensor on the device.
+#include "config/config.h"
+#include "mwb/planner/cluster.h"
+
+#include <cstdint>
+
+namespace mwb::planner {
+
+/// s = sequence, b = micro batch, h = hidden, a = heads, f = MLP width, L = layers, V = padded
+/// vocabulary, P = position-table rows (Korthikanti et al. 2022's letters).
+struct ModelShape {
+    int64_t L = 0, h = 0, a = 0, f = 0, s = 0, b = 0, V = 0, P = 0;
+    bool tied = true;      ///< output layer shares the word embedding
+    bool rmsnorm = false;  ///< RMSNorm (no bias, no mean kept) instead of LayerNorm
+    static ModelShape from(const Config& resolved);
+};
+
+enum class Recompute { None, Selective, FullUniform, FullBlock };
+
+struct Layout {
+    int world = 1, tp = 1, pp = 1, dp = 1;
+    int vp = 1;       ///< model chunks per pipeline rank (interleaved schedule when > 1)
+    bool sp = false;  ///< sequence parallel (needs tp > 1)
+    bool distributed_optimizer = false;
+    int64_t bucket_elements = 0;  ///< ddp_bucket_size (0: the engine's 40M elements)
+    int64_t micro_batch = 1, global_batch = 1;
+    int64_t micro_batches = 1;  ///< m: micro-batches per iteration per data-parallel rank
+    int layers_per_stage = 0;   ///< L / pp
+    int layers_per_chunk = 0;   ///< L / (pp · vp)
+    Recompute recompute = Recompute::None;
+    int recompute_num_layers = 0;
+    /// From a resolved, structurally valid configuration (see plan.h) on `world` ranks.
+    static Layout from(const Config& resolved, int world);
+};
+
+/// Bytes per element as the device stores them. On the CPU backend 16-bit values are emulated in fp32
+/// buffers, so everything is 4 bytes there (docs/memory.md).
+struct Precision {
+    int weight = 4;       ///< model weights the forward pass uses
+    int gradient = 4;     ///< gradient accumulators ("main grads")
+    int activation = 4;   ///< activations kept for backward and their gradients
+    int statistic = 4;    ///< norm mean/rstd and loss statistics (always fp32)
+    bool master = false;  ///< fp32 master weights in the optimizer (bf16/fp16 runs)
+    bool half = false;    ///< a bf16/fp16 run (the 16-bit peak FLOP/s applies)
+    static Precision from(const TrainingConfig& training, const DeviceSpec& device);
+};
+
+/// The token-id vocabulary a tokenizer type implies when the planner has no tokenizer files:
+/// ByteTokenizer 257, GPT2BPETokenizer 50257 (GPT-2's), NullTokenizer 0 (vocab_size is the user's).
+int64_t tokenizer_vocab_size(const std::string& tokenizer_type);
+
+}  // namespace mwb::planner

@@ -1,0 +1,98 @@
+#include "mwb/planner/activations.h"
+
+#include <algorithm>
+
+namespace mwb::planner {
+
+int64_t token_buffer_bytes(const ModelShape& m) {
+    return 4 * m.b * (m.s + 1);
+}
+int64_t token_ids_bytes(const ModelShape& m) {
+    return 4 * m.s * m.b;
+}
+
+LayerBytes layer_bytes(const ModelShape& m, const Layout& l, const Precision& p, Accounting a) {
+    const int64_t t = l.tp;
+    const int64_t rows = m.s * m.b;                   // N = s·b
+    const int64_t rows_rep = l.sp ? rows / t : rows;  // replicated regions, sharded along s under SP
+    const int64_t heads = m.a / t;
+    LayerBytes b;
+    if (a == Accounting::Engine) {
+        const int64_t e = p.activation, stat = p.statistic * (m.rmsnorm ? 1 : 2);
+        b.input = rows_rep * m.h * e;
+        b.ln1_out = rows_rep * m.h * e;
+        b.ln1_stats = rows_rep * stat;
+        b.qkv = rows * 3 * (m.h / t) * e;
+        b.probs = m.b * heads * m.s * m.s * e;
+        b.context = rows * (m.h / t) * e;
+        b.residual2 = rows_rep * m.h * e;
+        b.ln2_out = rows_rep * m.h * e;
+        b.ln2_stats = rows_rep * stat;
+        b.fc1 = rows * (m.f / t) * e;
+        b.gelu = rows * (m.f / t) * e;
+        return b;
+    }
+    // Korthikanti et al. 2022, section 4.1, with 16-bit activations (2 bytes) and 1-byte masks.
+    const int64_t e = 2;
+    b.input = rows_rep * m.h * e;           // LayerNorm 1 input: 2sbh
+    b.ln1_out = rows_rep * m.h * e;         // QKV input: 2sbh
+    b.qkv = rows * 3 * (m.h / t) * e;       // Q, K (4sbh) and V (2sbh)
+    b.probs = m.b * heads * m.s * m.s * 5;  // softmax 2as²b + dropout mask as²b + dropped 2as²b
+    b.context = rows * (m.h / t) * e;       // projection input: 2sbh
+    b.residual2 = rows_rep * m.h * e;       // LayerNorm 2 input: 2sbh
+    b.masks = 2 * rows_rep * m.h;           // attention- and MLP-output dropout masks: sbh each
+    b.ln2_out = rows_rep * m.h * e;         // fc1 input: 2sbh
+    b.fc1 = rows * (m.f / t) * e;           // GELU input: 8sbh with f = 4h
+    b.gelu = rows * (m.f / t) * e;          // fc2 input: 8sbh
+    return b;
+}
+
+HeadBytes head_bytes(const ModelShape& m, const Layout& l, const Precision& p, Accounting a) {
+    const int64_t rows = m.s * m.b, rows_rep = l.sp ? rows / l.tp : rows;
+    HeadBytes h;
+    if (a == Accounting::Engine) {
+        h.norm_out = rows_rep * m.h * p.activation;
+        h.norm_stats = rows_rep * p.statistic * (m.rmsnorm ? 1 : 2);
+        h.logits = rows * (m.V / l.tp) * p.activation;
+    } else {
+        h.norm_out = rows_rep * m.h * 2;
+        h.logits = rows * (m.V / l.tp) * 4;  // Megatron-LM's cross-entropy works on fp32 logits
+    }
+    return h;
+}
+
+WorkspaceBytes workspace_bytes(const ModelShape& m, const Layout& l, const Precision& p, const DeviceSpec& d) {
+    const int64_t t = l.tp, e = p.activation;
+    const int64_t rows = m.s * m.b, rows_rep = l.sp ? rows / t : rows;
+    WorkspaceBytes w;
+    w.full = rows * m.h * e;
+    w.local = rows_rep * m.h * e;
+    w.grad_f = rows * (m.f / t) * e;
+    w.grad_ctx = rows * (m.h / t) * e;
+    w.grad_qkv = rows * 3 * (m.h / t) * e;
+    w.loss_stats = 4 * rows * p.statistic;
+    w.row_max = t > 1 ? rows * p.statistic : 0;
+    // The CPU attention kernel keeps 2 s×s fp32 rows of scratch per thread (kernels/cpu/attention.cpp).
+    w.persistent = d.emulated_16bit ? int64_t{std::max(1, d.threads)} * 2 * m.s * m.s * 4 : d.workspace_bytes;
+    return w;
+}
+
+int64_t embedding_mask_bytes(const ModelShape& m, const Layout& l, Accounting a) {
+    if (a != Accounting::MegatronLM) return 0;
+    return (l.sp ? m.s * m.b / l.tp : m.s * m.b) * m.h;
+}
+
+int64_t kept_layer_bytes(const LayerBytes& lb, Recompute r, bool chunk_start) {
+    switch (r) {
+        case Recompute::None:
+            return lb.all();
+        case Recompute::Selective:
+            return lb.without_core();
+        case Recompute::FullUniform:
+        case Recompute::FullBlock:
+            return chunk_start ? lb.input : 0;
+    }
+    return 0;
+}
+
+}  // namespace mwb::planner

@@ -1,0 +1,66 @@
+#include "mwb/planner/layout.h"
+
+#include "config/validate.h"
+
+#include <algorithm>
+
+namespace mwb::planner {
+
+ModelShape ModelShape::from(const Config& c) {
+    ModelShape m;
+    m.L = c.model.num_layers;
+    m.h = c.model.hidden_size;
+    m.a = c.model.num_attention_heads;
+    m.f = c.model.ffn_hidden_size;
+    m.s = c.model.seq_length;
+    m.b = c.training.micro_batch_size;
+    m.V = padded_vocab_size(c);
+    m.P = c.model.max_position_embeddings;
+    m.tied = !c.model.untie_embeddings_and_output_weights;
+    m.rmsnorm = c.model.normalization == "RMSNorm";
+    return m;
+}
+
+Layout Layout::from(const Config& c, int world) {
+    Layout l;
+    l.world = world;
+    l.tp = c.parallel.tensor_model_parallel_size;
+    l.pp = c.parallel.pipeline_model_parallel_size;
+    l.dp = data_parallel_size(c, world);
+    l.sp = c.parallel.sequence_parallel && l.tp > 1;
+    l.distributed_optimizer = c.parallel.use_distributed_optimizer;
+    l.bucket_elements = c.parallel.ddp_bucket_size;
+    l.micro_batch = c.training.micro_batch_size;
+    l.global_batch = c.training.global_batch_size;
+    l.micro_batches = num_micro_batches(c, world);
+    l.layers_per_stage = c.model.num_layers / l.pp;
+    const int per_chunk = c.parallel.num_layers_per_virtual_pipeline_stage;
+    l.vp = per_chunk > 0 ? std::max(1, l.layers_per_stage / per_chunk) : 1;
+    l.layers_per_chunk = l.layers_per_stage / l.vp;
+    const auto& t = c.training;
+    if (t.recompute_granularity == "selective") l.recompute = Recompute::Selective;
+    if (t.recompute_granularity == "full")
+        l.recompute = t.recompute_method == "block" ? Recompute::FullBlock : Recompute::FullUniform;
+    l.recompute_num_layers = t.recompute_num_layers;
+    return l;
+}
+
+Precision Precision::from(const TrainingConfig& t, const DeviceSpec& device) {
+    Precision p;
+    p.half = t.bf16 || t.fp16;
+    p.master = p.half;
+    if (device.emulated_16bit || !p.half) return p;  // every buffer is fp32
+    p.weight = 2;
+    p.activation = 2;
+    // Megatron-LM keeps fp32 main grads when asked to (bf16 always asks); plain fp16 accumulates in fp16.
+    p.gradient = t.accumulate_allreduce_grads_in_fp32 ? 4 : 2;
+    return p;
+}
+
+int64_t tokenizer_vocab_size(const std::string& type) {
+    if (type == "ByteTokenizer") return 257;
+    if (type == "GPT2BPETokenizer") return 50257;
+    return 0;
+}
+
+}  // namespace mwb::planner

@@ -1,0 +1,158 @@
+// The planner against what mwb-train measures: for small models on the CPU backend, every memory
+// category's current and peak bytes, the total peak (mem_peak_bytes), the parameter count and the
+// FLOPs per iteration must equal what mwb-train writes into metrics.jsonl, run.end and run.json —
+// exactly, for each recompute mode, fp32/bf16/fp16, micro/global batch, untied embeddings, RMSNorm.
+#include "support/fixtures.h"
+
+#include "config/config_io.h"
+#include "mwb/planner/plan.h"
+#include "mwb/planner/report.h"
+
+#include <QProcess>
+#include <QtTest>
+
+#include <fstream>
+
+using namespace mwb;
+using namespace mwb::planner;
+
+namespace {
+
+/// The flags of one run: a 3-layer model with random tokens, 2 iterations, no evaluation, 2 threads.
+QStringList base_flags() {
+    return {"--mock-data",
+            "--tokenizer-type",
+            "NullTokenizer",
+            "--vocab-size",
+            "100",
+            "--num-layers",
+            "3",
+            "--hidden-size",
+            "32",
+            "--num-attention-heads",
+            "4",
+            "--seq-length",
+            "16",
+            "--micro-batch-size",
+            "2",
+            "--global-batch-size",
+            "4",
+            "--lr",
+            "1e-3",
+            "--lr-warmup-iters",
+            "0",
+            "--train-iters",
+            "2",
+            "--log-interval",
+            "1",
+            "--eval-interval",
+            "0",
+            "--threads",
+            "2",
+            "--device",
+            "cpu"};
+}
+
+/// Applies `--flag value` pairs (bools as a lone flag) the way mwb-train does, onto `c`.
+void apply_flags(Config& c, const QStringList& flags) {
+    for (int i = 0; i < flags.size(); ++i) {
+        const std::string flag = flags[i].toStdString();
+        const Field* f = find_config_field(flag.substr(2));
+        QVERIFY2(f, flag.c_str());
+        const bool has_value = i + 1 < flags.size() && !flags[i + 1].startsWith("--");
+        set_field(c, *f, has_value ? flags[++i].toStdString() : "");
+    }
+}
+
+nlohmann::json last_line(const std::filesystem::path& file, const char* topic) {
+    std::ifstream in(file);
+    std::string line;
+    nlohmann::json last;
+    while (std::getline(in, line)) {
+        auto j = nlohmann::json::parse(line);
+        if (j["topic"] == topic) last = j;
+    }
+    return last;
+}
+
+}  // namespace
+
+class TestPlannerMeasured : public QObject {
+    Q_OBJECT
+private slots:
+    void memory_flops_and_parameters_equal_mwb_train_data() {
+        QTest::addColumn<QStringList>("flags");
+        QTest::newRow("fp32 no recompute") << QStringList{};
+        QTest::newRow("selective") << QStringList{"--recompute-granularity", "selective"};
+        QTest::newRow("full uniform 1") << QStringList{
+            "--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"};
+        QTest::newRow("full uniform 2") << QStringList{
+            "--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "2"};
+        QTest::newRow("full block 2") << QStringList{"--recompute-granularity", "full", "--recompute-method", "block",
+                                                     "--recompute-num-layers",  "2"};
+        QTest::newRow("bf16") << QStringList{"--bf16"};
+        QTest::newRow("fp16 full block 1") << QStringList{
+            "--fp16", "--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", "1"};
+        QTest::newRow("untied RMSNorm") << QStringList{"--untie-embeddings-and-output-weights", "--normalization",
+                                                       "RMSNorm"};
+        QTest::newRow("micro 1 global 3") << QStringList{"--micro-batch-size", "1", "--global-batch-size", "3"};
+        QTest::newRow("micro 3 global 6 bf16 selective") << QStringList{
+            "--micro-batch-size", "3", "--global-batch-size", "6", "--bf16", "--recompute-granularity", "selective"};
+        // Long sequence, small width: the attention probabilities (as²b) dominate the activations.
+        QTest::newRow("s128 a8 none") << QStringList{"--seq-length",          "128", "--hidden-size", "16",
+                                                     "--num-attention-heads", "8"};
+        QTest::newRow("s128 a8 selective")
+            << QStringList{"--seq-length",          "128", "--hidden-size",           "16",
+                           "--num-attention-heads", "8",   "--recompute-granularity", "selective"};
+        QTest::newRow("s128 a8 full uniform 3")
+            << QStringList{"--seq-length",          "128",     "--hidden-size",           "16",
+                           "--num-attention-heads", "8",       "--recompute-granularity", "full",
+                           "--recompute-method",    "uniform", "--recompute-num-layers",  "3"};
+        QTest::newRow("1 thread") << QStringList{"--threads", "1"};
+    }
+
+    void memory_flops_and_parameters_equal_mwb_train() {
+        QFETCH(QStringList, flags);
+        test::TempDir dir;
+        const QStringList args = base_flags() + flags;
+        QProcess p;
+        p.setProcessChannelMode(QProcess::MergedChannels);
+        p.start(QString::fromStdString((test::binary_dir() / "backend" / "mwb-train").string()),
+                args + QStringList{"--run-dir", QString::fromStdString(dir.path().string())});
+        QVERIFY(p.waitForFinished(120000));
+        QVERIFY2(p.exitCode() == 0, p.readAll().constData());
+
+        Config c;              // the same flags onto Megatron-LM's defaults (the demo preset mwb-train starts from
+        apply_flags(c, args);  // differs only in fields that change no allocation)
+        DeviceSpec cpu = find_device(device_catalogue(), "cpu");
+        cpu.threads = c.logging.threads;
+        const Plan plan_ = plan(c, make_cluster(cpu, 1, 1));
+        QVERIFY(plan_.runnable());
+        const nlohmann::json predicted = memory_json(plan_.most_loaded());
+
+        const nlohmann::json step = last_line(dir / "metrics.jsonl", "step");
+        const nlohmann::json end = last_line(dir / "events.jsonl", "run.end");
+        for (const nlohmann::json& measured : {step["mem"], end["mem"]}) {
+            for (const auto& [category, v] : measured["by_category"].items())
+                for (const char* k : {"current", "peak"})
+                    QVERIFY2(v[k] == predicted["by_category"][category][k],
+                             qPrintable(QString("%1 %2: measured %3, predicted %4")
+                                            .arg(category.c_str(), k)
+                                            .arg(v[k].get<int64_t>())
+                                            .arg(predicted["by_category"][category][k].get<int64_t>())));
+            QCOMPARE(measured["peak"].get<int64_t>(), predicted["peak"].get<int64_t>());
+            QCOMPARE(measured["allocated"].get<int64_t>(), predicted["allocated"].get<int64_t>());
+        }
+        QCOMPARE(step["mem_peak_bytes"].get<int64_t>(), plan_.most_loaded().peak_total);
+
+        std::ifstream run_json(dir / "run.json");
+        const auto run = nlohmann::json::parse(run_json);
+        QCOMPARE(run["derived"]["parameters"].get<int64_t>(), plan_.parameters.total);
+        QCOMPARE(run["derived"]["model_flops_per_iteration"].get<double>(), plan_.flops.model);
+        QCOMPARE(run["derived"]["hardware_flops_per_iteration"].get<double>(), plan_.flops.hardware);
+        QCOMPARE(run["derived"]["num_micro_batches"].get<int64_t>(), plan_.layout.micro_batches);
+    }
+};
+
+QTEST_GUILESS_MAIN(TestPlannerMeasured)
+#include "test_measured.moc"
