@@ -84,6 +84,12 @@ struct LoggingConfig {
     std::string load;                          ///< checkpoint directory (or iter_ folder) to resume from
     std::string device = "auto";               ///< cpu | cuda | auto
     int threads = 0;                           ///< CPU threads; 0 = all cores (or OMP_NUM_THREADS)
+    // telemetry and control over ZeroMQ (docs/protocol.md); rank 0 binds, loopback by default
+    std::string telemetry_endpoint = "tcp://127.0.0.1:0";           ///< PUB socket; port 0 = ephemeral; "" = off
+    std::string telemetry_snapshot_endpoint = "tcp://127.0.0.1:0";  ///< "everything since seq N" requests
+    std::string control_endpoint = "tcp://127.0.0.1:0";             ///< pause/resume/checkpoint/stop/status; "" = off
+    std::string curve_secret_key_file;  ///< this run's CURVE key pair (NAME.key_secret); required off loopback
+    std::string curve_client_keys;      ///< client public keys admitted: NAME.key, a directory of them, or a list
 };
 
 struct Config {

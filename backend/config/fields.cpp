@@ -98,6 +98,22 @@ const auto kFields = std::to_array<Field>({
     MWB_FIELD(logging, load, "Checkpoint directory (or one iter_NNNNNNN folder) to resume from.", ""),
     MWB_FIELD(logging, device, "Where to train: cuda needs a GPU, auto uses one when present.", "cpu|cuda|auto"),
     MWB_FIELD(logging, threads, "CPU threads; 0 means OMP_NUM_THREADS or every core.", ""),
+    MWB_FIELD(logging, telemetry_endpoint,
+              "ZeroMQ PUB endpoint of live telemetry (tcp://HOST:PORT, port 0 = any free port; ipc://PATH); empty "
+              "turns telemetry and control off. Bound ports go to <run_dir>/telemetry.json.",
+              ""),
+    MWB_FIELD(logging, telemetry_snapshot_endpoint,
+              "ZeroMQ endpoint answering \"everything since seq N\" (late or reconnecting subscribers).", ""),
+    MWB_FIELD(logging, control_endpoint,
+              "ZeroMQ endpoint taking pause, resume, checkpoint, stop and status requests; empty turns control off.",
+              ""),
+    MWB_FIELD(logging, curve_secret_key_file,
+              "This run's CURVE key pair (NAME.key_secret from mwb-record keygen); required to bind anything but "
+              "loopback.",
+              ""),
+    MWB_FIELD(logging, curve_client_keys,
+              "Client public keys admitted with CURVE: a NAME.key file, a directory of them, or one Z85 key per line.",
+              ""),
 });
 
 #undef MWB_FIELD

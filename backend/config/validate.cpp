@@ -217,6 +217,31 @@ std::vector<ConfigIssue> validate(const Config& c, int world_size) {
     ck.require(l.log_interval >= 1, "log_interval", "log_interval must be at least 1 (got {})", l.log_interval);
     ck.require(l.save_interval >= 0, "save_interval", "save_interval must not be negative");
     ck.require(l.threads >= 0, "threads", "threads must not be negative");
+    // telemetry (ipc): plaintext only on loopback; CURVE keys come as a pair (docs/protocol.md)
+    const auto loopback = [](const std::string& ep) {
+        if (ep.rfind("ipc://", 0) == 0) return true;
+        const std::string host = ep.substr(6, ep.rfind(':') > 6 ? ep.rfind(':') - 6 : 0);
+        return host.rfind("127.", 0) == 0 || host == "localhost" || host == "[::1]" || host == "::1";
+    };
+    const std::pair<const char*, const std::string*> endpoints[] = {
+        {"telemetry_endpoint", &l.telemetry_endpoint},
+        {"telemetry_snapshot_endpoint", &l.telemetry_snapshot_endpoint},
+        {"control_endpoint", &l.control_endpoint}};
+    for (const auto& [field, ep] : endpoints) {
+        if (ep->empty()) continue;
+        const bool shaped = (ep->rfind("tcp://", 0) == 0 && ep->rfind(':') > 6) || ep->rfind("ipc://", 0) == 0;
+        ck.require(shaped, field, "{} \"{}\" must be tcp://HOST:PORT or ipc://PATH (empty: off)", field, *ep);
+        if (shaped)
+            ck.require(loopback(*ep) || !l.curve_secret_key_file.empty(), field,
+                       "{} {} is not a loopback address: plaintext telemetry and control are refused off loopback; "
+                       "set curve_secret_key_file and curve_client_keys (mwb-record keygen NAME makes key pairs) or "
+                       "bind 127.0.0.1",
+                       field, *ep);
+    }
+    ck.require(l.telemetry_endpoint.empty() || !l.telemetry_snapshot_endpoint.empty(), "telemetry_snapshot_endpoint",
+               "telemetry_snapshot_endpoint must be set when telemetry_endpoint is (late subscribers need it)");
+    ck.require(l.curve_secret_key_file.empty() == l.curve_client_keys.empty(), "curve_client_keys",
+               "curve_secret_key_file and curve_client_keys go together: the run's key pair and the clients it admits");
     return ck.issues;
 }
 

@@ -9,6 +9,13 @@
 #include "presets.h"
 #include "telemetry/run_dir.h"
 #include "train/trainer.h"
+// ---- telemetry wiring (ipc) ----
+#include "mwb/ipc/curve.h"
+#include "mwb/ipc/error.h"
+#include "mwb/ipc/private_file.h"
+#include "mwb/ipc/requests.h"
+#include "mwb/ipc/server.h"
+// ---- end telemetry wiring ----
 
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
@@ -131,6 +138,73 @@ int main(int argc, char** argv) {
 
         mwb::ParallelContext par(world, cfg.parallel);
         std::unique_ptr<mwb::RunDir> run_dir = leader ? std::make_unique<mwb::RunDir>(cfg.logging.run_dir, "gpt") : nullptr;
+        // ---- telemetry wiring (ipc) ----
+        // Rank 0 publishes every run-directory message over ZeroMQ (PUB, plus "everything since seq N"
+        // for late subscribers) and takes control requests (docs/protocol.md). The bound endpoints are
+        // printed and written to <run_dir>/telemetry.json; plaintext control needs <run_dir>/control.token.
+        class WireControl final : public mwb::ControlSource {
+        public:
+            explicit WireControl(mwb::ipc::TelemetryServer& server) : server_(server) {}
+            std::optional<mwb::ControlRequest> poll() override {
+                const auto c = server_.poll_control();  // the server validated action and authentication
+                if (!c) return std::nullopt;
+                const auto action = mwb::parse_control_action(c->action).value_or(mwb::ControlAction::Status);
+                return mwb::ControlRequest{action, c->id};
+            }
+            void reply(const mwb::ControlRequest& r, const nlohmann::json& result) override {
+                server_.reply_control(r.id, result);
+            }
+
+        private:
+            mwb::ipc::TelemetryServer& server_;
+        };
+        std::unique_ptr<mwb::ipc::TelemetryServer> telemetry;
+        std::unique_ptr<WireControl> wire_control;
+        if (leader && !cfg.logging.telemetry_endpoint.empty()) {
+            const auto& l = cfg.logging;
+            mwb::ipc::ServerOptions o;
+            o.run_id = run_dir->run_id();
+            o.run_dir = run_dir->path();
+            o.publish_endpoint = l.telemetry_endpoint;
+            o.snapshot_endpoint = l.telemetry_snapshot_endpoint;
+            o.control_endpoint = l.control_endpoint;
+            const auto field_error = [&world](const char* field, const mwb::ipc::Error& e) {
+                if (world.size() > 1) {  // only rank 0 binds: the others must not wait for it in a collective
+                    std::cerr << "mwb-train: invalid configuration (" << field << "): " << e.what() << "\n";
+                    world.abort(2);
+                }
+                return mwb::ConfigError({{field, e.what()}}, field);
+            };
+            try {
+                if (!l.curve_secret_key_file.empty())
+                    o.curve.emplace().server = mwb::ipc::load_secret_key_file(l.curve_secret_key_file);
+            } catch (const mwb::ipc::Error& e) {
+                throw field_error("curve_secret_key_file", e);
+            }
+            try {
+                if (o.curve) o.curve->allowed_clients = mwb::ipc::load_public_keys(l.curve_client_keys);
+            } catch (const mwb::ipc::Error& e) {
+                throw field_error("curve_client_keys", e);
+            }
+            try {
+                if (!o.curve && !o.control_endpoint.empty())
+                    o.control_token = mwb::ipc::create_token_file(run_dir->path() / mwb::ipc::kControlTokenFile);
+                telemetry = std::make_unique<mwb::ipc::TelemetryServer>(std::move(o));
+            } catch (const mwb::ipc::Error& e) {
+                throw field_error("telemetry_endpoint", e);
+            }
+            mwb::write_file_atomic(run_dir->path() / mwb::ipc::kTelemetryInfoFile, telemetry->info().dump(2) + "\n");
+            run_dir->set_forwarder(
+                [t = telemetry.get()](std::string_view topic, const std::string& json) { t->publish(topic, json); });
+            if (!telemetry->control_endpoint().empty()) {
+                wire_control = std::make_unique<WireControl>(*telemetry);
+                in.control = wire_control.get();
+            }
+            spdlog::info("telemetry: {} | snapshots {} | control {}", telemetry->publish_endpoint(),
+                         telemetry->snapshot_endpoint(),
+                         telemetry->control_endpoint().empty() ? std::string("off") : telemetry->control_endpoint());
+        }
+        // ---- end telemetry wiring ----
         const mwb::RunStatus status = mwb::train(std::move(in), run_dir.get(), &par);
         if (leader) {
             if (status == mwb::RunStatus::Finished) spdlog::info("done; run directory {}", run_dir->path().string());

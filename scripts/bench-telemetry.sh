@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Publishing overhead on training: the same small run with telemetry off, on (nobody listening) and on
+# with mwb-record following it, alternated, each REPEATS times; prints the median iteration time.
+#   scripts/bench-telemetry.sh [BUILD_DIR] [REPEATS] [ITERATIONS] [THREADS]
+# The model is tiny on purpose (a few ms per iteration, a step and a memory record every iteration):
+# the worst case for relative overhead. docs/performance.md has the numbers.
+set -euo pipefail
+build="${1:-build}"; repeats="${2:-3}"; iters="${3:-1500}"; threads="${4:-1}"
+train="$build/backend/mwb-train"; record="$build/store/mwb-record"
+work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
+args=(--mock-data --tokenizer-type NullTokenizer --vocab-size 100 --num-layers 1 --hidden-size 64
+      --num-attention-heads 2 --seq-length 64 --micro-batch-size 4 --global-batch-size 4 --lr-warmup-iters 0
+      --log-interval 1 --eval-interval 0 --threads "$threads" --train-iters "$iters")
+# Wall time per iteration after the first 100 (warm-up), in ms, from the step records' timestamps:
+# everything the training thread does, publishing included.
+mean_ms() { /usr/bin/python3 - "$1/metrics.jsonl" <<'PY'
+import json, sys
+s = [json.loads(l) for l in open(sys.argv[1]) if '"topic":"step"' in l][100:]
+print("%.4f" % (1000 * (s[-1]["time"] - s[0]["time"]) / (s[-1]["iteration"] - s[0]["iteration"])))
+PY
+}
+declare -A results
+for r in $(seq "$repeats"); do
+  for mode in off on recorded; do
+    dir="$work/$mode-$r"
+    case $mode in
+      off) "$train" "${args[@]}" --run-dir "$dir" --telemetry-endpoint "" > /dev/null ;;
+      on) "$train" "${args[@]}" --run-dir "$dir" > /dev/null ;;
+      recorded)
+        "$record" --quiet --until-end --store "$work/h-$r.sqlite" "$dir" & rec=$!
+        "$train" "${args[@]}" --run-dir "$dir" > /dev/null
+        wait $rec ;;
+    esac
+    results[$mode]+="$(mean_ms "$dir") "
+  done
+done
+median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+off=$(echo "${results[off]}" | median)
+echo "iteration time, median of $repeats runs of $iters iterations ($threads thread(s)), ms:"
+for mode in off on recorded; do
+  m=$(echo "${results[$mode]}" | median)
+  printf "  telemetry %-9s %8s ms  (%+.2f%%)   runs: %s\n" "$mode" "$m" "$(echo "($m - $off) / $off * 100" | bc -l)" "${results[$mode]}"
+done

@@ -1,0 +1,26 @@
+#pragma once
+// The store's schema, versioned with PRAGMA user_version and migrated forward only (docs/store.md).
+//   1  runs (tags as text), messages, steps, evals, events
+//   2  run_tags, memory (per rank), the step time breakdown and max-rank peak, step_blocks
+//      (downsampling), derived
+// A file newer than this build is refused rather than guessed at.
+#include "mwb/store/sqlite.h"
+
+#include <span>
+#include <string_view>
+
+namespace mwb::store {
+
+inline constexpr int kSchemaVersion = 2;
+
+/// The SQL of migration `version` (1 creates the first schema); `version` in 1..kSchemaVersion.
+std::string_view migration_sql(int version);
+
+/// Brings `db` to `target` (default: the current version) in one transaction, running the
+/// migrations it lacks. Throws Error for a file newer than this build. Returns the version found.
+int migrate(Database& db, int target = kSchemaVersion);
+
+/// Numeric columns of `steps` that series() can downsample through step_blocks (schema 2).
+std::span<const std::string_view> step_metrics();
+
+}  // namespace mwb::store

@@ -1,0 +1,89 @@
+#pragma once
+// What the store's queries return: plain structs for the app's models and for mwb-record.
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mwb::store {
+
+struct RunSummary {
+    std::string uid;  ///< run_id on the wire
+    std::string name;
+    std::optional<double> created;   ///< Unix seconds of the first run.start
+    std::optional<double> finished;  ///< of the last run.end
+    std::string status;              ///< running | finished | interrupted | stopped | failed | unknown
+    std::string reason;
+    int64_t iteration = 0;  ///< last iteration seen
+    std::optional<int64_t> train_iters;
+    std::optional<double> last_loss;  ///< lm_loss of the last step record
+    std::vector<std::string> tags;
+    std::string notes;
+    int64_t next_seq = 0;  ///< every message below this seq is stored
+};
+
+struct RunRecord : RunSummary {
+    nlohmann::json config, topology, hosts, derived;  ///< null when unknown
+};
+
+struct RunFilter {
+    std::string text;                   ///< substring of uid, name or notes ("" = any)
+    std::vector<std::string> statuses;  ///< any of these ("" = any)
+    std::string tag;                    ///< runs carrying this tag ("" = any)
+    std::optional<double> created_after, created_before;
+    int limit = 1000;
+    int offset = 0;
+};
+
+/// One bucket of a downsampled series: the values of the points whose iteration falls into it.
+/// When a series is small enough to return whole, every point is its own bucket (n = 1).
+struct Bucket {
+    int64_t x_min = 0, x_max = 0;  ///< first and last iteration among its points
+    int64_t n = 0;                 ///< points (non-NULL values)
+    double y_min = 0, y_max = 0, y_mean = 0;
+};
+
+struct SeriesQuery {
+    std::optional<int64_t> x_from, x_to;  ///< iteration range, inclusive (default: the whole run)
+    int buckets = 1000;                   ///< about one per pixel column
+};
+
+struct Series {
+    std::string run;  ///< uid
+    std::string metric;
+    std::vector<Bucket> buckets;  ///< in iteration order, empty buckets left out
+    int64_t points = 0;           ///< points in the range
+    bool raw = false;             ///< every point returned as it is
+};
+
+struct EvalPoint {
+    int64_t seq = 0, iteration = 0;
+    std::optional<double> time, lm_loss, ppl, time_s;
+    std::optional<int64_t> consumed_tokens, samples;
+};
+
+struct EventRecord {
+    int64_t seq = 0;
+    std::optional<double> time;
+    std::string topic, kind;
+    std::optional<int64_t> iteration;
+    nlohmann::json body;
+};
+
+struct MemorySample {
+    int64_t seq = 0, rank = 0;
+    std::optional<int64_t> iteration, allocated, peak, reserved;
+    std::optional<double> time;
+    nlohmann::json by_category;
+};
+
+/// One configuration key whose value differs between runs; values[i] belongs to the i-th run
+/// (null where a run lacks the key).
+struct ConfigDifference {
+    std::string key;
+    std::vector<nlohmann::json> values;
+};
+
+}  // namespace mwb::store

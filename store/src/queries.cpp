@@ -1,0 +1,176 @@
+// The store's read side for the app and mwb-record: run lists, runs, evaluations, events, memory,
+// configuration differences.
+#include "mwb/store/error.h"
+#include "mwb/store/store.h"
+
+#include <algorithm>
+#include <sstream>
+
+namespace mwb::store {
+
+namespace {
+
+using nlohmann::json;
+
+json parse_or_null(const std::string& text) {
+    if (text.empty()) return nullptr;
+    auto j = json::parse(text, nullptr, false);
+    return j.is_discarded() ? json(nullptr) : j;
+}
+
+/// LIKE pattern matching `text` anywhere, with % and _ escaped.
+std::string like_pattern(const std::string& text) {
+    std::string p = "%";
+    for (char c : text) {
+        if (c == '%' || c == '_' || c == '\\') p += '\\';
+        p += c;
+    }
+    return p + "%";
+}
+
+/// {"a": {"b": 1}} -> {"prefix" + "a.b": 1}; arrays are leaves.
+void flatten(const json& j, const std::string& prefix, std::map<std::string, json>& out) {
+    if (j.is_object()) {
+        for (const auto& [k, v] : j.items()) flatten(v, prefix.empty() ? k : prefix + "." + k, out);
+    } else if (!prefix.empty()) {
+        out[prefix] = j;
+    }
+}
+
+constexpr const char* kSummaryColumns =
+    "r.uid, r.name, r.created, r.finished, r.status, r.reason, r.iteration, json_extract(r.config, '$.train_iters'), "
+    "(SELECT lm_loss FROM steps s WHERE s.run = r.id AND s.lm_loss IS NOT NULL ORDER BY s.iteration DESC, s.seq DESC "
+    "LIMIT 1), (SELECT group_concat(tag, char(10)) FROM (SELECT tag FROM run_tags t WHERE t.run = r.id ORDER BY tag)), "
+    "r.notes, r.next_seq";
+
+void read_summary(const Statement& s, RunSummary& r) {
+    r.uid = s.text(0);
+    r.name = s.text(1);
+    r.created = s.optional_real(2);
+    r.finished = s.optional_real(3);
+    r.status = s.text(4);
+    r.reason = s.text(5);
+    r.iteration = s.int64(6);
+    r.train_iters = s.optional_int64(7);
+    r.last_loss = s.optional_real(8);
+    std::istringstream tags(s.text(9));
+    for (std::string t; std::getline(tags, t);)
+        if (!t.empty()) r.tags.push_back(t);
+    r.notes = s.text(10);
+    r.next_seq = s.int64(11);
+}
+
+}  // namespace
+
+std::vector<RunSummary> Store::runs(const RunFilter& f) {
+    std::string sql = std::string("SELECT ") + kSummaryColumns + " FROM runs r WHERE 1";
+    if (!f.text.empty())
+        sql += " AND (r.uid LIKE ?1 ESCAPE '\\' OR r.name LIKE ?1 ESCAPE '\\' OR r.notes LIKE ?1 ESCAPE '\\')";
+    if (!f.tag.empty()) sql += " AND EXISTS (SELECT 1 FROM run_tags t WHERE t.run = r.id AND t.tag = ?2)";
+    if (f.created_after) sql += " AND r.created >= ?3";
+    if (f.created_before) sql += " AND r.created <= ?4";
+    if (!f.statuses.empty()) {
+        sql += " AND r.status IN (";
+        for (std::size_t i = 0; i < f.statuses.size(); ++i) sql += (i ? ", ?" : "?") + std::to_string(10 + i);
+        sql += ")";
+    }
+    sql += " ORDER BY r.created DESC NULLS LAST, r.id DESC LIMIT ?5 OFFSET ?6";
+    Statement s = db_.prepare(sql);
+    if (!f.text.empty()) s.bind(1, like_pattern(f.text));
+    if (!f.tag.empty()) s.bind(2, f.tag);
+    if (f.created_after) s.bind(3, *f.created_after);
+    if (f.created_before) s.bind(4, *f.created_before);
+    for (std::size_t i = 0; i < f.statuses.size(); ++i) s.bind(static_cast<int>(10 + i), f.statuses[i]);
+    s.bind(5, static_cast<int64_t>(std::max(0, f.limit))).bind(6, static_cast<int64_t>(std::max(0, f.offset)));
+    std::vector<RunSummary> out;
+    while (s.step()) read_summary(s, out.emplace_back());
+    return out;
+}
+
+std::optional<RunRecord> Store::run(const std::string& uid) {
+    Statement s = db_.prepare(std::string("SELECT ") + kSummaryColumns +
+                              ", r.config, r.topology, r.hosts, r.derived FROM runs r WHERE r.uid = ?");
+    s.bind(1, uid);
+    if (!s.step()) return std::nullopt;
+    RunRecord r;
+    read_summary(s, r);
+    r.config = parse_or_null(s.text(12));
+    r.topology = parse_or_null(s.text(13));
+    r.hosts = parse_or_null(s.text(14));
+    r.derived = parse_or_null(s.text(15));
+    return r;
+}
+
+std::vector<EvalPoint> Store::evals(const std::string& uid) {
+    Statement s = db_.prepare(
+        "SELECT seq, iteration, time, lm_loss, ppl, time_s, consumed_tokens, samples FROM evals "
+        "WHERE run = ? ORDER BY iteration, seq");
+    s.bind(1, run_row_or_throw(uid));
+    std::vector<EvalPoint> out;
+    while (s.step())
+        out.push_back({s.int64(0), s.int64(1), s.optional_real(2), s.optional_real(3), s.optional_real(4),
+                       s.optional_real(5), s.optional_int64(6), s.optional_int64(7)});
+    return out;
+}
+
+std::vector<EventRecord> Store::events(const std::string& uid, const std::string& topic) {
+    Statement s = db_.prepare(std::string("SELECT seq, time, topic, coalesce(kind, ''), iteration, body FROM events "
+                                          "WHERE run = ?1") +
+                              (topic.empty() ? "" : " AND topic = ?2") + " ORDER BY seq");
+    s.bind(1, run_row_or_throw(uid));
+    if (!topic.empty()) s.bind(2, topic);
+    std::vector<EventRecord> out;
+    while (s.step())
+        out.push_back(
+            {s.int64(0), s.optional_real(1), s.text(2), s.text(3), s.optional_int64(4), parse_or_null(s.text(5))});
+    return out;
+}
+
+std::vector<MemorySample> Store::memory(const std::string& uid, std::optional<int64_t> rank) {
+    Statement s = db_.prepare(std::string("SELECT seq, rank, iteration, allocated, peak, reserved, time, by_category "
+                                          "FROM memory WHERE run = ?1") +
+                              (rank ? " AND rank = ?2" : "") + " ORDER BY seq, rank");
+    s.bind(1, run_row_or_throw(uid));
+    if (rank) s.bind(2, *rank);
+    std::vector<MemorySample> out;
+    while (s.step())
+        out.push_back({s.int64(0), s.int64(1), s.optional_int64(2), s.optional_int64(3), s.optional_int64(4),
+                       s.optional_int64(5), s.optional_real(6), parse_or_null(s.text(7))});
+    return out;
+}
+
+std::vector<ConfigDifference> Store::config_diff(const std::vector<std::string>& uids) {
+    std::vector<std::map<std::string, json>> flat(uids.size());
+    std::set<std::string> keys;
+    for (std::size_t i = 0; i < uids.size(); ++i) {
+        const auto r = run(uids[i]);
+        if (!r) throw Error("store " + file() + ": no run '" + uids[i] + "'");
+        flatten(r->config, "", flat[i]);
+        flatten(r->topology, "topology", flat[i]);
+        for (const auto& [k, v] : flat[i]) keys.insert(k);
+    }
+    std::vector<ConfigDifference> out;
+    for (const auto& key : keys) {
+        ConfigDifference d{key, {}};
+        for (const auto& f : flat) {
+            const auto it = f.find(key);
+            d.values.push_back(it == f.end() ? json(nullptr) : it->second);
+        }
+        if (std::any_of(d.values.begin(), d.values.end(), [&](const json& v) { return v != d.values.front(); }))
+            out.push_back(std::move(d));
+    }
+    return out;
+}
+
+std::map<std::string, int64_t> Store::counts(const std::string& uid) {
+    const int64_t id = run_row_or_throw(uid);
+    std::map<std::string, int64_t> out;
+    for (const char* table : {"messages", "steps", "evals", "events", "memory"}) {
+        Statement s = db_.prepare(std::string("SELECT count(*) FROM ") + table + " WHERE run = ?");
+        s.bind(1, id);
+        out[table] = s.step() ? s.int64(0) : 0;
+    }
+    return out;
+}
+
+}  // namespace mwb::store

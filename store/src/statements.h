@@ -1,0 +1,17 @@
+#pragma once
+// The prepared statements of the ingest path (internal to store/).
+#include "mwb/store/sqlite.h"
+#include "mwb/store/store.h"
+
+namespace mwb::store {
+
+struct Store::Statements {
+    explicit Statements(Database& db);
+
+    Statement find_run, insert_run, insert_message, message_exists, set_next_seq;
+    Statement insert_step, insert_step_details, insert_eval, insert_event, insert_memory;
+    Statement run_started, run_ended, run_iteration, get_block_iters, set_block_iters;
+    Statement block_aggregates, upsert_block, delete_block;
+};
+
+}  // namespace mwb::store
