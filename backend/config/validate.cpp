@@ -217,6 +217,7 @@ std::vector<ConfigIssue> validate(const Config& c, int world_size) {
     ck.require(l.log_interval >= 1, "log_interval", "log_interval must be at least 1 (got {})", l.log_interval);
     ck.require(l.save_interval >= 0, "save_interval", "save_interval must not be negative");
     ck.require(l.threads >= 0, "threads", "threads must not be negative");
+    ck.require(l.peak_tflops_per_device >= 0, "peak_tflops_per_device", "peak_tflops_per_device must not be negative");
     // telemetry (ipc): plaintext only on loopback; CURVE keys come as a pair (docs/protocol.md)
     const auto loopback = [](const std::string& ep) {
         if (ep.rfind("ipc://", 0) == 0) return true;

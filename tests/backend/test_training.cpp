@@ -132,6 +132,7 @@ private slots:
                                 "mem_allocated_bytes", "mem_peak_bytes"})
             QVERIFY2(steps.back().contains(key), key);
         QCOMPARE(steps.back()["consumed_tokens"].get<int64_t>(), int64_t{6 * 4 * 16});
+        QVERIFY(steps.back()["mfu"].is_null());  // no peak configured
         QCOMPARE(records(t / "metrics.jsonl", "eval").size(), std::size_t{2});  // iterations 3 and 6
         const auto ends = records(t / "events.jsonl", "run.end");
         QCOMPARE(ends.size(), std::size_t{1});
@@ -149,6 +150,16 @@ private slots:
         QCOMPARE(run_json["config"]["num_layers"], 2);
         QVERIFY(run_json["build"].contains("git_commit"));
         QVERIFY(steps.back()["lm_loss"].get<double>() < steps.front()["lm_loss"].get<double>());
+    }
+
+    void mfu_is_reported_against_the_configured_peak() {
+        test::TempDir t;
+        Config c = tiny_config();
+        c.training.train_iters = 2;
+        c.logging.peak_tflops_per_device = 0.5;
+        QCOMPARE(run(c, t.path()), RunStatus::Finished);
+        const auto last = records(t / "metrics.jsonl", "step").back();
+        QVERIFY(std::abs(last["mfu"].get<double>() - last["tflops_per_device"].get<double>() / 0.5) < 1e-12);
     }
 
     void same_seed_same_bits_for_any_thread_count() {
