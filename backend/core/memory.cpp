@@ -1,5 +1,6 @@
 #include "core/memory.h"
 
+#include "mwb/kernels/device_runtime.h"
 #include "mwb/kernels/error.h"
 
 #include <cstdlib>
@@ -24,10 +25,15 @@ std::string_view category_name(MemCategory c) {
     return "?";
 }
 
-Allocator::~Allocator() { empty_cache(); }
+Allocator::~Allocator() {
+    try {
+        empty_cache();
+    } catch (const Error&) {
+        // A GPU whose context is already gone at exit: the driver reclaims the memory anyway.
+    }
+}
 
 void* Allocator::allocate(int64_t bytes, MemCategory category) {
-    MWB_CHECK(device_ == Device::CPU, "the {} allocator is not available in this build", device_name(device_));
     MWB_CHECK(bytes >= 0, "allocation of {} bytes", bytes);
     const int64_t size = rounded(std::max<int64_t>(bytes, 1));
     std::lock_guard lock(mutex_);
@@ -35,6 +41,15 @@ void* Allocator::allocate(int64_t bytes, MemCategory category) {
     if (auto it = cache_.find(size); it != cache_.end()) {
         ptr = it->second;
         cache_.erase(it);
+    } else if (device_ == Device::CUDA) {
+        // A GPU caching allocator: cudaMalloc only on a cache miss (the first iteration's shapes).
+        try {
+            ptr = device::cuda_malloc(size);
+        } catch (const Error& e) {
+            MWB_FAIL("{} (allocating {} for {}; {} bytes already reserved by this allocator)", e.what(), size,
+                     category_name(category), stats_.reserved);
+        }
+        stats_.reserved += size;
     } else {
         ptr = std::aligned_alloc(kAlignment, static_cast<std::size_t>(size));
         MWB_CHECK(ptr != nullptr, "out of host memory allocating {} bytes of {} ({} bytes already reserved)", size,
@@ -61,6 +76,12 @@ void Allocator::account(MemCategory category, int64_t delta) {
     stats_.total_peak = std::max(stats_.total_peak, stats_.total_current);
 }
 
+DeviceMemoryTotals Allocator::device_totals() const {
+    if (device_ != Device::CUDA) return {};
+    const device::MemoryInfo info = device::cuda_memory_info();
+    return {info.free_bytes, info.total_bytes};
+}
+
 MemoryStats Allocator::stats() const {
     std::lock_guard lock(mutex_);
     return stats_;
@@ -75,7 +96,10 @@ void Allocator::reset_peaks() {
 void Allocator::empty_cache() {
     std::lock_guard lock(mutex_);
     for (auto& [size, ptr] : cache_) {
-        std::free(ptr);
+        if (device_ == Device::CUDA)
+            device::cuda_free(ptr);
+        else
+            std::free(ptr);
         stats_.reserved -= size;
     }
     cache_.clear();

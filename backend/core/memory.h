@@ -29,9 +29,16 @@ struct MemoryStats {
     int64_t peak_of(MemCategory c) const { return peak[static_cast<int>(c)]; }
 };
 
+/// Free and total bytes of the allocator's GPU as the CUDA runtime reports them (cudaMemGetInfo);
+/// zeros for the CPU.
+struct DeviceMemoryTotals {
+    int64_t free_bytes = 0;
+    int64_t total_bytes = 0;
+};
+
 /// Allocates memory of one device and counts it. Freed blocks are cached by size and reused, as a
 /// GPU caching allocator does: the shapes of a training step repeat, so the step loop never reaches
-/// the system allocator after the first iteration.
+/// the system allocator (aligned_alloc, or cudaMalloc for Device::CUDA) after the first iteration.
 class Allocator {
 public:
     explicit Allocator(Device device = Device::CPU) : device_(device) {}
@@ -44,6 +51,8 @@ public:
     void release(void* ptr, int64_t bytes, MemCategory category);
 
     MemoryStats stats() const;
+    /// The device's own totals (cudaMemGetInfo) for a CUDA allocator; zeros on the CPU.
+    DeviceMemoryTotals device_totals() const;
     /// Peaks restart from the current values (e.g. to measure one iteration).
     void reset_peaks();
     /// Returns cached blocks to the system.

@@ -2,6 +2,7 @@
 
 #include "model/init.h"
 #include "model/norm.h"
+#include "mwb/kernels/device_runtime.h"
 #include "mwb/kernels/error.h"
 #include "parallel/self_communicator.h"
 
@@ -34,6 +35,11 @@ void GptModel::build(int64_t arena_shards) {
                   d_.vocab % t == 0 && !partition_.chunks.empty(),
               "GptModel: inconsistent sizes (L={} H={} A={} F={} S={} B={} V={} P={}, tensor-parallel {})", d_.layers,
               d_.hidden, d_.heads, d_.ffn, d_.seq, d_.micro_batch, d_.vocab, d_.max_positions, t);
+    MWB_CHECK(ctx_.device == Device::CPU || t == 1,
+              "GptModel on {}: tensor parallelism ({}) needs device collectives in TensorParallel, which are not "
+              "wired yet; use tensor_model_parallel_size 1", device_name(ctx_.device), t);
+    MWB_CHECK(alloc_.device() == ctx_.device, "GptModel: the allocator ({}) and the op context ({}) are on different devices",
+              device_name(alloc_.device()), device_name(ctx_.device));
     local_rows_ = tp_.local_seq(d_.seq) * d_.micro_batch;
     vocab_local_ = d_.vocab / t;
     vocab_start_ = r * vocab_local_;
@@ -75,7 +81,8 @@ void GptModel::build(int64_t arena_shards) {
     ops::fill(ctx_, grads_.view(), 0.0f);
     AttentionParams ap;
     ap.num_heads = static_cast<int>(d_.heads / t);
-    const int64_t ws_bytes = ops::attention_workspace_bytes(ap, d_.seq, ops::num_threads());
+    ap.batch = static_cast<int>(d_.micro_batch);
+    const int64_t ws_bytes = ops::attention_workspace_bytes(ctx_.device, ap, d_.seq, ops::num_threads());
     attention_workspace_ = Buffer(alloc_, MemCategory::Workspace, (ws_bytes + 3) / 4);
 
     for (int64_t l : layer_ids_) {
@@ -103,7 +110,17 @@ void GptModel::init_weights(uint64_t seed) {
             ops::fill(ctx_, v, 1.0f);
         } else {
             const bool output_proj = p.name.ends_with("linear_proj.weight") || p.name.ends_with("linear_fc2.weight");
-            normal_init_slice(v, p, seed, output_proj ? out_std : d_.init_std);
+            if (v.device == Device::CPU) {
+                normal_init_slice(v, p, seed, output_proj ? out_std : d_.init_std);
+            } else {
+                // Drawn on the host (the same Philox values), then uploaded.
+                std::vector<float> host(static_cast<std::size_t>(v.numel()));
+                TensorView hv = v;
+                hv.data = host.data();
+                hv.device = Device::CPU;
+                normal_init_slice(hv, p, seed, output_proj ? out_std : d_.init_std);
+                device::copy_to_device(v.data, host.data(), v.numel() * 4);
+            }
         }
     }
     ops::round_to(ctx_, params_.view(), storage_);
@@ -121,16 +138,23 @@ void GptModel::prepare_inputs(MicroState& st, const int32_t* tokens, bool want_i
     const int64_t S = d_.seq, B = d_.micro_batch;
     if (want_ids) st.ids = Buffer(alloc_, MemCategory::Data, S * B, DType::I32);
     if (want_targets) st.targets = Buffer(alloc_, MemCategory::Data, S * B, DType::I32);
+    // On a GPU the ids are laid out on the host first, then uploaded.
+    const bool on_device = alloc_.device() != Device::CPU;
+    std::vector<int32_t> host_ids(on_device && want_ids ? S * B : 0), host_targets(on_device && want_targets ? S * B : 0);
+    int32_t* ids = want_ids ? (on_device ? host_ids.data() : st.ids.i32()) : nullptr;
+    int32_t* targets = want_targets ? (on_device ? host_targets.data() : st.targets.i32()) : nullptr;
     for (int64_t s = 0; s < S; ++s) {
         for (int64_t b = 0; b < B; ++b) {
             const int32_t in = tokens[b * (S + 1) + s], out = tokens[b * (S + 1) + s + 1];
             MWB_CHECK(in >= 0 && in < d_.vocab && out >= 0 && out < d_.vocab,
                       "token id {} at position {} of sample {} of the micro-batch is outside the vocabulary [0, {})",
                       (in < 0 || in >= d_.vocab) ? in : out, (in < 0 || in >= d_.vocab) ? s : s + 1, b, d_.vocab);
-            if (want_ids) st.ids.i32()[s * B + b] = in;
-            if (want_targets) st.targets.i32()[s * B + b] = out;
+            if (want_ids) ids[s * B + b] = in;
+            if (want_targets) targets[s * B + b] = out;
         }
     }
+    if (on_device && want_ids) device::copy_to_device(st.ids.data(), ids, S * B * 4);
+    if (on_device && want_targets) device::copy_to_device(st.targets.data(), targets, S * B * 4);
 }
 
 void GptModel::embed(ModelRuntime& rt, const MicroState& st, Buffer& x0) {
@@ -161,7 +185,7 @@ void GptModel::embed_backward(ModelRuntime& rt, const MicroState& st, const Tens
     ops::dropout_backward(ctx_, d, d, rt.dropout(d_.hidden_dropout), rt.rng(-1, DropoutSite::Embedding),
                           s_begin * d_.micro_batch * H);
     ops::position_embedding_backward(ctx_, layout_.view(grads_.view(), wpe_),
-                                     make_view(d.data, DType::F32, {R / d_.micro_batch, d_.micro_batch, H}), s_begin);
+                                     make_view(d.data, DType::F32, {R / d_.micro_batch, d_.micro_batch, H}, d.device), s_begin);
     Buffer full = tp_.sequence_parallel() ? rt.workspace(N * H) : Buffer{};
     const TensorView d_full = tp_.sequence_parallel() ? full.view({N, H}) : d;
     tp_.gather_rows(d, d_full);
@@ -192,12 +216,18 @@ double GptModel::head(ModelRuntime& rt, const MicroState& st, const Buffer& fina
     // Softmax cross-entropy over the vocabulary shards: per-row max and Σexp combine by log-sum-exp,
     // the target's logit comes from the shard that holds it; logits are never gathered.
     Buffer stats = rt.workspace(4 * N);
-    float* row_max = stats.f32();
-    float* row_sum = stats.f32() + N;
-    float* target_logit = stats.f32() + 2 * N;
-    const TensorView row_scale = make_view(stats.f32() + 3 * N, DType::F32, {N});
-    ops::cross_entropy_partials(ctx_, make_view(row_max, DType::F32, {N}), make_view(row_sum, DType::F32, {N}),
-                                make_view(target_logit, DType::F32, {N}), lg, st.targets.view(), vocab_start_);
+    const TensorView sv = stats.view();
+    const TensorView row_scale = slice_1d(sv, 3 * N, N), lse_view = slice_1d(sv, 0, N);
+    ops::cross_entropy_partials(ctx_, lse_view, slice_1d(sv, N, N), slice_1d(sv, 2 * N, N), lg, st.targets.view(),
+                                vocab_start_);
+    // The per-row combination below runs on the host: on a GPU the 3·N statistics come down first
+    // and the log-sum-exps go back up.
+    const bool on_device = sv.device != Device::CPU;
+    std::vector<float> host_stats(on_device ? 3 * N : 0);
+    if (on_device) device::copy_to_host(host_stats.data(), sv.data, 3 * N * 4);
+    float* row_max = on_device ? host_stats.data() : stats.f32();
+    float* row_sum = row_max + N;
+    float* target_logit = row_max + 2 * N;
     if (tp_.size() > 1) {
         Buffer global_max = rt.workspace(N);
         std::copy(row_max, row_max + N, global_max.f32());
@@ -216,10 +246,10 @@ double GptModel::head(ModelRuntime& rt, const MicroState& st, const Buffer& fina
     }
     const double loss = loss_sum / static_cast<double>(N);
     if (d.empty()) return loss;
+    if (on_device) device::copy_to_device(sv.data, row_max, N * 4);
 
     ops::fill(ctx_, row_scale, grad_scale / static_cast<float>(N));
-    ops::cross_entropy_backward(ctx_, lg, st.targets.view(), make_view(row_max, DType::F32, {N}), row_scale,
-                                vocab_start_);
+    ops::cross_entropy_backward(ctx_, lg, st.targets.view(), lse_view, row_scale, vocab_start_);
     rt.store(lg);
     Buffer grad_ln = rt.workspace(N * H);
     const TensorView dln = grad_ln.view({N, H});

@@ -75,6 +75,12 @@ LayerParams TransformerLayer::params(const ParamLayout& layout, const TensorView
                        v("mlp.linear_fc2.bias")};
 }
 
+TensorView TransformerLayer::saved_view(const ModelRuntime& rt, const Buffer& saved) const {
+    // CPU: the probabilities (B, A, S, S); CUDA: one log-sum-exp per score row (ops.h).
+    if (rt.ctx.device != Device::CPU) return saved.view();
+    return saved.view({d_.micro_batch, heads_, d_.seq, d_.seq});
+}
+
 AttentionParams TransformerLayer::attention_params(const ModelRuntime& rt) const {
     AttentionParams p;
     p.num_heads = static_cast<int>(heads_);
@@ -106,11 +112,11 @@ void TransformerLayer::forward(ModelRuntime& rt, TensorParallel& tp, const Layer
     ops::linear_forward(rt.ctx, qkv, ln1_full, w.qkv_w, w.qkv_b);
     rt.store(qkv);
 
-    Buffer probs = rt.activation(B * heads_ * S * S);
+    const AttentionParams ap = attention_params(rt);
+    Buffer probs = rt.activation(ops::attention_saved_elements(rt.ctx.device, ap, S));
     a.context = rt.activation(N * width_);
     const TensorView context = a.context.view({S, B, width_});
-    ops::attention_forward(rt.ctx, context, probs.view({B, heads_, S, S}), qkv, attention_workspace,
-                           attention_params(rt));
+    ops::attention_forward(rt.ctx, context, saved_view(rt, probs), qkv, attention_workspace, ap);
     rt.store(context);
     if (store_probs) a.probs = std::move(probs);
     probs.reset();
@@ -201,14 +207,14 @@ void TransformerLayer::backward(ModelRuntime& rt, TensorParallel& tp, const Laye
     if (a.probs.empty()) {
         // Selective recompute: the attention core runs again (same dropout stream, so the same
         // probabilities); its output lands in the free grad_h buffer and is not used.
-        a.probs = rt.activation(B * heads_ * S * S);
-        ops::attention_forward(rt.ctx, make_view(grad_h.data(), DType::F32, {S, B, width_}),
-                               a.probs.view({B, heads_, S, S}), qkv, attention_workspace, ap);
+        a.probs = rt.activation(ops::attention_saved_elements(rt.ctx.device, ap, S));
+        ops::attention_forward(rt.ctx, make_view(grad_h.data(), DType::F32, {S, B, width_}, rt.ctx.device),
+                               saved_view(rt, a.probs), qkv, attention_workspace, ap);
     }
     {
         Buffer grad_qkv = rt.workspace(N * 3 * width_);
         const TensorView dqkv = grad_qkv.view({S, B, 3 * width_});
-        ops::attention_backward(rt.ctx, dqkv, reshaped(dctx, {S, B, width_}), qkv, a.probs.view({B, heads_, S, S}),
+        ops::attention_backward(rt.ctx, dqkv, reshaped(dctx, {S, B, width_}), qkv, saved_view(rt, a.probs),
                                 attention_workspace, ap);
         rt.store(dqkv);
         a.probs.reset();

@@ -60,6 +60,8 @@ public:
 
 private:
     AttentionParams attention_params(const ModelRuntime& rt) const;
+    /// The view attention ops take of the tensor saved for backward (its shape depends on the device).
+    TensorView saved_view(const ModelRuntime& rt, const Buffer& saved) const;
     /// Element offset of this rank's first residual-stream element (dropout masks are global).
     int64_t residual_offset() const { return seq_begin_ * d_.micro_batch * d_.hidden; }
 

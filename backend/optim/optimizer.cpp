@@ -20,7 +20,7 @@ Optimizer::Optimizer(const ParamLayout& layout, TensorView params, TensorView gr
     if (storage_ != DType::F32) {
         // As in Megatron-LM, the master copy starts from the (already rounded) 16-bit weights.
         master_ = Buffer(alloc, MemCategory::Optimizer, n);
-        ops::copy(ctx_, master_.view(), make_view(params_.f32() + shard_.begin, DType::F32, {n}));
+        ops::copy(ctx_, master_.view(), slice_1d(params_, shard_.begin, n));
     }
     exp_avg_ = Buffer(alloc, MemCategory::Optimizer, n);
     exp_avg_sq_ = Buffer(alloc, MemCategory::Optimizer, n);
@@ -29,7 +29,7 @@ Optimizer::Optimizer(const ParamLayout& layout, TensorView params, TensorView gr
 }
 
 TensorView Optimizer::master() const {
-    return master_.empty() ? make_view(params_.f32() + shard_.begin, DType::F32, {shard_.size()}) : master_.view();
+    return master_.empty() ? slice_1d(params_, shard_.begin, shard_.size()) : master_.view();
 }
 
 template <typename F>
@@ -53,7 +53,7 @@ StepResult Optimizer::step(double lr, double loss_scale) {
     double sumsq = 0;
     for_each_in_shard([&](std::size_t i, int64_t first, int64_t count) {
         if (counted_in_norm(layout_[i]))
-            sumsq += ops::sum_squares(ctx_, make_view(grads_.f32() + first, DType::F32, {count}));
+            sumsq += ops::sum_squares(ctx_, slice_1d(grads_, first, count));
     });
     if (par_) {
         par_->model().all_reduce_sum(&sumsq, 1);
@@ -77,16 +77,30 @@ StepResult Optimizer::step(double lr, double loss_scale) {
     p.step = steps_;
     p.grad_scale = static_cast<float>(r.clip_coeff / loss_scale);
     const TensorView m = master();
-    for_each_in_shard([&](std::size_t i, int64_t first, int64_t count) {
-        p.weight_decay = layout_[i].weight_decay ? weight_decay_ : 0.0f;
-        const int64_t local = first - shard_.begin;
-        const auto slice = [&](const TensorView& arena, int64_t at) {
-            return make_view(arena.f32() + at, DType::F32, {count});
-        };
-        ops::adamw_update(ctx_, slice(m, local), slice(grads_, first), slice(exp_avg(), local),
-                          slice(exp_avg_sq(), local), p, master_.empty() ? TensorView{} : slice(params_, first),
+    // Multi-tensor: adjacent parameters with the same decay are updated by one call over their whole
+    // range of the arena (one kernel on a GPU instead of one per tensor; elementwise, so the same bits).
+    int64_t run_first = 0, run_count = 0;
+    bool run_decay = false;
+    const auto flush = [&] {
+        if (run_count == 0) return;
+        p.weight_decay = run_decay ? weight_decay_ : 0.0f;
+        const int64_t local = run_first - shard_.begin;
+        const auto slice = [&](const TensorView& arena, int64_t at) { return slice_1d(arena, at, run_count); };
+        ops::adamw_update(ctx_, slice(m, local), slice(grads_, run_first), slice(exp_avg(), local),
+                          slice(exp_avg_sq(), local), p, master_.empty() ? TensorView{} : slice(params_, run_first),
                           storage_);
+        run_count = 0;
+    };
+    for_each_in_shard([&](std::size_t i, int64_t first, int64_t count) {
+        const bool decay = layout_[i].weight_decay;
+        if (run_count > 0 && (decay != run_decay || first != run_first + run_count)) flush();
+        if (run_count == 0) {
+            run_first = first;
+            run_decay = decay;
+        }
+        run_count += count;
     });
+    flush();
     if (distributed()) all_gather_params();
     return r;
 }
@@ -98,7 +112,7 @@ void Optimizer::all_gather_params() {
 
 void Optimizer::sync_params_from_master() {
     if (!master_.empty()) {
-        const TensorView mine = make_view(params_.f32() + shard_.begin, DType::F32, {shard_.size()});
+        const TensorView mine = slice_1d(params_, shard_.begin, shard_.size());
         ops::copy(ctx_, mine, master_.view());
         ops::round_to(ctx_, mine, storage_);
     }

@@ -29,17 +29,24 @@ std::atomic<bool> g_stop{false};
 
 void on_signal(int) { g_stop.store(true); }
 
-/// Picks the device: cuda needs a GPU and CUDA kernels, auto falls back to the CPU saying why once.
-std::string choose_device(const std::string& requested, bool quiet) {
+/// Picks the device: cuda needs a GPU, CUDA kernels and (for now) a single process; auto falls back to
+/// the CPU saying why once.
+std::string choose_device(const std::string& requested, int world_size, bool quiet) {
     if (requested == "cpu") return "cpu";
     const mwb::DeviceReport r = mwb::probe_devices();
-    const bool usable = r.cuda_devices > 0 && r.cuda_kernels_built;
-    const std::string why = r.cuda_devices == 0 ? r.reason : "this build has no CUDA kernels yet";
+    const bool usable = r.cuda_devices > 0 && r.cuda_kernels_built && world_size == 1;
+    const std::string why =
+        r.cuda_devices == 0      ? r.reason
+        : !r.cuda_kernels_built ? "this build has no CUDA kernels"
+                                : fmt::format("training runs on one GPU for now ({} processes asked); the trainer's "
+                                              "parallel groups are not NCCL communicators yet (docs/gpu.md)",
+                                              world_size);
     if (requested == "cuda") {
         if (!usable) throw mwb::ConfigError({{"device", "device cuda: " + why}}, "--device");
         return "cuda";
     }
     if (!usable && !quiet) spdlog::info("device auto: using the CPU ({})", why);
+    if (usable && !quiet) spdlog::info("device auto: using the GPU ({})", r.names.empty() ? "?" : r.names[0]);
     return usable ? "cuda" : "cpu";
 }
 
@@ -108,7 +115,7 @@ int main(int argc, char** argv) {
             if (results.empty()) mwb::set_field(cfg, *field, "");
             for (const std::string& v : results) mwb::set_field(cfg, *field, v);
         }
-        cfg.logging.device = choose_device(cfg.logging.device, print_config || !leader);
+        cfg.logging.device = choose_device(cfg.logging.device, world.size(), print_config || !leader);
         if (cfg.logging.threads > 0) mwb::ops::set_num_threads(cfg.logging.threads);
         const auto tokenizer = as_config_error("tokenizer_type", [&] { return mwb::data::make_tokenizer(cfg.data, cfg.model); });
         for (const std::string& note : mwb::resolve(cfg, world.size(), tokenizer->vocab_size())) spdlog::warn("{}", note);

@@ -6,6 +6,7 @@
 #include "core/build_info.h"
 #include "core/memory.h"
 #include "model/gpt_model.h"
+#include "mwb/kernels/device_runtime.h"
 #include "mwb/kernels/error.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
@@ -61,6 +62,7 @@ constexpr int kNumGroups = 6;
 struct RankReport {
     double mem_current[kMemCategories], mem_peak[kMemCategories];
     double mem_total, mem_total_peak, mem_reserved;
+    double device_free, device_total;  // cudaMemGetInfo of a GPU run; 0 on the CPU
     double bytes[kNumGroups], comm_seconds[kNumGroups], wait_seconds[kNumGroups];
     double forward_s, backward_s, reduce_s, optimizer_s, data_s;  // sums over the interval
 };
@@ -81,11 +83,22 @@ struct IntervalComm {
     }
 };
 
+/// The device a run trains on: logging.device as mwb-train resolved it ("auto" from other callers
+/// means the CPU). CUDA runs one process on one GPU for now (docs/gpu.md).
+Device run_device(const Config& cfg, const ParallelContext& par) {
+    if (cfg.logging.device != "cuda") return Device::CPU;
+    MWB_CHECK(par.world_size() == 1,
+              "device cuda: training runs on one GPU for now ({} processes asked); the trainer's tensor-, "
+              "pipeline- and data-parallel groups are not NCCL communicators yet (docs/gpu.md)", par.world_size());
+    return Device::CUDA;
+}
+
 /// Everything a run holds; one instance per train() call.
 class Run {
 public:
     Run(TrainerInputs& in, RunDir* dir, ParallelContext& par)
-        : in_(in), cfg_(in.config), dir_(dir), par_(par), dims_(GptDims::from_config(cfg_)),
+        : in_(in), cfg_(in.config), dir_(dir), par_(par), ctx_{run_device(cfg_, par), nullptr}, alloc_(ctx_.device),
+          dims_(GptDims::from_config(cfg_)),
           partition_(ModelPartition::for_stage(dims_, par.pp_size(), par.coord().pp,
                                                cfg_.parallel.num_layers_per_virtual_pipeline_stage)),
           tp_(par.tp(), par.sp(), par.sequence_parallel()), distributed_(cfg_.parallel.use_distributed_optimizer),
@@ -95,7 +108,10 @@ public:
                    cfg_.parallel.ddp_bucket_size, ctx_),
           runner_(model_, par), micro_batches_(num_micro_batches(cfg_, par.world_size())),
           schedule_(cfg_.training), scaler_(cfg_.training), flops_(flops_per_iteration(cfg_)),
-          tokens_(alloc_, MemCategory::Data, dims_.micro_batch * (dims_.seq + 1), DType::I32) {
+          tokens_(host_allocator(), MemCategory::Data, dims_.micro_batch * (dims_.seq + 1), DType::I32) {
+        // On a GPU, bf16 runs feed the GEMMs bf16 operands (tensor cores); weights and stored activations
+        // are bf16 values already, dropout-scaled gradients are rounded as a bf16 tensor would be.
+        if (ctx_.device == Device::CUDA && model_.storage() == DType::BF16) ctx_.gemm_inputs = DType::BF16;
         model_.init_weights(static_cast<uint64_t>(cfg_.training.seed));
         optimizer_ = std::make_unique<Optimizer>(model_.layout(), model_.params(), model_.grads(), cfg_.training,
                                                  model_.storage(), ctx_, alloc_, &par_, reducer_.shard());
@@ -125,6 +141,8 @@ public:
 
 private:
     bool leader() const { return par_.world_rank() == 0; }
+    /// Memory the host reads and writes (tokens, checkpoint staging): the run's allocator on the CPU.
+    Allocator& host_allocator() { return alloc_.device() == Device::CPU ? alloc_ : host_alloc_; }
 
     void publish(std::string_view topic, nlohmann::json fields) {
         if (dir_) dir_->publish(topic, std::move(fields));
@@ -213,7 +231,7 @@ private:
                 {"sequence_parallel", par_.sequence_parallel()},
                 {"distributed_optimizer", distributed_},
                 {"rank_order", "tp-dp-pp"},
-                {"device", "cpu"},
+                {"device", device_name(ctx_.device)},
                 {"threads", ops::num_threads()}};
     }
 
@@ -364,6 +382,9 @@ private:
         r.mem_total = static_cast<double>(m.total_current);
         r.mem_total_peak = static_cast<double>(m.total_peak);
         r.mem_reserved = static_cast<double>(m.reserved);
+        const DeviceMemoryTotals totals = alloc_.device_totals();
+        r.device_free = static_cast<double>(totals.free_bytes);
+        r.device_total = static_cast<double>(totals.total_bytes);
         for (int g = 0; g < kNumGroups; ++g) {
             const auto it = interval_comm_.by_group.find(kGroups[g]);
             if (it == interval_comm_.by_group.end()) continue;
@@ -410,11 +431,16 @@ private:
         for (int c = 0; c < kMemCategories; ++c)
             by_category[std::string(category_name(static_cast<MemCategory>(c)))] = {
                 {"current", static_cast<int64_t>(r.mem_current[c])}, {"peak", static_cast<int64_t>(r.mem_peak[c])}};
-        return {{"rank", rank},
-                {"allocated", static_cast<int64_t>(r.mem_total)},
-                {"peak", static_cast<int64_t>(r.mem_total_peak)},
-                {"reserved", static_cast<int64_t>(r.mem_reserved)},
-                {"by_category", by_category}};
+        nlohmann::json j = {{"rank", rank},
+                            {"allocated", static_cast<int64_t>(r.mem_total)},
+                            {"peak", static_cast<int64_t>(r.mem_total_peak)},
+                            {"reserved", static_cast<int64_t>(r.mem_reserved)},
+                            {"by_category", by_category}};
+        if (r.device_total > 0) {  // GPU runs: the device's own view (other processes' memory included)
+            j["device_free"] = static_cast<int64_t>(r.device_free);
+            j["device_total"] = static_cast<int64_t>(r.device_total);
+        }
+        return j;
     }
 
     void log_interval() {
@@ -526,11 +552,23 @@ private:
     struct FullState {
         Buffer master, exp_avg, exp_avg_sq;
         TensorView views[3];
+        bool staged = false;  ///< host copies of GPU arenas (loads are copied back like gathered shards)
     };
 
     FullState full_state() {
         FullState s;
         const TensorView shards[3] = {optimizer_->master(), optimizer_->exp_avg(), optimizer_->exp_avg_sq()};
+        if (ctx_.device != Device::CPU) {
+            // One GPU (run_device): the whole arenas, staged in host memory for the checkpoint files.
+            Buffer* bufs[3] = {&s.master, &s.exp_avg, &s.exp_avg_sq};
+            for (int i = 0; i < 3; ++i) {
+                *bufs[i] = Buffer(host_alloc_, MemCategory::Workspace, model_.params().numel());
+                device::copy_to_host(bufs[i]->data(), shards[i].data, shards[i].numel() * 4);
+                s.views[i] = bufs[i]->view();
+            }
+            s.staged = true;
+            return s;
+        }
         if (!distributed_ || par_.dp_size() == 1) {
             for (int i = 0; i < 3; ++i)
                 s.views[i] = make_view(shards[i].f32() - optimizer_->shard().begin, DType::F32,
@@ -578,7 +616,7 @@ private:
         s.loss_scaler = scaler_.state();
         s.config = to_json(cfg_);
         FullState full = full_state();
-        if (!full.master.empty()) {
+        if (!full.master.empty() && !full.staged) {
             const TensorView shards[3] = {optimizer_->master(), optimizer_->exp_avg(), optimizer_->exp_avg_sq()};
             for (int k = 0; k < 3; ++k) par_.dp().all_gather(shards[k].f32(), full.views[k].f32(), shards[k].numel());
         }
@@ -636,7 +674,8 @@ private:
     RunDir* dir_;
     ParallelContext& par_;
     OpContext ctx_;
-    Allocator alloc_;
+    Allocator alloc_;       // the device's memory: model, optimizer, activations
+    Allocator host_alloc_;  // host memory beside a GPU allocator (unused on the CPU)
     GptDims dims_;
     ModelPartition partition_;
     TensorParallel tp_;

@@ -1,4 +1,8 @@
+// Device probing and runtime services for builds without CUDA: probing reports why, every runtime
+// call fails with a message naming it (callers only reach these after asking for a CUDA device).
 #include "mwb/kernels/device.h"
+#include "mwb/kernels/device_runtime.h"
+#include "mwb/kernels/error.h"
 
 namespace mwb {
 
@@ -8,4 +12,27 @@ DeviceReport probe_devices() {
     return r;
 }
 
+namespace device {
+namespace {
+[[noreturn]] void no_cuda(const char* call) {
+    MWB_FAIL("{}: this build has no CUDA support (nvcc was not found when it was configured)", call);
+}
+}  // namespace
+
+void* cuda_malloc(int64_t) { no_cuda("device::cuda_malloc"); }
+void cuda_free(void* ptr) {
+    if (ptr) no_cuda("device::cuda_free");
+}
+MemoryInfo cuda_memory_info() { no_cuda("device::cuda_memory_info"); }
+void copy_to_device(void*, const void*, int64_t) { no_cuda("device::copy_to_device"); }
+void copy_to_host(void*, const void*, int64_t) { no_cuda("device::copy_to_host"); }
+void synchronize(void*) { no_cuda("device::synchronize"); }
+void* create_stream() { no_cuda("device::create_stream"); }
+void destroy_stream(void*) {}
+void set_device(int) { no_cuda("device::set_device"); }
+void set_deterministic(bool) {}
+bool deterministic() { return false; }
+void set_allow_tf32(bool) {}
+
+}  // namespace device
 }  // namespace mwb

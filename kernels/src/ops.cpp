@@ -4,23 +4,35 @@
 #include "../cpu/cpu_ops.h"
 #include "mwb/kernels/error.h"
 
+#if defined(MWB_WITH_CUDA)
+#include "../cuda/cuda_ops.h"
+#endif
+
 #include <cblas.h>
 #include <omp.h>
 
 namespace mwb::ops {
 
+#if defined(MWB_WITH_CUDA)
+// Each entry: the CPU implementation on CPU contexts, the CUDA one on CUDA contexts.
+#define MWB_DISPATCH(op, ...)                                   \
+    do {                                                        \
+        if (ctx.device == Device::CPU) return cpu::op(__VA_ARGS__); \
+        return cuda::op(__VA_ARGS__);                           \
+    } while (0)
+#else
 namespace {
 [[noreturn]] void no_cuda_kernel(const char* op) {
     MWB_FAIL("{}: no CUDA implementation in this build (use --device cpu)", op);
 }
 }  // namespace
 
-// Each entry: run the CPU implementation on CPU contexts; CUDA kernels plug in here.
 #define MWB_DISPATCH(op, ...)                                   \
     do {                                                        \
         if (ctx.device == Device::CPU) return cpu::op(__VA_ARGS__); \
         no_cuda_kernel(#op);                                    \
     } while (0)
+#endif
 
 void set_num_threads(int n) {
     MWB_CHECK(n >= 1, "thread count must be >= 1, got {}", n);
@@ -102,6 +114,20 @@ void bias_dropout_add_forward(OpContext& ctx, TensorView out, TensorView residua
 
 int64_t attention_workspace_bytes(const AttentionParams& p, int64_t seq_len, int threads) {
     return cpu::attention_workspace_bytes(p, seq_len, threads);
+}
+int64_t attention_workspace_bytes(Device device, const AttentionParams& p, int64_t seq_len, int threads) {
+#if defined(MWB_WITH_CUDA)
+    if (device == Device::CUDA) return cuda::attention_workspace_bytes(p, seq_len);
+#endif
+    (void)device;
+    return cpu::attention_workspace_bytes(p, seq_len, threads);
+}
+int64_t attention_saved_elements(Device device, const AttentionParams& p, int64_t seq_len) {
+#if defined(MWB_WITH_CUDA)
+    if (device == Device::CUDA) return cuda::attention_saved_elements(p, seq_len);
+#endif
+    (void)device;
+    return static_cast<int64_t>(p.batch) * p.num_heads * seq_len * seq_len;
 }
 void attention_forward(OpContext& ctx, TensorView out, TensorView probs, TensorView qkv, TensorView workspace,
                        const AttentionParams& p) {

@@ -66,6 +66,13 @@ TensorView make_view(void* data, DType dtype, std::initializer_list<int64_t> sha
     return v;
 }
 
+TensorView slice_1d(const TensorView& v, int64_t offset, int64_t count) {
+    MWB_CHECK(offset >= 0 && count >= 0 && offset + count <= v.numel(), "slice [{}, {}) outside {}", offset,
+              offset + count, v.describe());
+    return make_view(static_cast<char*>(v.data) + offset * static_cast<int64_t>(dtype_size(v.dtype)), v.dtype, {count},
+                     v.device);
+}
+
 TensorView reshaped(const TensorView& v, std::initializer_list<int64_t> shape) {
     TensorView r = make_view(v.data, v.dtype, shape, v.device);
     MWB_CHECK(r.numel() == v.numel(), "cannot reshape {} to {}", v.describe(), r.describe());

@@ -25,6 +25,10 @@ namespace mwb {
 struct OpContext {
     Device device = Device::CPU;
     void* stream = nullptr;
+    /// CUDA only: BF16 makes matmul/linear round their f32 inputs to bf16 and run on bf16 tensor cores
+    /// (fp32 accumulation). Lossless when the inputs are already bf16 values, as in bf16-storage runs.
+    /// The CPU ignores it.
+    DType gemm_inputs = DType::F32;
 };
 
 /// Shapes and randomness of the attention core of one layer on one rank.
@@ -127,6 +131,12 @@ void bias_dropout_add_forward(OpContext& ctx, TensorView out, TensorView residua
 
 /// Bytes of scratch the CPU attention needs (per-thread S×S tiles); pass a workspace at least this big.
 int64_t attention_workspace_bytes(const AttentionParams& p, int64_t seq_len, int threads);
+/// The same for `device`: on CUDA the workspace holds one float per query row (B·A·S), for backward.
+int64_t attention_workspace_bytes(Device device, const AttentionParams& p, int64_t seq_len, int threads);
+/// Elements of the `probs` tensor that forward saves for backward: on the CPU the probabilities
+/// (B, A, S, S); on CUDA, flash-attention style, only each row's log-sum-exp (B, A, S) — the S×S
+/// matrix is never stored in device memory and backward recomputes it tile by tile.
+int64_t attention_saved_elements(Device device, const AttentionParams& p, int64_t seq_len);
 /// Causal self-attention core. qkv (S, B, A·3·D) holds per head [q | k | v] (Megatron's layout);
 /// probs (B, A, S, S) receives softmax(mask(q·kᵀ·scale)) (kept for backward, or recomputed);
 /// out (S, B, A·D) = dropout(probs)·v.

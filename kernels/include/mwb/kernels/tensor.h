@@ -45,6 +45,8 @@ inline TensorView view_f32(float* data, std::initializer_list<int64_t> shape, De
 inline TensorView view_i32(int32_t* data, std::initializer_list<int64_t> shape, Device device = Device::CPU) {
     return make_view(data, DType::I32, shape, device);
 }
+/// Elements [offset, offset + count) of v's memory as a 1-D view of the same dtype and device.
+TensorView slice_1d(const TensorView& v, int64_t offset, int64_t count);
 /// The same memory seen with another shape of the same element count.
 TensorView reshaped(const TensorView& v, std::initializer_list<int64_t> shape);
 

@@ -1,0 +1,61 @@
+#pragma once
+// A process group on NCCL, for device buffers: the same Communicator interface (and the same byte
+// counts) as MpiCommunicator, with every collective queued on one CUDA stream so that it can overlap
+// compute queued on other streams. The NCCL unique id travels over the group's host communicator
+// (MPI), so each group (tp, dp, pp, ...) gets its own NCCL communicator.
+#include "parallel/communicator.h"
+
+#include <memory>
+
+namespace mwb {
+
+class NcclCommunicator final : public Communicator {
+public:
+    /// Builds the NCCL communicator of the ranks of `host_group` (collective over that group: rank 0
+    /// creates the unique id and broadcasts it). Collectives run on a stream of their own; each one
+    /// first waits (on the GPU) for the work queued so far on `compute_stream` (the ops' stream,
+    /// nullptr = the legacy default stream) and the compute stream then waits for it, so results are
+    /// ordered with the ops while work on other streams can overlap. With `blocking` every call also
+    /// waits on the host before returning, as MPI does. `host_group` must outlive this object.
+    NcclCommunicator(Communicator& host_group, void* compute_stream = nullptr, bool blocking = true);
+    ~NcclCommunicator() override;
+    NcclCommunicator(const NcclCommunicator&) = delete;
+    NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+    int rank() const override { return rank_; }
+    int size() const override { return size_; }
+    const std::string& name() const override { return name_; }
+    void* stream() const { return stream_; }
+    /// Waits for every queued collective.
+    void synchronize();
+
+    void all_reduce_sum(float* data, int64_t n) override;
+    void all_reduce_sum(double* data, int64_t n) override;
+    void all_reduce_max(float* data, int64_t n) override;
+    void all_gather(const float* in, float* out, int64_t n) override;
+    void reduce_scatter_sum(const float* in, float* out, int64_t n) override;
+    void broadcast(void* data, int64_t bytes, int root) override;
+    void gather(const void* in, void* out, int64_t bytes, int root) override;
+    /// NCCL has no tags: messages between two ranks match in the order they are posted; `tag` is only
+    /// checked to be non-negative. Sends and receives queue on one stream and a send completes only
+    /// when its peer receives, so callers must post them in an order that pairs up (as MPI's blocking
+    /// calls would need), not rely on MPI's eager buffering.
+    std::unique_ptr<PendingSend> send(const float* data, int64_t n, int peer, int tag) override;
+    void recv(float* data, int64_t n, int peer, int tag) override;
+    void barrier() override;
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+    Communicator& host_;
+    std::string name_;
+    int rank_ = 0, size_ = 1;
+    void* stream_ = nullptr;          // the collectives' own stream
+    void* compute_stream_ = nullptr;  // the ops' stream the collectives are ordered with
+    bool blocking_ = true;
+
+    void begin();   // the collective stream waits for the compute stream
+    void finish();  // the compute stream waits for the collective; the host too when blocking
+};
+
+}  // namespace mwb

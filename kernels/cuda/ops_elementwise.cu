@@ -1,0 +1,715 @@
+// CUDA ops other than GEMM and attention: elementwise, storage rounding, sum of squares, embeddings,
+// LayerNorm/RMSNorm, GELU, dropout (the CPU's Philox counters, so masks match bit for bit),
+// softmax + cross-entropy partials, AdamW. Every reduction has a fixed shape and order (warp
+// shuffles in a fixed tree, column sums over fixed row chunks): no atomics, bit-identical run to run.
+#include "cuda_ops.h"
+#include "runtime.h"
+
+#include "mwb/kernels/philox.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <vector>
+
+namespace mwb::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+int blocks_for(int64_t n, int threads = kThreads) {
+    const int64_t b = (n + threads - 1) / threads;
+    return static_cast<int>(b < 1 ? 1 : (b > 65535LL * 32 ? 65535LL * 32 : b));
+}
+
+const float* cf(const TensorView& t) { return static_cast<const float*>(t.data); }
+float* mf(const TensorView& t) { return static_cast<float*>(t.data); }
+const int32_t* ci(const TensorView& t) { return static_cast<const int32_t*>(t.data); }
+
+#define MWB_GRID_STRIDE(i, n) \
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+// ---- reductions in a fixed order -------------------------------------------------------------------
+
+template <typename T>
+__device__ __forceinline__ T warp_sum(T v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/// Sum over the block (blockDim.x a multiple of 32, at most 1024), the same value in every thread.
+template <typename T>
+__device__ T block_sum(T v, T* shared /* 32 */) {
+    v = warp_sum(v);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    __syncthreads();
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    T r = lane < warps ? shared[lane] : T(0);
+    return warp_sum(r);
+}
+
+__device__ float block_max(float v, float* shared) {
+    v = warp_max(v);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    __syncthreads();
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    const float r = lane < warps ? shared[lane] : -INFINITY;
+    return warp_max(r);
+}
+
+constexpr int64_t kRowChunk = 256;  // rows per partial of a column reduction
+
+// ---- storage rounding (bit-exact twins of precision.h) ----------------------------------------------
+
+__device__ __forceinline__ float dev_round_to_bf16(float x) {
+    const uint32_t b = __float_as_uint(x);
+    const bool is_nan = (b & 0x7FFFFFFFu) > 0x7F800000u;
+    const uint32_t lsb = (b >> 16) & 1u;
+    const uint32_t rounded = (b + 0x7FFFu + lsb) & 0xFFFF0000u;
+    return __uint_as_float(is_nan ? ((b | 0x00400000u) & 0xFFFF0000u) : rounded);
+}
+
+__device__ __forceinline__ float dev_round_to_fp16(float x) {
+    const uint32_t b = __float_as_uint(x);
+    const uint32_t sign = b & 0x80000000u;
+    const uint32_t mag = b & 0x7FFFFFFFu;
+    const uint32_t lsb = (mag >> 13) & 1u;
+    const uint32_t normal = (mag + 0xFFFu + lsb) & ~0x1FFFu;
+    const float sub = __fsub_rn(__fadd_rn(__uint_as_float(mag), 0.5f), 0.5f);
+    uint32_t out = mag < 0x38800000u ? __float_as_uint(sub) : normal;
+    out = mag >= 0x477FF000u ? 0x7F800000u : out;
+    out = mag > 0x7F800000u ? ((mag | 0x00400000u) & ~0x1FFFu) : out;
+    return __uint_as_float(out | sign);
+}
+
+// ---- elementwise kernels ----------------------------------------------------------------------------
+
+__global__ void k_fill(float* x, int64_t n, float v) { MWB_GRID_STRIDE(i, n) x[i] = v; }
+__global__ void k_scale(float* x, int64_t n, float a) { MWB_GRID_STRIDE(i, n) x[i] *= a; }
+__global__ void k_add(float* o, const float* a, const float* b, int64_t n) { MWB_GRID_STRIDE(i, n) o[i] = a[i] + b[i]; }
+__global__ void k_f32_to_bf16(__nv_bfloat16* o, const float* x, int64_t n) {
+    MWB_GRID_STRIDE(i, n) o[i] = __float2bfloat16_rn(x[i]);
+}
+__global__ void k_bf16_to_f32(float* o, const __nv_bfloat16* x, int64_t n) {
+    MWB_GRID_STRIDE(i, n) o[i] = __bfloat162float(x[i]);
+}
+__global__ void k_round(float* x, int64_t n, int bf16) {
+    MWB_GRID_STRIDE(i, n) x[i] = bf16 ? dev_round_to_bf16(x[i]) : dev_round_to_fp16(x[i]);
+}
+
+constexpr int64_t kSquaresChunk = 1 << 14;
+
+__global__ void k_sum_squares(const float* x, int64_t n, double* partial) {
+    __shared__ double sh[32];
+    const int64_t c = blockIdx.x, i0 = c * kSquaresChunk, i1 = min(n, i0 + kSquaresChunk);
+    double s = 0;
+    for (int64_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) s += static_cast<double>(x[i]) * x[i];
+    s = block_sum(s, sh);
+    if (threadIdx.x == 0) partial[c] = s;
+}
+
+__global__ void k_column_partials(const float* x, int64_t rows, int64_t cols, float* partial) {
+    const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    if (c >= cols) return;
+    const int64_t r0 = blockIdx.y * kRowChunk, r1 = min(rows, r0 + kRowChunk);
+    float s = 0;
+    for (int64_t r = r0; r < r1; ++r) s += x[r * cols + c];
+    partial[blockIdx.y * cols + c] = s;
+}
+
+/// out[c] += Σ_k partial[k, c] for k in order (partials of `parts` chunks per output).
+__global__ void k_sum_partials(float* out, const float* partial, int64_t chunks, int64_t cols) {
+    MWB_GRID_STRIDE(c, cols) {
+        float s = 0;
+        for (int64_t k = 0; k < chunks; ++k) s += partial[k * cols + c];
+        out[c] += s;
+    }
+}
+
+__global__ void k_add_bias_rows(float* y, const float* bias, int64_t rows, int64_t cols) {
+    MWB_GRID_STRIDE(i, rows * cols) y[i] += bias[i % cols];
+}
+
+// ---- embeddings ---------------------------------------------------------------------------------------
+
+__global__ void k_embedding_fwd(float* out, const int32_t* ids, const float* table, int64_t rows, int64_t h,
+                                int64_t vocab, int64_t vocab_start) {
+    MWB_GRID_STRIDE(i, rows * h) {
+        const int64_t r = i / h, c = i % h;
+        const int64_t local = static_cast<int64_t>(ids[r]) - vocab_start;
+        out[i] = (local >= 0 && local < vocab) ? table[local * h + c] : 0.0f;
+    }
+}
+
+/// One thread per column walks the rows in order (the CPU's order): no races, no atomics.
+__global__ void k_embedding_bwd(float* dtable, const float* dout, const int32_t* ids, int64_t rows, int64_t h,
+                                int64_t vocab, int64_t vocab_start) {
+    const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    if (c >= h) return;
+    for (int64_t r = 0; r < rows; ++r) {
+        const int64_t local = static_cast<int64_t>(ids[r]) - vocab_start;
+        if (local < 0 || local >= vocab) continue;
+        dtable[local * h + c] += dout[r * h + c];
+    }
+}
+
+__global__ void k_pos_fwd(float* out, const float* wpe, int64_t s_len, int64_t b_len, int64_t h, int64_t offset) {
+    MWB_GRID_STRIDE(i, s_len * b_len * h) {
+        const int64_t s = i / (b_len * h), c = i % h;
+        out[i] += wpe[(s + offset) * h + c];
+    }
+}
+
+__global__ void k_pos_bwd(float* dwpe, const float* dout, int64_t s_len, int64_t b_len, int64_t h, int64_t offset) {
+    MWB_GRID_STRIDE(i, s_len * h) {
+        const int64_t s = i / h, c = i % h;
+        float acc = dwpe[(s + offset) * h + c];
+        for (int64_t b = 0; b < b_len; ++b) acc += dout[(s * b_len + b) * h + c];
+        dwpe[(s + offset) * h + c] = acc;
+    }
+}
+
+// ---- normalisation --------------------------------------------------------------------------------------
+
+constexpr int kNormThreads = 256;
+
+__global__ void k_layernorm_fwd(float* out, float* mean, float* rstd, const float* x, const float* w, const float* b,
+                                int64_t h, float eps) {
+    __shared__ float sh[32];
+    const int64_t r = blockIdx.x;
+    const float* xr = x + r * h;
+    float s = 0;
+    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) s += xr[c];
+    const float mu = block_sum(s, sh) / static_cast<float>(h);
+    float v = 0;
+    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) v += (xr[c] - mu) * (xr[c] - mu);
+    const float rs = 1.0f / sqrtf(block_sum(v, sh) / static_cast<float>(h) + eps);
+    float* orow = out + r * h;
+    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) orow[c] = (xr[c] - mu) * rs * w[c] + b[c];
+    if (threadIdx.x == 0) {
+        mean[r] = mu;
+        rstd[r] = rs;
+    }
+}
+
+/// dx of LayerNorm (mean == nullptr: RMSNorm), one block per row.
+__global__ void k_norm_bwd_dx(float* dx, const float* dout, const float* x, const float* mean, const float* rstd,
+                              const float* w, int64_t h, int accumulate) {
+    __shared__ float sh[32];
+    const int64_t r = blockIdx.x;
+    const float *xr = x + r * h, *dr = dout + r * h;
+    const float mu = mean ? mean[r] : 0.0f, rs = rstd[r];
+    float sg = 0, sgx = 0;
+    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) {
+        const float g = dr[c] * w[c];
+        sg += g;
+        sgx += g * (xr[c] - mu) * rs;
+    }
+    const float mean_g = mean ? block_sum(sg, sh) / static_cast<float>(h) : 0.0f;
+    const float mean_gx = block_sum(sgx, sh) / static_cast<float>(h);
+    float* dxr = dx + r * h;
+    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) {
+        const float v = rs * (dr[c] * w[c] - mean_g - (xr[c] - mu) * rs * mean_gx);
+        dxr[c] = accumulate ? dxr[c] + v : v;
+    }
+}
+
+/// Partials of dw (Σ dout·x̂) and db (Σ dout) over one chunk of rows; mean == nullptr: RMSNorm.
+__global__ void k_norm_bwd_partials(float* pw, float* pb, const float* dout, const float* x, const float* mean,
+                                    const float* rstd, int64_t rows, int64_t h) {
+    const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    if (c >= h) return;
+    const int64_t r0 = blockIdx.y * kRowChunk, r1 = min(rows, r0 + kRowChunk);
+    float gw = 0, gb = 0;
+    for (int64_t r = r0; r < r1; ++r) {
+        const float d = dout[r * h + c];
+        gw += d * (x[r * h + c] - (mean ? mean[r] : 0.0f)) * rstd[r];
+        gb += d;
+    }
+    pw[blockIdx.y * h + c] = gw;
+    if (pb) pb[blockIdx.y * h + c] = gb;
+}
+
+__global__ void k_rmsnorm_fwd(float* out, float* rstd, const float* x, const float* w, int64_t h, float eps) {
+    __shared__ float sh[32];
+    const int64_t r = blockIdx.x;
+    const float* xr = x + r * h;
+    float s = 0;
+    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) s += xr[c] * xr[c];
+    const float rs = 1.0f / sqrtf(block_sum(s, sh) / static_cast<float>(h) + eps);
+    float* orow = out + r * h;
+    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) orow[c] = xr[c] * rs * w[c];
+    if (threadIdx.x == 0) rstd[r] = rs;
+}
+
+// ---- GELU -------------------------------------------------------------------------------------------------
+
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kCubic = 0.044715f;
+
+__global__ void k_gelu_fwd(float* out, const float* x, int64_t n) {
+    MWB_GRID_STRIDE(i, n) {
+        const float v = x[i];
+        out[i] = 0.5f * v * (2.0f / (1.0f + expf(-2.0f * kSqrt2OverPi * (v + kCubic * v * v * v))));
+    }
+}
+
+__global__ void k_gelu_bwd(float* dx, const float* dout, const float* x, int64_t n) {
+    MWB_GRID_STRIDE(i, n) {
+        const float v = x[i];
+        const float e = expf(-2.0f * kSqrt2OverPi * (v + kCubic * v * v * v));
+        const float opt = 2.0f / (1.0f + e);
+        const float omt = 2.0f / (1.0f + 1.0f / e);
+        const float vc = fminf(fmaxf(v, -16.0f), 16.0f);
+        const float du = kSqrt2OverPi * (1.0f + 3.0f * kCubic * vc * vc);
+        dx[i] = dout[i] * (0.5f * opt + 0.5f * vc * (opt * omt) * du);
+    }
+}
+
+// ---- dropout: one Philox draw per group of four global indices, as the CPU ------------------------------
+
+struct DropoutArgs {
+    RngStream rng;
+    uint32_t threshold;
+    float scale;
+    int64_t offset;  ///< global index of element 0
+    int64_t n;
+    int enabled;
+};
+
+/// out[i] = base[i] + (x[i] + bias[i % cols])·mult(offset + i); base/bias may be null.
+__global__ void k_dropout(float* out, const float* base, const float* x, const float* bias, int64_t cols,
+                          DropoutArgs a) {
+    const int64_t first_group = a.offset >> 2, last_group = (a.offset + a.n - 1) >> 2;
+    MWB_GRID_STRIDE(t, last_group - first_group + 1) {
+        const int64_t g = first_group + t;
+        Philox4 d{{0, 0, 0, 0}};
+        if (a.enabled) d = philox_draw(a.rng, static_cast<uint64_t>(g));
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            const int64_t i = 4 * g + k - a.offset;
+            if (i < 0 || i >= a.n) continue;
+            const float m = a.enabled ? (d.v[k] < a.threshold ? a.scale : 0.0f) : 1.0f;
+            float v = x[i];
+            if (bias) v += bias[i % cols];
+            out[i] = (base ? base[i] : 0.0f) + v * m;
+        }
+    }
+}
+
+// ---- softmax + cross-entropy ----------------------------------------------------------------------------
+
+constexpr int kCeThreads = 512;
+
+__global__ void k_ce_partials(float* row_max, float* row_sumexp, float* target_logit, const float* logits,
+                              const int32_t* targets, int64_t v, int64_t vocab_start) {
+    __shared__ float sh[32];
+    const int64_t r = blockIdx.x;
+    const float* row = logits + r * v;
+    float mx = -INFINITY;
+    for (int64_t j = threadIdx.x; j < v; j += blockDim.x) mx = fmaxf(mx, row[j]);
+    mx = block_max(mx, sh);
+    float s = 0;
+    for (int64_t j = threadIdx.x; j < v; j += blockDim.x) s += expf(row[j] - mx);
+    s = block_sum(s, sh);
+    if (threadIdx.x == 0) {
+        row_max[r] = mx;
+        row_sumexp[r] = s;
+        const int64_t local = static_cast<int64_t>(targets[r]) - vocab_start;
+        target_logit[r] = (local >= 0 && local < v) ? row[local] : 0.0f;
+    }
+}
+
+__global__ void k_ce_backward(float* logits, const int32_t* targets, const float* lse, const float* row_scale,
+                              int64_t v, int64_t vocab_start) {
+    const int64_t r = blockIdx.x;
+    float* row = logits + r * v;
+    const float m = lse[r], s = row_scale[r];
+    const int64_t local = static_cast<int64_t>(targets[r]) - vocab_start;
+    for (int64_t j = threadIdx.x; j < v; j += blockDim.x) row[j] = expf(row[j] - m) * s - (j == local ? s : 0.0f);
+}
+
+// ---- AdamW ------------------------------------------------------------------------------------------------
+
+struct AdamArgs {
+    float b1, b2, step_size, inv_sqrt_bc2, decay, gs, eps;
+};
+
+__global__ void k_adamw(float* w, const float* g, float* m, float* v, float* copy, int copy_kind, int64_t n,
+                        AdamArgs a) {
+    MWB_GRID_STRIDE(i, n) {
+        const float gi = g[i] * a.gs;
+        const float mi = a.b1 * m[i] + (1.0f - a.b1) * gi;
+        const float vi = a.b2 * v[i] + (1.0f - a.b2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        const float wi = w[i] * a.decay - a.step_size * mi / (sqrtf(vi) * a.inv_sqrt_bc2 + a.eps);
+        w[i] = wi;
+        if (copy) copy[i] = copy_kind == 1 ? dev_round_to_bf16(wi) : copy_kind == 2 ? dev_round_to_fp16(wi) : wi;
+    }
+}
+
+void launched(const char* op) { check_launch(op); }
+
+}  // namespace
+
+// ---- host entry points ------------------------------------------------------------------------------
+
+void column_sums_add(cudaStream_t stream, float* out, const float* x, int64_t rows, int64_t cols) {
+    if (rows == 0 || cols == 0) return;
+    const int64_t chunks = (rows + kRowChunk - 1) / kRowChunk;
+    MWB_CHECK(chunks <= 65535, "column sums: {} rows exceed the {} a launch covers", rows, 65535 * kRowChunk);
+    float* partial = static_cast<float*>(scratch(0, chunks * cols * static_cast<int64_t>(sizeof(float))));
+    const dim3 grid(static_cast<unsigned>((cols + 127) / 128), static_cast<unsigned>(chunks));
+    k_column_partials<<<grid, 128, 0, stream>>>(x, rows, cols, partial);
+    k_sum_partials<<<blocks_for(cols), kThreads, 0, stream>>>(out, partial, chunks, cols);
+    launched("column sums");
+}
+
+void convert_to_bf16(cudaStream_t stream, void* dst, const float* src, int64_t n) {
+    if (n == 0) return;
+    k_f32_to_bf16<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(dst), src, n);
+    launched("bf16 conversion");
+}
+
+void add_bias_rows(cudaStream_t stream, float* y, const float* bias, int64_t rows, int64_t cols) {
+    if (rows * cols == 0) return;
+    k_add_bias_rows<<<blocks_for(rows * cols), kThreads, 0, stream>>>(y, bias, rows, cols);
+    launched("bias add");
+}
+
+void fill(OpContext& ctx, TensorView x, float value) {
+    require("fill", "x", x, DType::F32);
+    if (x.numel() == 0) return;
+    k_fill<<<blocks_for(x.numel()), kThreads, 0, stream_of(ctx)>>>(mf(x), x.numel(), value);
+    launched("fill");
+}
+
+void copy(OpContext& ctx, TensorView dst, TensorView src) {
+    MWB_CHECK(dst.numel() == src.numel(), "copy: {} from {}", dst.describe(), src.describe());
+    MWB_CHECK(!dst.empty() && !src.empty(), "copy: {} from {}", dst.describe(), src.describe());
+    const int64_t n = dst.numel();
+    if (dst.dtype == src.dtype) {
+        // Any direction: device<->device, or to/from host memory (tests and checkpoints).
+        MWB_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, static_cast<size_t>(n) * dtype_size(dst.dtype),
+                                       cudaMemcpyDefault, stream_of(ctx)));
+        if (dst.device == Device::CPU) MWB_CUDA_CHECK(cudaStreamSynchronize(stream_of(ctx)));
+        return;
+    }
+    MWB_CHECK(dst.device == Device::CUDA && src.device == Device::CUDA,
+              "copy: dtype conversion {} from {} only between CUDA tensors", dst.describe(), src.describe());
+    if (dst.dtype == DType::BF16 && src.dtype == DType::F32) {
+        k_f32_to_bf16<<<blocks_for(n), kThreads, 0, stream_of(ctx)>>>(static_cast<__nv_bfloat16*>(dst.data), cf(src), n);
+    } else if (dst.dtype == DType::F32 && src.dtype == DType::BF16) {
+        k_bf16_to_f32<<<blocks_for(n), kThreads, 0, stream_of(ctx)>>>(mf(dst), static_cast<const __nv_bfloat16*>(src.data), n);
+    } else {
+        MWB_FAIL("copy: no conversion from {} to {}", src.describe(), dst.describe());
+    }
+    launched("copy");
+}
+
+void scale(OpContext& ctx, TensorView x, float alpha) {
+    require("scale", "x", x, DType::F32);
+    if (x.numel() == 0) return;
+    k_scale<<<blocks_for(x.numel()), kThreads, 0, stream_of(ctx)>>>(mf(x), x.numel(), alpha);
+    launched("scale");
+}
+
+void add(OpContext& ctx, TensorView out, TensorView a, TensorView b) {
+    MWB_CHECK(out.numel() == a.numel() && a.numel() == b.numel(), "add: {} = {} + {}", out.describe(), a.describe(),
+              b.describe());
+    require("add", "out", out, DType::F32);
+    require("add", "a", a, DType::F32);
+    require("add", "b", b, DType::F32);
+    if (out.numel() == 0) return;
+    k_add<<<blocks_for(out.numel()), kThreads, 0, stream_of(ctx)>>>(mf(out), cf(a), cf(b), out.numel());
+    launched("add");
+}
+
+void round_to(OpContext& ctx, TensorView x, DType dtype) {
+    require("round_to", "x", x, DType::F32);
+    if (dtype == DType::F32 || x.numel() == 0) return;
+    MWB_CHECK(dtype == DType::BF16 || dtype == DType::F16, "round_to: cannot round to {}", dtype_name(dtype));
+    k_round<<<blocks_for(x.numel()), kThreads, 0, stream_of(ctx)>>>(mf(x), x.numel(), dtype == DType::BF16);
+    launched("round_to");
+}
+
+double sum_squares(OpContext& ctx, TensorView x) {
+    require("sum_squares", "x", x, DType::F32);
+    const int64_t n = x.numel();
+    if (n == 0) return 0.0;
+    const int64_t chunks = (n + kSquaresChunk - 1) / kSquaresChunk;
+    double* partial = static_cast<double*>(scratch(0, chunks * static_cast<int64_t>(sizeof(double))));
+    k_sum_squares<<<static_cast<unsigned>(chunks), kThreads, 0, stream_of(ctx)>>>(cf(x), n, partial);
+    launched("sum_squares");
+    std::vector<double> host(static_cast<size_t>(chunks));
+    MWB_CUDA_CHECK(cudaMemcpyAsync(host.data(), partial, host.size() * sizeof(double), cudaMemcpyDeviceToHost,
+                                   stream_of(ctx)));
+    MWB_CUDA_CHECK(cudaStreamSynchronize(stream_of(ctx)));
+    double total = 0;
+    for (double s : host) total += s;  // in chunk order, as the CPU
+    return total;
+}
+
+void embedding_forward(OpContext& ctx, TensorView out, TensorView ids, TensorView table, int64_t vocab_start) {
+    const int64_t rows = ids.numel(), h = table.dim(1);
+    MWB_CHECK(table.ndim == 2 && out.rows() == rows && out.cols() == h, "embedding_forward: out={} ids={} table={}",
+              out.describe(), ids.describe(), table.describe());
+    require("embedding_forward", "ids", ids, DType::I32);
+    require("embedding_forward", "table", table, DType::F32);
+    require("embedding_forward", "out", out, DType::F32);
+    if (rows * h == 0) return;
+    k_embedding_fwd<<<blocks_for(rows * h), kThreads, 0, stream_of(ctx)>>>(mf(out), ci(ids), cf(table), rows, h,
+                                                                           table.dim(0), vocab_start);
+    launched("embedding_forward");
+}
+
+void embedding_backward(OpContext& ctx, TensorView dtable, TensorView dout, TensorView ids, int64_t vocab_start) {
+    const int64_t rows = ids.numel(), h = dtable.dim(1);
+    MWB_CHECK(dtable.ndim == 2 && dout.rows() == rows && dout.cols() == h,
+              "embedding_backward: dtable={} dout={} ids={}", dtable.describe(), dout.describe(), ids.describe());
+    require("embedding_backward", "ids", ids, DType::I32);
+    require("embedding_backward", "dtable", dtable, DType::F32);
+    require("embedding_backward", "dout", dout, DType::F32);
+    if (rows * h == 0) return;
+    k_embedding_bwd<<<blocks_for(h, 128), 128, 0, stream_of(ctx)>>>(mf(dtable), cf(dout), ci(ids), rows, h,
+                                                                     dtable.dim(0), vocab_start);
+    launched("embedding_backward");
+}
+
+void position_embedding_forward(OpContext& ctx, TensorView out, TensorView wpe, int64_t position_offset) {
+    MWB_CHECK(out.ndim == 3 && wpe.ndim == 2 && wpe.dim(1) == out.dim(2) &&
+                  position_offset + out.dim(0) <= wpe.dim(0) && position_offset >= 0,
+              "position_embedding_forward: out={} (S, B, H) wpe={} offset={}", out.describe(), wpe.describe(),
+              position_offset);
+    require("position_embedding_forward", "out", out, DType::F32);
+    require("position_embedding_forward", "wpe", wpe, DType::F32);
+    if (out.numel() == 0) return;
+    k_pos_fwd<<<blocks_for(out.numel()), kThreads, 0, stream_of(ctx)>>>(mf(out), cf(wpe), out.dim(0), out.dim(1),
+                                                                        out.dim(2), position_offset);
+    launched("position_embedding_forward");
+}
+
+void position_embedding_backward(OpContext& ctx, TensorView dwpe, TensorView dout, int64_t position_offset) {
+    MWB_CHECK(dout.ndim == 3 && dwpe.ndim == 2 && dwpe.dim(1) == dout.dim(2) &&
+                  position_offset + dout.dim(0) <= dwpe.dim(0) && position_offset >= 0,
+              "position_embedding_backward: dout={} (S, B, H) dwpe={} offset={}", dout.describe(), dwpe.describe(),
+              position_offset);
+    require("position_embedding_backward", "dout", dout, DType::F32);
+    require("position_embedding_backward", "dwpe", dwpe, DType::F32);
+    if (dout.numel() == 0) return;
+    k_pos_bwd<<<blocks_for(dout.dim(0) * dout.dim(2)), kThreads, 0, stream_of(ctx)>>>(
+        mf(dwpe), cf(dout), dout.dim(0), dout.dim(1), dout.dim(2), position_offset);
+    launched("position_embedding_backward");
+}
+
+namespace {
+void check_norm(const char* op, const TensorView& x, const TensorView& out, const TensorView& w,
+                const TensorView& stat) {
+    MWB_CHECK(x.numel() == out.numel() && w.numel() == x.cols() && stat.numel() == x.rows(),
+              "{}: x={} out={} w={} stat={}", op, x.describe(), out.describe(), w.describe(), stat.describe());
+    require(op, "x", x, DType::F32);
+    require(op, "out", out, DType::F32);
+    require(op, "w", w, DType::F32);
+    require(op, "stat", stat, DType::F32);
+}
+
+/// dw (+ db when given) += Σ over rows of the norm's parameter gradient, in fixed row chunks.
+void norm_param_grads(cudaStream_t s, float* dw, float* db, const float* dout, const float* x, const float* mean,
+                      const float* rstd, int64_t rows, int64_t h) {
+    const int64_t chunks = (rows + kRowChunk - 1) / kRowChunk;
+    MWB_CHECK(chunks <= 65535, "norm backward: {} rows exceed the {} a launch covers", rows, 65535 * kRowChunk);
+    float* pw = static_cast<float*>(scratch(0, 2 * chunks * h * static_cast<int64_t>(sizeof(float))));
+    float* pb = db ? pw + chunks * h : nullptr;
+    const dim3 grid(static_cast<unsigned>((h + 127) / 128), static_cast<unsigned>(chunks));
+    k_norm_bwd_partials<<<grid, 128, 0, s>>>(pw, pb, dout, x, mean, rstd, rows, h);
+    k_sum_partials<<<blocks_for(h), kThreads, 0, s>>>(dw, pw, chunks, h);
+    if (db) k_sum_partials<<<blocks_for(h), kThreads, 0, s>>>(db, pb, chunks, h);
+}
+}  // namespace
+
+void layernorm_forward(OpContext& ctx, TensorView out, TensorView mean, TensorView rstd, TensorView x, TensorView w,
+                       TensorView b, float eps) {
+    check_norm("layernorm_forward", x, out, w, rstd);
+    MWB_CHECK(mean.numel() == x.rows() && b.numel() == x.cols(), "layernorm_forward: mean={} b={} for x={}",
+              mean.describe(), b.describe(), x.describe());
+    require("layernorm_forward", "mean", mean, DType::F32);
+    require("layernorm_forward", "b", b, DType::F32);
+    if (x.rows() == 0) return;
+    k_layernorm_fwd<<<static_cast<unsigned>(x.rows()), kNormThreads, 0, stream_of(ctx)>>>(
+        mf(out), mf(mean), mf(rstd), cf(x), cf(w), cf(b), x.cols(), eps);
+    launched("layernorm_forward");
+}
+
+void layernorm_backward(OpContext& ctx, TensorView dx, TensorView dw, TensorView db, TensorView dout, TensorView x,
+                        TensorView mean, TensorView rstd, TensorView w, bool accumulate_dx) {
+    check_norm("layernorm_backward", x, dout, w, rstd);
+    MWB_CHECK(dx.numel() == x.numel() && dw.numel() == w.numel() && db.numel() == w.numel() &&
+                  mean.numel() == x.rows(),
+              "layernorm_backward: dx={} dw={} db={} mean={} for x={}", dx.describe(), dw.describe(), db.describe(),
+              mean.describe(), x.describe());
+    require("layernorm_backward", "dx", dx, DType::F32);
+    require("layernorm_backward", "dw", dw, DType::F32);
+    require("layernorm_backward", "db", db, DType::F32);
+    if (x.rows() == 0) return;
+    // Parameter gradients first (dx may alias dout).
+    norm_param_grads(stream_of(ctx), mf(dw), mf(db), cf(dout), cf(x), cf(mean), cf(rstd), x.rows(), x.cols());
+    k_norm_bwd_dx<<<static_cast<unsigned>(x.rows()), kNormThreads, 0, stream_of(ctx)>>>(
+        mf(dx), cf(dout), cf(x), cf(mean), cf(rstd), cf(w), x.cols(), accumulate_dx ? 1 : 0);
+    launched("layernorm_backward");
+}
+
+void rmsnorm_forward(OpContext& ctx, TensorView out, TensorView rstd, TensorView x, TensorView w, float eps) {
+    check_norm("rmsnorm_forward", x, out, w, rstd);
+    if (x.rows() == 0) return;
+    k_rmsnorm_fwd<<<static_cast<unsigned>(x.rows()), kNormThreads, 0, stream_of(ctx)>>>(mf(out), mf(rstd), cf(x),
+                                                                                        cf(w), x.cols(), eps);
+    launched("rmsnorm_forward");
+}
+
+void rmsnorm_backward(OpContext& ctx, TensorView dx, TensorView dw, TensorView dout, TensorView x, TensorView rstd,
+                      TensorView w, bool accumulate_dx) {
+    check_norm("rmsnorm_backward", x, dout, w, rstd);
+    MWB_CHECK(dx.numel() == x.numel() && dw.numel() == w.numel(), "rmsnorm_backward: dx={} dw={} for x={}",
+              dx.describe(), dw.describe(), x.describe());
+    require("rmsnorm_backward", "dx", dx, DType::F32);
+    require("rmsnorm_backward", "dw", dw, DType::F32);
+    if (x.rows() == 0) return;
+    norm_param_grads(stream_of(ctx), mf(dw), nullptr, cf(dout), cf(x), nullptr, cf(rstd), x.rows(), x.cols());
+    k_norm_bwd_dx<<<static_cast<unsigned>(x.rows()), kNormThreads, 0, stream_of(ctx)>>>(
+        mf(dx), cf(dout), cf(x), nullptr, cf(rstd), cf(w), x.cols(), accumulate_dx ? 1 : 0);
+    launched("rmsnorm_backward");
+}
+
+void gelu_forward(OpContext& ctx, TensorView out, TensorView x) {
+    MWB_CHECK(out.numel() == x.numel(), "gelu_forward: out={} x={}", out.describe(), x.describe());
+    require("gelu_forward", "out", out, DType::F32);
+    require("gelu_forward", "x", x, DType::F32);
+    if (x.numel() == 0) return;
+    k_gelu_fwd<<<blocks_for(x.numel()), kThreads, 0, stream_of(ctx)>>>(mf(out), cf(x), x.numel());
+    launched("gelu_forward");
+}
+
+void gelu_backward(OpContext& ctx, TensorView dx, TensorView dout, TensorView x) {
+    MWB_CHECK(dx.numel() == x.numel() && dout.numel() == x.numel(), "gelu_backward: dx={} dout={} x={}",
+              dx.describe(), dout.describe(), x.describe());
+    require("gelu_backward", "dx", dx, DType::F32);
+    require("gelu_backward", "dout", dout, DType::F32);
+    require("gelu_backward", "x", x, DType::F32);
+    if (x.numel() == 0) return;
+    k_gelu_bwd<<<blocks_for(x.numel()), kThreads, 0, stream_of(ctx)>>>(mf(dx), cf(dout), cf(x), x.numel());
+    launched("gelu_backward");
+}
+
+namespace {
+void run_dropout(OpContext& ctx, const char* op, TensorView out, const float* base, TensorView x, const float* bias,
+                 int64_t cols, float p, RngStream rng, int64_t element_offset) {
+    MWB_CHECK(out.numel() == x.numel(), "{}: out={} x={}", op, out.describe(), x.describe());
+    MWB_CHECK(p >= 0.0f && p < 1.0f, "{}: dropout probability {} must be in [0, 1)", op, p);
+    MWB_CHECK(element_offset >= 0, "{}: element offset {} must be >= 0", op, element_offset);
+    require(op, "out", out, DType::F32);
+    require(op, "x", x, DType::F32);
+    const int64_t n = x.numel();
+    if (n == 0) return;
+    DropoutArgs a{rng, dropout_keep_threshold(p), p < 1.0f ? 1.0f / (1.0f - p) : 0.0f, element_offset, n, p > 0.0f};
+    const int64_t groups = ((element_offset + n - 1) >> 2) - (element_offset >> 2) + 1;
+    k_dropout<<<blocks_for(groups), kThreads, 0, stream_of(ctx)>>>(mf(out), base, cf(x), bias, cols, a);
+    launched(op);
+}
+}  // namespace
+
+void dropout_forward(OpContext& ctx, TensorView out, TensorView x, float p, RngStream rng, int64_t element_offset) {
+    run_dropout(ctx, "dropout_forward", out, nullptr, x, nullptr, 1, p, rng, element_offset);
+}
+
+void dropout_backward(OpContext& ctx, TensorView dx, TensorView dout, float p, RngStream rng, int64_t element_offset) {
+    run_dropout(ctx, "dropout_backward", dx, nullptr, dout, nullptr, 1, p, rng, element_offset);
+}
+
+void dropout_add_forward(OpContext& ctx, TensorView out, TensorView residual, TensorView x, float p, RngStream rng,
+                         int64_t element_offset) {
+    MWB_CHECK(residual.numel() == x.numel(), "dropout_add_forward: residual={} x={}", residual.describe(),
+              x.describe());
+    require("dropout_add_forward", "residual", residual, DType::F32);
+    run_dropout(ctx, "dropout_add_forward", out, cf(residual), x, nullptr, 1, p, rng, element_offset);
+}
+
+void bias_dropout_add_forward(OpContext& ctx, TensorView out, TensorView residual, TensorView x, TensorView bias,
+                              float p, RngStream rng, int64_t element_offset) {
+    MWB_CHECK(residual.numel() == x.numel() && bias.numel() == x.cols(),
+              "bias_dropout_add_forward: residual={} x={} bias={} (one per column)", residual.describe(), x.describe(),
+              bias.describe());
+    require("bias_dropout_add_forward", "residual", residual, DType::F32);
+    require("bias_dropout_add_forward", "bias", bias, DType::F32);
+    run_dropout(ctx, "bias_dropout_add_forward", out, cf(residual), x, cf(bias), x.cols(), p, rng, element_offset);
+}
+
+void cross_entropy_partials(OpContext& ctx, TensorView row_max, TensorView row_sumexp, TensorView target_logit,
+                            TensorView logits, TensorView targets, int64_t vocab_start) {
+    const int64_t rows = logits.rows(), v = logits.cols();
+    MWB_CHECK(row_max.numel() == rows && row_sumexp.numel() == rows && target_logit.numel() == rows &&
+                  targets.numel() == rows,
+              "cross_entropy_partials: logits={} targets={} row_max={} row_sumexp={} target_logit={}",
+              logits.describe(), targets.describe(), row_max.describe(), row_sumexp.describe(),
+              target_logit.describe());
+    require("cross_entropy_partials", "logits", logits, DType::F32);
+    require("cross_entropy_partials", "targets", targets, DType::I32);
+    require("cross_entropy_partials", "row_max", row_max, DType::F32);
+    require("cross_entropy_partials", "row_sumexp", row_sumexp, DType::F32);
+    require("cross_entropy_partials", "target_logit", target_logit, DType::F32);
+    if (rows == 0) return;
+    k_ce_partials<<<static_cast<unsigned>(rows), kCeThreads, 0, stream_of(ctx)>>>(
+        mf(row_max), mf(row_sumexp), mf(target_logit), cf(logits), ci(targets), v, vocab_start);
+    launched("cross_entropy_partials");
+}
+
+void cross_entropy_backward(OpContext& ctx, TensorView logits, TensorView targets, TensorView lse,
+                            TensorView row_scale, int64_t vocab_start) {
+    const int64_t rows = logits.rows(), v = logits.cols();
+    MWB_CHECK(targets.numel() == rows && lse.numel() == rows && row_scale.numel() == rows,
+              "cross_entropy_backward: logits={} targets={} lse={} row_scale={}", logits.describe(),
+              targets.describe(), lse.describe(), row_scale.describe());
+    require("cross_entropy_backward", "logits", logits, DType::F32);
+    require("cross_entropy_backward", "targets", targets, DType::I32);
+    require("cross_entropy_backward", "lse", lse, DType::F32);
+    require("cross_entropy_backward", "row_scale", row_scale, DType::F32);
+    if (rows == 0) return;
+    k_ce_backward<<<static_cast<unsigned>(rows), kCeThreads, 0, stream_of(ctx)>>>(mf(logits), ci(targets), cf(lse),
+                                                                                  cf(row_scale), v, vocab_start);
+    launched("cross_entropy_backward");
+}
+
+void adamw_update(OpContext& ctx, TensorView param, TensorView grad, TensorView exp_avg, TensorView exp_avg_sq,
+                  const AdamWParams& p, TensorView param_copy, DType copy_dtype) {
+    const int64_t n = param.numel();
+    MWB_CHECK(grad.numel() == n && exp_avg.numel() == n && exp_avg_sq.numel() == n &&
+                  (param_copy.empty() || param_copy.numel() == n),
+              "adamw_update: param={} grad={} exp_avg={} exp_avg_sq={} copy={}", param.describe(), grad.describe(),
+              exp_avg.describe(), exp_avg_sq.describe(), param_copy.describe());
+    MWB_CHECK(p.step >= 1, "adamw_update: step {} must be >= 1", p.step);
+    require("adamw_update", "param", param, DType::F32);
+    require("adamw_update", "grad", grad, DType::F32);
+    require("adamw_update", "exp_avg", exp_avg, DType::F32);
+    require("adamw_update", "exp_avg_sq", exp_avg_sq, DType::F32);
+    require("adamw_update", "param_copy", param_copy, DType::F32, true);
+    if (n == 0) return;
+    // The same host-side constants as the CPU op, so both evaluate one formula.
+    const float bc1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(p.beta1), static_cast<double>(p.step)));
+    const float bc2 = 1.0f - static_cast<float>(std::pow(static_cast<double>(p.beta2), static_cast<double>(p.step)));
+    const AdamArgs a{p.beta1, p.beta2, p.lr / bc1, 1.0f / std::sqrt(bc2), 1.0f - p.lr * p.weight_decay, p.grad_scale,
+                     p.eps};
+    const int kind = param_copy.empty() ? 0 : copy_dtype == DType::BF16 ? 1 : copy_dtype == DType::F16 ? 2 : 0;
+    k_adamw<<<blocks_for(n), kThreads, 0, stream_of(ctx)>>>(mf(param), cf(grad), mf(exp_avg), mf(exp_avg_sq),
+                                                            param_copy.empty() ? nullptr : mf(param_copy), kind, n, a);
+    launched("adamw_update");
+}
+
+}  // namespace mwb::cuda

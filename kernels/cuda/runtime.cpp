@@ -1,0 +1,138 @@
+// The device runtime services of mwb/kernels/device_runtime.h and the ops' internal helpers
+// (runtime.h): memory, copies, streams, handles, scratch, deterministic mode.
+#include "runtime.h"
+
+#include "mwb/kernels/device_runtime.h"
+
+#include <atomic>
+
+namespace mwb {
+
+namespace {
+std::atomic<bool> g_deterministic{false};
+std::atomic<bool> g_allow_tf32{false};
+
+struct ScratchSlot {
+    void* ptr = nullptr;
+    int64_t bytes = 0;
+};
+
+struct ThreadState {
+    cublasHandle_t blas = nullptr;
+    cublasLtHandle_t lt = nullptr;
+    ScratchSlot slots[4];
+    // No destructor: these live until the process ends (the ops run on the main thread), and freeing
+    // them from a thread_local destructor at exit can race the CUDA runtime's own teardown.
+};
+
+ThreadState& state() {
+    thread_local ThreadState s;
+    return s;
+}
+}  // namespace
+
+namespace device {
+
+void* cuda_malloc(int64_t bytes) {
+    void* p = nullptr;
+    const cudaError_t err = cudaMalloc(&p, static_cast<size_t>(bytes));
+    if (err != cudaSuccess) {
+        size_t free_b = 0, total_b = 0;
+        cudaGetLastError();
+        cudaMemGetInfo(&free_b, &total_b);
+        MWB_FAIL("out of GPU memory allocating {} bytes: {} ({} of {} bytes free)", bytes, cudaGetErrorString(err),
+                 free_b, total_b);
+    }
+    return p;
+}
+
+void cuda_free(void* ptr) {
+    if (ptr) MWB_CUDA_CHECK(cudaFree(ptr));
+}
+
+MemoryInfo cuda_memory_info() {
+    size_t free_b = 0, total_b = 0;
+    MWB_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    return {static_cast<int64_t>(free_b), static_cast<int64_t>(total_b)};
+}
+
+void copy_to_device(void* device_dst, const void* host_src, int64_t bytes) {
+    if (bytes > 0) MWB_CUDA_CHECK(cudaMemcpy(device_dst, host_src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice));
+}
+
+void copy_to_host(void* host_dst, const void* device_src, int64_t bytes) {
+    if (bytes > 0) MWB_CUDA_CHECK(cudaMemcpy(host_dst, device_src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost));
+}
+
+void synchronize(void* stream) {
+    MWB_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
+    MWB_CUDA_CHECK(cudaGetLastError());
+}
+
+void* create_stream() {
+    cudaStream_t s = nullptr;
+    MWB_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    return s;
+}
+
+void destroy_stream(void* stream) {
+    if (stream) MWB_CUDA_CHECK(cudaStreamDestroy(static_cast<cudaStream_t>(stream)));
+}
+
+void set_device(int index) { MWB_CUDA_CHECK(cudaSetDevice(index)); }
+
+void set_deterministic(bool on) { g_deterministic.store(on); }
+bool deterministic() { return g_deterministic.load(); }
+void set_allow_tf32(bool on) { g_allow_tf32.store(on); }
+
+}  // namespace device
+
+namespace cuda {
+
+void check_launch(const char* op) {
+    const cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) MWB_FAIL("{}: CUDA kernel launch failed: {}", op, cudaGetErrorString(err));
+}
+
+void* scratch(int slot, int64_t bytes) {
+    ScratchSlot& s = state().slots[slot];
+    if (s.bytes < bytes) {
+        if (s.ptr) {
+            // The old area may still be read by queued kernels: wait for them before freeing it.
+            MWB_CUDA_CHECK(cudaDeviceSynchronize());
+            MWB_CUDA_CHECK(cudaFree(s.ptr));
+            s.ptr = nullptr;
+        }
+        s.bytes = std::max<int64_t>(bytes, 1 << 20);
+        MWB_CUDA_CHECK(cudaMalloc(&s.ptr, static_cast<size_t>(s.bytes)));
+    }
+    return s.ptr;
+}
+
+cublasHandle_t cublas_handle(cudaStream_t stream) {
+    ThreadState& s = state();
+    if (!s.blas) {
+        MWB_CUBLAS_CHECK(cublasCreate(&s.blas));
+        // Never split reductions over atomics: GEMMs give the same bits run to run.
+        MWB_CUBLAS_CHECK(cublasSetAtomicsMode(s.blas, CUBLAS_ATOMICS_NOT_ALLOWED));
+    }
+    MWB_CUBLAS_CHECK(cublasSetStream(s.blas, stream));
+    return s.blas;
+}
+
+cublasLtHandle_t cublaslt_handle() {
+    ThreadState& s = state();
+    if (!s.lt) MWB_CUBLAS_CHECK(cublasLtCreate(&s.lt));
+    return s.lt;
+}
+
+bool allow_tf32() { return g_allow_tf32.load() && !g_deterministic.load(); }
+
+void require(const char* op, const char* name, const TensorView& t, DType dtype, bool optional) {
+    if (optional && t.empty()) return;
+    MWB_CHECK(!t.empty() && t.device == Device::CUDA && t.dtype == dtype, "{}: {} must be a {} CUDA tensor, got {}",
+              op, name, dtype_name(dtype), t.describe());
+}
+
+}  // namespace cuda
+}  // namespace mwb

@@ -1,0 +1,57 @@
+#pragma once
+// Internal helpers of the CUDA ops: error checks, the context's stream, cuBLAS/cuBLASLt handles and
+// a growing scratch area (device memory that is allocated once and reused, so ops never call
+// cudaMalloc in the step loop).
+#include "mwb/kernels/error.h"
+#include "mwb/kernels/ops.h"
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#define MWB_CUDA_CHECK(call)                                                                         \
+    do {                                                                                             \
+        const cudaError_t mwb_err_ = (call);                                                         \
+        if (mwb_err_ != cudaSuccess) [[unlikely]]                                                    \
+            MWB_FAIL("CUDA error in {}: {} ({})", #call, cudaGetErrorString(mwb_err_), static_cast<int>(mwb_err_)); \
+    } while (0)
+
+#define MWB_CUBLAS_CHECK(call)                                                                       \
+    do {                                                                                             \
+        const cublasStatus_t mwb_st_ = (call);                                                       \
+        if (mwb_st_ != CUBLAS_STATUS_SUCCESS) [[unlikely]]                                           \
+            MWB_FAIL("cuBLAS error in {}: {} ({})", #call, cublasGetStatusString(mwb_st_), static_cast<int>(mwb_st_)); \
+    } while (0)
+
+namespace mwb::cuda {
+
+inline cudaStream_t stream_of(const OpContext& ctx) { return static_cast<cudaStream_t>(ctx.stream); }
+
+/// Raises launch errors of the kernel just queued (asynchronous faults surface at synchronize()).
+void check_launch(const char* op);
+
+/// Scratch of at least `bytes` on the current device, valid until the next call with the same slot
+/// (ops are stream-ordered, so reuse by the next op on the stream is safe). Slot 0: reductions'
+/// partials; slot 1: cuBLASLt workspace; slots 2 and 3: bf16 copies of GEMM inputs. Grows by
+/// reallocation, which happens only while shapes grow.
+void* scratch(int slot, int64_t bytes);
+
+/// Handles of this thread for the current device, bound to `stream`.
+cublasHandle_t cublas_handle(cudaStream_t stream);
+cublasLtHandle_t cublaslt_handle();
+
+bool allow_tf32();
+
+/// Fails unless `t` is a device tensor of `dtype` (empty tensors pass when `optional`).
+void require(const char* op, const char* name, const TensorView& t, DType dtype, bool optional = false);
+
+}  // namespace mwb::cuda
+
+namespace mwb::cuda {
+/// out[c] += Σ_r x[r, c], summed over fixed 256-row chunks and then the chunks in order (no atomics).
+void column_sums_add(cudaStream_t stream, float* out, const float* x, int64_t rows, int64_t cols);
+/// y[r, c] += bias[c] for row-major y (rows, cols).
+void add_bias_rows(cudaStream_t stream, float* y, const float* bias, int64_t rows, int64_t cols);
+/// dst[i] = bf16(src[i]) (round to nearest even).
+void convert_to_bf16(cudaStream_t stream, void* dst, const float* src, int64_t n);
+}  // namespace mwb::cuda

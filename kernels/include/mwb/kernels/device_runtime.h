@@ -1,0 +1,44 @@
+#pragma once
+// The few device-runtime services the layers above the ops need, without including CUDA headers:
+// raw device memory (for the backend's caching Allocator), host<->device copies, streams,
+// synchronisation and the GPU's memory totals. Builds without CUDA get versions that fail with a
+// message naming the call (kernels/src/device_nocuda.cpp).
+#include <cstdint>
+
+namespace mwb::device {
+
+/// Device memory of the current GPU, straight from the runtime (cudaMalloc / cudaFree). Callers
+/// cache blocks (backend/core/memory.h): these are never called in the step loop once it is warm.
+void* cuda_malloc(int64_t bytes);
+void cuda_free(void* ptr);
+
+/// cudaMemGetInfo of the current GPU.
+struct MemoryInfo {
+    int64_t free_bytes = 0;
+    int64_t total_bytes = 0;
+};
+MemoryInfo cuda_memory_info();
+
+/// Blocking copies between host and device memory of the current GPU.
+void copy_to_device(void* device_dst, const void* host_src, int64_t bytes);
+void copy_to_host(void* host_dst, const void* device_src, int64_t bytes);
+
+/// Waits for all work queued on `stream` (nullptr: the legacy default stream) and raises any
+/// asynchronous kernel error as mwb::Error.
+void synchronize(void* stream = nullptr);
+
+/// A new non-blocking stream, and its release.
+void* create_stream();
+void destroy_stream(void* stream);
+
+/// Makes GPU `index` current for this thread.
+void set_device(int index);
+
+/// Deterministic mode: every CUDA op is already written without order-changing atomics; this also
+/// keeps cuBLAS off TF32 and pins its reductions (no split-K atomics), so two runs are bit-identical.
+/// TF32 for fp32 GEMMs is off by default (results within fp32 tolerance of the CPU).
+void set_deterministic(bool on);
+bool deterministic();
+void set_allow_tf32(bool on);
+
+}  // namespace mwb::device

@@ -1,0 +1,24 @@
+#pragma once
+// The whole GPT (GptModel + AdamW) trained a few iterations on a device, shared by the Qt suite
+// test_kernels_cuda_model and by mwb-gpu-check's "model" check (plain C++, no Qt, no MPI).
+#include "cuda_op_checks.h"
+
+#include "mwb/kernels/tensor.h"
+
+#include <vector>
+
+namespace mwb::test {
+
+struct SmallGptRun {
+    std::vector<double> losses, grad_norms;
+    std::vector<float> weights;  ///< after the last step, read back to the host
+};
+
+/// 2 layers, hidden 64, 4 heads (head dim 16), seq 32, micro batch 2, vocabulary 256, dropout 0.1,
+/// fp32, AdamW with clipping; `iterations` steps on random tokens (the same on every device).
+SmallGptRun train_small_gpt(Device device, int iterations);
+
+/// 4 iterations on the CPU and on the GPU: the worst relative loss difference (tolerance 1e-4).
+CudaCheckResult check_model_against_cpu();
+
+}  // namespace mwb::test

@@ -1,0 +1,637 @@
+// CUDA ops against the CPU ops (their twins, themselves tested against float64 references) on random
+// inputs. Errors are normwise: max|gpu − cpu| / max|cpu| per output tensor. Tolerances: fp32 1e-5
+// (5e-5 where long sums meet a different exp: attention backward), bf16 GEMM inputs 1e-2; dropout masks
+// and storage rounding bit for bit; deterministic mode bit-identical across two runs.
+#include "cuda_op_checks.h"
+
+#include "mwb/kernels/device.h"
+#include "mwb/kernels/device_runtime.h"
+#include "mwb/kernels/error.h"
+#include "mwb/kernels/ops.h"
+#include "mwb/kernels/philox.h"
+#include "mwb/kernels/precision.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <map>
+#include <random>
+
+namespace mwb::test {
+
+namespace {
+
+// ---- device buffers mirrored by host vectors ------------------------------------------------------
+
+/// A tensor in both places: `host` is what the CPU op works on, `dev` what the CUDA op works on.
+class Twin {
+public:
+    Twin(std::vector<float> values, std::initializer_list<int64_t> shape) : host_(std::move(values)), shape_(shape) {
+        bytes_ = static_cast<int64_t>(host_.size()) * 4;
+        dev_ = device::cuda_malloc(std::max<int64_t>(bytes_, 4));
+        device::copy_to_device(dev_, host_.data(), bytes_);
+    }
+    Twin(const Twin&) = delete;
+    Twin& operator=(const Twin&) = delete;
+    ~Twin() { device::cuda_free(dev_); }
+
+    TensorView cpu() { return view(host_.data(), Device::CPU, DType::F32); }
+    TensorView gpu() { return view(dev_, Device::CUDA, DType::F32); }
+    std::vector<float>& host() { return host_; }
+    /// The device contents, read back.
+    std::vector<float> device_values() const {
+        std::vector<float> out(host_.size());
+        device::copy_to_host(out.data(), dev_, bytes_);
+        return out;
+    }
+    /// Ids: the same bytes reinterpreted as i32 tensors.
+    TensorView cpu_i32() { return view(host_.data(), Device::CPU, DType::I32); }
+    TensorView gpu_i32() { return view(dev_, Device::CUDA, DType::I32); }
+
+private:
+    TensorView view(void* data, Device d, DType t) const {
+        TensorView v;
+        v.data = data;
+        v.dtype = t;
+        v.device = d;
+        v.ndim = static_cast<int>(shape_.size());
+        for (int i = 0; i < v.ndim; ++i) v.shape[i] = shape_[static_cast<size_t>(i)];
+        return v;
+    }
+    std::vector<float> host_;
+    std::vector<int64_t> shape_;
+    void* dev_ = nullptr;
+    int64_t bytes_ = 0;
+};
+
+std::vector<float> random_floats(int64_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+    std::mt19937 gen(seed);
+    std::uniform_real_distribution<float> dist(lo, hi);
+    std::vector<float> v(static_cast<size_t>(n));
+    for (auto& x : v) x = dist(gen);
+    return v;
+}
+
+std::vector<float> ids_as_floats(const std::vector<int32_t>& ids) {
+    std::vector<float> v(ids.size());
+    std::memcpy(v.data(), ids.data(), ids.size() * 4);
+    return v;
+}
+
+std::vector<int32_t> random_ids(int64_t n, int32_t lo, int32_t hi, uint32_t seed) {
+    std::mt19937 gen(seed);
+    std::uniform_int_distribution<int32_t> dist(lo, hi - 1);
+    std::vector<int32_t> v(static_cast<size_t>(n));
+    for (auto& x : v) x = dist(gen);
+    return v;
+}
+
+/// Collects the worst normwise error over a check's outputs.
+struct Compare {
+    double worst = 0;
+    std::string which = "-";
+
+    void values(const std::string& name, const std::vector<float>& gpu, const std::vector<float>& cpu) {
+        double diff = 0, scale = 0;
+        bool bad = gpu.size() != cpu.size();
+        for (size_t i = 0; i < cpu.size() && !bad; ++i) {
+            if (std::isnan(cpu[i]) != std::isnan(gpu[i])) bad = true;
+            if (std::isnan(cpu[i])) continue;
+            diff = std::max(diff, std::abs(static_cast<double>(gpu[i]) - cpu[i]));
+            scale = std::max(scale, std::abs(static_cast<double>(cpu[i])));
+        }
+        const double e = bad ? std::numeric_limits<double>::infinity() : (scale > 0 ? diff / scale : diff);
+        if (which == "-" || e > worst) {
+            worst = std::max(worst, e);
+            which = name;
+        }
+    }
+    void twin(const std::string& name, Twin& t) { values(name, t.device_values(), t.host()); }
+
+    /// Bit-for-bit: error is the number of differing elements.
+    void bits(const std::string& name, const std::vector<float>& gpu, const std::vector<float>& cpu) {
+        int64_t differ = gpu.size() == cpu.size() ? 0 : 1;
+        for (size_t i = 0; i < cpu.size() && i < gpu.size(); ++i)
+            differ += std::bit_cast<uint32_t>(gpu[i]) != std::bit_cast<uint32_t>(cpu[i]);
+        if (differ > 0 && static_cast<double>(differ) >= worst) {
+            worst = static_cast<double>(differ);
+            which = name + fmt::format(" ({} elements differ)", differ);
+        }
+    }
+};
+
+OpContext cpu_ctx() { return OpContext{Device::CPU, nullptr}; }
+OpContext gpu_ctx() { return OpContext{Device::CUDA, nullptr}; }
+
+using CheckFn = std::function<Compare()>;
+struct CheckDef {
+    CheckFn fn;
+    double tolerance;
+};
+
+// ---- the checks -----------------------------------------------------------------------------------
+
+Compare check_elementwise() {
+    auto c = cpu_ctx(), g = gpu_ctx();
+    Compare cmp;
+    Twin a(random_floats(3001, 1), {3001}), b(random_floats(3001, 2), {3001}), out(std::vector<float>(3001), {3001});
+    for (auto* ctx : {&c, &g}) {
+        const bool dev = ctx == &g;
+        ops::add(*ctx, dev ? out.gpu() : out.cpu(), dev ? a.gpu() : a.cpu(), dev ? b.gpu() : b.cpu());
+        ops::scale(*ctx, dev ? out.gpu() : out.cpu(), 0.37f);
+        ops::copy(*ctx, dev ? a.gpu() : a.cpu(), dev ? out.gpu() : out.cpu());
+        ops::fill(*ctx, dev ? b.gpu() : b.cpu(), -2.5f);
+    }
+    cmp.twin("add·scale", out);
+    cmp.twin("copy", a);
+    cmp.twin("fill", b);
+    // Host <-> device copies through ops::copy.
+    std::vector<float> back(3001);
+    ops::copy(g, view_f32(back.data(), {3001}), out.gpu());
+    cmp.values("copy to host", back, out.host());
+    return cmp;
+}
+
+Compare check_round_to() {
+    // Random values over many binades plus the special cases: bit-exact with precision.h.
+    std::vector<float> v = random_floats(4096, 3, -1.0f, 1.0f);
+    std::mt19937 gen(4);
+    for (auto& x : v) x = std::ldexp(x, static_cast<int>(gen() % 80) - 40);
+    const float specials[] = {0.0f, -0.0f, 65504.0f, 65519.0f, 65520.0f, 1e-8f, -3e-7f, 6e-5f,
+                              std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                              std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::denorm_min(),
+                              3.3895314e38f, 1.0039062f};
+    std::copy(std::begin(specials), std::end(specials), v.begin());
+    Compare cmp;
+    for (DType t : {DType::BF16, DType::F16}) {
+        Twin x(v, {static_cast<int64_t>(v.size())});
+        auto c = cpu_ctx(), g = gpu_ctx();
+        ops::round_to(c, x.cpu(), t);
+        ops::round_to(g, x.gpu(), t);
+        cmp.bits(fmt::format("round_to {}", dtype_name(t)), x.device_values(), x.host());
+    }
+    return cmp;
+}
+
+Compare check_sum_squares() {
+    Twin x(random_floats(100003, 5), {100003});
+    auto c = cpu_ctx(), g = gpu_ctx();
+    const double hc = ops::sum_squares(c, x.cpu()), hg = ops::sum_squares(g, x.gpu());
+    Compare cmp;
+    cmp.values("sum_squares", {static_cast<float>(hg)}, {static_cast<float>(hc)});
+    // In double: the two differ only by summation order.
+    if (std::abs(hg - hc) / hc > 1e-12) cmp.values("sum_squares (double)", {1.0f}, {0.0f});
+    return cmp;
+}
+
+Compare check_matmul_f32() {
+    Compare cmp;
+    const int64_t M = 67, N = 45, K = 129;
+    for (int ta = 0; ta < 2; ++ta)
+        for (int tb = 0; tb < 2; ++tb) {
+            Twin a(random_floats(M * K, 10 + ta), {ta ? K : M, ta ? M : K});
+            Twin b(random_floats(K * N, 20 + tb), {tb ? N : K, tb ? K : N});
+            Twin cc(random_floats(M * N, 30), {M, N});
+            auto c = cpu_ctx(), g = gpu_ctx();
+            ops::matmul(c, cc.cpu(), a.cpu(), b.cpu(), ta, tb, 0.75f, 0.5f);
+            ops::matmul(g, cc.gpu(), a.gpu(), b.gpu(), ta, tb, 0.75f, 0.5f);
+            cmp.twin(fmt::format("matmul ta={} tb={}", ta, tb), cc);
+        }
+    return cmp;
+}
+
+Compare check_matmul_bf16() {
+    // bf16 inputs, fp32 accumulation and output; the CPU gets the same bf16-rounded inputs.
+    const int64_t M = 128, N = 96, K = 256;
+    std::vector<float> av = random_floats(M * K, 40), bv = random_floats(K * N, 41);
+    for (auto& x : av) x = round_to_bf16(x);
+    for (auto& x : bv) x = round_to_bf16(x);
+    Twin a(av, {M, K}), b(bv, {N, K}), out(std::vector<float>(M * N), {M, N});
+    void* a16 = device::cuda_malloc(M * K * 2);
+    void* b16 = device::cuda_malloc(K * N * 2);
+    auto c = cpu_ctx(), g = gpu_ctx();
+    TensorView va = make_view(a16, DType::BF16, {M, K}, Device::CUDA), vb = make_view(b16, DType::BF16, {N, K}, Device::CUDA);
+    ops::copy(g, va, a.gpu());
+    ops::copy(g, vb, b.gpu());
+    ops::matmul(c, out.cpu(), a.cpu(), b.cpu(), false, true);
+    ops::matmul(g, out.gpu(), va, vb, false, true);
+    Compare cmp;
+    cmp.twin("matmul bf16", out);
+    // The bf16 -> f32 round trip of the converted inputs is exact.
+    ops::copy(g, a.gpu(), va);
+    cmp.twin("bf16 copy round trip", a);
+    device::cuda_free(a16);
+    device::cuda_free(b16);
+    return cmp;
+}
+
+Compare check_bf16_gemm_inputs() {
+    // OpContext::gemm_inputs = BF16 on bf16-exact f32 tensors (a bf16-storage run): the same values as
+    // the CPU's fp32 GEMMs, only the accumulation differs.
+    const int64_t N = 200, in = 192, out = 160;
+    auto bf16_values = [](int64_t n, uint32_t seed) {
+        std::vector<float> v = random_floats(n, seed);
+        for (auto& x : v) x = round_to_bf16(x);
+        return v;
+    };
+    Twin x(bf16_values(N * in, 140), {N, in}), w(bf16_values(out * in, 141), {out, in});
+    Twin bias(random_floats(out, 142), {out}), y(std::vector<float>(N * out), {N, out});
+    Twin dy(bf16_values(N * out, 143), {N, out}), dx(std::vector<float>(N * in), {N, in});
+    Twin dw(random_floats(out * in, 144), {out, in}), c2(std::vector<float>(in * in), {in, in});
+    auto c = cpu_ctx(), g = gpu_ctx();
+    g.gemm_inputs = DType::BF16;
+    for (auto* ctx : {&c, &g}) {
+        const bool d = ctx == &g;
+        ops::linear_forward(*ctx, d ? y.gpu() : y.cpu(), d ? x.gpu() : x.cpu(), d ? w.gpu() : w.cpu(),
+                            d ? bias.gpu() : bias.cpu());
+        ops::linear_backward(*ctx, d ? dx.gpu() : dx.cpu(), d ? dw.gpu() : dw.cpu(), {}, d ? dy.gpu() : dy.cpu(),
+                             d ? x.gpu() : x.cpu(), d ? w.gpu() : w.cpu(), false);
+        ops::matmul(*ctx, d ? c2.gpu() : c2.cpu(), d ? x.gpu() : x.cpu(), d ? x.gpu() : x.cpu(), true, false);
+    }
+    Compare cmp;
+    cmp.twin("linear y (bf16 inputs)", y);
+    cmp.twin("linear dx (bf16 inputs)", dx);
+    cmp.twin("linear dw (bf16 inputs)", dw);
+    cmp.twin("matmul xᵀx (bf16 inputs)", c2);
+    return cmp;
+}
+
+Compare check_linear() {
+    const int64_t N = 70, in = 96, out = 80;
+    Compare cmp;
+    for (int with_bias = 0; with_bias < 2; ++with_bias) {
+        Twin x(random_floats(N * in, 50), {N, in}), w(random_floats(out * in, 51), {out, in});
+        Twin bias(random_floats(out, 52), {out}), y(std::vector<float>(N * out), {N, out});
+        Twin dy(random_floats(N * out, 53), {N, out}), dx(random_floats(N * in, 54), {N, in});
+        Twin dw(random_floats(out * in, 55), {out, in}), db(random_floats(out, 56), {out});
+        auto c = cpu_ctx(), g = gpu_ctx();
+        ops::linear_forward(c, y.cpu(), x.cpu(), w.cpu(), with_bias ? bias.cpu() : TensorView{});
+        ops::linear_forward(g, y.gpu(), x.gpu(), w.gpu(), with_bias ? bias.gpu() : TensorView{});
+        ops::linear_backward(c, dx.cpu(), dw.cpu(), with_bias ? db.cpu() : TensorView{}, dy.cpu(), x.cpu(), w.cpu(), true);
+        ops::linear_backward(g, dx.gpu(), dw.gpu(), with_bias ? db.gpu() : TensorView{}, dy.gpu(), x.gpu(), w.gpu(), true);
+        const std::string tag = with_bias ? " (bias)" : "";
+        cmp.twin("linear y" + tag, y);
+        cmp.twin("linear dx (accumulated)" + tag, dx);
+        cmp.twin("linear dw" + tag, dw);
+        if (with_bias) cmp.twin("linear dbias", db);
+    }
+    // More rows than one column-reduction chunk (256): bias gradient over several partials.
+    Twin dy(random_floats(1000 * 33, 57), {1000, 33}), db(random_floats(33, 58), {33});
+    Twin x(random_floats(1000 * 8, 59), {1000, 8}), w(random_floats(33 * 8, 60), {33, 8});
+    Twin dw(std::vector<float>(33 * 8), {33, 8});
+    auto c = cpu_ctx(), g = gpu_ctx();
+    ops::linear_backward(c, {}, dw.cpu(), db.cpu(), dy.cpu(), x.cpu(), w.cpu(), false);
+    ops::linear_backward(g, {}, dw.gpu(), db.gpu(), dy.gpu(), x.gpu(), w.gpu(), false);
+    cmp.twin("dbias over 1000 rows", db);
+    cmp.twin("dw over 1000 rows", dw);
+    return cmp;
+}
+
+Compare check_embedding() {
+    const int64_t S = 13, B = 3, H = 40, V = 50, vocab_start = 25;
+    const std::vector<int32_t> idv = random_ids(S * B, 0, 100, 60);  // about half fall in [25, 75)
+    Twin ids(ids_as_floats(idv), {S * B});
+    Twin table(random_floats(V * H, 61), {V, H}), out(std::vector<float>(S * B * H), {S, B, H});
+    Twin wpe(random_floats(20 * H, 62), {20, H});
+    Twin dout(random_floats(S * B * H, 63), {S, B, H});
+    Twin dtable(random_floats(V * H, 64), {V, H}), dwpe(random_floats(20 * H, 65), {20, H});
+    auto c = cpu_ctx(), g = gpu_ctx();
+    for (auto* ctx : {&c, &g}) {
+        const bool d = ctx == &g;
+        ops::embedding_forward(*ctx, d ? out.gpu() : out.cpu(), d ? ids.gpu_i32() : ids.cpu_i32(),
+                               d ? table.gpu() : table.cpu(), vocab_start);
+        ops::position_embedding_forward(*ctx, d ? out.gpu() : out.cpu(), d ? wpe.gpu() : wpe.cpu(), 4);
+        ops::embedding_backward(*ctx, d ? dtable.gpu() : dtable.cpu(), d ? dout.gpu() : dout.cpu(),
+                                d ? ids.gpu_i32() : ids.cpu_i32(), vocab_start);
+        ops::position_embedding_backward(*ctx, d ? dwpe.gpu() : dwpe.cpu(), d ? dout.gpu() : dout.cpu(), 4);
+    }
+    Compare cmp;
+    cmp.twin("embedding + position forward", out);
+    cmp.twin("embedding backward", dtable);
+    cmp.twin("position embedding backward", dwpe);
+    return cmp;
+}
+
+Compare check_norms() {
+    Compare cmp;
+    for (const int64_t rows : {7, 600}) {
+        const int64_t H = 200;
+        Twin x(random_floats(rows * H, 70, -2, 3), {rows, H}), w(random_floats(H, 71), {H}), b(random_floats(H, 72), {H});
+        Twin out(std::vector<float>(rows * H), {rows, H}), mean(std::vector<float>(rows), {rows});
+        Twin rstd(std::vector<float>(rows), {rows}), dout(random_floats(rows * H, 73), {rows, H});
+        Twin dx(random_floats(rows * H, 74), {rows, H}), dw(random_floats(H, 75), {H}), db(random_floats(H, 76), {H});
+        auto c = cpu_ctx(), g = gpu_ctx();
+        for (auto* ctx : {&c, &g}) {
+            const bool d = ctx == &g;
+            ops::layernorm_forward(*ctx, d ? out.gpu() : out.cpu(), d ? mean.gpu() : mean.cpu(),
+                                   d ? rstd.gpu() : rstd.cpu(), d ? x.gpu() : x.cpu(), d ? w.gpu() : w.cpu(),
+                                   d ? b.gpu() : b.cpu(), 1e-5f);
+            ops::layernorm_backward(*ctx, d ? dx.gpu() : dx.cpu(), d ? dw.gpu() : dw.cpu(), d ? db.gpu() : db.cpu(),
+                                    d ? dout.gpu() : dout.cpu(), d ? x.gpu() : x.cpu(), d ? mean.gpu() : mean.cpu(),
+                                    d ? rstd.gpu() : rstd.cpu(), d ? w.gpu() : w.cpu(), rows == 7);
+        }
+        const std::string tag = fmt::format(" ({} rows)", rows);
+        cmp.twin("layernorm out" + tag, out);
+        cmp.twin("layernorm mean" + tag, mean);
+        cmp.twin("layernorm rstd" + tag, rstd);
+        cmp.twin("layernorm dx" + tag, dx);
+        cmp.twin("layernorm dw" + tag, dw);
+        cmp.twin("layernorm db" + tag, db);
+        for (auto* ctx : {&c, &g}) {
+            const bool d = ctx == &g;
+            ops::rmsnorm_forward(*ctx, d ? out.gpu() : out.cpu(), d ? rstd.gpu() : rstd.cpu(), d ? x.gpu() : x.cpu(),
+                                 d ? w.gpu() : w.cpu(), 1e-6f);
+            ops::rmsnorm_backward(*ctx, d ? dx.gpu() : dx.cpu(), d ? dw.gpu() : dw.cpu(), d ? dout.gpu() : dout.cpu(),
+                                  d ? x.gpu() : x.cpu(), d ? rstd.gpu() : rstd.cpu(), d ? w.gpu() : w.cpu(), rows != 7);
+        }
+        cmp.twin("rmsnorm out" + tag, out);
+        cmp.twin("rmsnorm dx" + tag, dx);
+        cmp.twin("rmsnorm dw" + tag, dw);
+    }
+    return cmp;
+}
+
+Compare check_gelu() {
+    const int64_t n = 5000;
+    std::vector<float> xv = random_floats(n, 80, -8, 8);
+    xv[0] = 30.0f;
+    xv[1] = -30.0f;
+    xv[2] = 0.0f;
+    Twin x(xv, {n}), out(std::vector<float>(n), {n}), dout(random_floats(n, 81), {n}), dx(std::vector<float>(n), {n});
+    auto c = cpu_ctx(), g = gpu_ctx();
+    for (auto* ctx : {&c, &g}) {
+        const bool d = ctx == &g;
+        ops::gelu_forward(*ctx, d ? out.gpu() : out.cpu(), d ? x.gpu() : x.cpu());
+        ops::gelu_backward(*ctx, d ? dx.gpu() : dx.cpu(), d ? dout.gpu() : dout.cpu(), d ? x.gpu() : x.cpu());
+    }
+    Compare cmp;
+    cmp.twin("gelu forward", out);
+    cmp.twin("gelu backward", dx);
+    return cmp;
+}
+
+Compare check_dropout_masks() {
+    // Ones through dropout give the mask itself (0 or 1/(1-p), exact): bit for bit, at odd offsets.
+    Compare cmp;
+    const RngStream rng{1234, 99};
+    for (const int64_t offset : {0LL, 3LL, 1000001LL}) {
+        const int64_t n = 4099;
+        Twin x(std::vector<float>(n, 1.0f), {n}), out(std::vector<float>(n), {n});
+        auto c = cpu_ctx(), g = gpu_ctx();
+        ops::dropout_forward(c, out.cpu(), x.cpu(), 0.3f, rng, offset);
+        ops::dropout_forward(g, out.gpu(), x.gpu(), 0.3f, rng, offset);
+        cmp.bits(fmt::format("dropout mask offset {}", offset), out.device_values(), out.host());
+        ops::dropout_backward(c, x.cpu(), out.cpu(), 0.3f, rng, offset);
+        ops::dropout_backward(g, x.gpu(), out.gpu(), 0.3f, rng, offset);
+        cmp.bits(fmt::format("dropout backward offset {}", offset), x.device_values(), x.host());
+    }
+    return cmp;
+}
+
+Compare check_dropout_add() {
+    const int64_t rows = 37, cols = 129;
+    const RngStream rng{77, 5};
+    Twin x(random_floats(rows * cols, 90), {rows, cols}), res(random_floats(rows * cols, 91), {rows, cols});
+    Twin bias(random_floats(cols, 92), {cols}), out(std::vector<float>(rows * cols), {rows, cols});
+    Twin out2(std::vector<float>(rows * cols), {rows, cols});
+    auto c = cpu_ctx(), g = gpu_ctx();
+    for (auto* ctx : {&c, &g}) {
+        const bool d = ctx == &g;
+        ops::dropout_add_forward(*ctx, d ? out.gpu() : out.cpu(), d ? res.gpu() : res.cpu(), d ? x.gpu() : x.cpu(),
+                                 0.1f, rng, 17);
+        ops::bias_dropout_add_forward(*ctx, d ? out2.gpu() : out2.cpu(), d ? res.gpu() : res.cpu(),
+                                      d ? x.gpu() : x.cpu(), d ? bias.gpu() : bias.cpu(), 0.2f, rng, 5);
+    }
+    Compare cmp;
+    cmp.twin("dropout_add", out);
+    cmp.twin("bias_dropout_add", out2);
+    return cmp;
+}
+
+struct AttnCase {
+    int64_t S, B, A, D;
+    float p;
+    int head_offset, total_heads;
+};
+
+AttentionParams attn_params(const AttnCase& a) {
+    AttentionParams p;
+    p.num_heads = static_cast<int>(a.A);
+    p.head_offset = a.head_offset;
+    p.total_heads = a.total_heads;
+    p.batch = static_cast<int>(a.B);
+    p.softmax_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(a.D)));
+    p.dropout_p = a.p;
+    p.rng = RngStream{2024, 11};
+    return p;
+}
+
+/// Forward and backward of one attention case on both devices; returns the comparison.
+void attention_case(Compare& cmp, const AttnCase& a, bool backward) {
+    const AttentionParams p = attn_params(a);
+    const int64_t qkv_n = a.S * a.B * a.A * 3 * a.D, out_n = a.S * a.B * a.A * a.D;
+    Twin qkv(random_floats(qkv_n, 100, -2, 2), {a.S, a.B, a.A * 3 * a.D});
+    Twin out(std::vector<float>(out_n), {a.S, a.B, a.A * a.D});
+    Twin dout(random_floats(out_n, 101), {a.S, a.B, a.A * a.D});
+    Twin dqkv(std::vector<float>(qkv_n), {a.S, a.B, a.A * 3 * a.D});
+    const int threads = ops::num_threads();
+    std::vector<float> probs(static_cast<size_t>(ops::attention_saved_elements(Device::CPU, p, a.S)));
+    std::vector<float> ws(static_cast<size_t>(ops::attention_workspace_bytes(Device::CPU, p, a.S, threads) / 4 + 1));
+    const int64_t lse_n = ops::attention_saved_elements(Device::CUDA, p, a.S);
+    const int64_t dws_n = ops::attention_workspace_bytes(Device::CUDA, p, a.S, 1) / 4;
+    Twin lse(std::vector<float>(lse_n), {lse_n}), dws(std::vector<float>(dws_n), {dws_n});
+    auto c = cpu_ctx(), g = gpu_ctx();
+    const TensorView vp = view_f32(probs.data(), {static_cast<int64_t>(probs.size())});
+    const TensorView vw = view_f32(ws.data(), {static_cast<int64_t>(ws.size())});
+    ops::attention_forward(c, out.cpu(), vp, qkv.cpu(), vw, p);
+    ops::attention_forward(g, out.gpu(), lse.gpu(), qkv.gpu(), dws.gpu(), p);
+    const std::string tag = fmt::format(" S={} B={} A={} D={} p={}", a.S, a.B, a.A, a.D, a.p);
+    cmp.twin("attention out" + tag, out);
+    if (!backward) return;
+    ops::attention_backward(c, dqkv.cpu(), dout.cpu(), qkv.cpu(), vp, vw, p);
+    ops::attention_backward(g, dqkv.gpu(), dout.gpu(), qkv.gpu(), lse.gpu(), dws.gpu(), p);
+    cmp.twin("attention dqkv" + tag, dqkv);
+}
+
+Compare check_attention_forward() {
+    Compare cmp;
+    attention_case(cmp, {77, 2, 3, 32, 0.0f, 0, 3}, false);
+    attention_case(cmp, {130, 1, 2, 64, 0.0f, 0, 2}, false);
+    attention_case(cmp, {40, 2, 2, 128, 0.0f, 0, 2}, false);
+    attention_case(cmp, {65, 2, 2, 16, 0.25f, 2, 6}, false);  // dropout, heads 2..3 of 6
+    return cmp;
+}
+
+Compare check_attention_backward() {
+    Compare cmp;
+    attention_case(cmp, {77, 2, 3, 32, 0.0f, 0, 3}, true);
+    attention_case(cmp, {100, 1, 2, 64, 0.0f, 0, 2}, true);
+    attention_case(cmp, {40, 1, 1, 128, 0.0f, 0, 1}, true);
+    attention_case(cmp, {65, 2, 2, 16, 0.25f, 2, 6}, true);
+    return cmp;
+}
+
+Compare check_cross_entropy() {
+    const int64_t N = 19, V = 3001, vocab_start = 1000;
+    const std::vector<int32_t> tv = random_ids(N, 0, 5000, 110);  // some targets outside the shard
+    Twin targets(ids_as_floats(tv), {N});
+    Twin logits(random_floats(N * V, 111, -6, 6), {N, V});
+    Twin mx(std::vector<float>(N), {N}), se(std::vector<float>(N), {N}), tl(std::vector<float>(N), {N});
+    Twin lse(random_floats(N, 112, 7, 9), {N}), scale(random_floats(N, 113, 0.1f, 1.0f), {N});
+    auto c = cpu_ctx(), g = gpu_ctx();
+    for (auto* ctx : {&c, &g}) {
+        const bool d = ctx == &g;
+        ops::cross_entropy_partials(*ctx, d ? mx.gpu() : mx.cpu(), d ? se.gpu() : se.cpu(), d ? tl.gpu() : tl.cpu(),
+                                    d ? logits.gpu() : logits.cpu(), d ? targets.gpu_i32() : targets.cpu_i32(),
+                                    vocab_start);
+        ops::cross_entropy_backward(*ctx, d ? logits.gpu() : logits.cpu(), d ? targets.gpu_i32() : targets.cpu_i32(),
+                                    d ? lse.gpu() : lse.cpu(), d ? scale.gpu() : scale.cpu(), vocab_start);
+    }
+    Compare cmp;
+    cmp.twin("cross_entropy row_max", mx);
+    cmp.twin("cross_entropy row_sumexp", se);
+    cmp.twin("cross_entropy target_logit", tl);
+    cmp.twin("cross_entropy dlogits", logits);
+    return cmp;
+}
+
+Compare check_adamw() {
+    const int64_t n = 10007;
+    Twin w(random_floats(n, 120), {n}), grad(random_floats(n, 121, -3, 3), {n});
+    Twin m(random_floats(n, 122, -0.1f, 0.1f), {n}), v(random_floats(n, 123, 0.0f, 0.01f), {n});
+    Twin copy(std::vector<float>(n), {n});
+    AdamWParams p;
+    p.lr = 3e-3f;
+    p.weight_decay = 0.1f;
+    p.step = 7;
+    p.grad_scale = 0.5f;
+    auto c = cpu_ctx(), g = gpu_ctx();
+    for (auto* ctx : {&c, &g}) {
+        const bool d = ctx == &g;
+        ops::adamw_update(*ctx, d ? w.gpu() : w.cpu(), d ? grad.gpu() : grad.cpu(), d ? m.gpu() : m.cpu(),
+                          d ? v.gpu() : v.cpu(), p, d ? copy.gpu() : copy.cpu(), DType::BF16);
+    }
+    Compare cmp;
+    cmp.twin("adamw param", w);
+    cmp.twin("adamw exp_avg", m);
+    cmp.twin("adamw exp_avg_sq", v);
+    // The bf16 copy is exactly the rounding of the GPU's own fp32 weights.
+    std::vector<float> rounded = w.device_values();
+    for (auto& x : rounded) x = round_to_bf16(x);
+    cmp.bits("adamw bf16 copy", copy.device_values(), rounded);
+    return cmp;
+}
+
+/// Deterministic mode: the reduction-heavy ops twice on the same inputs give the same bits.
+Compare check_deterministic() {
+    device::set_deterministic(true);
+    auto run = [] {
+        std::vector<std::vector<float>> outs;
+        const AttnCase a{96, 2, 2, 64, 0.1f, 0, 2};
+        const AttentionParams p = attn_params(a);
+        const int64_t qkv_n = a.S * a.B * a.A * 3 * a.D, out_n = a.S * a.B * a.A * a.D;
+        Twin qkv(random_floats(qkv_n, 130), {a.S, a.B, a.A * 3 * a.D});
+        Twin out(std::vector<float>(out_n), {a.S, a.B, a.A * a.D}), dout(random_floats(out_n, 131), {a.S, a.B, a.A * a.D});
+        Twin dqkv(std::vector<float>(qkv_n), {a.S, a.B, a.A * 3 * a.D});
+        const int64_t lse_n = ops::attention_saved_elements(Device::CUDA, p, a.S);
+        Twin lse(std::vector<float>(lse_n), {lse_n}), ws(std::vector<float>(lse_n), {lse_n});
+        auto g = gpu_ctx();
+        ops::attention_forward(g, out.gpu(), lse.gpu(), qkv.gpu(), ws.gpu(), p);
+        ops::attention_backward(g, dqkv.gpu(), dout.gpu(), qkv.gpu(), lse.gpu(), ws.gpu(), p);
+        outs.push_back(out.device_values());
+        outs.push_back(dqkv.device_values());
+        const int64_t N = 1200, H = 96;
+        Twin x(random_floats(N * H, 132), {N, H}), w(random_floats(H * H, 133), {H, H}), dy(random_floats(N * H, 134), {N, H});
+        Twin dx(std::vector<float>(N * H), {N, H}), dw(std::vector<float>(H * H), {H, H}), db(std::vector<float>(H), {H});
+        ops::linear_backward(g, dx.gpu(), dw.gpu(), db.gpu(), dy.gpu(), x.gpu(), w.gpu(), false);
+        outs.push_back(dx.device_values());
+        outs.push_back(dw.device_values());
+        outs.push_back(db.device_values());
+        Twin mean(std::vector<float>(N), {N}), rstd(std::vector<float>(N), {N}), lw(random_floats(H, 135), {H});
+        Twin lb(random_floats(H, 136), {H}), ldw(std::vector<float>(H), {H}), ldb(std::vector<float>(H), {H});
+        ops::layernorm_forward(g, dx.gpu(), mean.gpu(), rstd.gpu(), x.gpu(), lw.gpu(), lb.gpu(), 1e-5f);
+        ops::layernorm_backward(g, dx.gpu(), ldw.gpu(), ldb.gpu(), dy.gpu(), x.gpu(), mean.gpu(), rstd.gpu(), lw.gpu(),
+                                false);
+        outs.push_back(dx.device_values());
+        outs.push_back(ldw.device_values());
+        const std::vector<int32_t> idv = random_ids(N, 0, 50, 137);
+        Twin ids(ids_as_floats(idv), {N}), dtable(std::vector<float>(50 * H), {50, H});
+        ops::embedding_backward(g, dtable.gpu(), dy.gpu(), ids.gpu_i32(), 0);
+        outs.push_back(dtable.device_values());
+        outs.push_back({static_cast<float>(ops::sum_squares(g, x.gpu()))});
+        return outs;
+    };
+    const auto first = run(), second = run();
+    device::set_deterministic(false);
+    Compare cmp;
+    for (size_t i = 0; i < first.size(); ++i) cmp.bits(fmt::format("run-to-run output {}", i), second[i], first[i]);
+    return cmp;
+}
+
+const std::vector<std::pair<std::string, CheckDef>>& registry() {
+    static const std::vector<std::pair<std::string, CheckDef>> r = {
+        {"elementwise", {check_elementwise, 0.0}},
+        {"round_to", {check_round_to, 0.0}},
+        {"sum_squares", {check_sum_squares, 1e-6}},
+        {"matmul_f32", {check_matmul_f32, 1e-5}},
+        {"matmul_bf16", {check_matmul_bf16, 1e-2}},
+        {"linear", {check_linear, 1e-5}},
+        {"bf16_gemm_inputs", {check_bf16_gemm_inputs, 1e-4}},
+        {"embedding", {check_embedding, 1e-5}},
+        {"norms", {check_norms, 1e-5}},
+        {"gelu", {check_gelu, 1e-5}},
+        {"dropout_masks", {check_dropout_masks, 0.0}},
+        {"dropout_add", {check_dropout_add, 1e-6}},
+        {"attention_forward", {check_attention_forward, 1e-5}},
+        {"attention_backward", {check_attention_backward, 5e-5}},
+        {"cross_entropy", {check_cross_entropy, 1e-5}},
+        {"adamw", {check_adamw, 1e-5}},
+        {"deterministic", {check_deterministic, 0.0}},
+    };
+    return r;
+}
+
+}  // namespace
+
+std::string cuda_unavailable_reason() {
+    const DeviceReport r = probe_devices();
+    if (!r.cuda_kernels_built) return r.reason.empty() ? "this build has no CUDA kernels" : r.reason;
+    if (r.cuda_devices == 0) return r.reason;
+    return "";
+}
+
+std::vector<std::string> cuda_check_names() {
+    std::vector<std::string> names;
+    for (const auto& [name, def] : registry()) names.push_back(name);
+    return names;
+}
+
+CudaCheckResult run_cuda_check(const std::string& name) {
+    CudaCheckResult res;
+    res.name = name;
+    const auto& r = registry();
+    const auto it = std::find_if(r.begin(), r.end(), [&](const auto& e) { return e.first == name; });
+    if (it == r.end()) {
+        res.detail = "no such check";
+        return res;
+    }
+    res.tolerance = it->second.tolerance;
+    try {
+        const Compare cmp = it->second.fn();
+        device::synchronize();
+        res.error = cmp.worst;
+        res.detail = cmp.which;
+        res.passed = cmp.worst <= res.tolerance;
+    } catch (const std::exception& e) {
+        res.detail = e.what();
+        res.passed = false;
+    }
+    return res;
+}
+
+}  // namespace mwb::test

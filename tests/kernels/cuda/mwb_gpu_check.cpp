@@ -1,0 +1,63 @@
+// mwb-gpu-check: the CUDA op checks without Qt, for the bare GPU machine. Prints one line per check
+// (name, PASS/FAIL, error, tolerance, worst output) and exits 0 when all pass, 1 when any fails,
+// 77 when no GPU is usable. `--list` names the checks; arguments select checks by name. The last
+// check, "model", trains the whole GPT a few iterations on both devices (not in the fallback build).
+#include "cuda_op_checks.h"
+#if !defined(MWB_GPU_CHECK_NO_MODEL)
+#include "cuda_model_check.h"
+#endif
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+std::vector<std::string> all_checks() {
+    std::vector<std::string> names = mwb::test::cuda_check_names();
+#if !defined(MWB_GPU_CHECK_NO_MODEL)
+    names.emplace_back("model");
+#endif
+    return names;
+}
+
+mwb::test::CudaCheckResult run_check(const std::string& name) {
+#if !defined(MWB_GPU_CHECK_NO_MODEL)
+    if (name == "model") return mwb::test::check_model_against_cpu();
+#endif
+    return mwb::test::run_cuda_check(name);
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::vector<std::string> names;
+    for (int i = 1; i < argc; ++i) {
+        if (std::strcmp(argv[i], "--list") == 0) {
+            for (const auto& n : all_checks()) std::printf("%s\n", n.c_str());
+            return 0;
+        }
+        if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+            std::printf("usage: mwb-gpu-check [--list] [CHECK...]\n"
+                        "Runs every CUDA op against its CPU twin; exit 0 all pass, 1 a failure, 77 no GPU.\n");
+            return 0;
+        }
+        names.emplace_back(argv[i]);
+    }
+    if (names.empty()) names = all_checks();
+    const std::string reason = mwb::test::cuda_unavailable_reason();
+    if (!reason.empty()) {
+        std::printf("no CUDA device: %s\n", reason.c_str());
+        return 77;
+    }
+    int failed = 0;
+    std::printf("%-20s %-6s %-10s %-10s %s\n", "check", "result", "error", "tolerance", "worst output");
+    for (const auto& n : names) {
+        const auto r = run_check(n);
+        failed += !r.passed;
+        std::printf("%-20s %-6s %-10.3g %-10.3g %s\n", r.name.c_str(), r.passed ? "PASS" : "FAIL", r.error, r.tolerance,
+                    r.detail.c_str());
+        std::fflush(stdout);
+    }
+    std::printf("%zu checks, %d failed\n", names.size(), failed);
+    return failed ? 1 : 0;
+}
