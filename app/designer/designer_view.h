@@ -1,0 +1,76 @@
+#pragma once
+// Designer: the configuration form (presets, load/save as mwb-train's JSON) and the cluster on the
+// left; the planner's prediction on the right, recomputed on every edit (plan() takes microseconds);
+// "Auto-configure" searches the layouts and applies one.
+#include "config/config.h"
+#include "mwb/planner/plan.h"
+
+#include <QTimer>
+#include <QWidget>
+
+class QComboBox;
+class QLabel;
+
+namespace mwb::app {
+
+class ConfigForm;
+class ClusterForm;
+class PlanPanel;
+
+class DesignerView : public QWidget {
+    Q_OBJECT
+public:
+    explicit DesignerView(QWidget* parent = nullptr);
+
+    /// The configuration as the form holds it (the last valid values for unparsable text boxes).
+    Config config() const;
+    planner::Cluster cluster() const;
+    void setConfig(const Config& config);
+    void setCluster(const QString& device, int per_node, int nodes);
+    /// Loads a preset by name and a cluster it runs on.
+    bool loadPreset(const QString& name, QString* error = nullptr);
+    bool openFile(const QString& path, QString* error = nullptr);
+    bool saveFile(const QString& path, QString* error = nullptr);
+    QString currentFile() const { return file_; }
+    bool modified() const { return modified_; }
+    /// Replans now (otherwise it happens on the next event-loop turn after an edit).
+    void replan();
+    const planner::Plan& plan() const { return plan_; }
+    /// Microseconds the last plan() call took.
+    double lastPlanMicroseconds() const { return plan_us_; }
+
+    ConfigForm* form() const { return form_; }
+    ClusterForm* clusterForm() const { return cluster_; }
+    PlanPanel* planPanel() const { return panel_; }
+
+public slots:
+    void openDialog();
+    void save();
+    void saveAs();
+    void autoConfigure();
+
+signals:
+    /// After every replan (Launch shows the command for the current design).
+    void designChanged();
+    /// A file was opened or saved (recent files).
+    void fileUsed(const QString& path);
+    void message(const QString& text);
+
+private:
+    void edited();
+    void updateTitle();
+    QComboBox* presets_ = nullptr;
+    ConfigForm* form_ = nullptr;
+    ClusterForm* cluster_ = nullptr;
+    PlanPanel* panel_ = nullptr;
+    QLabel* file_label_ = nullptr;
+    QTimer replan_timer_;
+    Config config_;  // the last valid form contents
+    planner::Plan plan_;
+    double plan_us_ = 0;
+    QString file_;
+    bool modified_ = false;
+    bool loading_ = false;
+};
+
+}  // namespace mwb::app

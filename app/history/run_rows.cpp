@@ -1,0 +1,76 @@
+#include "history/run_rows.h"
+
+namespace mwb::app {
+
+namespace {
+
+int64_t int_of(const nlohmann::json& o, const char* key, int64_t fallback = 0) {
+    if (!o.is_object()) return fallback;
+    const auto it = o.find(key);
+    return it != o.end() && it->is_number() ? it->get<int64_t>() : fallback;
+}
+
+RunRow make_row(store::Store& st, const store::RunRecord& r) {
+    RunRow row;
+    row.uid = r.uid;
+    row.name = r.name;
+    row.status = r.status;
+    row.reason = r.reason;
+    row.notes = r.notes;
+    row.created = r.created;
+    row.finished = r.finished;
+    row.iteration = r.iteration;
+    row.train_iters = r.train_iters;
+    row.final_loss = r.last_loss;
+    row.tags = r.tags;
+    row.model = describe_model(r.config);
+    row.layout = describe_layout(r.topology);
+    if (r.derived.is_object() && r.derived.contains("parameters") && r.derived["parameters"].is_number())
+        row.parameters = r.derived["parameters"].get<double>();
+    if (r.config.is_object() && r.config.contains("run_dir") && r.config["run_dir"].is_string())
+        row.run_dir = r.config["run_dir"].get<std::string>();
+    // the last step record's throughput: one bucket over the last iteration
+    store::SeriesQuery q;
+    q.buckets = 1;
+    q.x_from = r.iteration;
+    const auto tps = st.series(r.uid, "tokens_per_sec", q);
+    if (!tps.buckets.empty()) row.tokens_per_sec = tps.buckets.back().y_mean;
+    return row;
+}
+
+}  // namespace
+
+std::string describe_model(const nlohmann::json& c) {
+    if (!c.is_object() || !c.contains("num_layers")) return {};
+    std::string s = std::to_string(int_of(c, "num_layers")) + " L · " + std::to_string(int_of(c, "hidden_size")) +
+                    " H · " + std::to_string(int_of(c, "num_attention_heads")) + " A";
+    if (c.contains("seq_length")) s += " · seq " + std::to_string(int_of(c, "seq_length"));
+    return s;
+}
+
+std::string describe_layout(const nlohmann::json& t) {
+    if (!t.is_object() || t.empty()) return {};
+    const int64_t world = int_of(t, "world_size", 1);
+    std::string s = "TP " + std::to_string(int_of(t, "tensor_model_parallel_size", 1)) + " · PP " +
+                    std::to_string(int_of(t, "pipeline_model_parallel_size", 1)) + " · DP " +
+                    std::to_string(int_of(t, "data_parallel_size", 1));
+    s += " (" + std::to_string(world) + (world == 1 ? " rank)" : " ranks)");
+    return s;
+}
+
+std::vector<RunRow> load_run_rows(store::Store& st) {
+    std::vector<RunRow> rows;
+    store::RunFilter all;
+    all.limit = 1 << 30;
+    for (const auto& summary : st.runs(all))
+        if (const auto record = st.run(summary.uid)) rows.push_back(make_row(st, *record));
+    return rows;
+}
+
+std::optional<RunRow> load_run_row(store::Store& st, const std::string& uid) {
+    const auto record = st.run(uid);
+    if (!record) return std::nullopt;
+    return make_row(st, *record);
+}
+
+}  // namespace mwb::app

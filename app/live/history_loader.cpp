@@ -1,0 +1,176 @@
+#include "live/history_loader.h"
+
+#include <map>
+
+namespace mwb::app {
+
+std::vector<PlotPoint> series_points(const store::Series& s) {
+    std::vector<PlotPoint> out;
+    out.reserve(s.buckets.size() * (s.raw ? 1 : 2));
+    for (const auto& b : s.buckets) {
+        if (s.raw || b.n == 1 || b.x_min == b.x_max) {
+            out.push_back({static_cast<double>(b.x_min), b.y_mean});
+        } else {
+            out.push_back({static_cast<double>(b.x_min), b.y_min});
+            out.push_back({static_cast<double>(b.x_max), b.y_max});
+        }
+    }
+    return out;
+}
+
+namespace {
+
+std::vector<PlotPoint> series(store::Store& st, const std::string& uid, const char* metric, int max_points) {
+    store::SeriesQuery q;
+    q.buckets = max_points;
+    return series_points(st.series(uid, metric, q));
+}
+
+ipc::Message as_message(const std::string& uid, const store::EventRecord& e) {
+    ipc::Message m;
+    m.topic = e.topic;
+    m.run_id = uid;
+    m.seq = e.seq;
+    m.time = e.time.value_or(0);
+    m.body = e.body.is_object() ? e.body : nlohmann::json::object();
+    if (!e.kind.empty() && !m.body.contains("kind")) m.body["kind"] = e.kind;
+    if (e.iteration && !m.body.contains("iteration")) m.body["iteration"] = *e.iteration;
+    return m;
+}
+
+}  // namespace
+
+Update load_run_history(store::Store& st, const std::string& uid, int64_t& next_seq, int max_points) {
+    Update u;
+    u.run_id = uid;
+    next_seq = st.next_seq(uid);
+    const auto record = st.run(uid);
+    if (!record) return u;
+
+    const std::pair<SeriesId, const char*> simple[] = {{SeriesId::Loss, "lm_loss"},
+                                                       {SeriesId::Lr, "lr"},
+                                                       {SeriesId::GradNorm, "grad_norm"},
+                                                       {SeriesId::LossScale, "loss_scale"},
+                                                       {SeriesId::TokensPerSec, "tokens_per_sec"},
+                                                       {SeriesId::Tflops, "tflops_per_device"},
+                                                       {SeriesId::IterationTime, "iteration_time_s"}};
+    for (const auto& [id, metric] : simple) u.points[series_index(id)] = series(st, uid, metric, max_points);
+    // mfu is tflops_per_device over the configured peak (the trainer's definition); the store keeps it
+    // only in the records' extra fields, so it is derived here instead of read point by point
+    const auto& cfg = record->config;
+    const double peak =
+        cfg.is_object() && cfg.contains("peak_tflops_per_device") && cfg["peak_tflops_per_device"].is_number()
+            ? cfg["peak_tflops_per_device"].get<double>()
+            : 0.0;
+    if (peak > 0)
+        for (const PlotPoint& p : u.points[series_index(SeriesId::Tflops)])
+            u.points[series_index(SeriesId::Mfu)].push_back({p.x, p.y / peak});
+
+    // the time breakdown from the store's per-phase columns (the slowest rank in each phase)
+    const char* phases[] = {"forward_s", "backward_s", "gradient_reduce_s", "optimizer_s", "data_s"};
+    std::vector<std::vector<PlotPoint>> work;
+    for (const char* p : phases) work.push_back(series(st, uid, p, max_points));
+    const auto comm = series(st, uid, "communication_s", max_points);
+    const auto bubble = series(st, uid, "pipeline_bubble_s", max_points);
+    bool aligned = !comm.empty() && bubble.size() == comm.size();
+    for (const auto& w : work) aligned = aligned && w.size() == comm.size();
+    if (aligned) {
+        auto& c = u.points[series_index(SeriesId::Compute)];
+        for (std::size_t i = 0; i < comm.size(); ++i) {
+            double total = 0;
+            for (const auto& w : work) total += w[i].y;
+            c.push_back({comm[i].x, std::max(0.0, total - comm[i].y - bubble[i].y)});
+        }
+        u.points[series_index(SeriesId::Communication)] = comm;
+        u.points[series_index(SeriesId::Bubble)] = bubble;
+    }
+
+    // the run's description, then events and evaluations in seq order
+    std::vector<ipc::Message> messages;
+    for (const auto& e : st.events(uid)) messages.push_back(as_message(uid, e));
+    for (const auto& e : st.evals(uid)) {
+        ipc::Message m;
+        m.topic = "eval";
+        m.run_id = uid;
+        m.seq = e.seq;
+        m.time = e.time.value_or(0);
+        m.body = {{"iteration", e.iteration}};
+        if (e.lm_loss) m.body["lm_loss"] = *e.lm_loss;
+        if (e.ppl) m.body["ppl"] = *e.ppl;
+        if (e.consumed_tokens) m.body["consumed_tokens"] = *e.consumed_tokens;
+        messages.push_back(std::move(m));
+    }
+    std::sort(messages.begin(), messages.end(), [](const auto& a, const auto& b) { return a.seq < b.seq; });
+    Update described;
+    for (const auto& m : messages) digest(described, m);
+    u.points[series_index(SeriesId::ValLoss)] = std::move(described.points[series_index(SeriesId::ValLoss)]);
+    u.events = std::move(described.events);
+    u.last_eval = described.last_eval;
+    u.end = described.end;
+    u.start = described.start;
+    if (!u.start) {
+        RunStart s;
+        s.run_id = uid;
+        s.config = record->config.is_object() ? record->config : nlohmann::json::object();
+        s.topology = record->topology.is_object() ? record->topology : nlohmann::json::object();
+        s.derived = record->derived.is_object() ? record->derived : nlohmann::json::object();
+        s.time = record->created.value_or(0);
+        u.start = s;
+    }
+
+    // the newest memory sample of each rank
+    std::map<int64_t, store::MemorySample> newest;
+    for (auto& m : st.memory(uid)) {
+        auto& slot = newest[m.rank];
+        if (m.seq >= slot.seq) slot = std::move(m);
+    }
+    if (!newest.empty()) {
+        std::vector<RankMemory> ranks;
+        for (const auto& [rank, m] : newest) {
+            RankMemory r;
+            r.rank = static_cast<int>(rank);
+            r.allocated = static_cast<double>(m.allocated.value_or(0));
+            r.peak = static_cast<double>(m.peak.value_or(0));
+            r.reserved = static_cast<double>(m.reserved.value_or(0));
+            static constexpr const char* keys[6] = {"weights",     "gradients", "optimizer",
+                                                    "activations", "workspace", "data"};
+            for (int c = 0; c < 6; ++c) {
+                if (!m.by_category.is_object() || !m.by_category.contains(keys[c])) continue;
+                const auto& v = m.by_category[keys[c]];
+                r.current[static_cast<std::size_t>(c)] = v.value("current", 0.0);
+                r.peak_by_category[static_cast<std::size_t>(c)] = v.value("peak", 0.0);
+            }
+            ranks.push_back(r);
+            u.memory_iteration = std::max<int64_t>(u.memory_iteration, m.iteration.value_or(-1));
+        }
+        u.memory = std::move(ranks);
+    }
+
+    // the last step, from the last points
+    const auto last = [&](SeriesId id) {
+        const auto& p = u.points[series_index(id)];
+        return p.empty() ? NAN : p.back().y;
+    };
+    if (!u.points[series_index(SeriesId::Loss)].empty() || record->iteration > 0) {
+        LastStep s;
+        s.iteration = record->iteration;
+        s.loss = last(SeriesId::Loss);
+        s.lr = last(SeriesId::Lr);
+        s.grad_norm = last(SeriesId::GradNorm);
+        s.loss_scale = last(SeriesId::LossScale);
+        s.tokens_per_sec = last(SeriesId::TokensPerSec);
+        s.tflops = last(SeriesId::Tflops);
+        s.mfu = last(SeriesId::Mfu);
+        s.iteration_time_s = last(SeriesId::IterationTime);
+        store::SeriesQuery q;
+        q.buckets = 1;
+        q.x_from = record->iteration;
+        const auto tokens = st.series(uid, "consumed_tokens", q);
+        if (!tokens.buckets.empty()) s.consumed_tokens = static_cast<int64_t>(tokens.buckets.back().y_max);
+        u.last_step = s;
+    }
+    u.history_messages = next_seq;
+    return u;
+}
+
+}  // namespace mwb::app

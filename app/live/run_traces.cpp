@@ -1,0 +1,62 @@
+#include "live/run_traces.h"
+
+namespace mwb::app {
+
+void RunTraces::clear() {
+    const double w = ema_.weight();
+    *this = RunTraces{};
+    ema_.reset(w);
+}
+
+std::size_t RunTraces::apply(Update&& u, bool* reset) {
+    if (reset) *reset = u.reset;
+    if (u.reset) clear();
+    if (!u.run_id.empty()) run_id = u.run_id;
+    for (int s = 0; s < kSeriesCount; ++s) {
+        Trace& t = series[static_cast<std::size_t>(s)];
+        for (const PlotPoint& p : u.points[static_cast<std::size_t>(s)]) t.append(p.x, p.y);
+    }
+    extend_ema();
+    if (u.start) {
+        start = std::move(u.start);
+        if (!u.end) end.reset();
+    }
+    if (u.end) end = std::move(u.end);
+    if (u.last_step) last_step = *u.last_step;
+    if (u.last_eval) last_eval = u.last_eval;
+    if (u.memory) {
+        memory = std::move(*u.memory);
+        memory_iteration = u.memory_iteration;
+    }
+    if (u.timings) timings = std::move(*u.timings);
+    const std::size_t added = u.events.size();
+    events.insert(events.end(), std::make_move_iterator(u.events.begin()), std::make_move_iterator(u.events.end()));
+    messages += u.messages;
+    history_messages += u.history_messages;
+    return added;
+}
+
+void RunTraces::extend_ema() {
+    const Trace& loss = series[series_index(SeriesId::Loss)];
+    // a run resumed from an older checkpoint truncates the loss: smooth again from the start
+    if (loss_ema.size() > loss.size() || (!loss_ema.empty() && loss_ema.x_last() > loss.x_last()) ||
+        (!loss_ema.empty() && loss_ema.x[loss_ema.size() - 1] != loss.x[loss_ema.size() - 1])) {
+        loss_ema.clear();
+        ema_.reset(ema_.weight());
+    }
+    for (std::size_t i = loss_ema.size(); i < loss.size(); ++i) loss_ema.append(loss.x[i], ema_.add(loss.y[i]));
+}
+
+void RunTraces::set_smoothing(double weight) {
+    ema_.reset(weight);
+    loss_ema.clear();
+    extend_ema();
+}
+
+std::size_t RunTraces::total_points() const {
+    std::size_t n = loss_ema.size();
+    for (const auto& t : series) n += t.size();
+    return n;
+}
+
+}  // namespace mwb::app

@@ -1,0 +1,63 @@
+#pragma once
+// The Monitor's charts over one run's RunTraces: training and validation loss (raw, EMA-smoothed with
+// a slider, log scale on demand), learning rate, gradient norm, loss scale, tokens/s, TFLOP/s per
+// device with MFU on a mirrored right axis, iteration time, and the step time split into compute / communication /
+// bubble (stacked over iterations, and the newest step as one bar). The owner calls refresh() from its
+// coalescing timer; nothing here redraws per message.
+#include "live/run_traces.h"
+#include "plot/plot_view.h"
+
+#include <QWidget>
+
+class QCheckBox;
+class QLabel;
+class QSlider;
+
+namespace mwb::app {
+
+class StackedBar;
+
+class MetricCharts : public QWidget {
+    Q_OBJECT
+public:
+    enum Chart {
+        LossChart,
+        LrChart,
+        GradNormChart,
+        LossScaleChart,
+        ThroughputChart,
+        TflopsChart,
+        StepTimeChart,
+        IterationTimeChart,
+        ChartCount
+    };
+
+    explicit MetricCharts(RunTraces& traces, QWidget* parent = nullptr);
+
+    /// Decimates and redraws every chart from the traces (after they grew or were replaced).
+    void refresh();
+    /// The EMA weight of the loss (0 = none, 0.99 = heavy); recomputes the smoothed loss.
+    void setSmoothing(double weight);
+    double smoothing() const;
+    void setLogLoss(bool on);
+    bool logLoss() const;
+    PlotView* chart(Chart c) const { return charts_[c]; }
+    StackedBar* stepBar() const { return step_bar_; }
+    void restyle();
+
+private:
+    PlotView* add(Chart c, const QString& title, const QString& y_title);
+    RunTraces& traces_;
+    PlotView* charts_[ChartCount] = {};
+    QSlider* smoothing_ = nullptr;
+    QLabel* smoothing_label_ = nullptr;
+    QCheckBox* log_loss_ = nullptr;
+    StackedBar* step_bar_ = nullptr;
+    double mfu_factor_ = 0;  // MFU per TFLOP/s (1 / peak), 0 while unknown
+};
+
+/// The run's peak TFLOP/s per device (config peak_tflops_per_device, else mfu / tflops of the
+/// newest step), 0 when the run reports no MFU.
+double peak_tflops(const RunTraces& traces);
+
+}  // namespace mwb::app

@@ -1,0 +1,154 @@
+// Drawing stays bounded by pixels, not by points: a 1M-point trace reaches QtCharts as at most two
+// points per pixel column (counted, not timed), with every column's true minimum and maximum kept
+// (checked against a brute-force pass over the points); the Monitor's charts over a 1M-point run do
+// the same; the min/max index agrees with a linear scan on random ranges.
+#include "live/run_traces.h"
+#include "monitor/metric_charts.h"
+#include "plot/plot_view.h"
+#include "plot/trace.h"
+
+#include <QElapsedTimer>
+#include <QtTest>
+
+#include <cmath>
+#include <random>
+
+using namespace mwb::app;
+
+namespace {
+
+Trace noisy_trace(std::size_t n, std::size_t spike_at) {
+    Trace t;
+    std::mt19937 rng(7);
+    std::normal_distribution<double> noise(0, 0.05);
+    for (std::size_t i = 0; i < n; ++i) {
+        const double x = static_cast<double>(i);
+        t.append(x, 10.0 * std::exp(-x / 3e5) + noise(rng) + (i == spike_at ? 50.0 : 0.0));
+    }
+    return t;
+}
+
+}  // namespace
+
+class TestPlot : public QObject {
+    Q_OBJECT
+private slots:
+    void the_index_agrees_with_a_scan() {
+        const Trace t = noisy_trace(100000, 4321);
+        std::mt19937 rng(1);
+        for (int k = 0; k < 200; ++k) {
+            std::size_t i0 = rng() % t.size(), i1 = rng() % t.size();
+            if (i0 > i1) std::swap(i0, i1);
+            ++i1;
+            const auto [imin, imax] = t.index.argminmax(t.y, i0, i1);
+            const auto mm = std::minmax_element(t.y.begin() + static_cast<std::ptrdiff_t>(i0),
+                                                t.y.begin() + static_cast<std::ptrdiff_t>(i1));
+            QCOMPARE(t.y[imin], *mm.first);
+            QCOMPARE(t.y[imax], *mm.second);
+        }
+    }
+
+    void a_million_points_decimate_to_the_columns_with_their_extremes() {
+        const std::size_t n = 1000000;
+        const Trace t = noisy_trace(n, 777777);
+        const int columns = 800;
+        std::vector<PlotPoint> out;
+        decimate_minmax(t, 0, static_cast<double>(n - 1), columns, out);
+        QVERIFY(out.size() <= static_cast<std::size_t>(2 * columns + 2));
+        QVERIFY(out.size() >= static_cast<std::size_t>(columns));
+        // brute force: each column's min and max are among the drawn points
+        const double width = static_cast<double>(n - 1) / columns;
+        std::vector<double> lo(columns, INFINITY), hi(columns, -INFINITY);
+        for (std::size_t i = 0; i < n; ++i) {
+            const int c = std::min(columns - 1, static_cast<int>(t.x[i] / width));
+            lo[static_cast<std::size_t>(c)] = std::min(lo[static_cast<std::size_t>(c)], t.y[i]);
+            hi[static_cast<std::size_t>(c)] = std::max(hi[static_cast<std::size_t>(c)], t.y[i]);
+        }
+        std::vector<double> dlo(columns, INFINITY), dhi(columns, -INFINITY);
+        for (const auto& p : out) {
+            const int c = std::clamp(static_cast<int>(p.x / width), 0, columns - 1);
+            dlo[static_cast<std::size_t>(c)] = std::min(dlo[static_cast<std::size_t>(c)], p.y);
+            dhi[static_cast<std::size_t>(c)] = std::max(dhi[static_cast<std::size_t>(c)], p.y);
+        }
+        int exact = 0;
+        for (int c = 0; c < columns; ++c)
+            exact += dlo[static_cast<std::size_t>(c)] == lo[static_cast<std::size_t>(c)] &&
+                     dhi[static_cast<std::size_t>(c)] == hi[static_cast<std::size_t>(c)];
+        // column edges may be rounded differently by one point; the extremes must survive nearly everywhere
+        QVERIFY2(exact >= columns - 2, qPrintable(QString("%1 of %2 columns exact").arg(exact).arg(columns)));
+        QVERIFY(std::any_of(out.begin(), out.end(), [](const PlotPoint& p) { return p.y > 50; }));  // the spike
+    }
+
+    void a_plot_view_hands_qtcharts_a_bounded_number_of_points() {
+        const Trace t = noisy_trace(1000000, 123456);
+        PlotView view("loss");
+        view.resize(1000, 600);
+        view.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&view));
+        view.setTrace(view.addLine("loss", {Qt::blue, 1.5}), &t);
+        view.refresh();
+        // the first refresh sets the axes' ranges, whose labels then take their width from the plot
+        // area: draw again once the layout settled (as the Monitor's next timer tick would)
+        QTest::qWait(20);
+        view.refresh();
+        const int columns = static_cast<int>(view.chart()->plotArea().width());
+        QVERIFY(columns > 500);
+        QVERIFY2(view.pointsDrawn() <= 2 * columns + 4, qPrintable(QString::number(view.pointsDrawn())));
+        QVERIFY(view.pointsDrawn() > columns / 2);
+        // zoomed into a tenth: still bounded by the pixels
+        view.setXRange(100000, 200000);
+        QVERIFY(view.pointsDrawn() <= 2 * columns + 4);
+        qInfo("1M points -> %d drawn (%d columns), refresh %.1f ms", view.pointsDrawn(), columns, view.lastRefreshMs());
+        std::vector<PlotPoint> out;
+        QElapsedTimer timer;
+        timer.start();
+        for (int k = 0; k < 10; ++k) decimate_minmax(t, 0, 999999, columns, out);
+        qInfo("decimate_minmax of 1M points to %d columns: %.2f ms", columns,
+              static_cast<double>(timer.nsecsElapsed()) / 1e7);
+    }
+
+    void the_monitor_charts_stay_bounded_for_a_million_point_run() {
+        RunTraces traces;
+        Update u;
+        u.run_id = "big";
+        for (int i = 1; i <= 1000000; ++i) {
+            const double x = i;
+            u.points[series_index(SeriesId::Loss)].push_back({x, 5.0 / std::sqrt(x)});
+            u.points[series_index(SeriesId::TokensPerSec)].push_back({x, 1000.0 + (i % 97)});
+            u.points[series_index(SeriesId::Compute)].push_back({x, 0.5});
+            u.points[series_index(SeriesId::Communication)].push_back({x, 0.1});
+            u.points[series_index(SeriesId::Bubble)].push_back({x, 0.05});
+        }
+        traces.apply(std::move(u));
+        QCOMPARE(traces[SeriesId::Loss].size(), std::size_t{1000000});
+        MetricCharts charts(traces);
+        charts.resize(1500, 1000);
+        charts.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&charts));
+        charts.refresh();
+        QTest::qWait(20);
+        charts.refresh();
+        for (int c = 0; c < MetricCharts::ChartCount; ++c) {
+            PlotView* p = charts.chart(static_cast<MetricCharts::Chart>(c));
+            const int columns = std::max(50, static_cast<int>(p->chart()->plotArea().width()));
+            // loss: raw + smoothed (+ validation, empty); step time: three stacked areas of two edges
+            const int lines = c == MetricCharts::LossChart ? 2 : (c == MetricCharts::StepTimeChart ? 6 : 1);
+            QVERIFY2(
+                p->pointsDrawn() <= lines * (2 * columns + 4),
+                qPrintable(QString("chart %1: %2 points for %3 columns").arg(c).arg(p->pointsDrawn()).arg(columns)));
+        }
+        QVERIFY(charts.chart(MetricCharts::LossChart)->pointsDrawn() > 0);
+        QVERIFY(charts.chart(MetricCharts::StepTimeChart)->pointsDrawn() > 0);
+        QElapsedTimer timer;
+        timer.start();
+        charts.refresh();
+        double sum = 0;
+        for (int c = 0; c < MetricCharts::ChartCount; ++c)
+            sum += charts.chart(static_cast<MetricCharts::Chart>(c))->lastRefreshMs();
+        qInfo("Monitor charts over 1M-point series: refresh %.1f ms (PlotView::refresh total %.1f ms)",
+              static_cast<double>(timer.nsecsElapsed()) / 1e6, sum);
+    }
+};
+
+QTEST_MAIN(TestPlot)
+#include "test_plot.moc"
