@@ -71,30 +71,7 @@ XMap tokens_map(store::Store& st, const std::string& uid) {
 
 XMap wall_time_map(store::Store& st, const std::string& uid, int anchors) {
     XMap m;
-    auto& db = st.database();
-    auto run = db.prepare("SELECT id, created FROM runs WHERE uid = ?");
-    run.bind(1, uid);
-    if (!run.step()) return m;
-    const int64_t id = run.int64(0);
-    std::optional<double> origin = run.optional_real(1);
-    auto range = db.prepare("SELECT min(iteration), max(iteration) FROM steps WHERE run = ? AND time IS NOT NULL");
-    range.bind(1, id);
-    if (!range.step() || range.is_null(0)) return m;
-    const int64_t lo = range.int64(0), hi = range.int64(1);
-    // one index seek per anchor (steps is clustered on (run, iteration, seq)), not a scan of the run
-    auto at = db.prepare(
-        "SELECT iteration, time FROM steps WHERE run = ? AND iteration >= ? AND time IS NOT NULL "
-        "ORDER BY iteration, seq LIMIT 1");
-    const int n = std::max(2, anchors);
-    for (int k = 0; k < n; ++k) {
-        const int64_t want = lo + (hi - lo) * k / (n - 1);
-        at.bind(1, id).bind(2, want);
-        if (at.step()) {
-            if (!origin) origin = at.real(1);
-            m.add(static_cast<double>(at.int64(0)), at.real(1) - *origin);
-        }
-        at.reset();
-    }
+    for (const auto& p : st.wall_clock(uid, anchors)) m.add(static_cast<double>(p.iteration), p.seconds);
     return m;
 }
 

@@ -84,6 +84,7 @@ struct LoggingConfig {
     std::string load;                          ///< checkpoint directory (or iter_ folder) to resume from
     std::string device = "auto";               ///< cpu | cuda | auto
     int threads = 0;                           ///< CPU threads; 0 = all cores (or OMP_NUM_THREADS)
+    bool deterministic = false;                ///< GPU: bit-identical run to run (no TF32, pinned cuBLAS reductions)
     double peak_tflops_per_device = 0;         ///< the device's peak for MFU; 0 = not reported
     // telemetry and control over ZeroMQ (docs/protocol.md); rank 0 binds, loopback by default
     std::string telemetry_endpoint = "tcp://127.0.0.1:0";           ///< PUB socket; port 0 = ephemeral; "" = off

@@ -98,6 +98,10 @@ const auto kFields = std::to_array<Field>({
     MWB_FIELD(logging, load, "Checkpoint directory (or one iter_NNNNNNN folder) to resume from.", ""),
     MWB_FIELD(logging, device, "Where to train: cuda needs a GPU, auto uses one when present.", "cpu|cuda|auto"),
     MWB_FIELD(logging, threads, "CPU threads; 0 means OMP_NUM_THREADS or every core.", ""),
+    MWB_FIELD(logging, deterministic,
+              "GPU runs bit-identical run to run: no TF32 and no split-K reductions in cuBLAS (the CUDA ops never "
+              "reduce with atomics). CPU runs always are, for any thread count.",
+              ""),
     MWB_FIELD(logging, peak_tflops_per_device,
               "Peak TFLOP/s of one device (e.g. 989.4 for an H100 SXM in bf16, the measured sgemm peak on a CPU): "
               "MFU is reported against it; 0 leaves MFU out.",

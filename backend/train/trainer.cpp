@@ -112,6 +112,7 @@ public:
         // On a GPU, bf16 runs feed the GEMMs bf16 operands (tensor cores); weights and stored activations
         // are bf16 values already, dropout-scaled gradients are rounded as a bf16 tensor would be.
         if (ctx_.device == Device::CUDA && model_.storage() == DType::BF16) ctx_.gemm_inputs = DType::BF16;
+        if (ctx_.device == Device::CUDA) device::set_deterministic(cfg_.logging.deterministic);
         model_.init_weights(static_cast<uint64_t>(cfg_.training.seed));
         optimizer_ = std::make_unique<Optimizer>(model_.layout(), model_.params(), model_.grads(), cfg_.training,
                                                  model_.storage(), ctx_, alloc_, &par_, reducer_.shard());

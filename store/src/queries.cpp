@@ -101,6 +101,31 @@ std::optional<RunRecord> Store::run(const std::string& uid) {
     return r;
 }
 
+std::vector<WallClockPoint> Store::wall_clock(const std::string& uid, int anchors) {
+    const int64_t run = run_row_or_throw(uid);
+    Statement created = db_.prepare("SELECT created FROM runs WHERE id = ?");
+    created.bind(1, run);
+    const std::optional<double> origin = created.step() ? created.optional_real(0) : std::nullopt;
+    Statement range = db_.prepare("SELECT min(iteration), max(iteration) FROM steps WHERE run = ? AND time IS NOT NULL");
+    range.bind(1, run);
+    std::vector<WallClockPoint> out;
+    if (!range.step() || range.is_null(0)) return out;
+    const int64_t lo = range.int64(0), hi = range.int64(1);
+    // steps is clustered on (run, iteration, seq): each anchor is one seek
+    Statement at = db_.prepare(
+        "SELECT iteration, time FROM steps WHERE run = ? AND iteration >= ? AND time IS NOT NULL "
+        "ORDER BY iteration, seq LIMIT 1");
+    const int64_t n = std::max(2, anchors);
+    for (int64_t k = 0; k < n; ++k) {
+        at.bind(1, run).bind(2, lo + (hi - lo) * k / (n - 1));
+        if (at.step() && (out.empty() || out.back().iteration != at.int64(0))) out.push_back({at.int64(0), at.real(1)});
+        at.reset();
+    }
+    const double start = origin.value_or(out.front().seconds);
+    for (auto& p : out) p.seconds -= start;
+    return out;
+}
+
 std::vector<EvalPoint> Store::evals(const std::string& uid) {
     Statement s = db_.prepare(
         "SELECT seq, iteration, time, lm_loss, ppl, time_s, consumed_tokens, samples FROM evals "

@@ -5,10 +5,12 @@
 #include "ipc/wire_fixtures.h"
 #include "support/fixtures.h"
 
+#include "mwb/store/error.h"
 #include "mwb/store/store.h"
 
 #include <QtTest>
 
+#include <map>
 #include <random>
 
 using namespace mwb;
@@ -85,6 +87,35 @@ private slots:
                 compare(s, c.uid, trial % 2 ? "lm_loss" : "lr", {a, b, buckets});
             }
         }
+    }
+
+    void wall_clock_reads_the_time_of_each_anchor_iteration() {
+        test::TempDir t;
+        store::Store s(t / "h.sqlite");
+        const double t0 = 1.8e9;
+        int64_t seq = 0;
+        s.ingest(*ipc::parse_message(test::wire_message("w", seq++, "run.start", {{"iteration", 0}}, t0)));
+        // every 7th iteration, 0.25 s per iteration, then resumed from iteration 700 (those come again, later)
+        std::map<int64_t, double> first_time;  // the reference: the first stored step of each iteration
+        auto step = [&](int64_t it, double time) {
+            s.ingest(*ipc::parse_message(test::wire_message("w", seq++, "step", {{"iteration", it}}, time)));
+            first_time.emplace(it, time);
+        };
+        for (int64_t it = 7; it <= 1400; it += 7) step(it, t0 + 0.25 * static_cast<double>(it));
+        for (int64_t it = 700; it <= 2100; it += 7) step(it, t0 + 400 + 0.25 * static_cast<double>(it));
+        for (const int anchors : {2, 3, 50, 5000}) {
+            const auto points = s.wall_clock("w", anchors);
+            QVERIFY(points.size() >= 2 && points.size() <= static_cast<std::size_t>(anchors));
+            QCOMPARE(points.front().iteration, int64_t{7});
+            QCOMPARE(points.back().iteration, int64_t{2100});
+            for (std::size_t i = 0; i < points.size(); ++i) {
+                if (i > 0) QVERIFY(points[i].iteration > points[i - 1].iteration);
+                QVERIFY(first_time.count(points[i].iteration));
+                QCOMPARE(points[i].seconds, first_time[points[i].iteration] - t0);
+            }
+            if (anchors == 5000) QCOMPARE(points.size(), first_time.size());  // every stored iteration
+        }
+        QVERIFY_THROWS_EXCEPTION(store::Error, s.wall_clock("no such run"));
     }
 
     void buckets_are_exact_on_a_known_series() {

@@ -61,6 +61,9 @@ public:
                                const SeriesQuery& query = {});
     /// The same without the block index: every point read and bucketed (the reference in tests).
     Series series_brute_force(const std::string& uid, const std::string& metric, const SeriesQuery& query = {});
+    /// Wall-clock time against iteration at about `anchors` iterations spread evenly over the run's
+    /// timed steps (first and last included); one index seek each, not a scan of the run.
+    std::vector<WallClockPoint> wall_clock(const std::string& uid, int anchors = 2000);
     std::vector<EvalPoint> evals(const std::string& uid);
     std::vector<EventRecord> events(const std::string& uid, const std::string& topic = {});
     std::vector<MemorySample> memory(const std::string& uid, std::optional<int64_t> rank = std::nullopt);

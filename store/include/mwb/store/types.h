@@ -58,6 +58,13 @@ struct Series {
     bool raw = false;             ///< every point returned as it is
 };
 
+/// Where a run was in wall-clock time at an iteration: seconds since the run's first run.start
+/// (or since its first timed step when no run.start was stored).
+struct WallClockPoint {
+    int64_t iteration = 0;
+    double seconds = 0;
+};
+
 struct EvalPoint {
     int64_t seq = 0, iteration = 0;
     std::optional<double> time, lm_loss, ppl, time_s;
