@@ -3,7 +3,7 @@
 // ending with the run directory's complete series in the store, once; control requests round trip
 // through the trainer; CURVE off loopback; import and the command line's errors.
 #include "ipc/wire_fixtures.h"
-#include "support/fixtures.h"
+#include "support/trainer_process.h"
 
 #include "mwb/ipc/control_client.h"
 #include "mwb/ipc/follower.h"
@@ -32,40 +32,6 @@ QString q(const fs::path& p) {
     return QString::fromStdString(p.string());
 }
 
-/// A small model at ~5 ms per iteration on one thread, a step record every iteration, endless
-/// unless stopped (over the control channel, or by a signal).
-QStringList trainer_args(const fs::path& run_dir, const char* iterations = "1000000") {
-    return {"--mock-data",
-            "--tokenizer-type",
-            "NullTokenizer",
-            "--vocab-size",
-            "100",
-            "--num-layers",
-            "1",
-            "--hidden-size",
-            "64",
-            "--num-attention-heads",
-            "2",
-            "--seq-length",
-            "64",
-            "--micro-batch-size",
-            "4",
-            "--global-batch-size",
-            "4",
-            "--lr-warmup-iters",
-            "0",
-            "--log-interval",
-            "1",
-            "--eval-interval",
-            "0",
-            "--threads",
-            "1",
-            "--train-iters",
-            iterations,
-            "--run-dir",
-            q(run_dir)};
-}
-
 int lines(const fs::path& file) {
     std::ifstream in(file);
     return static_cast<int>(std::count(std::istreambuf_iterator<char>(in), {}, '\n'));
@@ -73,40 +39,6 @@ int lines(const fs::path& file) {
 int messages(const fs::path& run_dir) {
     return lines(run_dir / "metrics.jsonl") + lines(run_dir / "events.jsonl");
 }
-
-/// A child process whose output goes to a file: nobody has to read its pipe while the test waits
-/// (a trainer printing a line per iteration would otherwise block on a full pipe).
-struct Proc {
-    QProcess p;
-    test::TempDir logs;
-    void start(const QString& program, const QStringList& args) {
-        const QString log = q(logs / "output.log");
-        p.setStandardOutputFile(log, QIODevice::Append);
-        p.setStandardErrorFile(log, QIODevice::Append);
-        p.start(program, args);
-        QVERIFY2(p.waitForStarted(), qPrintable(program));
-    }
-    /// Exit code, or -1 when it did not end in time (then it is killed).
-    int wait(int ms = 20000) {
-        if (!p.waitForFinished(ms)) {
-            p.kill();
-            p.waitForFinished();
-            return -1;
-        }
-        return p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
-    }
-    void signal(int sig) { ::kill(static_cast<pid_t>(p.processId()), sig); }
-    QString output() {
-        std::ifstream in(logs / "output.log");
-        return QString::fromStdString(std::string(std::istreambuf_iterator<char>(in), {}));
-    }
-    ~Proc() {
-        if (p.state() != QProcess::NotRunning) {
-            p.kill();
-            p.waitForFinished();
-        }
-    }
-};
 
 struct Result {
     int code = -1;
@@ -168,11 +100,11 @@ private slots:
     void a_late_recorder_stores_the_complete_series() {
         test::TempDir t;
         const fs::path run = t / "run", db = t / "h.sqlite";
-        Proc trainer;
-        trainer.start(exe("backend", "mwb-train"), trainer_args(run));
+        test::Child trainer;
+        trainer.start(test::trainer_exe(), test::tiny_run_args(run, 1000000));
         QVERIFY(wait_for([&] { return lines(run / "metrics.jsonl") >= 150; }));
         // Joins late, through the PUB endpoint (snapshot endpoint learned from the heartbeats).
-        Proc recorder;
+        test::Child recorder;
         recorder.start(exe("store", "mwb-record"),
                        {"--store", q(db), "--until-end", QString::fromStdString(ipc::read_run_endpoints(run).publish)});
         const std::string id = run_id_of(run);
@@ -190,12 +122,12 @@ private slots:
     void a_killed_recorder_resumes_without_gaps_or_duplicates() {
         test::TempDir t;
         const fs::path run = t / "run", db = t / "h.sqlite";
-        Proc trainer;
-        trainer.start(exe("backend", "mwb-train"), trainer_args(run));
+        test::Child trainer;
+        trainer.start(test::trainer_exe(), test::tiny_run_args(run, 1000000));
         QVERIFY(wait_for([&] { return fs::exists(run / "telemetry.json"); }));
         const std::string id = run_id_of(run);
         {
-            Proc recorder;
+            test::Child recorder;
             recorder.start(exe("store", "mwb-record"), {"--store", q(db), q(run)});
             QVERIFY(wait_for([&] { return stored(db, id) >= 100; }));
             recorder.signal(SIGKILL);
@@ -203,7 +135,7 @@ private slots:
         }
         const int at_kill = messages(run);
         QVERIFY(wait_for([&] { return messages(run) >= at_kill + 150; }));  // the run goes on unrecorded
-        Proc again;
+        test::Child again;
         again.start(exe("store", "mwb-record"), {"--store", q(db), "--until-end", q(run)});
         QVERIFY(wait_for([&] { return stored(db, id) >= at_kill + 200; }));
         QCOMPARE(control(run, "stop")["ok"], true);
@@ -215,20 +147,20 @@ private slots:
     void a_restarted_trainer_continues_the_same_history() {
         test::TempDir t;
         const fs::path run = t / "run", db = t / "h.sqlite";
-        Proc recorder;  // started first: it waits for telemetry.json
+        test::Child recorder;  // started first: it waits for telemetry.json
         recorder.start(exe("store", "mwb-record"), {"--store", q(db), q(run)});
         {
-            Proc first;
-            first.start(exe("backend", "mwb-train"), trainer_args(run) + QStringList{"--save", q(t / "ckpt")});
+            test::Child first;
+            first.start(test::trainer_exe(), test::tiny_run_args(run, 1000000) + QStringList{"--save", q(t / "ckpt")});
             QVERIFY(wait_for([&] { return lines(run / "metrics.jsonl") >= 100; }));
             first.signal(SIGTERM);
             QCOMPARE(first.wait(), 130);  // checkpointed, run.end "interrupted"
         }
         const std::string first_endpoint = ipc::read_run_endpoints(run).publish;
         const int before = messages(run);
-        Proc second;
-        second.start(exe("backend", "mwb-train"),
-                     trainer_args(run) + QStringList{"--save", q(t / "ckpt"), "--load", q(t / "ckpt")});
+        test::Child second;
+        second.start(test::trainer_exe(),
+                     test::tiny_run_args(run, 1000000) + QStringList{"--save", q(t / "ckpt"), "--load", q(t / "ckpt")});
         QVERIFY(wait_for([&] { return messages(run) >= before + 100; }));
         QVERIFY(ipc::read_run_endpoints(run).publish != first_endpoint);  // new ephemeral ports
         QCOMPARE(control(run, "stop")["ok"], true);
@@ -247,8 +179,8 @@ private slots:
     void control_requests_round_trip_through_the_trainer() {
         test::TempDir t;
         const fs::path run = t / "run";
-        Proc trainer;
-        trainer.start(exe("backend", "mwb-train"), trainer_args(run));
+        test::Child trainer;
+        trainer.start(test::trainer_exe(), test::tiny_run_args(run, 1000000));
         QVERIFY(wait_for([&] { return lines(run / "metrics.jsonl") >= 5; }));
         auto client = ipc::ControlClient::for_run_dir(run);
         auto status = client.request("status", 20s, "s1");
@@ -301,8 +233,8 @@ private slots:
         const QStringList open = {"--telemetry-endpoint", "tcp://0.0.0.0:0",    "--telemetry-snapshot-endpoint",
                                   "tcp://0.0.0.0:0",      "--control-endpoint", "tcp://0.0.0.0:0"};
         {
-            Proc refused;
-            refused.start(exe("backend", "mwb-train"), trainer_args(run) + open);
+            test::Child refused;
+            refused.start(test::trainer_exe(), test::tiny_run_args(run, 1000000) + open);
             QCOMPARE(refused.wait(), 2);
             const QString out = refused.output();
             QVERIFY2(out.contains("telemetry_endpoint") && out.contains("not a loopback address") &&
@@ -310,14 +242,14 @@ private slots:
                      qPrintable(out));
             QVERIFY(!fs::exists(run / "metrics.jsonl"));
         }
-        Proc trainer;
-        trainer.start(exe("backend", "mwb-train"),
-                      trainer_args(run) + open +
+        test::Child trainer;
+        trainer.start(test::trainer_exe(),
+                      test::tiny_run_args(run, 1000000) + open +
                           QStringList{"--curve-secret-key-file", q(t / "server.key_secret"), "--curve-client-keys",
                                       q(t / "client.key")});
         QVERIFY(wait_for([&] { return lines(run / "metrics.jsonl") >= 20; }));
         QVERIFY(!fs::exists(run / "control.token"));  // CURVE authenticates the client instead
-        Proc recorder;
+        test::Child recorder;
         recorder.start(exe("store", "mwb-record"),
                        {"--store", q(db), "--until-end", "--curve-key", q(t / "client.key_secret"), q(run)});
         const std::string id = run_id_of(run);
@@ -337,10 +269,10 @@ private slots:
             QSKIP("/usr/bin/python3 has no zmq module");
         test::TempDir t;
         const fs::path run = t / "run";
-        Proc trainer;
-        trainer.start(exe("backend", "mwb-train"), trainer_args(run, "600"));
+        test::Child trainer;
+        trainer.start(test::trainer_exe(), test::tiny_run_args(run, 600));
         QVERIFY(wait_for([&] { return lines(run / "metrics.jsonl") >= 40; }));
-        Proc python;  // joins late
+        test::Child python;  // joins late
         python.start("/usr/bin/python3", {q(test::source_dir() / "examples" / "follow_run.py"), q(run)});
         const int code = python.wait();
         const QString out = python.output();
@@ -354,8 +286,8 @@ private slots:
     void import_and_command_line_errors() {
         test::TempDir t;
         const fs::path run = t / "run", db = t / "h.sqlite";
-        Proc trainer;
-        trainer.start(exe("backend", "mwb-train"), trainer_args(run, "30"));
+        test::Child trainer;
+        trainer.start(test::trainer_exe(), test::tiny_run_args(run, 30));
         QCOMPARE(trainer.wait(), 0);
         const int n = messages(run);
         Result r = run_record({"import", "--store", q(db), q(run)});
