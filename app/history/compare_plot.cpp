@@ -190,8 +190,9 @@ void ComparePlot::reloadData() {
     }
     for (std::size_t i = 0; i < runs_.size(); ++i) {
         const bool sparse = metric() == QLatin1String("val_loss");
-        const int line =
-            plot_->addLine(runs_[i].title, {series_color(static_cast<int>(i)), 1.8, Qt::SolidLine, sparse});
+        PlotView::LineStyle style = themed_line(static_cast<int>(i), 1.8);
+        style.markers = sparse;
+        const int line = plot_->addLine(runs_[i].title, style);
         plot_->setTrace(line, &traces_[i]);
     }
     updateTitles();

@@ -15,6 +15,7 @@
 
 namespace mwb::app {
 
+
 double peak_tflops(const RunTraces& t) {
     if (t.start && t.start->config.is_object()) {
         const auto it = t.start->config.find("peak_tflops_per_device");
@@ -55,11 +56,12 @@ MetricCharts::MetricCharts(RunTraces& traces, QWidget* parent) : QWidget(parent)
     outer->addLayout(grid, 1);
 
     PlotView* loss = add(LossChart, tr("Loss"), tr("nats/token"));
-    QColor raw = series_color(0);
-    raw.setAlpha(90);
-    const int raw_line = loss->addLine(tr("train"), {raw, 1.0});
-    const int ema_line = loss->addLine(tr("train (smoothed)"), {series_color(0), 2.0});
-    const int val_line = loss->addLine(tr("validation"), {series_color(1), 1.8, Qt::SolidLine, true});
+    // the unsmoothed loss stays in the background, yet visible on a dark chart
+    const int raw_line = loss->addLine(tr("train"), themed_line(0, 1.0, 90, 150));
+    const int ema_line = loss->addLine(tr("train (smoothed)"), themed_line(0, 2.0));
+    PlotView::LineStyle val_style = themed_line(1, 1.8);
+    val_style.markers = true;
+    const int val_line = loss->addLine(tr("validation"), val_style);
     loss->setTrace(raw_line, &traces_[SeriesId::Loss]);
     loss->setTrace(ema_line, &traces_.loss_ema);
     loss->setTrace(val_line, &traces_[SeriesId::ValLoss]);
@@ -67,7 +69,7 @@ MetricCharts::MetricCharts(RunTraces& traces, QWidget* parent) : QWidget(parent)
 
     const auto single = [this](Chart c, const QString& title, const QString& y, SeriesId s, int color) {
         PlotView* p = add(c, title, y);
-        p->setTrace(p->addLine(title, {series_color(color), 1.6}), &traces_[s]);
+        p->setTrace(p->addLine(title, themed_line(color, 1.6)), &traces_[s]);
         return p;
     };
     single(LrChart, tr("Learning rate"), {}, SeriesId::Lr, 2)->setYLabelFormat(QStringLiteral("%.2e"));

@@ -116,7 +116,20 @@ int PlotView::addArea(const QString& name, const QColor& color) {
     return static_cast<int>(lines_.size()) - 1;
 }
 
+PlotView::LineStyle themed_line(int slot, qreal width, int light_alpha, int dark_alpha) {
+    PlotView::LineStyle style;
+    style.width = width;
+    style.themed_color = [=] {
+        QColor c = series_color(slot);
+        c.setAlpha(dark_theme() ? dark_alpha : light_alpha);
+        return c;
+    };
+    style.color = style.themed_color();
+    return style;
+}
+
 void PlotView::applyStyle(Line& l) {
+    if (l.style.themed_color) l.style.color = l.style.themed_color();
     if (l.area) {
         QColor fill = l.style.color;
         fill.setAlpha(190);

@@ -10,6 +10,7 @@
 #include <QChartView>
 #include <QPointer>
 
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -32,6 +33,9 @@ public:
         bool markers = false;  ///< draw the points (sparse series such as validation loss)
         Axis axis = Axis::Left;
         bool in_legend = true;
+        /// When set, the colour is taken from it again at every restyle(), so a palette switch
+        /// recolours the line (e.g. a theme's series colour).
+        std::function<QColor()> themed_color = {};
     };
 
     explicit PlotView(const QString& title, QWidget* parent = nullptr);
@@ -129,5 +133,9 @@ private:
     std::vector<PlotPoint> scratch_;
     std::vector<double> stack_;
 };
+
+/// A line in the theme's series colour `slot` (core/theme.h), with its alpha in the light and the dark
+/// palette, recoloured by restyle() when the palette switches.
+PlotView::LineStyle themed_line(int slot, qreal width, int light_alpha = 255, int dark_alpha = 255);
 
 }  // namespace mwb::app

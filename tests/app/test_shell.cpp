@@ -14,6 +14,7 @@
 #include "shell/main_window.h"
 
 #include <QAction>
+#include <QLineSeries>
 #include <QMenuBar>
 #include <QSettings>
 #include <QShortcut>
@@ -133,11 +134,23 @@ private slots:
         const auto plots = w.findChildren<PlotView*>();
         QVERIFY(!plots.isEmpty());
         for (PlotView* p : plots) QVERIFY(p->chart()->backgroundBrush().color().lightness() < 80);
+        // lines take the palette's series colours too (the smoothed loss is series colour 0)
+        const auto smoothed_loss_colour = [&] {
+            for (PlotView* p : plots)
+                for (QAbstractSeries* series : p->chart()->series())
+                    if (series->name() == QStringLiteral("train (smoothed)"))
+                        return static_cast<QLineSeries*>(series)->pen().color();
+            return QColor();
+        };
+        QCOMPARE(smoothed_loss_colour(), series_color(0));
         QVERIFY(qApp->palette().color(QPalette::WindowText).lightness() > 180);
+        const QColor dark_colour = smoothed_loss_colour();
         w.setTheme(Theme::Light);
         QVERIFY(qApp->palette().color(QPalette::Window).lightness() > 180);
         QVERIFY(qApp->palette().color(QPalette::WindowText).lightness() < 80);
         for (PlotView* p : plots) QVERIFY(p->chart()->backgroundBrush().color().lightness() > 180);
+        QCOMPARE(smoothed_loss_colour(), series_color(0));
+        QVERIFY(smoothed_loss_colour() != dark_colour);
     }
 
     void optionParsing() {
