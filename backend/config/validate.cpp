@@ -158,7 +158,9 @@ std::vector<ConfigIssue> validate(const Config& c, int world_size) {
     ck.require(t.lr_decay_iters >= 1, "lr_decay_iters", "lr_decay_iters must be at least 1 (got {})",
                t.lr_decay_iters);
     ck.require(t.lr_warmup_iters <= t.lr_decay_iters || t.lr_decay_style == "constant", "lr_warmup_iters",
-               "lr_warmup_iters ({}) must not exceed lr_decay_iters ({})", t.lr_warmup_iters, t.lr_decay_iters);
+               "lr_warmup_iters ({}) must not exceed lr_decay_iters ({}{}): lower --lr-warmup-iters or train longer",
+               t.lr_warmup_iters, t.lr_decay_iters,
+               t.lr_decay_iters == t.train_iters ? ", which defaults to train_iters" : "");
     ck.require(t.weight_decay >= 0, "weight_decay", "weight_decay must not be negative (got {})", t.weight_decay);
     ck.require(t.adam_beta1 >= 0 && t.adam_beta1 < 1, "adam_beta1", "adam_beta1 must be in [0, 1) (got {})",
                t.adam_beta1);
