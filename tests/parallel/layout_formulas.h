@@ -15,7 +15,7 @@ namespace mwb::test {
 struct LayoutSpec {
     int tp = 1, pp = 1, dp = 1, chunks = 1;  // chunks: model chunks per pipeline rank (interleaving)
     bool sp = false, distributed_optimizer = false;
-    std::string recompute;                   // "", "selective", "full"
+    std::string recompute = {};              // "", "selective", "full"
     int recompute_layers = 0;                // with full, uniform
 };
 
