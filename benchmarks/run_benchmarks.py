@@ -56,8 +56,9 @@ def bench_mwb(build, env, shape, warmup, iters, threads):
                "--log-interval", "1",
                "--eval-interval", "0", "--threads", str(threads), "--run-dir", run_dir]
         _, rss = run_child(cmd, env)
-        steps = [json.loads(line) for line in open(f"{run_dir}/metrics.jsonl")]
-        timed = [r["iteration_time_s"] for r in steps if r["topic"] == "step"][warmup:]
+        records = [json.loads(line) for line in open(f"{run_dir}/metrics.jsonl")]
+        steps = [r for r in records if r["topic"] == "step"]  # metrics.jsonl also holds eval and memory records
+        timed = [r["iteration_time_s"] for r in steps][warmup:]
         t = sum(timed) / len(timed)
         return {"iteration_time_s": t, "tokens_per_sec": b * s / t, "peak_rss_bytes": rss,
                 "tracked_peak_bytes": steps[-1]["mem_peak_bytes"]}
