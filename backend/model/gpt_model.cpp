@@ -15,7 +15,7 @@ GptModel::GptModel(const GptDims& dims, const RecomputePolicy& recompute, DType 
                    Allocator& alloc)
     : d_(dims), partition_(ModelPartition::whole(dims)), self_tp_(std::make_unique<SelfCommunicator>("tp")),
       self_sp_(std::make_unique<SelfCommunicator>("sp")),
-      own_tp_(std::make_unique<TensorParallel>(*self_tp_, *self_sp_, false)), tp_(*own_tp_), recompute_(recompute),
+      own_tp_(std::make_unique<TensorParallel>(*self_tp_, *self_sp_, *self_tp_, false, ctx)), tp_(*own_tp_), recompute_(recompute),
       storage_(storage), ctx_(ctx), alloc_(alloc) {
     build(1);
 }
@@ -35,9 +35,6 @@ void GptModel::build(int64_t arena_shards) {
                   d_.vocab % t == 0 && !partition_.chunks.empty(),
               "GptModel: inconsistent sizes (L={} H={} A={} F={} S={} B={} V={} P={}, tensor-parallel {})", d_.layers,
               d_.hidden, d_.heads, d_.ffn, d_.seq, d_.micro_batch, d_.vocab, d_.max_positions, t);
-    MWB_CHECK(ctx_.device == Device::CPU || t == 1,
-              "GptModel on {}: tensor parallelism ({}) needs device collectives in TensorParallel, which are not "
-              "wired yet; use tensor_model_parallel_size 1", device_name(ctx_.device), t);
     MWB_CHECK(alloc_.device() == ctx_.device, "GptModel: the allocator ({}) and the op context ({}) are on different devices",
               device_name(alloc_.device()), device_name(ctx_.device));
     local_rows_ = tp_.local_seq(d_.seq) * d_.micro_batch;
@@ -229,15 +226,14 @@ double GptModel::head(ModelRuntime& rt, const MicroState& st, const Buffer& fina
     float* row_sum = row_max + N;
     float* target_logit = row_max + 2 * N;
     if (tp_.size() > 1) {
-        Buffer global_max = rt.workspace(N);
-        std::copy(row_max, row_max + N, global_max.f32());
-        tp_.all_reduce_max(global_max.f32(), N);
+        std::vector<float> global_max(row_max, row_max + N);
+        tp_.all_reduce_max_host(global_max.data(), N);
         for (int64_t n = 0; n < N; ++n) {
-            row_sum[n] *= std::exp(row_max[n] - global_max.f32()[n]);
-            row_max[n] = global_max.f32()[n];
+            row_sum[n] *= std::exp(row_max[n] - global_max[n]);
+            row_max[n] = global_max[n];
         }
-        tp_.all_reduce(row_sum, N);
-        tp_.all_reduce(target_logit, N);
+        tp_.all_reduce_host(row_sum, N);
+        tp_.all_reduce_host(target_logit, N);
     }
     double loss_sum = 0;  // summed in row order: the same for any thread count
     for (int64_t n = 0; n < N; ++n) {

@@ -2,13 +2,16 @@
 
 #include "mwb/kernels/error.h"
 
-#include <cstring>
-
 namespace mwb {
+
+void TensorParallel::copy(const TensorView& dst, const TensorView& src) {
+    if (dst.data != src.data) ops::copy(ctx_, make_view(dst.data, DType::F32, {dst.numel()}, dst.device),
+                                        make_view(src.data, DType::F32, {src.numel()}, src.device));
+}
 
 void TensorParallel::reduce_rows(const TensorView& full, const TensorView& local) {
     if (size() == 1) {
-        if (local.data != full.data) std::memcpy(local.data, full.data, static_cast<std::size_t>(full.numel()) * 4);
+        copy(local, full);
         return;
     }
     if (sequence_parallel_) {
@@ -18,7 +21,7 @@ void TensorParallel::reduce_rows(const TensorView& full, const TensorView& local
         return;
     }
     tp_.all_reduce_sum(full.f32(), full.numel());
-    if (local.data != full.data) std::memcpy(local.data, full.data, static_cast<std::size_t>(full.numel()) * 4);
+    copy(local, full);
 }
 
 void TensorParallel::gather_rows(const TensorView& local, const TensorView& full) {
@@ -28,7 +31,7 @@ void TensorParallel::gather_rows(const TensorView& local, const TensorView& full
         sp_.all_gather(local.f32(), full.f32(), local.numel());
         return;
     }
-    if (local.data != full.data) std::memcpy(full.data, local.data, static_cast<std::size_t>(local.numel()) * 4);
+    copy(full, local);
 }
 
 }  // namespace mwb

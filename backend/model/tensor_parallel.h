@@ -6,6 +6,7 @@
 //   after a row-parallel linear:      forward reduce_rows, backward gather_rows
 // Rows are the S·B rows of (S, B, H) activations: under sequence parallelism a rank holds the
 // contiguous block of S/t positions [s_begin, s_begin + S/t), i.e. rows [s_begin·B, (s_begin + S/t)·B).
+#include "mwb/kernels/ops.h"
 #include "mwb/kernels/tensor.h"
 #include "parallel/communicator.h"
 
@@ -15,9 +16,11 @@ namespace mwb {
 
 class TensorParallel {
 public:
-    /// tp: the tensor-parallel group; sp: the same ranks, for sequence-parallel traffic.
-    TensorParallel(Communicator& tp, Communicator& sp, bool sequence_parallel)
-        : tp_(tp), sp_(sp), sequence_parallel_(sequence_parallel && tp.size() > 1) {}
+    /// tp: the tensor-parallel group for the model's tensors; sp: the same ranks, for sequence-parallel
+    /// traffic; host_tp: the same ranks for host memory (ParallelContext's data and host groups).
+    /// Copies between a rank's own buffers run on `ctx` (device copies on a GPU).
+    TensorParallel(Communicator& tp, Communicator& sp, Communicator& host_tp, bool sequence_parallel, OpContext& ctx)
+        : tp_(tp), sp_(sp), host_tp_(host_tp), sequence_parallel_(sequence_parallel && tp.size() > 1), ctx_(ctx) {}
 
     int size() const { return tp_.size(); }
     int rank() const { return tp_.rank(); }
@@ -32,14 +35,18 @@ public:
     void reduce_rows(const TensorView& full, const TensorView& local);
     /// local rows -> full (N, H) rows (SP: all-gather; else a copy unless they alias).
     void gather_rows(const TensorView& local, const TensorView& full);
-    /// Sum of a replicated value's partial contributions over the tensor-parallel ranks (in place).
-    void all_reduce(float* data, int64_t n) { tp_.all_reduce_sum(data, n); }
-    void all_reduce_max(float* data, int64_t n) { tp_.all_reduce_max(data, n); }
+    /// Sum (max) of host values over the tensor-parallel ranks, in place (the loss statistics).
+    void all_reduce_host(float* data, int64_t n) { host_tp_.all_reduce_sum(data, n); }
+    void all_reduce_max_host(float* data, int64_t n) { host_tp_.all_reduce_max(data, n); }
 
 private:
     Communicator& tp_;
     Communicator& sp_;
+    Communicator& host_tp_;
     bool sequence_parallel_;
+    OpContext& ctx_;
+
+    void copy(const TensorView& dst, const TensorView& src);
 };
 
 }  // namespace mwb

@@ -57,7 +57,7 @@ StepResult Optimizer::step(double lr, double loss_scale) {
     });
     if (par_) {
         par_->model().all_reduce_sum(&sumsq, 1);
-        if (distributed()) par_->dp().all_reduce_sum(&sumsq, 1);
+        if (distributed()) par_->host_dp().all_reduce_sum(&sumsq, 1);
     }
     r.grad_norm = std::sqrt(sumsq) / loss_scale;
     if (!std::isfinite(r.grad_norm)) {

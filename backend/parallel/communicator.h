@@ -1,9 +1,10 @@
 #pragma once
-// A process group and its collectives, on host buffers (MPI) — the CUDA path adds an NCCL
-// implementation for device buffers behind the same interface. Every call counts the bytes this rank
+// A process group and its collectives: on host buffers (MPI, or a group of one) or on device buffers
+// (NCCL) behind the same interface. Every call counts the bytes this rank
 // sends by the ring algorithm's volume (the planner predicts exactly these numbers) and the time spent.
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 namespace mwb {
@@ -32,6 +33,14 @@ public:
     virtual bool done() = 0;
 };
 
+/// One side of a point-to-point exchange: n floats to or from `peer`, matched by `tag`.
+struct Message {
+    float* data = nullptr;
+    int64_t n = 0;
+    int peer = 0;
+    int tag = 0;
+};
+
 class Communicator {
 public:
     virtual ~Communicator() = default;
@@ -51,9 +60,12 @@ public:
     virtual void broadcast(void* data, int64_t bytes, int root) = 0;
     /// Gathers `bytes` from every rank to root (out: size()·bytes, only read on root).
     virtual void gather(const void* in, void* out, int64_t bytes, int root) = 0;
-    /// Point-to-point within the group; `tag` distinguishes concurrent messages.
-    virtual std::unique_ptr<PendingSend> send(const float* data, int64_t n, int peer, int tag) = 0;
-    virtual void recv(float* data, int64_t n, int peer, int tag) = 0;
+    /// Point-to-point within the group: posts `sends` and `recvs` together (NCCL: one group) and
+    /// returns once every receive has arrived; the sends may still be in flight (the handle's wait()
+    /// before reusing their buffers). Either list may be empty. Messages between two ranks match by
+    /// tag on MPI but in posting order on NCCL, whose sends complete only once received: ranks must
+    /// post them in an order that pairs up, and two ranks sending to each other must do it in one call.
+    virtual std::unique_ptr<PendingSend> exchange(std::span<const Message> sends, std::span<const Message> recvs) = 0;
     virtual void barrier() = 0;
 
     const CommStats& stats() const { return stats_; }

@@ -3,7 +3,6 @@
 #include "mwb/kernels/error.h"
 
 #include <algorithm>
-#include <cstring>
 
 namespace mwb {
 
@@ -46,8 +45,9 @@ void GradientReducer::reduce() {
     // Each rank receives the sum of its shard, in place at the start of the arena (no temporary),
     // then moves it to where the shard lives; the rest of the arena is stale from here on.
     par_.dp().reduce_scatter_sum(g, g, shard_.size());
-    if (shard_.begin != 0) std::memcpy(g + shard_.begin, g, static_cast<std::size_t>(shard_.size()) * sizeof(float));
-    ops::scale(ctx_, make_view(g + shard_.begin, DType::F32, {shard_.size()}), inv);
+    const TensorView shard = slice_1d(grads_, shard_.begin, shard_.size());
+    if (shard_.begin != 0) ops::copy(ctx_, shard, slice_1d(grads_, 0, shard_.size()));  // disjoint: begin >= size
+    ops::scale(ctx_, shard, inv);
 }
 
 }  // namespace mwb

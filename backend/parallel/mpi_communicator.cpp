@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <climits>
+#include <vector>
 
 namespace mwb {
 
@@ -38,31 +39,38 @@ private:
     Clock::time_point t0_;
 };
 
+/// The sends of one exchange. Under Nccl semantics the requests are shared with the communicator
+/// (its next call waits for them); MPI sets a completed request to MPI_REQUEST_NULL, so whoever
+/// waits second returns at once.
 class MpiPendingSend final : public PendingSend {
 public:
-    MpiPendingSend(MPI_Request r, CommStats& s) : request_(r), stats_(s) {}
+    MpiPendingSend(std::vector<std::shared_ptr<MPI_Request>> r, CommStats& s) : requests_(std::move(r)), stats_(s) {}
     ~MpiPendingSend() override { wait(); }
     void wait() override {
-        if (request_ == MPI_REQUEST_NULL) return;
         const auto t0 = Clock::now();
-        MPI_Wait(&request_, MPI_STATUS_IGNORE);
+        for (const auto& r : requests_)
+            if (*r != MPI_REQUEST_NULL) MPI_Wait(r.get(), MPI_STATUS_IGNORE);
         stats_.seconds += std::chrono::duration<double>(Clock::now() - t0).count();
     }
     bool done() override {
-        if (request_ == MPI_REQUEST_NULL) return true;
-        int flag = 0;
-        MPI_Test(&request_, &flag, MPI_STATUS_IGNORE);
-        return flag != 0;
+        for (const auto& r : requests_) {
+            if (*r == MPI_REQUEST_NULL) continue;
+            int flag = 0;
+            MPI_Test(r.get(), &flag, MPI_STATUS_IGNORE);
+            if (!flag) return false;
+        }
+        return true;
     }
 
 private:
-    MPI_Request request_;
+    std::vector<std::shared_ptr<MPI_Request>> requests_;
     CommStats& stats_;
 };
 
 }  // namespace
 
-MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name) : comm_(comm), name_(std::move(name)) {
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name, P2PSemantics p2p)
+    : comm_(comm), name_(std::move(name)), p2p_(p2p) {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
 }
@@ -113,18 +121,47 @@ void MpiCommunicator::gather(const void* in, void* out, int64_t bytes, int root)
     check(MPI_Gather(in, c, MPI_BYTE, out, c, MPI_BYTE, root, comm_), "gather", name_);
 }
 
-std::unique_ptr<PendingSend> MpiCommunicator::send(const float* data, int64_t n, int peer, int tag) {
-    Measure m(stats_, n * 4);
-    MPI_Request r = MPI_REQUEST_NULL;
-    check(MPI_Isend(data, count_of(n, name_), MPI_FLOAT, peer, tag, comm_, &r), "send", name_);
-    return std::make_unique<MpiPendingSend>(r, stats_);
+void MpiCommunicator::wait_for_last_sends() {
+    if (last_sends_.empty()) return;
+    const auto t0 = Clock::now();
+    for (const auto& r : last_sends_) check(MPI_Wait(r.get(), MPI_STATUS_IGNORE), "send", name_);
+    last_sends_.clear();
+    stats_.wait_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-void MpiCommunicator::recv(float* data, int64_t n, int peer, int tag) {
-    Measure m(stats_, 0);
+std::unique_ptr<PendingSend> MpiCommunicator::exchange(std::span<const Message> sends, std::span<const Message> recvs) {
+    int64_t bytes = 0;
+    for (const Message& m : sends) bytes += m.n * 4;
+    Measure m(stats_, bytes);
+    const bool nccl = p2p_ == P2PSemantics::Nccl;
+    // Nccl semantics: this call starts once the previous one is complete (one stream), tags are
+    // ignored and sends are synchronous (complete only when matched).
+    if (nccl) wait_for_last_sends();
     const auto t0 = Clock::now();
-    check(MPI_Recv(data, count_of(n, name_), MPI_FLOAT, peer, tag, comm_, MPI_STATUS_IGNORE), "receive", name_);
-    stats_.wait_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    std::vector<std::shared_ptr<MPI_Request>> send_requests;
+    for (const Message& s : sends) {
+        auto r = std::make_shared<MPI_Request>(MPI_REQUEST_NULL);
+        const int c = count_of(s.n, name_);
+        if (nccl) check(MPI_Issend(s.data, c, MPI_FLOAT, s.peer, 0, comm_, r.get()), "send", name_);
+        else check(MPI_Isend(s.data, c, MPI_FLOAT, s.peer, s.tag, comm_, r.get()), "send", name_);
+        send_requests.push_back(std::move(r));
+    }
+    std::vector<MPI_Request> recv_requests(recvs.size(), MPI_REQUEST_NULL);
+    for (std::size_t i = 0; i < recvs.size(); ++i)
+        check(MPI_Irecv(recvs[i].data, count_of(recvs[i].n, name_), MPI_FLOAT, recvs[i].peer, nccl ? 0 : recvs[i].tag,
+                        comm_, &recv_requests[i]),
+              "receive", name_);
+    if (!recv_requests.empty()) {
+        check(MPI_Waitall(static_cast<int>(recv_requests.size()), recv_requests.data(), MPI_STATUSES_IGNORE), "receive",
+              name_);
+        stats_.wait_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    }
+    if (nccl) {
+        last_sends_ = send_requests;
+        // A group with receives completes as a whole: NCCL's caller synchronizes the stream.
+        if (!recvs.empty()) wait_for_last_sends();
+    }
+    return std::make_unique<MpiPendingSend>(std::move(send_requests), stats_);
 }
 
 void MpiCommunicator::barrier() {

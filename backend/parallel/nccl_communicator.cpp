@@ -184,23 +184,29 @@ void NcclCommunicator::gather(const void* in, void* out, int64_t bytes, int root
     finish();
 }
 
-std::unique_ptr<PendingSend> NcclCommunicator::send(const float* data, int64_t n, int peer, int tag) {
-    MWB_CHECK(tag >= 0, "{} group: negative tag {}", name_, tag);
-    Measure m(stats_, n * 4);
-    begin();
-    check_nccl(ncclSend(data, static_cast<size_t>(n), ncclFloat, peer, impl_->comm, MWB_NCCL_STREAM), "send", name_);
-    return std::make_unique<NcclPendingSend>(MWB_NCCL_STREAM);
-}
-
-void NcclCommunicator::recv(float* data, int64_t n, int peer, int tag) {
-    MWB_CHECK(tag >= 0, "{} group: negative tag {}", name_, tag);
-    Measure m(stats_, 0);
+std::unique_ptr<PendingSend> NcclCommunicator::exchange(std::span<const Message> sends, std::span<const Message> recvs) {
+    int64_t bytes = 0;
+    for (const Message& m : sends) {
+        MWB_CHECK(m.tag >= 0, "{} group: negative tag {}", name_, m.tag);
+        bytes += m.n * 4;
+    }
+    Measure m(stats_, bytes);
     const auto t0 = Clock::now();
-    begin();
-    check_nccl(ncclRecv(data, static_cast<size_t>(n), ncclFloat, peer, impl_->comm, MWB_NCCL_STREAM), "recv", name_);
-    finish();
-    synchronize();  // the caller reads the data next
-    stats_.wait_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    begin();  // the data to send is computed
+    check_nccl(ncclGroupStart(), "group start", name_);
+    for (const Message& s : sends)
+        check_nccl(ncclSend(s.data, static_cast<size_t>(s.n), ncclFloat, s.peer, impl_->comm, MWB_NCCL_STREAM), "send",
+                   name_);
+    for (const Message& r : recvs)
+        check_nccl(ncclRecv(r.data, static_cast<size_t>(r.n), ncclFloat, r.peer, impl_->comm, MWB_NCCL_STREAM), "recv",
+                   name_);
+    check_nccl(ncclGroupEnd(), "group end", name_);
+    if (!recvs.empty()) {
+        finish();
+        synchronize();  // the caller's passes read the data next
+        stats_.wait_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    }
+    return std::make_unique<NcclPendingSend>(MWB_NCCL_STREAM);
 }
 
 void NcclCommunicator::barrier() {

@@ -36,12 +36,10 @@ public:
     void reduce_scatter_sum(const float* in, float* out, int64_t n) override;
     void broadcast(void* data, int64_t bytes, int root) override;
     void gather(const void* in, void* out, int64_t bytes, int root) override;
-    /// NCCL has no tags: messages between two ranks match in the order they are posted; `tag` is only
-    /// checked to be non-negative. Sends and receives queue on one stream and a send completes only
-    /// when its peer receives, so callers must post them in an order that pairs up (as MPI's blocking
-    /// calls would need), not rely on MPI's eager buffering.
-    std::unique_ptr<PendingSend> send(const float* data, int64_t n, int peer, int tag) override;
-    void recv(float* data, int64_t n, int peer, int tag) override;
+    /// One NCCL group of every send and receive (Megatron-LM's batched isend/irecv). NCCL has no tags:
+    /// messages between two ranks match in posting order, and `tag` is only checked to be
+    /// non-negative. The sends alone (no receives) return at once, queued on the stream.
+    std::unique_ptr<PendingSend> exchange(std::span<const Message> sends, std::span<const Message> recvs) override;
     void barrier() override;
 
 private:

@@ -2,6 +2,9 @@
 
 #include "mwb/kernels/error.h"
 #include "parallel/mpi_communicator.h"
+#if defined(MWB_WITH_CUDA)
+#include "parallel/nccl_communicator.h"
+#endif
 #include "parallel/self_communicator.h"
 
 #include <mpi.h>
@@ -21,6 +24,13 @@ bool launched_by_mpi() {
     return false;
 }
 
+P2PSemantics p2p_semantics() {
+    const char* v = std::getenv("MWB_P2P_SEMANTICS");
+    if (!v || std::string(v).empty() || std::string(v) == "mpi") return P2PSemantics::Mpi;
+    MWB_CHECK(std::string(v) == "nccl", "MWB_P2P_SEMANTICS is '{}'; expected mpi (the default) or nccl", v);
+    return P2PSemantics::Nccl;
+}
+
 std::unique_ptr<Communicator> split(bool mpi, int color, int key, const char* name) {
     if (!mpi) return std::make_unique<SelfCommunicator>(name);
     MPI_Comm comm = MPI_COMM_NULL;
@@ -32,7 +42,7 @@ std::unique_ptr<Communicator> split(bool mpi, int color, int key, const char* na
         MPI_Comm_free(&comm);
         return std::make_unique<SelfCommunicator>(name);
     }
-    return std::make_unique<MpiCommunicator>(comm, name);
+    return std::make_unique<MpiCommunicator>(comm, name, p2p_semantics());
 }
 
 }  // namespace
@@ -43,6 +53,11 @@ World::World(int* argc, char*** argv) {
     MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    MPI_Comm node = MPI_COMM_NULL;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, &local_rank_);
+    MPI_Comm_size(node, &local_size_);
+    MPI_Comm_free(&node);
     mpi_ = true;
 }
 
@@ -51,6 +66,13 @@ World::~World() {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (!finalized) MPI_Finalize();
+}
+
+bool World::all_agree(bool mine) const {
+    if (!mpi_ || size_ == 1) return mine;
+    int all = mine ? 1 : 0;
+    MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+    return all != 0;
 }
 
 void World::abort(int code) {
@@ -83,15 +105,38 @@ ParallelContext::ParallelContext(const World& world, const ParallelConfig& p)
 
 ParallelContext::~ParallelContext() = default;
 
+void ParallelContext::use_device_collectives(void* compute_stream) {
+#if defined(MWB_WITH_CUDA)
+    if (device_collectives()) return;
+    // Every rank builds the five in the same order: each NCCL init waits for its group's ranks only.
+    // Not blocking: the ops that read the results are queued behind them on the compute stream, and
+    // host reads of device memory go through that stream too.
+    const auto make = [&](Communicator& host) { return std::make_unique<NcclCommunicator>(host, compute_stream, false); };
+    dev_tp_ = make(*tp_);
+    dev_sp_ = make(*sp_);
+    dev_dp_ = make(*dp_);
+    dev_pp_ = make(*pp_);
+    dev_embedding_ = make(*embedding_);
+#else
+    (void)compute_stream;
+    MWB_FAIL("device collectives need NCCL, and this build has no CUDA (nvcc was not found when it was configured)");
+#endif
+}
+
 std::map<std::string, CommStats> ParallelContext::stats() const {
-    return {{"tp", tp_->stats()},       {"sp", sp_->stats()},       {"dp", dp_->stats()},
-            {"pp", pp_->stats()},       {"embedding", embedding_->stats()}, {"model", model_->stats()},
-            {"world", world_comm_->stats()}};
+    std::map<std::string, CommStats> s{{"tp", tp_->stats()},       {"sp", sp_->stats()},
+                                       {"dp", dp_->stats()},       {"pp", pp_->stats()},
+                                       {"embedding", embedding_->stats()}, {"model", model_->stats()},
+                                       {"world", world_comm_->stats()}};
+    for (const Communicator* c : {dev_tp_.get(), dev_sp_.get(), dev_dp_.get(), dev_pp_.get(), dev_embedding_.get()})
+        if (c) s[c->name()].add(c->stats());
+    return s;
 }
 
 void ParallelContext::reset_stats() {
-    for (Communicator* c : {tp_.get(), sp_.get(), dp_.get(), pp_.get(), embedding_.get(), model_.get(), world_comm_.get()})
-        c->reset_stats();
+    for (Communicator* c : {tp_.get(), sp_.get(), dp_.get(), pp_.get(), embedding_.get(), model_.get(), world_comm_.get(),
+                            dev_tp_.get(), dev_sp_.get(), dev_dp_.get(), dev_pp_.get(), dev_embedding_.get()})
+        if (c) c->reset_stats();
 }
 
 }  // namespace mwb

@@ -21,24 +21,40 @@ public:
     World& operator=(const World&) = delete;
     int rank() const { return rank_; }
     int size() const { return size_; }
+    /// This rank among the ranks on its node (shared-memory domain), and how many there are: picks
+    /// the GPU of a rank.
+    int local_rank() const { return local_rank_; }
+    int local_size() const { return local_size_; }
     bool uses_mpi() const { return mpi_; }
+    /// True when every rank passes true (collective over the world).
+    bool all_agree(bool mine) const;
     /// Ends every rank consistently (MPI_Abort when ranks cannot agree), for fatal errors.
     [[noreturn]] void abort(int code);
 
 private:
     bool mpi_ = false;
-    int rank_ = 0, size_ = 1;
+    int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
 };
 
 struct RankCoordinates {
     int tp = 0, dp = 0, pp = 0;
 };
 
+/// Every group exists twice over the same ranks: host groups (MPI, or a group of one) for host
+/// memory — losses, norms, statistics, checkpoints — and data groups for the model's tensors, which
+/// are the host groups on CPUs and NCCL communicators on GPUs (use_device_collectives).
 class ParallelContext {
 public:
     /// Builds the groups for a world and a configuration whose sizes divide it (validate first).
+    /// MWB_P2P_SEMANTICS=nccl gives the host groups NCCL's point-to-point semantics (P2PSemantics).
     ParallelContext(const World& world, const ParallelConfig& parallel);
     ~ParallelContext();
+
+    /// GPU runs: NCCL communicators over the tp, sp, dp, pp and embedding groups become the data
+    /// groups, their collectives ordered with the ops queued on `compute_stream`. Collective over
+    /// the world; the current GPU must be this rank's own.
+    void use_device_collectives(void* compute_stream);
+    bool device_collectives() const { return dev_tp_ != nullptr; }
 
     int world_rank() const { return world_rank_; }
     int world_size() const { return world_size_; }
@@ -51,13 +67,19 @@ public:
     bool last_stage() const { return coord_.pp == pp_size_ - 1; }
     int world_rank_of(int tp, int dp, int pp) const { return tp + tp_size_ * (dp + dp_size_ * pp); }
 
-    Communicator& tp() { return *tp_; }
+    // Data groups: for tensors in the model's memory.
+    Communicator& tp() { return dev_tp_ ? *dev_tp_ : *tp_; }
     /// The tensor-parallel ranks again, for sequence-parallel traffic (counted apart from "tp").
-    Communicator& sp() { return *sp_; }
-    Communicator& dp() { return *dp_; }
-    Communicator& pp() { return *pp_; }
+    Communicator& sp() { return dev_sp_ ? *dev_sp_ : *sp_; }
+    Communicator& dp() { return dev_dp_ ? *dev_dp_ : *dp_; }
+    Communicator& pp() { return dev_pp_ ? *dev_pp_ : *pp_; }
     /// First and last pipeline stage of this (tp, dp) column: holders of the tied word embedding.
-    Communicator& embedding() { return *embedding_; }
+    Communicator& embedding() { return dev_embedding_ ? *dev_embedding_ : *embedding_; }
+
+    // Host groups: for host memory.
+    Communicator& host_tp() { return *tp_; }
+    Communicator& host_dp() { return *dp_; }
+    Communicator& host_pp() { return *pp_; }
     /// All tp × pp ranks of this data-parallel replica (global gradient norm).
     Communicator& model() { return *model_; }
     Communicator& world() { return *world_comm_; }
@@ -71,6 +93,7 @@ private:
     bool sequence_parallel_;
     RankCoordinates coord_;
     std::unique_ptr<Communicator> tp_, sp_, dp_, pp_, embedding_, model_, world_comm_;
+    std::unique_ptr<Communicator> dev_tp_, dev_sp_, dev_dp_, dev_pp_, dev_embedding_;
 };
 
 }  // namespace mwb

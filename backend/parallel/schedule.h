@@ -11,6 +11,11 @@ struct PipelineAction {
     enum class Kind { Forward, Backward } kind;
     int chunk;      ///< model chunk of this rank (virtual stage chunk·P + rank)
     int64_t micro;  ///< micro-batch
+    /// Consecutive actions with the same step exchange their messages at one point, before the first
+    /// of them: every action is a step of its own, except the forward + backward pairs of the
+    /// interleaved schedule's steady state (Megatron-LM's send_forward_backward_recv_forward_backward,
+    /// without which the virtual stages' ring of rendezvous sends deadlocks on NCCL).
+    int64_t step = 0;
 };
 
 /// Actions of pipeline rank `rank` of `stages` holding `chunks` model chunks, for `micro_batches`

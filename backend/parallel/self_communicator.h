@@ -18,8 +18,7 @@ public:
     void reduce_scatter_sum(const float* in, float* out, int64_t n) override;
     void broadcast(void*, int64_t, int) override {}
     void gather(const void* in, void* out, int64_t bytes, int root) override;
-    std::unique_ptr<PendingSend> send(const float*, int64_t, int peer, int) override;
-    void recv(float*, int64_t, int peer, int) override;
+    std::unique_ptr<PendingSend> exchange(std::span<const Message> sends, std::span<const Message> recvs) override;
     void barrier() override {}
 
 private:

@@ -4,6 +4,7 @@
 #include "config/validate.h"
 #include "data/data_sources.h"
 #include "mwb/kernels/device.h"
+#include "mwb/kernels/device_runtime.h"
 #include "mwb/kernels/ops.h"
 #include "parallel/parallel_context.h"
 #include "presets.h"
@@ -29,18 +30,19 @@ std::atomic<bool> g_stop{false};
 
 void on_signal(int) { g_stop.store(true); }
 
-/// Picks the device: cuda needs a GPU, CUDA kernels and (for now) a single process; auto falls back to
-/// the CPU saying why once.
-std::string choose_device(const std::string& requested, int world_size, bool quiet) {
+/// Picks the device: cuda needs CUDA kernels and a GPU per rank on every node (NCCL drives one GPU
+/// per rank); auto falls back to the CPU saying why once. Every rank takes the same decision.
+std::string choose_device(const std::string& requested, const mwb::World& world, bool quiet) {
     if (requested == "cpu") return "cpu";
     const mwb::DeviceReport r = mwb::probe_devices();
-    const bool usable = r.cuda_devices > 0 && r.cuda_kernels_built && world_size == 1;
+    const bool usable_here = r.cuda_devices > 0 && r.cuda_kernels_built && world.local_size() <= r.cuda_devices;
+    const bool usable = world.all_agree(usable_here);
     const std::string why =
         r.cuda_devices == 0      ? r.reason
         : !r.cuda_kernels_built ? "this build has no CUDA kernels"
-                                : fmt::format("training runs on one GPU for now ({} processes asked); the trainer's "
-                                              "parallel groups are not NCCL communicators yet (docs/gpu.md)",
-                                              world_size);
+        : !usable_here          ? fmt::format("{} ranks run on this node and it has {} GPU(s); each rank needs a GPU "
+                                              "of its own", world.local_size(), r.cuda_devices)
+                                : "another rank's node has no usable GPU for it";
     if (requested == "cuda") {
         if (!usable) throw mwb::ConfigError({{"device", "device cuda: " + why}}, "--device");
         return "cuda";
@@ -115,7 +117,8 @@ int main(int argc, char** argv) {
             if (results.empty()) mwb::set_field(cfg, *field, "");
             for (const std::string& v : results) mwb::set_field(cfg, *field, v);
         }
-        cfg.logging.device = choose_device(cfg.logging.device, world.size(), print_config || !leader);
+        cfg.logging.device = choose_device(cfg.logging.device, world, print_config || !leader);
+        if (cfg.logging.device == "cuda") mwb::device::set_device(world.local_rank());  // one GPU per rank
         if (cfg.logging.threads > 0) mwb::ops::set_num_threads(cfg.logging.threads);
         const auto tokenizer = as_config_error("tokenizer_type", [&] { return mwb::data::make_tokenizer(cfg.data, cfg.model); });
         for (const std::string& note : mwb::resolve(cfg, world.size(), tokenizer->vocab_size())) spdlog::warn("{}", note);

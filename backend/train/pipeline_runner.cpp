@@ -4,15 +4,17 @@
 
 #include <chrono>
 #include <list>
+#include <span>
+#include <vector>
 
 namespace mwb {
 
 namespace {
 
-/// A send in flight and the buffer it reads from, kept alive until it completes.
+/// Sends in flight and the buffers they read from, kept alive until they complete.
 struct InFlight {
-    Buffer buffer;
-    std::unique_ptr<PendingSend> send;
+    std::vector<Buffer> buffers;
+    std::unique_ptr<PendingSend> sends;
 };
 
 }  // namespace
@@ -24,6 +26,7 @@ PipelineResult PipelineRunner::run(int64_t micro_batches, bool training,
     const int p = par_.pp_size(), r = par_.coord().pp, v = model_.num_chunks();
     const int64_t last_stage = static_cast<int64_t>(p) * v - 1;
     const int64_t rows = model_.local_rows(), hidden = model_.dims().hidden;
+    const int next = (r + 1) % p, previous = (r - 1 + p) % p;
     Communicator& pp = par_.pp();
     // Message tags name (micro-batch, virtual stage, direction) so receives match their sends.
     const auto tag = [&](int64_t m, int64_t stage, int direction) {
@@ -31,48 +34,74 @@ PipelineResult PipelineRunner::run(int64_t micro_batches, bool training,
         MWB_CHECK(t < (int64_t{1} << 30), "pipeline message tag overflow ({} micro-batches)", micro_batches);
         return static_cast<int>(t);
     };
-    std::list<InFlight> sends;
-    PipelineResult result;
+    const auto stage_of = [&](const PipelineAction& a) { return static_cast<int64_t>(a.chunk) * p + r; };
 
-    for (const PipelineAction& a : pipeline_schedule(p, r, v, micro_batches, !training)) {
-        const int64_t stage = static_cast<int64_t>(a.chunk) * p + r;
-        const bool needs_tokens = stage == 0 || stage == last_stage;
-        if (a.kind == PipelineAction::Kind::Forward) {
-            Buffer input;
-            if (stage > 0) {
-                input = Buffer(model_.allocator(), MemCategory::Activations, rows * hidden);
-                pp.recv(input.f32(), rows * hidden, (r - 1 + p) % p, tag(a.micro, stage - 1, 0));
-            }
-            MicroBatch mb = micro(a.micro, needs_tokens);
-            mb.id = a.micro;
-            mb.training = training;
-            const auto t0 = Clock::now();
-            ForwardResult out = model_.forward(a.chunk, mb, std::move(input));
-            result.forward_seconds += seconds_since(t0);
-            if (stage < last_stage) {
-                auto send = pp.send(out.output.f32(), rows * hidden, (r + 1) % p, tag(a.micro, stage, 0));
-                sends.push_back({std::move(out.output), std::move(send)});
-            } else {
-                result.loss_sum += out.loss;
-            }
-        } else {
-            Buffer grad;
-            if (stage < last_stage) {
-                grad = Buffer(model_.allocator(), MemCategory::Workspace, rows * hidden);
-                pp.recv(grad.f32(), rows * hidden, (r + 1) % p, tag(a.micro, stage, 1));
-            }
-            const auto t0 = Clock::now();
-            Buffer grad_in = model_.backward(a.chunk, a.micro, std::move(grad));
-            result.backward_seconds += seconds_since(t0);
-            if (stage > 0) {
-                auto send = pp.send(grad_in.f32(), rows * hidden, (r - 1 + p) % p, tag(a.micro, stage - 1, 1));
-                sends.push_back({std::move(grad_in), std::move(send)});
+    std::list<InFlight> in_flight;
+    // Outputs of the previous step, sent at the next exchange point.
+    std::vector<Buffer> out_buffers;
+    std::vector<Message> out_messages;
+    const auto exchange = [&](std::span<const Message> recvs) {
+        if (out_messages.empty() && recvs.empty()) return;
+        in_flight.push_back({std::move(out_buffers), pp.exchange(out_messages, recvs)});
+        out_buffers.clear();
+        out_messages.clear();
+    };
+    PipelineResult result;
+    const std::vector<PipelineAction> actions = pipeline_schedule(p, r, v, micro_batches, !training);
+
+    for (std::size_t first = 0; first < actions.size();) {
+        std::size_t end = first + 1;
+        while (end < actions.size() && actions[end].step == actions[first].step) ++end;
+        // The step's inputs (activations from the previous stage, gradients from the next), received
+        // together with the previous step's outputs.
+        std::vector<Buffer> inputs(end - first);
+        std::vector<Message> recvs;
+        for (std::size_t i = first; i < end; ++i) {
+            const PipelineAction& a = actions[i];
+            const int64_t stage = stage_of(a);
+            Buffer& in = inputs[i - first];
+            if (a.kind == PipelineAction::Kind::Forward && stage > 0) {
+                in = Buffer(model_.allocator(), MemCategory::Activations, rows * hidden);
+                recvs.push_back({in.f32(), rows * hidden, previous, tag(a.micro, stage - 1, 0)});
+            } else if (a.kind == PipelineAction::Kind::Backward && stage < last_stage) {
+                in = Buffer(model_.allocator(), MemCategory::Workspace, rows * hidden);
+                recvs.push_back({in.f32(), rows * hidden, next, tag(a.micro, stage, 1)});
             }
         }
+        exchange(recvs);
+
+        for (std::size_t i = first; i < end; ++i) {
+            const PipelineAction& a = actions[i];
+            const int64_t stage = stage_of(a);
+            if (a.kind == PipelineAction::Kind::Forward) {
+                MicroBatch mb = micro(a.micro, stage == 0 || stage == last_stage);
+                mb.id = a.micro;
+                mb.training = training;
+                const auto t0 = Clock::now();
+                ForwardResult out = model_.forward(a.chunk, mb, std::move(inputs[i - first]));
+                result.forward_seconds += seconds_since(t0);
+                if (stage < last_stage) {
+                    out_messages.push_back({out.output.f32(), rows * hidden, next, tag(a.micro, stage, 0)});
+                    out_buffers.push_back(std::move(out.output));
+                } else {
+                    result.loss_sum += out.loss;
+                }
+            } else {
+                const auto t0 = Clock::now();
+                Buffer grad_in = model_.backward(a.chunk, a.micro, std::move(inputs[i - first]));
+                result.backward_seconds += seconds_since(t0);
+                if (stage > 0) {
+                    out_messages.push_back({grad_in.f32(), rows * hidden, previous, tag(a.micro, stage - 1, 1)});
+                    out_buffers.push_back(std::move(grad_in));
+                }
+            }
+        }
+        first = end;
         // Free buffers of completed sends as we go (they would otherwise pile up over the iteration).
-        sends.remove_if([](InFlight& f) { return f.send->done(); });
+        in_flight.remove_if([](InFlight& f) { return f.sends->done(); });
     }
-    for (InFlight& f : sends) f.send->wait();
+    exchange({});
+    for (InFlight& f : in_flight) f.sends->wait();
     return result;
 }
 

@@ -1,7 +1,8 @@
 #pragma once
 // Runs one iteration's micro-batches through this rank's model chunks in pipeline-schedule order,
-// exchanging activations and gradients with the neighbouring stages (point-to-point, non-blocking
-// sends, blocking receives placed right before the pass that needs them).
+// exchanging activations and gradients with the neighbouring stages at one point per schedule
+// step: the previous step's outputs go out together with this step's inputs (one NCCL group; the
+// receives block right before the passes that need them), and sends complete in the background.
 #include "model/gpt_model.h"
 #include "parallel/parallel_context.h"
 #include "parallel/schedule.h"

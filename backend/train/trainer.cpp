@@ -84,12 +84,11 @@ struct IntervalComm {
 };
 
 /// The device a run trains on: logging.device as mwb-train resolved it ("auto" from other callers
-/// means the CPU). CUDA runs one process on one GPU for now (docs/gpu.md).
-Device run_device(const Config& cfg, const ParallelContext& par) {
+/// means the CPU). On GPUs of more than one process the data groups become NCCL communicators; the
+/// caller has made this rank's GPU current (mwb-train: the node-local rank's).
+Device run_device(const Config& cfg, ParallelContext& par) {
     if (cfg.logging.device != "cuda") return Device::CPU;
-    MWB_CHECK(par.world_size() == 1,
-              "device cuda: training runs on one GPU for now ({} processes asked); the trainer's tensor-, "
-              "pipeline- and data-parallel groups are not NCCL communicators yet (docs/gpu.md)", par.world_size());
+    if (par.world_size() > 1) par.use_device_collectives(nullptr);  // ordered with the ops' default stream
     return Device::CUDA;
 }
 
@@ -101,7 +100,7 @@ public:
           dims_(GptDims::from_config(cfg_)),
           partition_(ModelPartition::for_stage(dims_, par.pp_size(), par.coord().pp,
                                                cfg_.parallel.num_layers_per_virtual_pipeline_stage)),
-          tp_(par.tp(), par.sp(), par.sequence_parallel()), distributed_(cfg_.parallel.use_distributed_optimizer),
+          tp_(par.tp(), par.sp(), par.host_tp(), par.sequence_parallel(), ctx_), distributed_(cfg_.parallel.use_distributed_optimizer),
           model_(dims_, partition_, tp_, RecomputePolicy::from_config(cfg_.training), storage_dtype(cfg_.training),
                  ctx_, alloc_, distributed_ ? par.dp_size() : 1),
           reducer_(model_.layout(), model_.grads(), par, dims_.tied_output, distributed_,
@@ -313,8 +312,8 @@ private:
 
     /// Σ of the last stage's micro-batch losses -> the iteration's mean loss on every rank.
     double mean_loss(double loss_sum) {
-        par_.pp().all_reduce_sum(&loss_sum, 1);
-        par_.dp().all_reduce_sum(&loss_sum, 1);
+        par_.host_pp().all_reduce_sum(&loss_sum, 1);
+        par_.host_dp().all_reduce_sum(&loss_sum, 1);
         return loss_sum / static_cast<double>(micro_batches_ * par_.dp_size());
     }
 
@@ -548,39 +547,37 @@ private:
         return last || (cfg_.logging.save_interval > 0 && iteration_ % cfg_.logging.save_interval == 0);
     }
 
-    /// The three fp32 arenas of the checkpoint, each as large as the whole parameter arena. With the
-    /// distributed optimizer the shards are gathered over the data-parallel group first.
+    /// The three fp32 arenas of the checkpoint in host memory, each as large as the whole parameter
+    /// arena: the optimizer's own arenas on a CPU without the distributed optimizer, otherwise host
+    /// copies. For a save (`gather`), this rank's shard (downloaded from the GPU) lands at its place
+    /// and the data-parallel group's other shards around it; a load fills them from the files and
+    /// copies this rank's shard back (copied).
     struct FullState {
         Buffer master, exp_avg, exp_avg_sq;
         TensorView views[3];
-        bool staged = false;  ///< host copies of GPU arenas (loads are copied back like gathered shards)
+        bool copied = false;
     };
 
-    FullState full_state() {
+    FullState full_state(bool gather) {
         FullState s;
         const TensorView shards[3] = {optimizer_->master(), optimizer_->exp_avg(), optimizer_->exp_avg_sq()};
-        if (ctx_.device != Device::CPU) {
-            // One GPU (run_device): the whole arenas, staged in host memory for the checkpoint files.
-            Buffer* bufs[3] = {&s.master, &s.exp_avg, &s.exp_avg_sq};
-            for (int i = 0; i < 3; ++i) {
-                *bufs[i] = Buffer(host_alloc_, MemCategory::Workspace, model_.params().numel());
-                device::copy_to_host(bufs[i]->data(), shards[i].data, shards[i].numel() * 4);
-                s.views[i] = bufs[i]->view();
-            }
-            s.staged = true;
-            return s;
-        }
-        if (!distributed_ || par_.dp_size() == 1) {
-            for (int i = 0; i < 3; ++i)
-                s.views[i] = make_view(shards[i].f32() - optimizer_->shard().begin, DType::F32,
-                                       {model_.params().numel()});
+        const ArenaShard& shard = optimizer_->shard();
+        const int64_t arena = model_.params().numel();
+        if (ctx_.device == Device::CPU && shard.size() == arena) {
+            for (int i = 0; i < 3; ++i) s.views[i] = shards[i];
             return s;
         }
         Buffer* bufs[3] = {&s.master, &s.exp_avg, &s.exp_avg_sq};
         for (int i = 0; i < 3; ++i) {
-            *bufs[i] = Buffer(alloc_, MemCategory::Workspace, model_.params().numel());
+            *bufs[i] = Buffer(host_allocator(), MemCategory::Workspace, arena);
             s.views[i] = bufs[i]->view();
+            if (!gather) continue;
+            const TensorView mine = slice_1d(s.views[i], shard.begin, shard.size());
+            ops::copy(ctx_, mine, shards[i]);
+            // In place: each rank's block already sits at its offset (the host group: no GPU copy).
+            if (shard.size() != arena) par_.host_dp().all_gather(mine.f32(), s.views[i].f32(), shard.size());
         }
+        s.copied = true;
         return s;
     }
 
@@ -616,11 +613,7 @@ private:
         s.skipped_iterations = skipped_;
         s.loss_scaler = scaler_.state();
         s.config = to_json(cfg_);
-        FullState full = full_state();
-        if (!full.master.empty() && !full.staged) {
-            const TensorView shards[3] = {optimizer_->master(), optimizer_->exp_avg(), optimizer_->exp_avg_sq()};
-            for (int k = 0; k < 3; ++k) par_.dp().all_gather(shards[k].f32(), full.views[k].f32(), shards[k].numel());
-        }
+        FullState full = full_state(true);
         const fs::path where = save_checkpoint(save_dir(requested), s, checkpoint_tensors(full), par_, par_.coord().dp == 0);
         checkpointed_ = true;
         publish("event", {{"kind", "checkpoint_saved"}, {"iteration", iteration_}, {"path", where.string()},
@@ -631,14 +624,13 @@ private:
 
     void load(const fs::path& from) {
         const fs::path dir = resolve_checkpoint_dir(from);
-        FullState full = full_state();
+        FullState full = full_state(false);
         const CheckpointState s = load_checkpoint(dir, checkpoint_tensors(full));
         check_compatible(s.config, dir);
-        if (!full.master.empty()) {
+        if (full.copied) {
             const ArenaShard& shard = optimizer_->shard();
             const TensorView shards[3] = {optimizer_->master(), optimizer_->exp_avg(), optimizer_->exp_avg_sq()};
-            for (int k = 0; k < 3; ++k)
-                ops::copy(ctx_, shards[k], make_view(full.views[k].f32() + shard.begin, DType::F32, {shard.size()}));
+            for (int k = 0; k < 3; ++k) ops::copy(ctx_, shards[k], slice_1d(full.views[k], shard.begin, shard.size()));
         }
         optimizer_->set_steps(s.optimizer_steps);
         optimizer_->sync_params_from_master();

@@ -1,5 +1,5 @@
 // NcclCommunicator against the values MPI's collectives give, on device buffers: all-reduce (sum,
-// max, double), all-gather, reduce-scatter (also in place), broadcast, gather, send/recv and byte
+// max, double), all-gather, reduce-scatter (also in place), broadcast, gather, point-to-point exchanges (lone and grouped) and byte
 // counts equal to MpiCommunicator's. ctest runs it as one rank (a size-1 group); under
 // `mpirun -np N` on N GPUs it checks the real multi-rank collectives. Exits 77 without a GPU.
 #include "parallel/mpi_communicator.h"
@@ -117,17 +117,30 @@ private slots:
         if (n_ranks < 2) QSKIP("point-to-point needs two ranks (mpirun -np 2 on two GPUs)");
         DeviceVec out(rank_values(me, 100)), in(std::vector<float>(100));
         // An NCCL send completes only once its peer receives: even ranks send first, odd ranks receive
-        // first, so the ring cannot deadlock.
+        // first, so lone calls around the ring cannot deadlock.
         const int next = (me + 1) % n_ranks, prev = (me + n_ranks - 1) % n_ranks;
+        const Message send{out.ptr, 100, next, 0}, recv{in.ptr, 100, prev, 0};
         if (me % 2 == 0) {
-            auto pending = nccl_->send(out.ptr, 100, next, 0);
-            nccl_->recv(in.ptr, 100, prev, 0);
+            auto pending = nccl_->exchange({&send, 1}, {});
+            nccl_->exchange({}, {&recv, 1});
             pending->wait();
         } else {
-            nccl_->recv(in.ptr, 100, prev, 0);
-            nccl_->send(out.ptr, 100, next, 0)->wait();
+            nccl_->exchange({}, {&recv, 1});
+            nccl_->exchange({&send, 1}, {})->wait();
         }
-        QCOMPARE(in.host(), rank_values((me + n_ranks - 1) % n_ranks, 100));
+        QCOMPARE(in.host(), rank_values(prev, 100));
+    }
+
+    void exchange_shifts_a_ring_in_one_group() {
+        // Every rank sends to the next and receives from the previous in one call (the pipeline's
+        // exchange point): lone rendezvous sends posted this way would wait on each other forever.
+        const int n_ranks = world_->size(), me = world_->rank();
+        if (n_ranks < 2) QSKIP("point-to-point needs two ranks (mpirun -np 2 on two GPUs)");
+        DeviceVec out(rank_values(me, 1 << 20)), in(std::vector<float>(1 << 20));
+        const int next = (me + 1) % n_ranks, prev = (me + n_ranks - 1) % n_ranks;
+        const Message send{out.ptr, out.n, next, 0}, recv{in.ptr, in.n, prev, 0};
+        nccl_->exchange({&send, 1}, {&recv, 1})->wait();
+        QCOMPARE(in.host(), rank_values(prev, 1 << 20));
     }
 
     void counts_bytes_as_mpi() {
