@@ -9,7 +9,9 @@ import os
 import subprocess
 import tempfile
 
-LAYOUTS = [(1, 1, 1), (2, 1, 1), (1, 2, 1), (1, 1, 2)]
+# (TP, PP, DP, model chunks per pipeline rank): the last row is the interleaved schedule (3 chunks of
+# one layer per rank), whose steady state exchanges messages once per forward + backward pair.
+LAYOUTS = [(1, 1, 1, 1), (2, 1, 1, 1), (1, 2, 1, 1), (1, 1, 2, 1), (1, 2, 1, 3)]
 MODEL = ["--num-layers", "6", "--hidden-size", "384", "--num-attention-heads", "6", "--seq-length", "256",
          "--micro-batch-size", "4", "--global-batch-size", "8", "--mock-data", "--tokenizer-type", "NullTokenizer",
          "--vocab-size", "50257", "--lr", "1e-4", "--min-lr", "0", "--lr-warmup-iters", "0", "--log-interval", "1",
@@ -24,16 +26,18 @@ def main():
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_btl_vader_single_copy_mechanism="none")
     cores = os.cpu_count()
-    print("| layout (TP, PP, DP) | ranks x threads | s/iteration | tokens/s | communication | pipeline wait | "
+    print("| layout (TP, PP, DP[, chunks]) | ranks x threads | s/iteration | tokens/s | communication | pipeline wait | "
           "communication share | bytes sent per iteration (max rank) |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |")
-    for tp, pp, dp in LAYOUTS:
+    for tp, pp, dp, chunks in LAYOUTS:
         ranks = tp * pp * dp
         threads = max(1, cores // ranks)
         with tempfile.TemporaryDirectory() as run_dir:
             cmd = [f"{args.build}/backend/mwb-train", *MODEL, "--train-iters", str(args.iters + 1), "--threads",
                    str(threads), "--tensor-model-parallel-size", str(tp), "--pipeline-model-parallel-size", str(pp),
                    "--run-dir", run_dir]
+            if chunks > 1:
+                cmd += ["--num-layers-per-virtual-pipeline-stage", str(6 // (pp * chunks))]
             if ranks > 1:
                 cmd = ["mpirun", "-np", str(ranks), *cmd]
             subprocess.run(cmd, env=env, check=True, capture_output=True)
@@ -53,7 +57,8 @@ def main():
         wait = max(v[1] for v in per_rank.values())
         sent = max(per_rank.values(), key=lambda v: sum(v[2].values()))[2]
         sent_s = ", ".join(f"{g} {b / 2**20:.1f} MiB" for g, b in sent.items() if b > 1024)
-        print(f"| ({tp}, {pp}, {dp}) | {ranks} x {threads} | {t:.3f} | {tok:.0f} | {comm:.3f} s | {wait:.3f} s | "
+        layout = f"({tp}, {pp}, {dp}" + (f", {chunks} chunks)" if chunks > 1 else ")")
+        print(f"| {layout} | {ranks} x {threads} | {t:.3f} | {tok:.0f} | {comm:.3f} s | {wait:.3f} s | "
               f"{100 * (comm + wait) / t:.0f}% | {sent_s or '-'} |", flush=True)
 
 

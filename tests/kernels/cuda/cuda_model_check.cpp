@@ -2,6 +2,8 @@
 
 #include "model/gpt_model.h"
 #include "optim/optimizer.h"
+#include "parallel/nccl_communicator.h"
+#include "parallel/self_communicator.h"
 
 #include "mwb/kernels/device_runtime.h"
 
@@ -79,6 +81,59 @@ CudaCheckResult check_model_against_cpu() {
             }
         }
         res.passed = res.error <= res.tolerance;
+    } catch (const std::exception& e) {
+        res.detail = e.what();
+    }
+    return res;
+}
+
+CudaCheckResult check_nccl_group_of_one() {
+    CudaCheckResult res;
+    res.name = "nccl";
+    res.tolerance = 0;
+    try {
+        SelfCommunicator host("check");
+        NcclCommunicator nccl(host, nullptr, false);
+        OpContext ctx{Device::CUDA, nullptr};
+        const int64_t n = 1 << 20;
+        std::vector<float> values(static_cast<std::size_t>(n));
+        for (int64_t i = 0; i < n; ++i) values[static_cast<std::size_t>(i)] = static_cast<float>(i % 1000) * 0.5f;
+        float* a = static_cast<float*>(device::cuda_malloc(n * 4));
+        float* b = static_cast<float*>(device::cuda_malloc(n * 4));
+        const auto view = [&](float* p) { return make_view(p, DType::F32, {n}, Device::CUDA); };
+        const auto host_view = [&](std::vector<float>& v) { return make_view(v.data(), DType::F32, {n}); };
+        std::vector<float> got(static_cast<std::size_t>(n)), want = values;
+        const auto compare = [&](const char* step) {
+            ops::copy(ctx, host_view(got), view(b));
+            if (got != want && res.detail.empty()) {
+                res.error = 1;
+                res.detail = fmt::format("{}: wrong values", step);
+            }
+        };
+        ops::copy(ctx, view(a), host_view(values));
+        // Queued on the compute stream before the collective, which must wait for it.
+        ops::scale(ctx, view(a), 2.0f);
+        nccl.all_reduce_sum(a, n);  // a group of one: the values themselves
+        ops::copy(ctx, view(b), view(a));
+        for (auto& w : want) w *= 2.0f;
+        compare("scale, then all-reduce");
+        nccl.all_reduce_max(a, n);
+        nccl.all_gather(a, b, n);
+        compare("all-gather");
+        nccl.reduce_scatter_sum(a, b, n);
+        compare("reduce-scatter");
+        nccl.broadcast(a, n * 4, 0);
+        nccl.gather(a, b, n * 4, 0);
+        compare("gather");
+        ops::fill(ctx, view(b), 0.0f);
+        const Message send{a, n, 0, 0}, recv{b, n, 0, 0};
+        nccl.exchange({&send, 1}, {&recv, 1})->wait();
+        compare("exchange with itself");
+        nccl.synchronize();
+        device::cuda_free(a);
+        device::cuda_free(b);
+        res.detail = res.detail.empty() ? "all-reduce, all-gather, reduce-scatter, broadcast, gather, exchange" : res.detail;
+        res.passed = res.error == 0;
     } catch (const std::exception& e) {
         res.detail = e.what();
     }

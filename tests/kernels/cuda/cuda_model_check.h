@@ -21,4 +21,9 @@ SmallGptRun train_small_gpt(Device device, int iterations);
 /// 4 iterations on the CPU and on the GPU: the worst relative loss difference (tolerance 1e-4).
 CudaCheckResult check_model_against_cpu();
 
+/// NcclCommunicator over a group of one (the device machine has one GPU and no MPI): every
+/// collective and a grouped exchange with itself on device buffers, not blocking the host, ordered
+/// with ops queued before and after on the compute stream; values bit for bit.
+CudaCheckResult check_nccl_group_of_one();
+
 }  // namespace mwb::test
