@@ -31,7 +31,7 @@ P2PSemantics p2p_semantics() {
     return P2PSemantics::Nccl;
 }
 
-std::unique_ptr<Communicator> split(bool mpi, int color, int key, const char* name) {
+std::unique_ptr<Communicator> split(bool mpi, int color, int key, const char* name, P2PSemantics p2p) {
     if (!mpi) return std::make_unique<SelfCommunicator>(name);
     MPI_Comm comm = MPI_COMM_NULL;
     MPI_Comm_split(MPI_COMM_WORLD, color, key, &comm);
@@ -42,10 +42,16 @@ std::unique_ptr<Communicator> split(bool mpi, int color, int key, const char* na
         MPI_Comm_free(&comm);
         return std::make_unique<SelfCommunicator>(name);
     }
-    return std::make_unique<MpiCommunicator>(comm, name, p2p_semantics());
+    return std::make_unique<MpiCommunicator>(comm, name, p2p);
 }
 
 }  // namespace
+
+int gpu_of_rank(int local_rank, int local_size, int visible_gpus, bool visible_set_by_launcher) {
+    if (local_rank < 0 || local_rank >= local_size || visible_gpus < 1) return -1;
+    if (visible_gpus >= local_size) return local_rank;
+    return visible_gpus == 1 && visible_set_by_launcher ? 0 : -1;
+}
 
 World::World(int* argc, char*** argv) {
     if (!launched_by_mpi()) return;
@@ -91,14 +97,15 @@ ParallelContext::ParallelContext(const World& world, const ParallelConfig& p)
     coord_.dp = (world_rank_ / tp_size_) % dp_size_;
     coord_.pp = world_rank_ / (tp_size_ * dp_size_);
     const bool mpi = world.uses_mpi();
+    const P2PSemantics p2p = p2p_semantics();
     const auto [tp, dp, pp] = coord_;
-    tp_ = split(mpi, dp + dp_size_ * pp, tp, "tp");
-    sp_ = split(mpi, dp + dp_size_ * pp, tp, "sp");
-    dp_ = split(mpi, tp + tp_size_ * pp, dp, "dp");
-    pp_ = split(mpi, tp + tp_size_ * dp, pp, "pp");
-    model_ = split(mpi, dp, tp + tp_size_ * pp, "model");
+    tp_ = split(mpi, dp + dp_size_ * pp, tp, "tp", p2p);
+    sp_ = split(mpi, dp + dp_size_ * pp, tp, "sp", p2p);
+    dp_ = split(mpi, tp + tp_size_ * pp, dp, "dp", p2p);
+    pp_ = split(mpi, tp + tp_size_ * dp, pp, "pp", p2p);
+    model_ = split(mpi, dp, tp + tp_size_ * pp, "model", p2p);
     const bool holds_embedding = pp == 0 || pp == pp_size_ - 1;
-    embedding_ = split(mpi, holds_embedding ? tp + tp_size_ * dp : MPI_UNDEFINED, pp, "embedding");
+    embedding_ = split(mpi, holds_embedding ? tp + tp_size_ * dp : MPI_UNDEFINED, pp, "embedding", p2p);
     world_comm_ = mpi && world_size_ > 1 ? std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, "world")
                                          : std::unique_ptr<Communicator>(std::make_unique<SelfCommunicator>("world"));
 }

@@ -36,6 +36,12 @@ private:
     int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
 };
 
+/// The GPU a rank drives, one per rank on each node: with at least as many visible GPUs as
+/// node-local ranks, the node's rank i takes GPU i; with one visible GPU and a launcher that set
+/// CUDA_VISIBLE_DEVICES (one GPU bound to each rank, as `srun --gpus-per-task=1` does), that one.
+/// -1 when neither holds (NCCL needs distinct GPUs, and refuses a GPU shared by two ranks).
+int gpu_of_rank(int local_rank, int local_size, int visible_gpus, bool visible_set_by_launcher);
+
 struct RankCoordinates {
     int tp = 0, dp = 0, pp = 0;
 };

@@ -22,7 +22,9 @@
 #include <spdlog/spdlog.h>
 
 #include <csignal>
+#include <cstdlib>
 #include <iostream>
+#include <utility>
 
 namespace {
 
@@ -30,26 +32,31 @@ std::atomic<bool> g_stop{false};
 
 void on_signal(int) { g_stop.store(true); }
 
-/// Picks the device: cuda needs CUDA kernels and a GPU per rank on every node (NCCL drives one GPU
-/// per rank); auto falls back to the CPU saying why once. Every rank takes the same decision.
-std::string choose_device(const std::string& requested, const mwb::World& world, bool quiet) {
-    if (requested == "cpu") return "cpu";
+/// Picks the device and, for cuda, this rank's GPU (-1 on the CPU): cuda needs CUDA kernels and a GPU
+/// per rank on every node (gpu_of_rank); auto falls back to the CPU saying why once. Every rank takes
+/// the same decision.
+std::pair<std::string, int> choose_device(const std::string& requested, const mwb::World& world, bool quiet) {
+    if (requested == "cpu") return {"cpu", -1};
     const mwb::DeviceReport r = mwb::probe_devices();
-    const bool usable_here = r.cuda_devices > 0 && r.cuda_kernels_built && world.local_size() <= r.cuda_devices;
+    const int gpu = mwb::gpu_of_rank(world.local_rank(), world.local_size(), r.cuda_devices,
+                                     std::getenv("CUDA_VISIBLE_DEVICES") != nullptr);
+    const bool usable_here = r.cuda_devices > 0 && r.cuda_kernels_built && gpu >= 0;
     const bool usable = world.all_agree(usable_here);
     const std::string why =
         r.cuda_devices == 0      ? r.reason
         : !r.cuda_kernels_built ? "this build has no CUDA kernels"
-        : !usable_here          ? fmt::format("{} ranks run on this node and it has {} GPU(s); each rank needs a GPU "
-                                              "of its own", world.local_size(), r.cuda_devices)
+        : !usable_here          ? fmt::format("{} ranks run on this node and {} GPU(s) are visible to this one; each "
+                                              "rank needs a GPU of its own (or a launcher that binds one to each rank "
+                                              "through CUDA_VISIBLE_DEVICES)", world.local_size(), r.cuda_devices)
                                 : "another rank's node has no usable GPU for it";
     if (requested == "cuda") {
         if (!usable) throw mwb::ConfigError({{"device", "device cuda: " + why}}, "--device");
-        return "cuda";
+        return {"cuda", gpu};
     }
     if (!usable && !quiet) spdlog::info("device auto: using the CPU ({})", why);
-    if (usable && !quiet) spdlog::info("device auto: using the GPU ({})", r.names.empty() ? "?" : r.names[0]);
-    return usable ? "cuda" : "cpu";
+    if (usable && !quiet)
+        spdlog::info("device auto: using the GPU ({})", gpu < static_cast<int>(r.names.size()) ? r.names[gpu] : "?");
+    return usable ? std::pair<std::string, int>{"cuda", gpu} : std::pair<std::string, int>{"cpu", -1};
 }
 
 /// Runs `f`, turning an error into a configuration error of `field` (exit status 2: nothing started).
@@ -117,8 +124,9 @@ int main(int argc, char** argv) {
             if (results.empty()) mwb::set_field(cfg, *field, "");
             for (const std::string& v : results) mwb::set_field(cfg, *field, v);
         }
-        cfg.logging.device = choose_device(cfg.logging.device, world, print_config || !leader);
-        if (cfg.logging.device == "cuda") mwb::device::set_device(world.local_rank());  // one GPU per rank
+        const auto [device, gpu] = choose_device(cfg.logging.device, world, print_config || !leader);
+        cfg.logging.device = device;
+        if (gpu >= 0) mwb::device::set_device(gpu);
         if (cfg.logging.threads > 0) mwb::ops::set_num_threads(cfg.logging.threads);
         const auto tokenizer = as_config_error("tokenizer_type", [&] { return mwb::data::make_tokenizer(cfg.data, cfg.model); });
         for (const std::string& note : mwb::resolve(cfg, world.size(), tokenizer->vocab_size())) spdlog::warn("{}", note);

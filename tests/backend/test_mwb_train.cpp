@@ -106,6 +106,18 @@ private slots:
         QVERIFY(fs::exists(t / "run.json"));
     }
 
+    void without_a_gpu_auto_trains_on_the_cpu_and_cuda_is_refused() {
+        mwb::test::TempDir t;
+        const Result a = run(tiny(t / "auto") + QStringList{"--train-iters", "1", "--device", "auto"});
+        if ((a.out + a.err).contains("device auto: using the GPU")) QSKIP("this machine has a usable GPU");
+        QVERIFY2(a.code == 0, qPrintable(a.err + a.out));
+        QCOMPARE((a.out + a.err).count("device auto: using the CPU ("), 1);  // says why, once
+        const Result c = run(tiny(t / "cuda") + QStringList{"--train-iters", "1", "--device", "cuda"});
+        QCOMPARE(c.code, 2);  // a configuration error: nothing started
+        QVERIFY2(c.err.contains("--device") && c.err.contains("device cuda: "), qPrintable(c.err));
+        QVERIFY(!fs::exists(t / "cuda" / "metrics.jsonl"));
+    }
+
     void sigterm_checkpoints_and_exits_130() {
         mwb::test::TempDir t;
         QProcess p;
