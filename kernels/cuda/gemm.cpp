@@ -4,6 +4,7 @@
 #include "cuda_ops.h"
 #include "runtime.h"
 
+#include <algorithm>
 #include <cstdint>
 
 namespace mwb::cuda {
@@ -42,11 +43,13 @@ void gemm_rowmajor(cudaStream_t stream, const char* op, TensorView c, TensorView
               a.describe(), trans_a ? "ᵀ" : "", b.describe(), trans_b ? "ᵀ" : "");
     MWB_CHECK(a.dtype == b.dtype, "{}: a={} and b={} must have one dtype", op, a.describe(), b.describe());
     if (M == 0 || N == 0) return;
+    // cuBLAS wants leading dimensions >= 1 even when K == 0 (then C = beta·C, as on the CPU).
+    const auto ld = [](int64_t cols) { return static_cast<int>(std::max<int64_t>(cols, 1)); };
     MWB_CUBLAS_CHECK(cublasGemmEx(cublas_handle(stream), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
                                   trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(N), static_cast<int>(M),
-                                  static_cast<int>(K), &alpha, b.data, blas_type(op, b), static_cast<int>(b.cols()),
-                                  a.data, blas_type(op, a), static_cast<int>(a.cols()), &beta, c.data,
-                                  blas_type(op, c), static_cast<int>(N), compute_type(a, b), CUBLAS_GEMM_DEFAULT));
+                                  static_cast<int>(K), &alpha, b.data, blas_type(op, b), ld(b.cols()), a.data,
+                                  blas_type(op, a), ld(a.cols()), &beta, c.data, blas_type(op, c), ld(N),
+                                  compute_type(a, b), CUBLAS_GEMM_DEFAULT));
 }
 
 constexpr int64_t kLtWorkspace = 32 << 20;

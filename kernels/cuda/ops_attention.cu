@@ -6,230 +6,17 @@
 //
 // One thread owns one query row (forward, dq) or one key row (dk, dv) and keeps its D-vectors in
 // registers; K/V (or Q/dO) tiles are shared by the block. No atomics: every sum has a fixed order,
-// so results are bit-identical run to run. Head dims 16, 32, 64 and 128 are instantiated.
+// so results are bit-identical run to run. Head dims 16, 32, 64, 80, 96, 128 and 160 are instantiated
+// (the kernels themselves: attention_kernels.cuh).
+#include "attention_kernels.cuh"
 #include "cuda_ops.h"
 #include "runtime.h"
-
-#include "mwb/kernels/philox.h"
 
 namespace mwb::cuda {
 
 namespace {
 
-constexpr int kRows = 64;  // query (or key) rows per block, one per thread
-constexpr int kTile = 32;  // keys (or queries) per shared-memory tile
-
-struct Geometry {
-    int64_t S, B, A, D;
-    int64_t ld_qkv, ld_out;
-    int total_heads, head_offset;
-    float scale;
-    RngStream rng;
-    uint32_t threshold;
-    float keep_scale;
-    int dropout;
-};
-
-__device__ __forceinline__ int tile_len(int64_t remaining) {
-    return static_cast<int>(remaining < kTile ? remaining : kTile);
-}
-__device__ __forceinline__ int64_t qkv_offset(const Geometry& g, int64_t s, int64_t b, int64_t h) {
-    return s * g.ld_qkv + b * g.A * 3 * g.D + h * 3 * g.D;
-}
-__device__ __forceinline__ int64_t out_offset(const Geometry& g, int64_t s, int64_t b, int64_t h) {
-    return s * g.ld_out + b * g.A * g.D + h * g.D;
-}
-__device__ __forceinline__ float mask_mult(const Geometry& g, int64_t b, int64_t h, int64_t i, int64_t j) {
-    if (!g.dropout) return 1.0f;
-    const uint64_t idx = static_cast<uint64_t>(((b * g.total_heads + g.head_offset + h) * g.S + i) * g.S + j);
-    return dropout_keep(g.rng, idx, g.threshold) ? g.keep_scale : 0.0f;
-}
-
-template <int D>
-__global__ void __launch_bounds__(kRows) k_attn_fwd(float* out, float* lse, const float* qkv, Geometry g) {
-    __shared__ float ks[kTile][D];
-    __shared__ float vs[kTile][D];
-    const int64_t pair = blockIdx.y, b = pair / g.A, h = pair % g.A;
-    const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRows;
-    const int64_t i = row0 + threadIdx.x;
-    const bool active = i < g.S;
-    float q[D], acc[D];
-    const float* qi = qkv + qkv_offset(g, active ? i : 0, b, h);
-#pragma unroll
-    for (int d = 0; d < D; ++d) {
-        q[d] = active ? qi[d] : 0.0f;
-        acc[d] = 0.0f;
-    }
-    float m = -INFINITY, l = 0.0f;
-    const int64_t last = min(g.S, row0 + kRows);  // keys this block needs: [0, last)
-    for (int64_t k0 = 0; k0 < last; k0 += kTile) {
-        __syncthreads();
-        for (int e = threadIdx.x; e < kTile * D; e += kRows) {
-            const int jj = e / D, d = e % D;
-            const int64_t j = k0 + jj;
-            const float* kj = qkv + qkv_offset(g, j < g.S ? j : 0, b, h);
-            ks[jj][d] = j < g.S ? kj[D + d] : 0.0f;
-            vs[jj][d] = j < g.S ? kj[2 * D + d] : 0.0f;
-        }
-        __syncthreads();
-        if (!active) continue;
-        const int jmax = tile_len(i - k0 + 1);
-        for (int jj = 0; jj < jmax; ++jj) {
-            float dot = 0.0f;
-#pragma unroll
-            for (int d = 0; d < D; ++d) dot += q[d] * ks[jj][d];
-            const float s = g.scale * dot;
-            const float m_new = fmaxf(m, s);
-            const float corr = expf(m - m_new), e = expf(s - m_new);
-            l = l * corr + e;
-            const float w = e * mask_mult(g, b, h, i, k0 + jj);
-#pragma unroll
-            for (int d = 0; d < D; ++d) acc[d] = acc[d] * corr + w * vs[jj][d];
-            m = m_new;
-        }
-    }
-    if (!active) return;
-    const float inv = 1.0f / l;
-    float* oi = out + out_offset(g, i, b, h);
-#pragma unroll
-    for (int d = 0; d < D; ++d) oi[d] = acc[d] * inv;
-    lse[pair * g.S + i] = m + logf(l);
-}
-
-/// Per query row: delta = dO·O (O recomputed), then dq = Σ_j dS_ij·k_j.
-template <int D>
-__global__ void __launch_bounds__(kRows) k_attn_bwd_dq(float* dqkv, float* delta, const float* dout, const float* qkv,
-                                                       const float* lse, Geometry g) {
-    __shared__ float ks[kTile][D];
-    __shared__ float vs[kTile][D];
-    const int64_t pair = blockIdx.y, b = pair / g.A, h = pair % g.A;
-    const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRows;
-    const int64_t i = row0 + threadIdx.x;
-    const bool active = i < g.S;
-    float q[D], dO[D], acc[D];
-    const float* qi = qkv + qkv_offset(g, active ? i : 0, b, h);
-    const float* doi = dout + out_offset(g, active ? i : 0, b, h);
-#pragma unroll
-    for (int d = 0; d < D; ++d) {
-        q[d] = active ? qi[d] : 0.0f;
-        dO[d] = active ? doi[d] : 0.0f;
-        acc[d] = 0.0f;
-    }
-    const float L = active ? lse[pair * g.S + i] : 0.0f;
-    const int64_t last = min(g.S, row0 + kRows);
-    float dlt = 0.0f;
-    for (int pass = 0; pass < 2; ++pass) {
-        for (int64_t k0 = 0; k0 < last; k0 += kTile) {
-            __syncthreads();
-            for (int e = threadIdx.x; e < kTile * D; e += kRows) {
-                const int jj = e / D, d = e % D;
-                const int64_t j = k0 + jj;
-                const float* kj = qkv + qkv_offset(g, j < g.S ? j : 0, b, h);
-                ks[jj][d] = j < g.S ? kj[D + d] : 0.0f;
-                vs[jj][d] = j < g.S ? kj[2 * D + d] : 0.0f;
-            }
-            __syncthreads();
-            if (!active) continue;
-            const int jmax = tile_len(i - k0 + 1);
-            for (int jj = 0; jj < jmax; ++jj) {
-                float dot = 0.0f;
-#pragma unroll
-                for (int d = 0; d < D; ++d) dot += q[d] * ks[jj][d];
-                const float p = expf(g.scale * dot - L);
-                const float mult = mask_mult(g, b, h, i, k0 + jj);
-                if (pass == 0) {
-                    // O_i = Σ_j p·mult·v_j
-#pragma unroll
-                    for (int d = 0; d < D; ++d) acc[d] += p * mult * vs[jj][d];
-                } else {
-                    float dpd = 0.0f;
-#pragma unroll
-                    for (int d = 0; d < D; ++d) dpd += dO[d] * vs[jj][d];
-                    const float ds = g.scale * p * (dpd * mult - dlt);
-#pragma unroll
-                    for (int d = 0; d < D; ++d) acc[d] += ds * ks[jj][d];
-                }
-            }
-        }
-        if (pass == 0) {
-#pragma unroll
-            for (int d = 0; d < D; ++d) {
-                dlt += dO[d] * acc[d];
-                acc[d] = 0.0f;
-            }
-        }
-    }
-    if (!active) return;
-    delta[pair * g.S + i] = dlt;
-    float* dqi = dqkv + qkv_offset(g, i, b, h);
-#pragma unroll
-    for (int d = 0; d < D; ++d) dqi[d] = acc[d];
-}
-
-/// Per key row j: dv = Σ_{i≥j} p·mult·dO_i, dk = Σ_{i≥j} dS_ij·q_i.
-template <int D>
-__global__ void __launch_bounds__(kRows) k_attn_bwd_dkv(float* dqkv, const float* delta, const float* dout,
-                                                        const float* qkv, const float* lse, Geometry g) {
-    __shared__ float qs[kTile][D];
-    __shared__ float dos[kTile][D];
-    __shared__ float ls[kTile], dls[kTile];
-    const int64_t pair = blockIdx.y, b = pair / g.A, h = pair % g.A;
-    const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRows;
-    const int64_t j = row0 + threadIdx.x;
-    const bool active = j < g.S;
-    float k[D], v[D], dk[D], dv[D];
-    const float* base = qkv + qkv_offset(g, active ? j : 0, b, h);
-#pragma unroll
-    for (int d = 0; d < D; ++d) {
-        k[d] = active ? base[D + d] : 0.0f;
-        v[d] = active ? base[2 * D + d] : 0.0f;
-        dk[d] = 0.0f;
-        dv[d] = 0.0f;
-    }
-    for (int64_t q0 = row0; q0 < g.S; q0 += kTile) {
-        __syncthreads();
-        for (int e = threadIdx.x; e < kTile * D; e += kRows) {
-            const int ii = e / D, d = e % D;
-            const int64_t i = q0 + ii;
-            qs[ii][d] = i < g.S ? qkv[qkv_offset(g, i, b, h) + d] : 0.0f;
-            dos[ii][d] = i < g.S ? dout[out_offset(g, i, b, h) + d] : 0.0f;
-        }
-        for (int ii = threadIdx.x; ii < kTile; ii += kRows) {
-            const int64_t i = q0 + ii;
-            ls[ii] = i < g.S ? lse[pair * g.S + i] : 0.0f;
-            dls[ii] = i < g.S ? delta[pair * g.S + i] : 0.0f;
-        }
-        __syncthreads();
-        if (!active) continue;
-        const int iend = tile_len(g.S - q0);
-        for (int ii = 0; ii < iend; ++ii) {
-            const int64_t i = q0 + ii;
-            if (i < j) continue;
-            float dot = 0.0f, dpd = 0.0f;
-#pragma unroll
-            for (int d = 0; d < D; ++d) {
-                dot += qs[ii][d] * k[d];
-                dpd += dos[ii][d] * v[d];
-            }
-            const float p = expf(g.scale * dot - ls[ii]);
-            const float mult = mask_mult(g, b, h, i, j);
-            const float ds = g.scale * p * (dpd * mult - dls[ii]);
-            const float pd = p * mult;
-#pragma unroll
-            for (int d = 0; d < D; ++d) {
-                dv[d] += pd * dos[ii][d];
-                dk[d] += ds * qs[ii][d];
-            }
-        }
-    }
-    if (!active) return;
-    float* dbase = dqkv + qkv_offset(g, j, b, h);
-#pragma unroll
-    for (int d = 0; d < D; ++d) {
-        dbase[D + d] = dk[d];
-        dbase[2 * D + d] = dv[d];
-    }
-}
+using namespace attention;
 
 Geometry geometry(const char* op, const TensorView& qkv, const TensorView& out, const TensorView& lse,
                   const AttentionParams& p) {
@@ -256,8 +43,8 @@ Geometry geometry(const char* op, const TensorView& qkv, const TensorView& out, 
               p.total_heads);
     MWB_CHECK(p.dropout_p >= 0.0f && p.dropout_p < 1.0f, "{}: attention dropout {} must be in [0, 1)", op,
               p.dropout_p);
-    MWB_CHECK(g.D == 16 || g.D == 32 || g.D == 64 || g.D == 128,
-              "{}: head dim {} has no CUDA kernel (16, 32, 64 or 128)", op, g.D);
+    MWB_CHECK(g.D == 16 || g.D == 32 || g.D == 64 || g.D == 80 || g.D == 96 || g.D == 128 || g.D == 160,
+              "{}: head dim {} has no CUDA kernel (16, 32, 64, 80, 96, 128 or 160)", op, g.D);
     g.total_heads = p.total_heads;
     g.head_offset = p.head_offset;
     g.scale = p.softmax_scale;
@@ -306,7 +93,10 @@ void attention_forward(OpContext& ctx, TensorView out, TensorView probs, TensorV
     case 16: forward_d<16>(s, o, l, x, g); break;
     case 32: forward_d<32>(s, o, l, x, g); break;
     case 64: forward_d<64>(s, o, l, x, g); break;
-    default: forward_d<128>(s, o, l, x, g); break;
+    case 80: forward_d<80>(s, o, l, x, g); break;
+    case 96: forward_d<96>(s, o, l, x, g); break;
+    case 128: forward_d<128>(s, o, l, x, g); break;
+    default: forward_d<160>(s, o, l, x, g); break;
     }
     check_launch("attention_forward");
 }
@@ -332,7 +122,10 @@ void attention_backward(OpContext& ctx, TensorView dqkv, TensorView dout, Tensor
     case 16: backward_d<16>(s, dx, delta, d, x, l, g); break;
     case 32: backward_d<32>(s, dx, delta, d, x, l, g); break;
     case 64: backward_d<64>(s, dx, delta, d, x, l, g); break;
-    default: backward_d<128>(s, dx, delta, d, x, l, g); break;
+    case 80: backward_d<80>(s, dx, delta, d, x, l, g); break;
+    case 96: backward_d<96>(s, dx, delta, d, x, l, g); break;
+    case 128: backward_d<128>(s, dx, delta, d, x, l, g); break;
+    default: backward_d<160>(s, dx, delta, d, x, l, g); break;
     }
     check_launch("attention_backward");
 }

@@ -103,8 +103,16 @@ void* scratch(int slot, int64_t bytes) {
             MWB_CUDA_CHECK(cudaFree(s.ptr));
             s.ptr = nullptr;
         }
-        s.bytes = std::max<int64_t>(bytes, 1 << 20);
-        MWB_CUDA_CHECK(cudaMalloc(&s.ptr, static_cast<size_t>(s.bytes)));
+        // Sized only once allocated: a failed cudaMalloc (caught by a caller that carries on) must
+        // not leave a slot that claims bytes it does not have, nor its error for the next launch check.
+        const int64_t want = std::max<int64_t>(bytes, 1 << 20);
+        s.bytes = 0;
+        if (const cudaError_t err = cudaMalloc(&s.ptr, static_cast<size_t>(want)); err != cudaSuccess) {
+            cudaGetLastError();
+            s.ptr = nullptr;
+            MWB_FAIL("scratch slot {}: out of GPU memory allocating {} bytes: {}", slot, want, cudaGetErrorString(err));
+        }
+        s.bytes = want;
     }
     return s.ptr;
 }

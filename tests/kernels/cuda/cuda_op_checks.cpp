@@ -464,6 +464,8 @@ Compare check_attention_forward() {
     attention_case(cmp, {130, 1, 2, 64, 0.0f, 0, 2}, false);
     attention_case(cmp, {40, 2, 2, 128, 0.0f, 0, 2}, false);
     attention_case(cmp, {65, 2, 2, 16, 0.25f, 2, 6}, false);  // dropout, heads 2..3 of 6
+    attention_case(cmp, {70, 1, 2, 96, 0.1f, 0, 2}, false);   // head dims that are not powers of two
+    attention_case(cmp, {70, 1, 1, 160, 0.0f, 0, 1}, false);
     return cmp;
 }
 
@@ -473,6 +475,8 @@ Compare check_attention_backward() {
     attention_case(cmp, {100, 1, 2, 64, 0.0f, 0, 2}, true);
     attention_case(cmp, {40, 1, 1, 128, 0.0f, 0, 1}, true);
     attention_case(cmp, {65, 2, 2, 16, 0.25f, 2, 6}, true);
+    attention_case(cmp, {70, 1, 1, 80, 0.0f, 0, 1}, true);
+    attention_case(cmp, {70, 1, 2, 160, 0.1f, 0, 2}, true);
     return cmp;
 }
 
