@@ -7,8 +7,10 @@
 // One thread owns one query row (forward, dq) or one key row (dk, dv) and keeps its D-vectors in
 // registers; K/V (or Q/dO) tiles are shared by the block. No atomics: every sum has a fixed order,
 // so results are bit-identical run to run. Head dims 16, 32, 64, 80, 96, 128 and 160 are instantiated
-// (the kernels themselves: attention_kernels.cuh).
+// (the kernels themselves: attention_kernels.cuh). bf16 runs use the tensor-core kernels of
+// attention_tc_kernels.cuh instead (same contract).
 #include "attention_kernels.cuh"
+#include "attention_tc_kernels.cuh"
 #include "cuda_ops.h"
 #include "runtime.h"
 
@@ -59,14 +61,59 @@ dim3 grid_of(const Geometry& g) {
     return dim3(static_cast<unsigned>((g.S + kRows - 1) / kRows), static_cast<unsigned>(g.B * g.A));
 }
 
+/// The opt-in shared memory a block may use on this device.
+int max_block_smem() {
+    static const int bytes = [] {
+        int device = 0, value = 0;
+        MWB_CUDA_CHECK(cudaGetDevice(&device));
+        MWB_CUDA_CHECK(cudaDeviceGetAttribute(&value, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+        return value;
+    }();
+    return bytes;
+}
+
+/// Tensor cores for bf16 runs (their inputs are bf16 values) when the tiles fit in shared memory
+/// (D 160 needs 169 KB: H100/H200 yes, A100 no); fp32 runs keep the fp32 kernels.
 template <int D>
-void forward_d(cudaStream_t s, float* out, float* lse, const float* qkv, const Geometry& g) {
+bool use_tensor_cores(const OpContext& ctx) {
+    return ctx.gemm_inputs == DType::BF16 && TcBackwardSmem<D>::bytes <= max_block_smem();
+}
+
+/// Lets `kernel` use `bytes` of dynamic shared memory (above the default 48 KiB), once per kernel.
+template <class Kernel>
+void allow_smem(Kernel kernel, int bytes) {
+    MWB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+}
+
+dim3 tc_grid_of(const Geometry& g) {
+    return dim3(static_cast<unsigned>((g.S + kTcRows - 1) / kTcRows), static_cast<unsigned>(g.B * g.A));
+}
+
+template <int D>
+void forward_d(const OpContext& ctx, float* out, float* lse, const float* qkv, const Geometry& g) {
+    const cudaStream_t s = stream_of(ctx);
+    if (use_tensor_cores<D>(ctx)) {
+        constexpr int bytes = TcForwardSmem<D>::bytes;
+        static const bool allowed = (allow_smem(k_attn_fwd_tc<D>, bytes), true);
+        (void)allowed;
+        k_attn_fwd_tc<D><<<tc_grid_of(g), kTcThreads, bytes, s>>>(out, lse, qkv, g);
+        return;
+    }
     k_attn_fwd<D><<<grid_of(g), kRows, 0, s>>>(out, lse, qkv, g);
 }
 
 template <int D>
-void backward_d(cudaStream_t s, float* dqkv, float* delta, const float* dout, const float* qkv, const float* lse,
+void backward_d(const OpContext& ctx, float* dqkv, float* delta, const float* dout, const float* qkv, const float* lse,
                 const Geometry& g) {
+    const cudaStream_t s = stream_of(ctx);
+    if (use_tensor_cores<D>(ctx)) {
+        constexpr int bytes = TcBackwardSmem<D>::bytes;
+        static const bool allowed = (allow_smem(k_attn_bwd_dq_tc<D>, bytes), allow_smem(k_attn_bwd_dkv_tc<D>, bytes), true);
+        (void)allowed;
+        k_attn_bwd_dq_tc<D><<<tc_grid_of(g), kTcThreads, bytes, s>>>(dqkv, delta, dout, qkv, lse, g);
+        k_attn_bwd_dkv_tc<D><<<tc_grid_of(g), kTcThreads, bytes, s>>>(dqkv, delta, dout, qkv, lse, g);
+        return;
+    }
     k_attn_bwd_dq<D><<<grid_of(g), kRows, 0, s>>>(dqkv, delta, dout, qkv, lse, g);
     k_attn_bwd_dkv<D><<<grid_of(g), kRows, 0, s>>>(dqkv, delta, dout, qkv, lse, g);
 }
@@ -88,15 +135,14 @@ void attention_forward(OpContext& ctx, TensorView out, TensorView probs, TensorV
     float* o = static_cast<float*>(out.data);
     float* l = static_cast<float*>(probs.data);
     const float* x = static_cast<const float*>(qkv.data);
-    const cudaStream_t s = stream_of(ctx);
     switch (g.D) {
-    case 16: forward_d<16>(s, o, l, x, g); break;
-    case 32: forward_d<32>(s, o, l, x, g); break;
-    case 64: forward_d<64>(s, o, l, x, g); break;
-    case 80: forward_d<80>(s, o, l, x, g); break;
-    case 96: forward_d<96>(s, o, l, x, g); break;
-    case 128: forward_d<128>(s, o, l, x, g); break;
-    default: forward_d<160>(s, o, l, x, g); break;
+    case 16: forward_d<16>(ctx, o, l, x, g); break;
+    case 32: forward_d<32>(ctx, o, l, x, g); break;
+    case 64: forward_d<64>(ctx, o, l, x, g); break;
+    case 80: forward_d<80>(ctx, o, l, x, g); break;
+    case 96: forward_d<96>(ctx, o, l, x, g); break;
+    case 128: forward_d<128>(ctx, o, l, x, g); break;
+    default: forward_d<160>(ctx, o, l, x, g); break;
     }
     check_launch("attention_forward");
 }
@@ -117,15 +163,14 @@ void attention_backward(OpContext& ctx, TensorView dqkv, TensorView dout, Tensor
     const float* d = static_cast<const float*>(dout.data);
     const float* x = static_cast<const float*>(qkv.data);
     const float* l = static_cast<const float*>(probs.data);
-    const cudaStream_t s = stream_of(ctx);
     switch (g.D) {
-    case 16: backward_d<16>(s, dx, delta, d, x, l, g); break;
-    case 32: backward_d<32>(s, dx, delta, d, x, l, g); break;
-    case 64: backward_d<64>(s, dx, delta, d, x, l, g); break;
-    case 80: backward_d<80>(s, dx, delta, d, x, l, g); break;
-    case 96: backward_d<96>(s, dx, delta, d, x, l, g); break;
-    case 128: backward_d<128>(s, dx, delta, d, x, l, g); break;
-    default: backward_d<160>(s, dx, delta, d, x, l, g); break;
+    case 16: backward_d<16>(ctx, dx, delta, d, x, l, g); break;
+    case 32: backward_d<32>(ctx, dx, delta, d, x, l, g); break;
+    case 64: backward_d<64>(ctx, dx, delta, d, x, l, g); break;
+    case 80: backward_d<80>(ctx, dx, delta, d, x, l, g); break;
+    case 96: backward_d<96>(ctx, dx, delta, d, x, l, g); break;
+    case 128: backward_d<128>(ctx, dx, delta, d, x, l, g); break;
+    default: backward_d<160>(ctx, dx, delta, d, x, l, g); break;
     }
     check_launch("attention_backward");
 }

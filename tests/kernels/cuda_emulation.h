@@ -1,13 +1,27 @@
 #pragma once
 // The CUDA execution model on host threads, for kernels written as plain CUDA C++ without runtime
-// calls (kernels/cuda/attention_kernels.cuh): each block runs as blockDim std::threads that meet at a
-// std::barrier for __syncthreads, __shared__ arrays become function statics (blocks run one after
+// calls (kernels/cuda/attention_kernels.cuh, attention_tc_kernels.cuh): each block runs as blockDim
+// std::threads that meet at a std::barrier for __syncthreads (and a per-warp one for __syncwarp),
+// __shared__ arrays become function statics and dynamic shared memory one buffer (blocks run one after
 // another, so one block owns them at a time). Slow, but it executes the kernels' own source — index
-// math, tiling, barriers, numerics — on CPUs, where CI runs. Include before the kernels.
+// math, tiling, barriers, numerics — on CPUs, where CI runs.
+//
+// Tensor cores: __nv_bfloat16 rounds as the hardware does (nearest even), and the WMMA fragments hold
+// their whole 16×16 tile in every lane of the warp, so the emulation never relies on the hardware's
+// (unspecified) element-to-lane mapping; a kernel that did would not be portable CUDA either. The
+// *_sync operations are warp-collective, as on the hardware: every lane must reach them (divergent calls
+// hang here, as they are undefined there), loads finish in every lane before the warp goes on, and only
+// lane 0 writes a stored fragment — kernels must __syncwarp() before reading it element-wise, as CUDA
+// requires.
+#include "mwb/kernels/precision.h"
+
 #include <barrier>
+#include <bit>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace mwb::emulation {
@@ -17,14 +31,21 @@ struct Dim3 {
 };
 inline thread_local Dim3 thread_index, block_index;
 inline std::barrier<>* block_barrier = nullptr;
+inline std::vector<std::unique_ptr<std::barrier<>>> warp_barriers;
+inline std::vector<unsigned char> dynamic_shared;
 
-/// Runs `kernel()` for every block of grid (x, y) with `threads` threads per block.
+/// Runs `kernel()` for every block of grid (x, y) with `threads` threads per block (a multiple of 32
+/// when the kernel uses warp operations) and `shared_bytes` of dynamic shared memory.
 template <class Kernel>
-void launch(unsigned grid_x, unsigned grid_y, int threads, const Kernel& kernel) {
+void launch(unsigned grid_x, unsigned grid_y, int threads, const Kernel& kernel, std::size_t shared_bytes = 0) {
+    dynamic_shared.assign(shared_bytes, 0xCD);  // not zero: kernels must not rely on fresh shared memory
     for (unsigned by = 0; by < grid_y; ++by)
         for (unsigned bx = 0; bx < grid_x; ++bx) {
             std::barrier<> barrier(threads);
             block_barrier = &barrier;
+            warp_barriers.clear();
+            for (int w = 0; w < (threads + 31) / 32; ++w)
+                warp_barriers.push_back(std::make_unique<std::barrier<>>(std::min(32, threads - 32 * w)));
             std::vector<std::jthread> block;
             for (int t = 0; t < threads; ++t)
                 block.emplace_back([&, t] {
@@ -45,6 +66,83 @@ void launch(unsigned grid_x, unsigned grid_y, int threads, const Kernel& kernel)
 #define __forceinline__ inline
 #define __launch_bounds__(threads)
 #define __shared__ static
+// The kernels' dynamic shared memory: the launch's buffer.
+#define MWB_DYNAMIC_SHARED(name) unsigned char* name = ::mwb::emulation::dynamic_shared.data()
 inline void __syncthreads() { ::mwb::emulation::block_barrier->arrive_and_wait(); }
+inline void __syncwarp() { ::mwb::emulation::warp_barriers[threadIdx.x / 32]->arrive_and_wait(); }
 inline int64_t min(int64_t a, int64_t b) { return a < b ? a : b; }
 using std::fmaxf;
+
+struct __nv_bfloat16 {  // two bytes, as the kernels' shared-memory layouts assume
+    uint16_t bits = 0;
+};
+inline __nv_bfloat16 __float2bfloat16(float x) {
+    return {static_cast<uint16_t>(std::bit_cast<uint32_t>(::mwb::round_to_bf16(x)) >> 16)};
+}
+inline float __bfloat162float(__nv_bfloat16 x) { return std::bit_cast<float>(static_cast<uint32_t>(x.bits) << 16); }
+
+namespace nvcuda::wmma {
+
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+
+inline float as_float(float x) { return x; }
+inline float as_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+/// The whole tile in every lane: rows × cols, row-major.
+template <class Use, int M, int N, int K, class T, class Layout = void>
+struct fragment {
+    static constexpr int rows = std::is_same_v<Use, matrix_b> ? K : M;
+    static constexpr int cols = std::is_same_v<Use, matrix_a> ? K : N;
+    float x[rows * cols];
+};
+
+template <class Use, int M, int N, int K, class T, class Layout>
+void fill_fragment(fragment<Use, M, N, K, T, Layout>& f, float v) {
+    for (float& e : f.x) e = v;
+}
+
+template <class Use, int M, int N, int K, class T, class Layout, class P>
+void load_matrix_sync(fragment<Use, M, N, K, T, Layout>& f, const P* p, unsigned ldm) {
+    using F = fragment<Use, M, N, K, T, Layout>;
+    static_assert(std::is_same_v<std::remove_const_t<P>, T>, "fragment and memory element types differ");
+    for (int r = 0; r < F::rows; ++r)
+        for (int c = 0; c < F::cols; ++c)
+            f.x[r * F::cols + c] = as_float(std::is_same_v<Layout, col_major> ? p[c * ldm + r] : p[r * ldm + c]);
+    __syncwarp();
+}
+
+template <int M, int N, int K>
+void load_matrix_sync(fragment<accumulator, M, N, K, float>& f, const float* p, unsigned ldm, layout_t layout) {
+    for (int r = 0; r < M; ++r)
+        for (int c = 0; c < N; ++c) f.x[r * N + c] = layout == mem_row_major ? p[r * ldm + c] : p[c * ldm + r];
+    __syncwarp();
+}
+
+template <int M, int N, int K>
+void store_matrix_sync(float* p, const fragment<accumulator, M, N, K, float>& f, unsigned ldm, layout_t layout) {
+    __syncwarp();
+    if (threadIdx.x % 32 == 0)
+        for (int r = 0; r < M; ++r)
+            for (int c = 0; c < N; ++c) (layout == mem_row_major ? p[r * ldm + c] : p[c * ldm + r]) = f.x[r * N + c];
+}
+
+/// d = a·b + c in fp32 (tensor cores accumulate bf16 products in fp32).
+template <int M, int N, int K, class T, class LA, class LB>
+void mma_sync(fragment<accumulator, M, N, K, float>& d, const fragment<matrix_a, M, N, K, T, LA>& a,
+              const fragment<matrix_b, M, N, K, T, LB>& b, const fragment<accumulator, M, N, K, float>& c) {
+    float out[M * N];
+    for (int r = 0; r < M; ++r)
+        for (int n = 0; n < N; ++n) {
+            float acc = c.x[r * N + n];
+            for (int k = 0; k < K; ++k) acc += a.x[r * K + k] * b.x[k * N + n];
+            out[r * N + n] = acc;
+        }
+    for (int e = 0; e < M * N; ++e) d.x[e] = out[e];
+}
+
+}  // namespace nvcuda::wmma

@@ -1,13 +1,16 @@
-// The CUDA attention kernels (kernels/cuda/attention_kernels.cuh), executed on the CPU by
-// cuda_emulation.h, against the CPU op: forward output and backward dqkv within the tolerances the GPU
-// checks use (1e-5 and 5e-5 normwise), with and without dropout (the same Philox masks), a tensor-
-// parallel head offset, every instantiated head dim, and sequence lengths around the 64-row blocks and
-// 32-key tiles. Outputs start as sentinels, so an element the kernels never write fails. No GPU needed.
+// The CUDA attention kernels (kernels/cuda/attention_kernels.cuh, and the tensor-core ones of
+// attention_tc_kernels.cuh), executed on the CPU by cuda_emulation.h, against the CPU op: forward output
+// and backward dqkv within the tolerances the GPU checks use (fp32 kernels 1e-5 and 5e-5 normwise; the
+// bf16 tensor-core kernels, on bf16-valued inputs, 5e-3 where the GPU check allows 1e-2), with and without dropout (the same Philox
+// masks), a tensor-parallel head offset, every instantiated head dim, and sequence lengths around the
+// blocks and tiles. Outputs start as sentinels, so an element the kernels never write fails. No GPU.
 #include "cuda_emulation.h"
 
 #include "attention_kernels.cuh"
+#include "attention_tc_kernels.cuh"
 
 #include "mwb/kernels/ops.h"
+#include "mwb/kernels/precision.h"
 
 #include <QtTest>
 
@@ -42,7 +45,8 @@ struct Errors {
 };
 
 template <int D>
-Errors compare(int64_t S, int64_t B, int64_t A, float dropout, int head_offset, int total_heads) {
+Errors compare(int64_t S, int64_t B, int64_t A, float dropout, int head_offset, int total_heads,
+               bool tensor_cores = false) {
     AttentionParams p;
     p.num_heads = static_cast<int>(A);
     p.head_offset = head_offset;
@@ -52,7 +56,10 @@ Errors compare(int64_t S, int64_t B, int64_t A, float dropout, int head_offset, 
     p.dropout_p = dropout;
     p.rng = RngStream{2024, 11};
     const int64_t qkv_n = S * B * A * 3 * D, out_n = S * B * A * D;
-    const std::vector<float> qkv = uniform(qkv_n, 100, -2, 2), dout = uniform(out_n, 101, -1, 1);
+    std::vector<float> qkv = uniform(qkv_n, 100, -2, 2);
+    const std::vector<float> dout = uniform(out_n, 101, -1, 1);
+    if (tensor_cores)  // a bf16 run's activations: bf16 values in fp32 arrays
+        for (float& x : qkv) x = round_to_bf16(x);
 
     // The CPU op.
     OpContext cpu;
@@ -84,8 +91,21 @@ Errors compare(int64_t S, int64_t B, int64_t A, float dropout, int head_offset, 
     g.dropout = dropout > 0.0f;
     std::vector<float> gout(out.size(), -7.0f), gdqkv(dqkv.size(), -7.0f);
     std::vector<float> lse(static_cast<std::size_t>(B * A * S), -7.0f), delta(lse.size(), -7.0f);
-    const auto grid_x = static_cast<unsigned>((S + att::kRows - 1) / att::kRows);
     const auto grid_y = static_cast<unsigned>(B * A);
+    if (tensor_cores) {
+        const auto grid_x = static_cast<unsigned>((S + att::kTcRows - 1) / att::kTcRows);
+        const int threads = att::kTcThreads;
+        emulation::launch(grid_x, grid_y, threads, [&] { att::k_attn_fwd_tc<D>(gout.data(), lse.data(), qkv.data(), g); },
+                          att::TcForwardSmem<D>::bytes);
+        emulation::launch(grid_x, grid_y, threads, [&] {
+            att::k_attn_bwd_dq_tc<D>(gdqkv.data(), delta.data(), dout.data(), qkv.data(), lse.data(), g);
+        }, att::TcBackwardSmem<D>::bytes);
+        emulation::launch(grid_x, grid_y, threads, [&] {
+            att::k_attn_bwd_dkv_tc<D>(gdqkv.data(), delta.data(), dout.data(), qkv.data(), lse.data(), g);
+        }, att::TcBackwardSmem<D>::bytes);
+        return {normwise(gout, out), normwise(gdqkv, dqkv)};
+    }
+    const auto grid_x = static_cast<unsigned>((S + att::kRows - 1) / att::kRows);
     emulation::launch(grid_x, grid_y, att::kRows, [&] { att::k_attn_fwd<D>(gout.data(), lse.data(), qkv.data(), g); });
     emulation::launch(grid_x, grid_y, att::kRows, [&] {
         att::k_attn_bwd_dq<D>(gdqkv.data(), delta.data(), dout.data(), qkv.data(), lse.data(), g);
@@ -105,6 +125,13 @@ class TestAttentionEmulated : public QObject {
         QVERIFY2(e.out <= 1e-5, qPrintable(QString("%1: forward error %2 > 1e-5").arg(what).arg(e.out)));
         QVERIFY2(e.dqkv <= 5e-5, qPrintable(QString("%1: backward error %2 > 5e-5").arg(what).arg(e.dqkv)));
     }
+    static void check_bf16(const Errors& e, const char* what) {
+        // Rounding P, dS and dO to bf16 for the products costs ~1e-3 to 2.5e-3 here; the GPU check
+        // allows 1e-2 (bf16 runs), this one 5e-3, so that a wrong index cannot hide in the slack.
+        QVERIFY2(e.out <= 5e-3, qPrintable(QString("%1: forward error %2 > 5e-3").arg(what).arg(e.out)));
+        QVERIFY2(e.dqkv <= 5e-3, qPrintable(QString("%1: backward error %2 > 5e-3").arg(what).arg(e.dqkv)));
+        qInfo("%s: forward %.2e, backward %.2e", what, e.out, e.dqkv);
+    }
 
 private slots:
     void every_head_dim_matches_the_cpu_op() {
@@ -123,6 +150,16 @@ private slots:
         check(compare<16>(65, 2, 2, 0.25f, 2, 6), "D 16, dropout 0.25, heads 2-3 of 6");
         check(compare<64>(96, 2, 2, 0.1f, 0, 2), "D 64, dropout 0.1");
         check(compare<128>(40, 1, 2, 0.1f, 1, 4), "D 128, dropout 0.1, heads 1-2 of 4");
+    }
+
+    void tensor_core_kernels_match_the_cpu_op_in_bf16() {
+        // S = 130: three 64-row blocks and 64-key tiles, the last one partial.
+        check_bf16(compare<64>(130, 1, 2, 0.0f, 0, 2, true), "tensor cores, D 64");
+        check_bf16(compare<16>(70, 2, 2, 0.25f, 2, 6, true), "tensor cores, D 16, dropout 0.25, heads 2-3 of 6");
+        check_bf16(compare<128>(65, 1, 1, 0.1f, 0, 1, true), "tensor cores, D 128, dropout 0.1");
+        check_bf16(compare<80>(33, 1, 1, 0.0f, 0, 1, true), "tensor cores, D 80");
+        check_bf16(compare<96>(1, 1, 1, 0.0f, 0, 1, true), "tensor cores, D 96, S 1");
+        check_bf16(compare<160>(64, 1, 1, 0.0f, 0, 1, true), "tensor cores, D 160");
     }
 
     void block_and_tile_edges() {

@@ -431,11 +431,16 @@ AttentionParams attn_params(const AttnCase& a) {
     return p;
 }
 
-/// Forward and backward of one attention case on both devices; returns the comparison.
-void attention_case(Compare& cmp, const AttnCase& a, bool backward) {
+/// Forward and backward of one attention case on both devices; returns the comparison. With
+/// `tensor_cores` the GPU runs as in a bf16 run (gemm_inputs BF16: the tensor-core kernels) on
+/// bf16-valued inputs.
+void attention_case(Compare& cmp, const AttnCase& a, bool backward, bool tensor_cores = false) {
     const AttentionParams p = attn_params(a);
     const int64_t qkv_n = a.S * a.B * a.A * 3 * a.D, out_n = a.S * a.B * a.A * a.D;
-    Twin qkv(random_floats(qkv_n, 100, -2, 2), {a.S, a.B, a.A * 3 * a.D});
+    std::vector<float> qkv_values = random_floats(qkv_n, 100, -2, 2);
+    if (tensor_cores)
+        for (float& x : qkv_values) x = round_to_bf16(x);
+    Twin qkv(qkv_values, {a.S, a.B, a.A * 3 * a.D});
     Twin out(std::vector<float>(out_n), {a.S, a.B, a.A * a.D});
     Twin dout(random_floats(out_n, 101), {a.S, a.B, a.A * a.D});
     Twin dqkv(std::vector<float>(qkv_n), {a.S, a.B, a.A * 3 * a.D});
@@ -446,11 +451,13 @@ void attention_case(Compare& cmp, const AttnCase& a, bool backward) {
     const int64_t dws_n = ops::attention_workspace_bytes(Device::CUDA, p, a.S, 1) / 4;
     Twin lse(std::vector<float>(lse_n), {lse_n}), dws(std::vector<float>(dws_n), {dws_n});
     auto c = cpu_ctx(), g = gpu_ctx();
+    if (tensor_cores) g.gemm_inputs = DType::BF16;
     const TensorView vp = view_f32(probs.data(), {static_cast<int64_t>(probs.size())});
     const TensorView vw = view_f32(ws.data(), {static_cast<int64_t>(ws.size())});
     ops::attention_forward(c, out.cpu(), vp, qkv.cpu(), vw, p);
     ops::attention_forward(g, out.gpu(), lse.gpu(), qkv.gpu(), dws.gpu(), p);
-    const std::string tag = fmt::format(" S={} B={} A={} D={} p={}", a.S, a.B, a.A, a.D, a.p);
+    const std::string tag = fmt::format(" S={} B={} A={} D={} p={}{}", a.S, a.B, a.A, a.D, a.p,
+                                        tensor_cores ? " (tensor cores)" : "");
     cmp.twin("attention out" + tag, out);
     if (!backward) return;
     ops::attention_backward(c, dqkv.cpu(), dout.cpu(), qkv.cpu(), vp, vw, p);
@@ -477,6 +484,17 @@ Compare check_attention_backward() {
     attention_case(cmp, {65, 2, 2, 16, 0.25f, 2, 6}, true);
     attention_case(cmp, {70, 1, 1, 80, 0.0f, 0, 1}, true);
     attention_case(cmp, {70, 1, 2, 160, 0.1f, 0, 2}, true);
+    return cmp;
+}
+
+Compare check_attention_tensor_cores() {
+    // bf16 runs: P and dS are rounded to bf16 for their products (as FlashAttention-2), ~2e-3 here.
+    Compare cmp;
+    attention_case(cmp, {130, 1, 2, 64, 0.0f, 0, 2}, true, true);
+    attention_case(cmp, {70, 2, 2, 16, 0.25f, 2, 6}, true, true);
+    attention_case(cmp, {257, 1, 2, 128, 0.1f, 1, 4}, true, true);
+    attention_case(cmp, {65, 1, 1, 80, 0.0f, 0, 1}, true, true);
+    attention_case(cmp, {64, 1, 1, 160, 0.0f, 0, 1}, true, true);
     return cmp;
 }
 
@@ -593,6 +611,7 @@ const std::vector<std::pair<std::string, CheckDef>>& registry() {
         {"dropout_add", {check_dropout_add, 1e-6}},
         {"attention_forward", {check_attention_forward, 1e-5}},
         {"attention_backward", {check_attention_backward, 5e-5}},
+        {"attention_tensor_cores", {check_attention_tensor_cores, 1e-2}},
         {"cross_entropy", {check_cross_entropy, 1e-5}},
         {"adamw", {check_adamw, 1e-5}},
         {"deterministic", {check_deterministic, 0.0}},

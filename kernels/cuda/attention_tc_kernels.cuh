@@ -1,0 +1,327 @@
+#pragma once
+// Causal attention on tensor cores (WMMA, bf16 inputs, fp32 accumulation), for bf16 runs: the same
+// contract as attention_kernels.cuh (row log-sum-exps saved, backward recomputes the probabilities,
+// the CPU's Philox dropout masks, no atomics) with the four matrix products per tile on tensor cores.
+// Inputs are fp32 arrays; in bf16 runs they hold bf16 values, so loading them as bf16 is exact. The
+// probabilities (forward) and dS (backward) are rounded to bf16 before their products, as
+// FlashAttention-2 does: bf16 runs are held to 1e-2 of the fp32 CPU op.
+//
+// A block is 4 warps; each warp owns 16 rows (queries in forward and dq, keys in dk/dv) of the block's
+// 64 and multiplies 16×16×16 fragments. Tiles of 64 keys (or queries) are staged in shared memory as
+// bf16; the forward's output accumulator lives in shared memory (its rows are rescaled by the online
+// softmax), the backward's in fragments. Rows are handled by lanes 0–15 of their warp for the softmax
+// arithmetic. Plain CUDA without runtime calls: tests/kernels/cuda_emulation.h runs it on the CPU.
+#include "attention_kernels.cuh"
+
+#if defined(__CUDACC__)
+#include <cuda_bf16.h>
+#include <mma.h>
+#endif
+
+#ifndef MWB_DYNAMIC_SHARED
+#define MWB_DYNAMIC_SHARED(name) extern __shared__ __align__(128) unsigned char name[]
+#endif
+
+namespace mwb::cuda::attention {
+
+constexpr int kTcWarps = 4;
+constexpr int kTcThreads = 32 * kTcWarps;
+constexpr int kTcRows = 16 * kTcWarps;  // rows of a block: 16 per warp
+constexpr int kTcTile = 64;             // keys (or queries) per shared-memory tile
+
+using bf16 = __nv_bfloat16;
+namespace wmma = nvcuda::wmma;
+using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major>;
+using FragBRow = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major>;
+using FragBCol = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major>;
+using FragAcc = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+
+/// Byte offsets into the dynamic shared memory of the forward kernel (32-byte aligned regions).
+template <int D>
+struct TcForwardSmem {
+    static constexpr int q = 0;                                        // kTcRows × D bf16
+    static constexpr int k = q + kTcRows * D * 2;                      // kTcTile × D bf16
+    static constexpr int v = k + kTcTile * D * 2;                      // kTcTile × D bf16
+    static constexpr int s = v + kTcTile * D * 2;                      // per warp 16 × kTcTile f32
+    static constexpr int p = s + kTcWarps * 16 * kTcTile * 4;          // per warp 16 × kTcTile bf16
+    static constexpr int o = p + kTcWarps * 16 * kTcTile * 2;          // per warp 16 × D f32
+    static constexpr int bytes = o + kTcWarps * 16 * D * 4;
+};
+
+/// The dq kernel's and the dk/dv kernel's shared memory (the same shape: two row blocks, two tiles,
+/// per-warp scores, their gradients, one bf16 product input, an output stage, and 2 × 64 row scalars).
+template <int D>
+struct TcBackwardSmem {
+    static constexpr int rows_a = 0;                                   // kTcRows × D bf16 (q or k)
+    static constexpr int rows_b = rows_a + kTcRows * D * 2;            // kTcRows × D bf16 (dO or v)
+    static constexpr int tile_a = rows_b + kTcRows * D * 2;            // kTcTile × D bf16 (k or q)
+    static constexpr int tile_b = tile_a + kTcTile * D * 2;            // kTcTile × D bf16 (v or dO)
+    static constexpr int s = tile_b + kTcTile * D * 2;                 // per warp 16 × kTcTile f32
+    static constexpr int dp = s + kTcWarps * 16 * kTcTile * 4;         // per warp 16 × kTcTile f32
+    static constexpr int p = dp + kTcWarps * 16 * kTcTile * 4;         // per warp 16 × kTcTile bf16
+    static constexpr int ds = p + kTcWarps * 16 * kTcTile * 2;         // per warp 16 × kTcTile bf16
+    static constexpr int stage = ds + kTcWarps * 16 * kTcTile * 2;     // per warp 16 × D f32
+    static constexpr int scalars = stage + kTcWarps * 16 * D * 4;      // 2 × kTcTile f32
+    static constexpr int bytes = scalars + 2 * kTcTile * 4;
+};
+
+/// rows [row0, row0 + n) of part `part` (0 q, 1 k, 2 v) of head (b, h), as bf16 (zeros past S).
+template <int D>
+__device__ __forceinline__ void tc_load_rows(bf16* dst, const float* qkv, const Geometry& g, int64_t b, int64_t h,
+                                             int64_t row0, int n, int part) {
+    for (int e = threadIdx.x; e < n * D; e += kTcThreads) {
+        const int r = e / D, d = e % D;
+        const int64_t row = row0 + r;
+        dst[e] = __float2bfloat16(row < g.S ? qkv[qkv_offset(g, row, b, h) + part * D + d] : 0.0f);
+    }
+}
+
+/// The same for the (S, B, A·D) output-gradient tensor.
+template <int D>
+__device__ __forceinline__ void tc_load_out_rows(bf16* dst, const float* dout, const Geometry& g, int64_t b, int64_t h,
+                                                 int64_t row0, int n) {
+    for (int e = threadIdx.x; e < n * D; e += kTcThreads) {
+        const int r = e / D, d = e % D;
+        const int64_t row = row0 + r;
+        dst[e] = __float2bfloat16(row < g.S ? dout[out_offset(g, row, b, h) + d] : 0.0f);
+    }
+}
+
+/// out (16 × kTcTile f32, row-major) = rows (16 × D, row-major) · tileᵀ (tile: kTcTile × D, row-major).
+template <int D>
+__device__ __forceinline__ void tc_rows_times_tile_t(float* out, const bf16* rows, const bf16* tile) {
+    for (int c = 0; c < kTcTile / 16; ++c) {
+        FragAcc acc;
+        wmma::fill_fragment(acc, 0.0f);
+        for (int kk = 0; kk < D / 16; ++kk) {
+            FragA a;
+            FragBCol bt;
+            wmma::load_matrix_sync(a, rows + kk * 16, D);
+            wmma::load_matrix_sync(bt, tile + c * 16 * D + kk * 16, D);
+            wmma::mma_sync(acc, a, bt, acc);
+        }
+        wmma::store_matrix_sync(out + c * 16, acc, kTcTile, wmma::mem_row_major);
+    }
+}
+
+/// acc[c] (16 × 16 each, D/16 of them) += left (16 × kTcTile bf16, row-major) · tile (kTcTile × D, row-major).
+template <int D>
+__device__ __forceinline__ void tc_accumulate(FragAcc* acc, const bf16* left, const bf16* tile) {
+    for (int c = 0; c < D / 16; ++c)
+        for (int kk = 0; kk < kTcTile / 16; ++kk) {
+            FragA a;
+            FragBRow bm;
+            wmma::load_matrix_sync(a, left + kk * 16, kTcTile);
+            wmma::load_matrix_sync(bm, tile + kk * 16 * D + c * 16, D);
+            wmma::mma_sync(acc[c], a, bm, acc[c]);
+        }
+}
+
+template <int D>
+__global__ void __launch_bounds__(kTcThreads) k_attn_fwd_tc(float* out, float* lse, const float* qkv, Geometry g) {
+    MWB_DYNAMIC_SHARED(smem);
+    using L = TcForwardSmem<D>;
+    const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+    const int64_t pair = blockIdx.y, b = pair / g.A, h = pair % g.A;
+    const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kTcRows;
+    bf16* qs = reinterpret_cast<bf16*>(smem + L::q);
+    bf16* ks = reinterpret_cast<bf16*>(smem + L::k);
+    bf16* vs = reinterpret_cast<bf16*>(smem + L::v);
+    float* ss = reinterpret_cast<float*>(smem + L::s) + warp * 16 * kTcTile;
+    bf16* ps = reinterpret_cast<bf16*>(smem + L::p) + warp * 16 * kTcTile;
+    float* os = reinterpret_cast<float*>(smem + L::o) + warp * 16 * D;
+    const int64_t i = row0 + warp * 16 + lane;  // this lane's query row (lanes 0-15)
+    const bool owns_row = lane < 16 && i < g.S;
+
+    tc_load_rows<D>(qs, qkv, g, b, h, row0, kTcRows, 0);
+    for (int e = lane; e < 16 * D; e += 32) os[e] = 0.0f;
+    float m = -INFINITY, l = 0.0f;
+    const int64_t last = min(g.S, row0 + kTcRows);  // keys the block needs: [0, last)
+    for (int64_t k0 = 0; k0 < last; k0 += kTcTile) {
+        __syncthreads();
+        tc_load_rows<D>(ks, qkv, g, b, h, k0, kTcTile, 1);
+        tc_load_rows<D>(vs, qkv, g, b, h, k0, kTcTile, 2);
+        __syncthreads();
+        tc_rows_times_tile_t<D>(ss, qs + warp * 16 * D, ks);
+        __syncwarp();
+        if (lane < 16) {
+            float* sr = ss + lane * kTcTile;
+            bf16* pr = ps + lane * kTcTile;
+            float corr = 1.0f;
+            if (owns_row) {
+                float tile_max = -INFINITY;
+                for (int jj = 0; jj < kTcTile; ++jj) {
+                    const int64_t j = k0 + jj;
+                    sr[jj] = j <= i ? g.scale * sr[jj] : -INFINITY;  // causal (j <= i < S)
+                    tile_max = fmaxf(tile_max, sr[jj]);
+                }
+                const float m_new = fmaxf(m, tile_max);  // finite: key 0 is in the first tile
+                corr = expf(m - m_new);
+                float sum = 0.0f;
+                for (int jj = 0; jj < kTcTile; ++jj) {
+                    const float e = expf(sr[jj] - m_new);
+                    sum += e;
+                    pr[jj] = __float2bfloat16(e * mask_mult(g, b, h, i, k0 + jj));
+                }
+                l = l * corr + sum;
+                m = m_new;
+            } else {
+                for (int jj = 0; jj < kTcTile; ++jj) pr[jj] = __float2bfloat16(0.0f);
+            }
+            for (int d = 0; d < D; ++d) os[lane * D + d] *= corr;
+        }
+        __syncwarp();
+        // O (16 × D) += P (16 × kTcTile) · V (kTcTile × D), through the rescaled shared accumulator.
+        for (int c = 0; c < D / 16; ++c) {
+            FragAcc acc;
+            wmma::load_matrix_sync(acc, os + c * 16, D, wmma::mem_row_major);
+            for (int kk = 0; kk < kTcTile / 16; ++kk) {
+                FragA a;
+                FragBRow bv;
+                wmma::load_matrix_sync(a, ps + kk * 16, kTcTile);
+                wmma::load_matrix_sync(bv, vs + kk * 16 * D + c * 16, D);
+                wmma::mma_sync(acc, a, bv, acc);
+            }
+            wmma::store_matrix_sync(os + c * 16, acc, D, wmma::mem_row_major);
+        }
+        __syncwarp();
+    }
+    if (!owns_row) return;
+    const float inv = 1.0f / l;
+    float* oi = out + out_offset(g, i, b, h);
+    for (int d = 0; d < D; ++d) oi[d] = os[lane * D + d] * inv;
+    lse[pair * g.S + i] = m + logf(l);
+}
+
+/// dq and delta_i = Σ_j P_ij·mask_ij·(dO_i·v_j) (= dO_i·O_i) per query row: a first pass over the keys
+/// for delta, a second for dS = scale·P∘(dP·mask − delta) and dq = dS·K.
+template <int D>
+__global__ void __launch_bounds__(kTcThreads) k_attn_bwd_dq_tc(float* dqkv, float* delta, const float* dout,
+                                                                const float* qkv, const float* lse, Geometry g) {
+    MWB_DYNAMIC_SHARED(smem);
+    using L = TcBackwardSmem<D>;
+    const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+    const int64_t pair = blockIdx.y, b = pair / g.A, h = pair % g.A;
+    const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kTcRows;
+    bf16* qs = reinterpret_cast<bf16*>(smem + L::rows_a);
+    bf16* dos = reinterpret_cast<bf16*>(smem + L::rows_b);
+    bf16* ks = reinterpret_cast<bf16*>(smem + L::tile_a);
+    bf16* vs = reinterpret_cast<bf16*>(smem + L::tile_b);
+    float* ss = reinterpret_cast<float*>(smem + L::s) + warp * 16 * kTcTile;
+    float* dps = reinterpret_cast<float*>(smem + L::dp) + warp * 16 * kTcTile;
+    bf16* dss = reinterpret_cast<bf16*>(smem + L::ds) + warp * 16 * kTcTile;
+    float* stage = reinterpret_cast<float*>(smem + L::stage) + warp * 16 * D;
+    const int64_t i = row0 + warp * 16 + lane;
+    const bool owns_row = lane < 16 && i < g.S;
+    const float L_i = owns_row ? lse[pair * g.S + i] : 0.0f;
+
+    tc_load_rows<D>(qs, qkv, g, b, h, row0, kTcRows, 0);
+    tc_load_out_rows<D>(dos, dout, g, b, h, row0, kTcRows);
+    FragAcc dq[D / 16];
+    for (int c = 0; c < D / 16; ++c) wmma::fill_fragment(dq[c], 0.0f);
+    float delta_i = 0.0f;
+    const int64_t last = min(g.S, row0 + kTcRows);
+    for (int pass = 0; pass < 2; ++pass) {
+        for (int64_t k0 = 0; k0 < last; k0 += kTcTile) {
+            __syncthreads();
+            tc_load_rows<D>(ks, qkv, g, b, h, k0, kTcTile, 1);
+            tc_load_rows<D>(vs, qkv, g, b, h, k0, kTcTile, 2);
+            __syncthreads();
+            tc_rows_times_tile_t<D>(ss, qs + warp * 16 * D, ks);
+            tc_rows_times_tile_t<D>(dps, dos + warp * 16 * D, vs);
+            __syncwarp();
+            if (lane < 16) {
+                for (int jj = 0; jj < kTcTile; ++jj) {
+                    const int64_t j = k0 + jj;
+                    const bool on = owns_row && j <= i;
+                    const float p = on ? expf(g.scale * ss[lane * kTcTile + jj] - L_i) : 0.0f;
+                    const float mk = on ? mask_mult(g, b, h, i, j) : 0.0f;
+                    const float dp = dps[lane * kTcTile + jj];
+                    if (pass == 0) delta_i += p * mk * dp;
+                    else dss[lane * kTcTile + jj] = __float2bfloat16(g.scale * p * (dp * mk - delta_i));
+                }
+            }
+            __syncwarp();
+            if (pass == 1) tc_accumulate<D>(dq, dss, ks);
+        }
+    }
+    for (int c = 0; c < D / 16; ++c) wmma::store_matrix_sync(stage + c * 16, dq[c], D, wmma::mem_row_major);
+    __syncwarp();
+    if (!owns_row) return;
+    float* dqi = dqkv + qkv_offset(g, i, b, h);
+    for (int d = 0; d < D; ++d) dqi[d] = stage[lane * D + d];
+    delta[pair * g.S + i] = delta_i;
+}
+
+/// dk and dv per key row j: over the query tiles from j's own down, dv += (P∘mask)ᵀ·dO and
+/// dk += dSᵀ·Q.
+template <int D>
+__global__ void __launch_bounds__(kTcThreads) k_attn_bwd_dkv_tc(float* dqkv, const float* delta, const float* dout,
+                                                                 const float* qkv, const float* lse, Geometry g) {
+    MWB_DYNAMIC_SHARED(smem);
+    using L = TcBackwardSmem<D>;
+    const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+    const int64_t pair = blockIdx.y, b = pair / g.A, h = pair % g.A;
+    const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kTcRows;
+    bf16* kb = reinterpret_cast<bf16*>(smem + L::rows_a);
+    bf16* vb = reinterpret_cast<bf16*>(smem + L::rows_b);
+    bf16* qt = reinterpret_cast<bf16*>(smem + L::tile_a);
+    bf16* dot = reinterpret_cast<bf16*>(smem + L::tile_b);
+    float* st = reinterpret_cast<float*>(smem + L::s) + warp * 16 * kTcTile;
+    float* dpt = reinterpret_cast<float*>(smem + L::dp) + warp * 16 * kTcTile;
+    bf16* pt = reinterpret_cast<bf16*>(smem + L::p) + warp * 16 * kTcTile;
+    bf16* dst = reinterpret_cast<bf16*>(smem + L::ds) + warp * 16 * kTcTile;
+    float* stage = reinterpret_cast<float*>(smem + L::stage) + warp * 16 * D;
+    float* lse_t = reinterpret_cast<float*>(smem + L::scalars);
+    float* delta_t = lse_t + kTcTile;
+    const int64_t j = row0 + warp * 16 + lane;  // this lane's key row (lanes 0-15)
+    const bool owns_row = lane < 16 && j < g.S;
+
+    tc_load_rows<D>(kb, qkv, g, b, h, row0, kTcRows, 1);
+    tc_load_rows<D>(vb, qkv, g, b, h, row0, kTcRows, 2);
+    FragAcc dk[D / 16], dv[D / 16];
+    for (int c = 0; c < D / 16; ++c) {
+        wmma::fill_fragment(dk[c], 0.0f);
+        wmma::fill_fragment(dv[c], 0.0f);
+    }
+    for (int64_t q0 = row0; q0 < g.S; q0 += kTcTile) {  // queries i >= j only: tiles from the block's own
+        __syncthreads();
+        tc_load_rows<D>(qt, qkv, g, b, h, q0, kTcTile, 0);
+        tc_load_out_rows<D>(dot, dout, g, b, h, q0, kTcTile);
+        for (int e = threadIdx.x; e < kTcTile; e += kTcThreads) {
+            const int64_t q = q0 + e;
+            lse_t[e] = q < g.S ? lse[pair * g.S + q] : 0.0f;
+            delta_t[e] = q < g.S ? delta[pair * g.S + q] : 0.0f;
+        }
+        __syncthreads();
+        tc_rows_times_tile_t<D>(st, kb + warp * 16 * D, qt);   // Sᵀ: keys × queries
+        tc_rows_times_tile_t<D>(dpt, vb + warp * 16 * D, dot); // dPᵀ = V·dOᵀ
+        __syncwarp();
+        if (lane < 16) {
+            for (int ii = 0; ii < kTcTile; ++ii) {
+                const int64_t q = q0 + ii;
+                const bool on = owns_row && q < g.S && j <= q;
+                const float p = on ? expf(g.scale * st[lane * kTcTile + ii] - lse_t[ii]) : 0.0f;
+                const float mk = on ? mask_mult(g, b, h, q, j) : 0.0f;
+                pt[lane * kTcTile + ii] = __float2bfloat16(p * mk);
+                dst[lane * kTcTile + ii] =
+                    __float2bfloat16(g.scale * p * (dpt[lane * kTcTile + ii] * mk - delta_t[ii]));
+            }
+        }
+        __syncwarp();
+        tc_accumulate<D>(dv, pt, dot);
+        tc_accumulate<D>(dk, dst, qt);
+    }
+    float* dbase = dqkv + qkv_offset(g, owns_row ? j : 0, b, h);
+    for (int c = 0; c < D / 16; ++c) wmma::store_matrix_sync(stage + c * 16, dk[c], D, wmma::mem_row_major);
+    __syncwarp();
+    if (owns_row)
+        for (int d = 0; d < D; ++d) dbase[D + d] = stage[lane * D + d];
+    __syncwarp();
+    for (int c = 0; c < D / 16; ++c) wmma::store_matrix_sync(stage + c * 16, dv[c], D, wmma::mem_row_major);
+    __syncwarp();
+    if (owns_row)
+        for (int d = 0; d < D; ++d) dbase[2 * D + d] = stage[lane * D + d];
+}
+
+}  // namespace mwb::cuda::attention
