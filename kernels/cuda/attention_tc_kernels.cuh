@@ -49,20 +49,23 @@ struct TcForwardSmem {
 };
 
 /// The dq kernel's and the dk/dv kernel's shared memory (the same shape: two row blocks, two tiles,
-/// per-warp scores, their gradients, one bf16 product input, an output stage, and 2 × 64 row scalars).
+/// per-warp scores, their gradients, two bf16 product inputs and 2 × 64 row scalars). The outputs are
+/// staged, once the tiles are done with, where the two tiles were (4 warps × 16 × D f32 = 2 × 64 × D
+/// bf16): 112.5 KiB at D 128 and 128.5 KiB at D 160 instead of 144.5 and 168.5.
 template <int D>
 struct TcBackwardSmem {
     static constexpr int rows_a = 0;                                   // kTcRows × D bf16 (q or k)
     static constexpr int rows_b = rows_a + kTcRows * D * 2;            // kTcRows × D bf16 (dO or v)
     static constexpr int tile_a = rows_b + kTcRows * D * 2;            // kTcTile × D bf16 (k or q)
     static constexpr int tile_b = tile_a + kTcTile * D * 2;            // kTcTile × D bf16 (v or dO)
+    static constexpr int stage = tile_a;                               // per warp 16 × D f32, at the end
     static constexpr int s = tile_b + kTcTile * D * 2;                 // per warp 16 × kTcTile f32
     static constexpr int dp = s + kTcWarps * 16 * kTcTile * 4;         // per warp 16 × kTcTile f32
     static constexpr int p = dp + kTcWarps * 16 * kTcTile * 4;         // per warp 16 × kTcTile bf16
     static constexpr int ds = p + kTcWarps * 16 * kTcTile * 2;         // per warp 16 × kTcTile bf16
-    static constexpr int stage = ds + kTcWarps * 16 * kTcTile * 2;     // per warp 16 × D f32
-    static constexpr int scalars = stage + kTcWarps * 16 * D * 4;      // 2 × kTcTile f32
+    static constexpr int scalars = ds + kTcWarps * 16 * kTcTile * 2;   // 2 × kTcTile f32
     static constexpr int bytes = scalars + 2 * kTcTile * 4;
+    static_assert(kTcWarps * 16 * D * 4 == 2 * kTcTile * D * 2, "the output stage fits where the tiles were");
 };
 
 /// rows [row0, row0 + n) of part `part` (0 q, 1 k, 2 v) of head (b, h), as bf16 (zeros past S).
@@ -245,6 +248,7 @@ __global__ void __launch_bounds__(kTcThreads) k_attn_bwd_dq_tc(float* dqkv, floa
             if (pass == 1) tc_accumulate<D>(dq, dss, ks);
         }
     }
+    __syncthreads();  // every warp is done with the tiles the stage overwrites
     for (int c = 0; c < D / 16; ++c) wmma::store_matrix_sync(stage + c * 16, dq[c], D, wmma::mem_row_major);
     __syncwarp();
     if (!owns_row) return;
@@ -312,6 +316,7 @@ __global__ void __launch_bounds__(kTcThreads) k_attn_bwd_dkv_tc(float* dqkv, con
         tc_accumulate<D>(dv, pt, dot);
         tc_accumulate<D>(dk, dst, qt);
     }
+    __syncthreads();  // every warp is done with the tiles the stage overwrites
     float* dbase = dqkv + qkv_offset(g, owns_row ? j : 0, b, h);
     for (int c = 0; c < D / 16; ++c) wmma::store_matrix_sync(stage + c * 16, dk[c], D, wmma::mem_row_major);
     __syncwarp();

@@ -73,7 +73,7 @@ int max_block_smem() {
 }
 
 /// Tensor cores for bf16 runs (their inputs are bf16 values) when the tiles fit in shared memory
-/// (D 160 needs 169 KB: H100/H200 yes, A100 no); fp32 runs keep the fp32 kernels.
+/// (128.5 KiB at most: every sm_80/sm_90 part); fp32 runs keep the fp32 kernels.
 template <int D>
 bool use_tensor_cores(const OpContext& ctx) {
     return ctx.gemm_inputs == DType::BF16 && TcBackwardSmem<D>::bytes <= max_block_smem();
