@@ -9,8 +9,9 @@
 // A block is 4 warps; each warp owns 16 rows (queries in forward and dq, keys in dk/dv) of the block's
 // 64 and multiplies 16×16×16 fragments. Tiles of 64 keys (or queries) are staged in shared memory as
 // bf16; the forward's output accumulator lives in shared memory (its rows are rescaled by the online
-// softmax), the backward's in fragments. Rows are handled by lanes 0–15 of their warp for the softmax
-// arithmetic. Plain CUDA without runtime calls: tests/kernels/cuda_emulation.h runs it on the CPU.
+// softmax), the backward's in fragments. For the softmax arithmetic two lanes share a row, each taking
+// half of the tile's columns (and half of D), their row maxima and sums combined by one shuffle.
+// Plain CUDA without runtime calls: tests/kernels/cuda_emulation.h runs it on the CPU.
 #include "attention_kernels.cuh"
 
 #if defined(__CUDACC__)
@@ -28,6 +29,11 @@ constexpr int kTcWarps = 4;
 constexpr int kTcThreads = 32 * kTcWarps;
 constexpr int kTcRows = 16 * kTcWarps;  // rows of a block: 16 per warp
 constexpr int kTcTile = 64;             // keys (or queries) per shared-memory tile
+constexpr int kTcHalf = kTcTile / 2;    // a lane's share of a tile row
+
+/// The two lanes of a row (lane and lane ^ 1) combine their halves; every lane of the warp calls it.
+__device__ __forceinline__ float pair_max(float v) { return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1)); }
+__device__ __forceinline__ float pair_sum(float v) { return v + __shfl_xor_sync(0xffffffffu, v, 1); }
 
 using bf16 = __nv_bfloat16;
 namespace wmma = nvcuda::wmma;
@@ -133,12 +139,15 @@ __global__ void __launch_bounds__(kTcThreads) k_attn_fwd_tc(float* out, float* l
     float* ss = reinterpret_cast<float*>(smem + L::s) + warp * 16 * kTcTile;
     bf16* ps = reinterpret_cast<bf16*>(smem + L::p) + warp * 16 * kTcTile;
     float* os = reinterpret_cast<float*>(smem + L::o) + warp * 16 * D;
-    const int64_t i = row0 + warp * 16 + lane;  // this lane's query row (lanes 0-15)
-    const bool owns_row = lane < 16 && i < g.S;
+    // Lanes 2r and 2r + 1 share row r of the warp's 16: columns [half·32, half·32 + 32) of each tile,
+    // and of D.
+    const int r = lane / 2, half = lane % 2;
+    const int64_t i = row0 + warp * 16 + r;
+    const bool active = i < g.S;
 
     tc_load_rows<D>(qs, qkv, g, b, h, row0, kTcRows, 0);
     for (int e = lane; e < 16 * D; e += 32) os[e] = 0.0f;
-    float m = -INFINITY, l = 0.0f;
+    float m = -INFINITY, l = 0.0f;  // the same in both lanes of a row
     const int64_t last = min(g.S, row0 + kTcRows);  // keys the block needs: [0, last)
     for (int64_t k0 = 0; k0 < last; k0 += kTcTile) {
         __syncthreads();
@@ -147,32 +156,28 @@ __global__ void __launch_bounds__(kTcThreads) k_attn_fwd_tc(float* out, float* l
         __syncthreads();
         tc_rows_times_tile_t<D>(ss, qs + warp * 16 * D, ks);
         __syncwarp();
-        if (lane < 16) {
-            float* sr = ss + lane * kTcTile;
-            bf16* pr = ps + lane * kTcTile;
-            float corr = 1.0f;
-            if (owns_row) {
-                float tile_max = -INFINITY;
-                for (int jj = 0; jj < kTcTile; ++jj) {
-                    const int64_t j = k0 + jj;
-                    sr[jj] = j <= i ? g.scale * sr[jj] : -INFINITY;  // causal (j <= i < S)
-                    tile_max = fmaxf(tile_max, sr[jj]);
-                }
-                const float m_new = fmaxf(m, tile_max);  // finite: key 0 is in the first tile
-                corr = expf(m - m_new);
-                float sum = 0.0f;
-                for (int jj = 0; jj < kTcTile; ++jj) {
-                    const float e = expf(sr[jj] - m_new);
-                    sum += e;
-                    pr[jj] = __float2bfloat16(e * mask_mult(g, b, h, i, k0 + jj));
-                }
-                l = l * corr + sum;
-                m = m_new;
-            } else {
-                for (int jj = 0; jj < kTcTile; ++jj) pr[jj] = __float2bfloat16(0.0f);
-            }
-            for (int d = 0; d < D; ++d) os[lane * D + d] *= corr;
+        float* sr = ss + r * kTcTile + half * kTcHalf;
+        bf16* pr = ps + r * kTcTile + half * kTcHalf;
+        const int64_t j0 = k0 + half * kTcHalf;
+        float tile_max = -INFINITY;
+        for (int jj = 0; jj < kTcHalf; ++jj) {
+            sr[jj] = active && j0 + jj <= i ? g.scale * sr[jj] : -INFINITY;  // causal (j <= i < S)
+            tile_max = fmaxf(tile_max, sr[jj]);
         }
+        tile_max = pair_max(tile_max);
+        // Key 0 is in the first tile, so m_new is finite for an active row; inactive rows stay at 0.
+        const float m_new = active ? fmaxf(m, tile_max) : 0.0f;
+        const float corr = active ? expf(m - m_new) : 1.0f;
+        float sum = 0.0f;
+        for (int jj = 0; jj < kTcHalf; ++jj) {
+            const float e = active ? expf(sr[jj] - m_new) : 0.0f;
+            sum += e;
+            pr[jj] = __float2bfloat16(active ? e * mask_mult(g, b, h, i, j0 + jj) : 0.0f);
+        }
+        sum = pair_sum(sum);
+        l = l * corr + sum;
+        m = m_new;
+        for (int d = half * (D / 2); d < (half + 1) * (D / 2); ++d) os[r * D + d] *= corr;
         __syncwarp();
         // O (16 × D) += P (16 × kTcTile) · V (kTcTile × D), through the rescaled shared accumulator.
         for (int c = 0; c < D / 16; ++c) {
@@ -189,11 +194,11 @@ __global__ void __launch_bounds__(kTcThreads) k_attn_fwd_tc(float* out, float* l
         }
         __syncwarp();
     }
-    if (!owns_row) return;
+    if (!active) return;
     const float inv = 1.0f / l;
     float* oi = out + out_offset(g, i, b, h);
-    for (int d = 0; d < D; ++d) oi[d] = os[lane * D + d] * inv;
-    lse[pair * g.S + i] = m + logf(l);
+    for (int d = half * (D / 2); d < (half + 1) * (D / 2); ++d) oi[d] = os[r * D + d] * inv;
+    if (half == 0) lse[pair * g.S + i] = m + logf(l);
 }
 
 /// dq and delta_i = Σ_j P_ij·mask_ij·(dO_i·v_j) (= dO_i·O_i) per query row: a first pass over the keys
@@ -214,9 +219,10 @@ __global__ void __launch_bounds__(kTcThreads) k_attn_bwd_dq_tc(float* dqkv, floa
     float* dps = reinterpret_cast<float*>(smem + L::dp) + warp * 16 * kTcTile;
     bf16* dss = reinterpret_cast<bf16*>(smem + L::ds) + warp * 16 * kTcTile;
     float* stage = reinterpret_cast<float*>(smem + L::stage) + warp * 16 * D;
-    const int64_t i = row0 + warp * 16 + lane;
-    const bool owns_row = lane < 16 && i < g.S;
-    const float L_i = owns_row ? lse[pair * g.S + i] : 0.0f;
+    const int r = lane / 2, half = lane % 2;  // lanes 2r, 2r + 1: row r, half the columns each
+    const int64_t i = row0 + warp * 16 + r;
+    const bool active = i < g.S;
+    const float L_i = active ? lse[pair * g.S + i] : 0.0f;
 
     tc_load_rows<D>(qs, qkv, g, b, h, row0, kTcRows, 0);
     tc_load_out_rows<D>(dos, dout, g, b, h, row0, kTcRows);
@@ -233,28 +239,27 @@ __global__ void __launch_bounds__(kTcThreads) k_attn_bwd_dq_tc(float* dqkv, floa
             tc_rows_times_tile_t<D>(ss, qs + warp * 16 * D, ks);
             tc_rows_times_tile_t<D>(dps, dos + warp * 16 * D, vs);
             __syncwarp();
-            if (lane < 16) {
-                for (int jj = 0; jj < kTcTile; ++jj) {
-                    const int64_t j = k0 + jj;
-                    const bool on = owns_row && j <= i;
-                    const float p = on ? expf(g.scale * ss[lane * kTcTile + jj] - L_i) : 0.0f;
-                    const float mk = on ? mask_mult(g, b, h, i, j) : 0.0f;
-                    const float dp = dps[lane * kTcTile + jj];
-                    if (pass == 0) delta_i += p * mk * dp;
-                    else dss[lane * kTcTile + jj] = __float2bfloat16(g.scale * p * (dp * mk - delta_i));
-                }
+            for (int jj = half * kTcHalf; jj < (half + 1) * kTcHalf; ++jj) {
+                const int64_t j = k0 + jj;
+                const bool on = active && j <= i;
+                const float p = on ? expf(g.scale * ss[r * kTcTile + jj] - L_i) : 0.0f;
+                const float mk = on ? mask_mult(g, b, h, i, j) : 0.0f;
+                const float dp = dps[r * kTcTile + jj];
+                if (pass == 0) delta_i += p * mk * dp;
+                else dss[r * kTcTile + jj] = __float2bfloat16(g.scale * p * (dp * mk - delta_i));
             }
             __syncwarp();
             if (pass == 1) tc_accumulate<D>(dq, dss, ks);
         }
+        if (pass == 0) delta_i = pair_sum(delta_i);  // both halves of the row, in both lanes
     }
     __syncthreads();  // every warp is done with the tiles the stage overwrites
     for (int c = 0; c < D / 16; ++c) wmma::store_matrix_sync(stage + c * 16, dq[c], D, wmma::mem_row_major);
     __syncwarp();
-    if (!owns_row) return;
+    if (!active) return;
     float* dqi = dqkv + qkv_offset(g, i, b, h);
-    for (int d = 0; d < D; ++d) dqi[d] = stage[lane * D + d];
-    delta[pair * g.S + i] = delta_i;
+    for (int d = half * (D / 2); d < (half + 1) * (D / 2); ++d) dqi[d] = stage[r * D + d];
+    if (half == 0) delta[pair * g.S + i] = delta_i;
 }
 
 /// dk and dv per key row j: over the query tiles from j's own down, dv += (P∘mask)ᵀ·dO and
@@ -278,8 +283,9 @@ __global__ void __launch_bounds__(kTcThreads) k_attn_bwd_dkv_tc(float* dqkv, con
     float* stage = reinterpret_cast<float*>(smem + L::stage) + warp * 16 * D;
     float* lse_t = reinterpret_cast<float*>(smem + L::scalars);
     float* delta_t = lse_t + kTcTile;
-    const int64_t j = row0 + warp * 16 + lane;  // this lane's key row (lanes 0-15)
-    const bool owns_row = lane < 16 && j < g.S;
+    const int r = lane / 2, half = lane % 2;  // lanes 2r, 2r + 1: key row r, half the queries each
+    const int64_t j = row0 + warp * 16 + r;
+    const bool active = j < g.S;
 
     tc_load_rows<D>(kb, qkv, g, b, h, row0, kTcRows, 1);
     tc_load_rows<D>(vb, qkv, g, b, h, row0, kTcRows, 2);
@@ -301,32 +307,30 @@ __global__ void __launch_bounds__(kTcThreads) k_attn_bwd_dkv_tc(float* dqkv, con
         tc_rows_times_tile_t<D>(st, kb + warp * 16 * D, qt);   // Sᵀ: keys × queries
         tc_rows_times_tile_t<D>(dpt, vb + warp * 16 * D, dot); // dPᵀ = V·dOᵀ
         __syncwarp();
-        if (lane < 16) {
-            for (int ii = 0; ii < kTcTile; ++ii) {
-                const int64_t q = q0 + ii;
-                const bool on = owns_row && q < g.S && j <= q;
-                const float p = on ? expf(g.scale * st[lane * kTcTile + ii] - lse_t[ii]) : 0.0f;
-                const float mk = on ? mask_mult(g, b, h, q, j) : 0.0f;
-                pt[lane * kTcTile + ii] = __float2bfloat16(p * mk);
-                dst[lane * kTcTile + ii] =
-                    __float2bfloat16(g.scale * p * (dpt[lane * kTcTile + ii] * mk - delta_t[ii]));
-            }
+        for (int ii = half * kTcHalf; ii < (half + 1) * kTcHalf; ++ii) {
+            const int64_t q = q0 + ii;
+            const bool on = active && q < g.S && j <= q;
+            const float p = on ? expf(g.scale * st[r * kTcTile + ii] - lse_t[ii]) : 0.0f;
+            const float mk = on ? mask_mult(g, b, h, q, j) : 0.0f;
+            pt[r * kTcTile + ii] = __float2bfloat16(p * mk);
+            dst[r * kTcTile + ii] = __float2bfloat16(g.scale * p * (dpt[r * kTcTile + ii] * mk - delta_t[ii]));
         }
         __syncwarp();
         tc_accumulate<D>(dv, pt, dot);
         tc_accumulate<D>(dk, dst, qt);
     }
     __syncthreads();  // every warp is done with the tiles the stage overwrites
-    float* dbase = dqkv + qkv_offset(g, owns_row ? j : 0, b, h);
+    float* dbase = dqkv + qkv_offset(g, active ? j : 0, b, h);
+    const int d0 = half * (D / 2), d1 = (half + 1) * (D / 2);
     for (int c = 0; c < D / 16; ++c) wmma::store_matrix_sync(stage + c * 16, dk[c], D, wmma::mem_row_major);
     __syncwarp();
-    if (owns_row)
-        for (int d = 0; d < D; ++d) dbase[D + d] = stage[lane * D + d];
+    if (active)
+        for (int d = d0; d < d1; ++d) dbase[D + d] = stage[r * D + d];
     __syncwarp();
     for (int c = 0; c < D / 16; ++c) wmma::store_matrix_sync(stage + c * 16, dv[c], D, wmma::mem_row_major);
     __syncwarp();
-    if (owns_row)
-        for (int d = 0; d < D; ++d) dbase[2 * D + d] = stage[lane * D + d];
+    if (active)
+        for (int d = d0; d < d1; ++d) dbase[2 * D + d] = stage[r * D + d];
 }
 
 }  // namespace mwb::cuda::attention

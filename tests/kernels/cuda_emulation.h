@@ -1,7 +1,8 @@
 #pragma once
 // The CUDA execution model on host threads, for kernels written as plain CUDA C++ without runtime
 // calls (kernels/cuda/attention_kernels.cuh, attention_tc_kernels.cuh): each block runs as blockDim
-// std::threads that meet at a std::barrier for __syncthreads (and a per-warp one for __syncwarp),
+// std::threads that meet at a std::barrier for __syncthreads (and a per-warp one for __syncwarp and
+// __shfl_xor_sync),
 // __shared__ arrays become function statics and dynamic shared memory one buffer (blocks run one after
 // another, so one block owns them at a time). Slow, but it executes the kernels' own source — index
 // math, tiling, barriers, numerics — on CPUs, where CI runs.
@@ -19,6 +20,8 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <thread>
 #include <type_traits>
@@ -32,6 +35,7 @@ struct Dim3 {
 inline thread_local Dim3 thread_index, block_index;
 inline std::barrier<>* block_barrier = nullptr;
 inline std::vector<std::unique_ptr<std::barrier<>>> warp_barriers;
+inline std::vector<uint64_t> shuffle_slots;  // one per thread of the block, for __shfl_xor_sync
 inline std::vector<unsigned char> dynamic_shared;
 
 /// Runs `kernel()` for every block of grid (x, y) with `threads` threads per block (a multiple of 32
@@ -44,6 +48,7 @@ void launch(unsigned grid_x, unsigned grid_y, int threads, const Kernel& kernel,
             std::barrier<> barrier(threads);
             block_barrier = &barrier;
             warp_barriers.clear();
+            shuffle_slots.assign(static_cast<std::size_t>(threads), 0);
             for (int w = 0; w < (threads + 31) / 32; ++w)
                 warp_barriers.push_back(std::make_unique<std::barrier<>>(std::min(32, threads - 32 * w)));
             std::vector<std::jthread> block;
@@ -70,6 +75,21 @@ void launch(unsigned grid_x, unsigned grid_y, int threads, const Kernel& kernel,
 #define MWB_DYNAMIC_SHARED(name) unsigned char* name = ::mwb::emulation::dynamic_shared.data()
 inline void __syncthreads() { ::mwb::emulation::block_barrier->arrive_and_wait(); }
 inline void __syncwarp() { ::mwb::emulation::warp_barriers[threadIdx.x / 32]->arrive_and_wait(); }
+/// The value of lane (this lane ^ lane_mask); every lane of the warp must call it (full mask only).
+template <class T>
+T __shfl_xor_sync(unsigned mask, T v, int lane_mask) {
+    static_assert(sizeof(T) <= sizeof(uint64_t));
+    if (mask != 0xffffffffu) std::abort();  // partial masks are not emulated
+    const unsigned me = threadIdx.x, partner = (me & ~31u) | ((me & 31u) ^ static_cast<unsigned>(lane_mask));
+    uint64_t bits = 0;
+    std::memcpy(&bits, &v, sizeof(T));
+    ::mwb::emulation::shuffle_slots[me] = bits;
+    __syncwarp();
+    T r;
+    std::memcpy(&r, &::mwb::emulation::shuffle_slots[partner], sizeof(T));
+    __syncwarp();
+    return r;
+}
 inline int64_t min(int64_t a, int64_t b) { return a < b ? a : b; }
 using std::fmaxf;
 
