@@ -103,28 +103,19 @@ void NcclCommunicator::finish() {
 
 #define MWB_NCCL_STREAM static_cast<cudaStream_t>(stream_)
 
-void NcclCommunicator::all_reduce_sum(float* data, int64_t n) {
-    Measure m(stats_, 2 * (size_ - 1) * n * 4 / size_);
+void NcclCommunicator::all_reduce(void* data, int64_t n, int element_bytes, int type, int op, const char* what) {
+    Measure m(stats_, 2 * (size_ - 1) * n * element_bytes / size_);
     begin();
-    check_nccl(ncclAllReduce(data, data, static_cast<size_t>(n), ncclFloat, ncclSum, impl_->comm, MWB_NCCL_STREAM),
-               "all-reduce", name_);
+    check_nccl(ncclAllReduce(data, data, static_cast<size_t>(n), static_cast<ncclDataType_t>(type),
+                             static_cast<ncclRedOp_t>(op), impl_->comm, MWB_NCCL_STREAM),
+               what, name_);
     finish();
 }
 
-void NcclCommunicator::all_reduce_sum(double* data, int64_t n) {
-    Measure m(stats_, 2 * (size_ - 1) * n * 8 / size_);
-    begin();
-    check_nccl(ncclAllReduce(data, data, static_cast<size_t>(n), ncclDouble, ncclSum, impl_->comm, MWB_NCCL_STREAM),
-               "all-reduce", name_);
-    finish();
-}
-
+void NcclCommunicator::all_reduce_sum(float* data, int64_t n) { all_reduce(data, n, 4, ncclFloat, ncclSum, "all-reduce"); }
+void NcclCommunicator::all_reduce_sum(double* data, int64_t n) { all_reduce(data, n, 8, ncclDouble, ncclSum, "all-reduce"); }
 void NcclCommunicator::all_reduce_max(float* data, int64_t n) {
-    Measure m(stats_, 2 * (size_ - 1) * n * 4 / size_);
-    begin();
-    check_nccl(ncclAllReduce(data, data, static_cast<size_t>(n), ncclFloat, ncclMax, impl_->comm, MWB_NCCL_STREAM),
-               "all-reduce (max)", name_);
-    finish();
+    all_reduce(data, n, 4, ncclFloat, ncclMax, "all-reduce (max)");
 }
 
 void NcclCommunicator::all_gather(const float* in, float* out, int64_t n) {

@@ -52,6 +52,8 @@ private:
     void* compute_stream_ = nullptr;  // the ops' stream the collectives are ordered with
     bool blocking_ = true;
 
+    /// In-place all-reduce of n elements (NCCL data type and reduction op, as ints: no NCCL header here).
+    void all_reduce(void* data, int64_t n, int element_bytes, int type, int op, const char* what);
     void begin();   // the collective stream waits for the compute stream
     void finish();  // the compute stream waits for the collective; the host too when blocking
 };

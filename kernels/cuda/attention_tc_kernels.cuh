@@ -74,6 +74,26 @@ struct TcBackwardSmem {
     static_assert(kTcWarps * 16 * D * 4 == 2 * kTcTile * D * 2, "the output stage fits where the tiles were");
 };
 
+/// Where warp `warp`'s views of the backward kernels' shared memory (TcBackwardSmem) start.
+template <int D>
+struct TcBackwardShared {
+    bf16 *rows_a, *rows_b, *tile_a, *tile_b, *p, *ds;
+    float *s, *dp, *stage, *scalars;
+    __device__ __forceinline__ TcBackwardShared(unsigned char* smem, int warp) {
+        using L = TcBackwardSmem<D>;
+        rows_a = reinterpret_cast<bf16*>(smem + L::rows_a);
+        rows_b = reinterpret_cast<bf16*>(smem + L::rows_b);
+        tile_a = reinterpret_cast<bf16*>(smem + L::tile_a);
+        tile_b = reinterpret_cast<bf16*>(smem + L::tile_b);
+        s = reinterpret_cast<float*>(smem + L::s) + warp * 16 * kTcTile;
+        dp = reinterpret_cast<float*>(smem + L::dp) + warp * 16 * kTcTile;
+        p = reinterpret_cast<bf16*>(smem + L::p) + warp * 16 * kTcTile;
+        ds = reinterpret_cast<bf16*>(smem + L::ds) + warp * 16 * kTcTile;
+        stage = reinterpret_cast<float*>(smem + L::stage) + warp * 16 * D;
+        scalars = reinterpret_cast<float*>(smem + L::scalars);
+    }
+};
+
 /// rows [row0, row0 + n) of part `part` (0 q, 1 k, 2 v) of head (b, h), as bf16 (zeros past S).
 template <int D>
 __device__ __forceinline__ void tc_load_rows(bf16* dst, const float* qkv, const Geometry& g, int64_t b, int64_t h,
@@ -207,18 +227,12 @@ template <int D>
 __global__ void __launch_bounds__(kTcThreads) k_attn_bwd_dq_tc(float* dqkv, float* delta, const float* dout,
                                                                 const float* qkv, const float* lse, Geometry g) {
     MWB_DYNAMIC_SHARED(smem);
-    using L = TcBackwardSmem<D>;
     const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
     const int64_t pair = blockIdx.y, b = pair / g.A, h = pair % g.A;
     const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kTcRows;
-    bf16* qs = reinterpret_cast<bf16*>(smem + L::rows_a);
-    bf16* dos = reinterpret_cast<bf16*>(smem + L::rows_b);
-    bf16* ks = reinterpret_cast<bf16*>(smem + L::tile_a);
-    bf16* vs = reinterpret_cast<bf16*>(smem + L::tile_b);
-    float* ss = reinterpret_cast<float*>(smem + L::s) + warp * 16 * kTcTile;
-    float* dps = reinterpret_cast<float*>(smem + L::dp) + warp * 16 * kTcTile;
-    bf16* dss = reinterpret_cast<bf16*>(smem + L::ds) + warp * 16 * kTcTile;
-    float* stage = reinterpret_cast<float*>(smem + L::stage) + warp * 16 * D;
+    const TcBackwardShared<D> sh(smem, warp);
+    bf16 *qs = sh.rows_a, *dos = sh.rows_b, *ks = sh.tile_a, *vs = sh.tile_b, *dss = sh.ds;
+    float *ss = sh.s, *dps = sh.dp, *stage = sh.stage;
     const int r = lane / 2, half = lane % 2;  // lanes 2r, 2r + 1: row r, half the columns each
     const int64_t i = row0 + warp * 16 + r;
     const bool active = i < g.S;
@@ -268,21 +282,12 @@ template <int D>
 __global__ void __launch_bounds__(kTcThreads) k_attn_bwd_dkv_tc(float* dqkv, const float* delta, const float* dout,
                                                                  const float* qkv, const float* lse, Geometry g) {
     MWB_DYNAMIC_SHARED(smem);
-    using L = TcBackwardSmem<D>;
     const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
     const int64_t pair = blockIdx.y, b = pair / g.A, h = pair % g.A;
     const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kTcRows;
-    bf16* kb = reinterpret_cast<bf16*>(smem + L::rows_a);
-    bf16* vb = reinterpret_cast<bf16*>(smem + L::rows_b);
-    bf16* qt = reinterpret_cast<bf16*>(smem + L::tile_a);
-    bf16* dot = reinterpret_cast<bf16*>(smem + L::tile_b);
-    float* st = reinterpret_cast<float*>(smem + L::s) + warp * 16 * kTcTile;
-    float* dpt = reinterpret_cast<float*>(smem + L::dp) + warp * 16 * kTcTile;
-    bf16* pt = reinterpret_cast<bf16*>(smem + L::p) + warp * 16 * kTcTile;
-    bf16* dst = reinterpret_cast<bf16*>(smem + L::ds) + warp * 16 * kTcTile;
-    float* stage = reinterpret_cast<float*>(smem + L::stage) + warp * 16 * D;
-    float* lse_t = reinterpret_cast<float*>(smem + L::scalars);
-    float* delta_t = lse_t + kTcTile;
+    const TcBackwardShared<D> sh(smem, warp);
+    bf16 *kb = sh.rows_a, *vb = sh.rows_b, *qt = sh.tile_a, *dot = sh.tile_b, *pt = sh.p, *dst = sh.ds;
+    float *st = sh.s, *dpt = sh.dp, *stage = sh.stage, *lse_t = sh.scalars, *delta_t = sh.scalars + kTcTile;
     const int r = lane / 2, half = lane % 2;  // lanes 2r, 2r + 1: key row r, half the queries each
     const int64_t j = row0 + warp * 16 + r;
     const bool active = j < g.S;
