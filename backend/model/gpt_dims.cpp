@@ -11,7 +11,8 @@ GptDims GptDims::from_config(const Config& c) {
     d.layers = c.model.num_layers;
     d.hidden = c.model.hidden_size;
     d.heads = c.model.num_attention_heads;
-    d.groups = c.model.num_query_groups;
+    // Without group_query_attention every head is its own group, whatever num_query_groups says.
+    d.groups = c.model.group_query_attention ? c.model.num_query_groups : c.model.num_attention_heads;
     d.kv_channels = c.model.kv_channels;
     d.ffn = c.model.ffn_hidden_size;
     d.swiglu = c.model.swiglu;

@@ -655,8 +655,11 @@ private:
     /// A checkpoint of another model architecture is refused by name, before any surprise.
     void check_compatible(const nlohmann::json& saved, const fs::path& dir) const {
         const nlohmann::json now = to_json(cfg_);
-        for (const char* key : {"num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size",
-                                "max_position_embeddings", "normalization", "untie_embeddings_and_output_weights"}) {
+        for (const char* key :
+             {"num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "max_position_embeddings",
+              "normalization", "untie_embeddings_and_output_weights", "num_query_groups", "kv_channels", "swiglu",
+              "add_bias_linear", "add_qkv_bias", "position_embedding_type", "rotary_base", "rotary_percent",
+              "rotary_interleaved", "use_rope_scaling", "rope_scaling_factor"}) {
             if (!saved.contains(key)) continue;
             MWB_CHECK(saved[key] == now[key], "checkpoint '{}' was saved by a model with {} {}, this run has {}",
                       dir.string(), key, saved[key].dump(), now[key].dump());
