@@ -57,12 +57,16 @@ class TestModelInit : public QObject {
 private slots:
     void every_tensor_follows_megatrons_rule_data() {
         QTest::addColumn<bool>("llama");
-        QTest::newRow("GPT") << false;
-        QTest::newRow("Llama") << true;
+        QTest::addColumn<bool>("positions");
+        QTest::newRow("GPT") << false << true;
+        QTest::newRow("GPT without positions") << false << false;
+        QTest::newRow("Llama") << true << false;
     }
     void every_tensor_follows_megatrons_rule() {
         QFETCH(bool, llama);
-        const GptDims d = llama ? llama_dims() : gpt_dims();
+        QFETCH(bool, positions);
+        GptDims d = llama ? llama_dims() : gpt_dims();
+        if (!llama && !positions) d.positions = GptDims::Positions::None;
         OpContext ctx;
         Allocator alloc;
         GptModel model(d, RecomputePolicy{}, DType::F32, ctx, alloc);
@@ -104,9 +108,15 @@ private slots:
             QCOMPARE(weights, 2 * int(d.layers) + 2);  // qkv, fc1; embedding, output layer
             QVERIFY(!model.layout().contains("embedding.position_embeddings.weight"));
         } else {
-            QCOMPARE(biases, 6 * int(d.layers) + 1);   // 2 norm biases + 4 linear biases per layer, final norm
-            QCOMPARE(weights, 2 * int(d.layers) + 2);  // qkv, fc1; word and position embeddings
+            QCOMPARE(biases, 6 * int(d.layers) + 1);  // 2 norm biases + 4 linear biases per layer, final norm
+            QCOMPARE(weights, 2 * int(d.layers) + (positions ? 2 : 1));  // qkv, fc1; word (and position) embeddings
+            QCOMPARE(model.layout().contains("embedding.position_embeddings.weight"), positions);
         }
+        // And the model trains: a finite loss near ln(V) at init.
+        std::vector<int32_t> tokens(static_cast<std::size_t>(d.micro_batch * (d.seq + 1)));
+        for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(i * 37 % d.vocab);
+        const double loss = model.forward_backward(tokens.data(), 1.0f, 7, 1);
+        QVERIFY2(std::abs(loss - std::log(double(d.vocab))) < 0.5, qPrintable(QString::number(loss)));
     }
 
     void shards_draw_their_part_of_the_global_tensor() {
