@@ -62,7 +62,9 @@ __device__ __forceinline__ int64_t k_column(const Geometry& g, int64_t b, int64_
     const int64_t per_group = g.A / g.G;
     return (b * (g.A + 2 * g.G) + grp * (per_group + 2) + per_group) * g.D;
 }
-__device__ __forceinline__ int64_t v_column(const Geometry& g, int64_t b, int64_t grp) { return k_column(g, b, grp) + g.D; }
+__device__ __forceinline__ int64_t v_column(const Geometry& g, int64_t b, int64_t grp) {
+    return k_column(g, b, grp) + g.D;
+}
 /// The same for head h of the (S, B, A·D) output (and its gradient).
 __device__ __forceinline__ int64_t out_column(const Geometry& g, int64_t b, int64_t h) { return (b * g.A + h) * g.D; }
 __device__ __forceinline__ float mask_mult(const Geometry& g, int64_t b, int64_t h, int64_t i, int64_t j) {

@@ -12,7 +12,9 @@ namespace {
 
 using namespace rope_swiglu;
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+bool aligned16(const void* p) {
+    return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
 
 template <int V>
 void swiglu_forward_launch(float* out, const float* x, int64_t rows, int64_t F, cudaStream_t s) {
@@ -40,10 +42,14 @@ void rope_launch(float* qkv, const float* cos_t, const float* sin_t, const RopeG
     const bool wide = (g.R / 2) % 4 == 0 && g.D % 4 == 0 && aligned16(qkv) && aligned16(cos_t) && aligned16(sin_t);
     const int64_t pairs = g.S * g.B * (g.A + g.G) * (g.R / 2);
     const int blocks = blocks_for(wide ? pairs / 4 : pairs);
-    if (wide && interleaved) k_rope<4, true><<<blocks, kElementwiseThreads, 0, s>>>(qkv, cos_t, sin_t, g);
-    else if (wide) k_rope<4, false><<<blocks, kElementwiseThreads, 0, s>>>(qkv, cos_t, sin_t, g);
-    else if (interleaved) k_rope<1, true><<<blocks, kElementwiseThreads, 0, s>>>(qkv, cos_t, sin_t, g);
-    else k_rope<1, false><<<blocks, kElementwiseThreads, 0, s>>>(qkv, cos_t, sin_t, g);
+    if (wide && interleaved)
+        k_rope<4, true><<<blocks, kElementwiseThreads, 0, s>>>(qkv, cos_t, sin_t, g);
+    else if (wide)
+        k_rope<4, false><<<blocks, kElementwiseThreads, 0, s>>>(qkv, cos_t, sin_t, g);
+    else if (interleaved)
+        k_rope<1, true><<<blocks, kElementwiseThreads, 0, s>>>(qkv, cos_t, sin_t, g);
+    else
+        k_rope<1, false><<<blocks, kElementwiseThreads, 0, s>>>(qkv, cos_t, sin_t, g);
 }
 
 void run_rope(OpContext& ctx, const char* op, TensorView qkv, TensorView cos_t, TensorView sin_t,
@@ -68,8 +74,8 @@ void run_rope(OpContext& ctx, const char* op, TensorView qkv, TensorView cos_t, 
     g.sign = sign;
     MWB_CHECK(rotary_dim > 0 && rotary_dim % 2 == 0 && rotary_dim <= g.D,
               "{}: rotary_dim {} must be even and in (0, head dim {}]", op, rotary_dim, g.D);
-    MWB_CHECK(cos_t.ndim == 2 && cos_t.cols() == rotary_dim / 2 && sin_t.ndim == 2 &&
-                  sin_t.dim(0) == cos_t.dim(0) && sin_t.cols() == cos_t.cols(),
+    MWB_CHECK(cos_t.ndim == 2 && cos_t.cols() == rotary_dim / 2 && sin_t.ndim == 2 && sin_t.dim(0) == cos_t.dim(0) &&
+                  sin_t.cols() == cos_t.cols(),
               "{}: cos {} and sin {} must both be (P, rotary_dim/2={})", op, cos_t.describe(), sin_t.describe(),
               rotary_dim / 2);
     MWB_CHECK(position_offset >= 0 && position_offset + g.S <= cos_t.dim(0),
@@ -88,8 +94,10 @@ void swiglu_forward(OpContext& ctx, TensorView out, TensorView x) {
     if (out.numel() == 0) return;
     float* o = static_cast<float*>(out.data);
     const float* in = static_cast<const float*>(x.data);
-    if (F % 4 == 0 && aligned16(o) && aligned16(in)) swiglu_forward_launch<4>(o, in, x.rows(), F, stream_of(ctx));
-    else swiglu_forward_launch<1>(o, in, x.rows(), F, stream_of(ctx));
+    if (F % 4 == 0 && aligned16(o) && aligned16(in))
+        swiglu_forward_launch<4>(o, in, x.rows(), F, stream_of(ctx));
+    else
+        swiglu_forward_launch<1>(o, in, x.rows(), F, stream_of(ctx));
     check_launch("swiglu_forward");
 }
 
@@ -104,7 +112,8 @@ void swiglu_backward(OpContext& ctx, TensorView dx, TensorView dout, TensorView 
     const float* in = static_cast<const float*>(x.data);
     if (F % 4 == 0 && aligned16(d) && aligned16(g) && aligned16(in))
         swiglu_backward_launch<4>(d, g, in, x.rows(), F, stream_of(ctx));
-    else swiglu_backward_launch<1>(d, g, in, x.rows(), F, stream_of(ctx));
+    else
+        swiglu_backward_launch<1>(d, g, in, x.rows(), F, stream_of(ctx));
     check_launch("swiglu_backward");
 }
 

@@ -25,9 +25,13 @@ __device__ __forceinline__ void store(float* p, const Floats<V>& x) {
 __device__ __forceinline__ int64_t first_index() {
     return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
 }
-__device__ __forceinline__ int64_t grid_stride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
+__device__ __forceinline__ int64_t grid_stride() {
+    return static_cast<int64_t>(gridDim.x) * blockDim.x;
+}
 
-__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ float sigmoid(float x) {
+    return 1.0f / (1.0f + expf(-x));
+}
 
 // ---- SwiGLU: x (rows, 2F) = [gate | up] per row ---------------------------------------------------------
 
@@ -72,8 +76,8 @@ __global__ void k_swiglu_bwd(float* dx, const float* dout, const float* x, int64
 /// −1 by its negative (backward: the transposed rotation).
 struct RopeGeometry {
     int64_t S, B, A, G, D;
-    int64_t R;               // rotated dims of each head (even, <= D)
-    int64_t position_offset; // table row of sequence index 0
+    int64_t R;                // rotated dims of each head (even, <= D)
+    int64_t position_offset;  // table row of sequence index 0
     float sign;
 };
 

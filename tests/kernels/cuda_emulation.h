@@ -1,8 +1,8 @@
 #pragma once
 // The CUDA execution model on host threads, for kernels written as plain CUDA C++ without runtime
-// calls (kernels/cuda/attention_kernels.cuh, attention_tc_kernels.cuh, rope_swiglu_kernels.cuh): each block runs as blockDim
-// std::threads that meet at a std::barrier for __syncthreads (and a per-warp one for __syncwarp and
-// __shfl_xor_sync),
+// calls (kernels/cuda/attention_kernels.cuh, attention_tc_kernels.cuh, rope_swiglu_kernels.cuh): each
+// block runs as blockDim std::threads that meet at a std::barrier for __syncthreads (and a per-warp one
+// for __syncwarp and __shfl_xor_sync), blockDim and gridDim are the launch's,
 // __shared__ arrays become function statics and dynamic shared memory one buffer (blocks run one after
 // another, so one block owns them at a time). Slow, but it executes the kernels' own source — index
 // math, tiling, barriers, numerics — on CPUs, where CI runs.

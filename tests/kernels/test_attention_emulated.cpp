@@ -1,10 +1,11 @@
 // The CUDA attention kernels (kernels/cuda/attention_kernels.cuh, and the tensor-core ones of
 // attention_tc_kernels.cuh), executed on the CPU by cuda_emulation.h, against the CPU op: forward output
 // and backward dqkv within the tolerances the GPU checks use (fp32 kernels 1e-5 and 5e-5 normwise; the
-// bf16 tensor-core kernels, on bf16-valued inputs, 5e-3 where the GPU check allows 1e-2), with and without dropout (the same Philox
-// masks), a tensor-parallel head offset, every instantiated head dim, and sequence lengths around the
-// blocks and tiles, and grouped-query attention (G = A/2, G = 1) against the CPU op on K/V expanded per
-// query head. Outputs start as sentinels, so an element the kernels never write fails. No GPU.
+// bf16 tensor-core kernels, on bf16-valued inputs, 5e-3 where the GPU check allows 1e-2), with and
+// without dropout (the same Philox masks), a tensor-parallel head offset, every instantiated head dim,
+// sequence lengths around the blocks and tiles, and grouped-query attention (G = A/2, G = 1). The CPU
+// reference always runs multi-head attention on K/V expanded per query head, its dk/dv summed per group
+// (for G = A, the CPU op itself). Outputs start as sentinels, so an element the kernels never write fails. No GPU.
 #include "cuda_emulation.h"
 
 #include "attention_kernels.cuh"
@@ -75,15 +76,16 @@ void cpu_reference(std::vector<float>& out, std::vector<float>& dqkv, const std:
     OpContext cpu;
     std::vector<float> mha_d(mha.size());
     std::vector<float> probs(static_cast<std::size_t>(ops::attention_saved_elements(Device::CPU, p, S)));
-    std::vector<float> ws(static_cast<std::size_t>(ops::attention_workspace_bytes(Device::CPU, p, S, ops::num_threads()) / 4 + 1));
+    const int64_t ws_bytes = ops::attention_workspace_bytes(Device::CPU, p, S, ops::num_threads());
+    std::vector<float> ws(static_cast<std::size_t>(ws_bytes / 4 + 1));
     const auto view = [](const std::vector<float>& v, std::initializer_list<int64_t> shape) {
         return make_view(const_cast<float*>(v.data()), DType::F32, shape);
     };
     const auto flat = [&](const std::vector<float>& v) { return view(v, {static_cast<int64_t>(v.size())}); };
     out.assign(static_cast<std::size_t>(S * B * A * D), 0.0f);
     ops::attention_forward(cpu, view(out, {S, B, A * D}), flat(probs), view(mha, {S, B, A * 3 * D}), flat(ws), p);
-    ops::attention_backward(cpu, view(mha_d, {S, B, A * 3 * D}), view(dout, {S, B, A * D}), view(mha, {S, B, A * 3 * D}),
-                            flat(probs), flat(ws), p);
+    ops::attention_backward(cpu, view(mha_d, {S, B, A * 3 * D}), view(dout, {S, B, A * D}),
+                            view(mha, {S, B, A * 3 * D}), flat(probs), flat(ws), p);
     dqkv.assign(qkv.size(), 0.0f);
     for (int64_t s = 0; s < S; ++s)
         for (int64_t b = 0; b < B; ++b)
@@ -124,7 +126,8 @@ Errors compare(const Case& c, bool tensor_cores = false) {
     if (tensor_cores) {
         const auto grid_x = static_cast<unsigned>((S + att::kTcRows - 1) / att::kTcRows);
         const int threads = att::kTcThreads;
-        emulation::launch(grid_x, heads_y, threads, [&] { att::k_attn_fwd_tc<D>(gout.data(), lse.data(), qkv.data(), g); },
+        emulation::launch(grid_x, heads_y, threads,
+                          [&] { att::k_attn_fwd_tc<D>(gout.data(), lse.data(), qkv.data(), g); },
                           att::TcForwardSmem<D>::bytes);
         emulation::launch(grid_x, heads_y, threads, [&] {
             att::k_attn_bwd_dq_tc<D>(gdqkv.data(), delta.data(), dout.data(), qkv.data(), lse.data(), g);

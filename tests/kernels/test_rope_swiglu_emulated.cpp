@@ -43,7 +43,9 @@ double normwise(const std::vector<float>& got, const std::vector<double>& want) 
     return diff / scale;
 }
 
-double silu(double g) { return g / (1.0 + std::exp(-g)); }
+double silu(double g) {
+    return g / (1.0 + std::exp(-g));
+}
 
 // ---- SwiGLU --------------------------------------------------------------------------------------------
 
@@ -73,7 +75,8 @@ SwigluErrors swiglu_case(int64_t rows, int64_t F, uint32_t seed) {
     emu::launch(kBlocks, 1, kThreads, [&] { rs::k_swiglu_bwd<V>(gdx.data(), dout.data(), x.data(), rows, F); });
     // In place (dx aliasing x) gives the same bits.
     std::vector<float> inplace = x;
-    emu::launch(kBlocks, 1, kThreads, [&] { rs::k_swiglu_bwd<V>(inplace.data(), dout.data(), inplace.data(), rows, F); });
+    emu::launch(kBlocks, 1, kThreads,
+                [&] { rs::k_swiglu_bwd<V>(inplace.data(), dout.data(), inplace.data(), rows, F); });
     if (inplace != gdx) return {0, 1.0};
     return {normwise(gout, out), normwise(gdx, dx)};
 }
@@ -117,7 +120,8 @@ std::vector<double> rope_reference(const RopeCase& c, const std::vector<float>& 
                     for (int64_t i = 0; i < half; ++i) {
                         const int64_t ia = head + (c.interleaved ? 2 * i : i);
                         const int64_t ib = head + (c.interleaved ? 2 * i + 1 : i + half);
-                        const double co = cos_t[(s + c.offset) * half + i], si = sign * sin_t[(s + c.offset) * half + i];
+                        const double co = cos_t[(s + c.offset) * half + i],
+                                     si = sign * sin_t[(s + c.offset) * half + i];
                         const double a = x[ia], bv = x[ib];
                         y[ia] = a * co - bv * si;
                         y[ib] = bv * co + a * si;
@@ -175,16 +179,18 @@ class TestRopeSwigluEmulated : public QObject {
 
     static void check_rope(const RopeErrors& e, const char* what) {
         QVERIFY2(e.forward <= 1e-6, qPrintable(QString("%1: forward error %2 > 1e-6").arg(what).arg(e.forward)));
-        QVERIFY2(e.adjoint <= 1e-6, qPrintable(QString("%1: <rope(x), y> − <x, rope_backward(y)> = %2 (relative)")
-                                                   .arg(what).arg(e.adjoint)));
-        QVERIFY2(e.untouched_changed == 0, qPrintable(QString("%1: %2 value-head or unrotated elements changed")
-                                                          .arg(what).arg(e.untouched_changed)));
+        QVERIFY2(
+            e.adjoint <= 1e-6,
+            qPrintable(QString("%1: <rope(x), y> − <x, rope_backward(y)> = %2 (relative)").arg(what).arg(e.adjoint)));
+        QVERIFY2(
+            e.untouched_changed == 0,
+            qPrintable(QString("%1: %2 value-head or unrotated elements changed").arg(what).arg(e.untouched_changed)));
     }
     static void check_swiglu(const SwigluErrors& e, const char* what) {
         QVERIFY2(e.forward <= 1e-6, qPrintable(QString("%1: forward error %2 > 1e-6").arg(what).arg(e.forward)));
         // The central differences themselves carry ~1e-9 of truncation and rounding.
-        QVERIFY2(e.backward <= 1e-6, qPrintable(QString("%1: backward error %2 > 1e-6 (1: in-place differs)")
-                                                    .arg(what).arg(e.backward)));
+        QVERIFY2(e.backward <= 1e-6,
+                 qPrintable(QString("%1: backward error %2 > 1e-6 (1: in-place differs)").arg(what).arg(e.backward)));
     }
 
 private slots:
