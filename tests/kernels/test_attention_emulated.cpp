@@ -63,15 +63,20 @@ void cpu_reference(std::vector<float>& out, std::vector<float>& dqkv, const std:
     const int64_t grouped_row = B * (A + 2 * G) * D, mha_row = B * A * 3 * D;
     const auto q_at = [&](int64_t b, int64_t h) { return (b * (A + 2 * G) + (h / per) * (per + 2) + h % per) * D; };
     const auto k_at = [&](int64_t b, int64_t grp) { return (b * (A + 2 * G) + grp * (per + 2) + per) * D; };
-    std::vector<float> mha(static_cast<std::size_t>(S * mha_row));
-    for (int64_t s = 0; s < S; ++s)
-        for (int64_t b = 0; b < B; ++b)
-            for (int64_t h = 0; h < A; ++h)
-                for (int64_t part = 0; part < 3; ++part)
-                    for (int64_t d = 0; d < D; ++d) {
-                        const int64_t from = part == 0 ? q_at(b, h) : k_at(b, h / per) + (part - 1) * D;
-                        mha[s * mha_row + (b * A + h) * 3 * D + part * D + d] = qkv[s * grouped_row + from + d];
+    // fn(grouped index, multi-head index) for every element of the multi-head qkv.
+    const auto each = [&](const auto& fn) {
+        for (int64_t s = 0; s < S; ++s)
+            for (int64_t b = 0; b < B; ++b)
+                for (int64_t h = 0; h < A; ++h)
+                    for (int64_t part = 0; part < 3; ++part) {
+                        const int64_t col = part == 0 ? q_at(b, h) : k_at(b, h / per) + (part - 1) * D;
+                        const int64_t from = s * grouped_row + col;
+                        const int64_t to = s * mha_row + (b * A + h) * 3 * D + part * D;
+                        for (int64_t d = 0; d < D; ++d) fn(from + d, to + d);
                     }
+    };
+    std::vector<float> mha(static_cast<std::size_t>(S * mha_row));
+    each([&](int64_t grouped, int64_t multi) { mha[multi] = qkv[grouped]; });
     p.num_query_groups = 0;
     OpContext cpu;
     std::vector<float> mha_d(mha.size());
@@ -87,14 +92,7 @@ void cpu_reference(std::vector<float>& out, std::vector<float>& dqkv, const std:
     ops::attention_backward(cpu, view(mha_d, {S, B, A * 3 * D}), view(dout, {S, B, A * D}),
                             view(mha, {S, B, A * 3 * D}), flat(probs), flat(ws), p);
     dqkv.assign(qkv.size(), 0.0f);
-    for (int64_t s = 0; s < S; ++s)
-        for (int64_t b = 0; b < B; ++b)
-            for (int64_t h = 0; h < A; ++h)
-                for (int64_t part = 0; part < 3; ++part)
-                    for (int64_t d = 0; d < D; ++d) {
-                        const int64_t to = part == 0 ? q_at(b, h) : k_at(b, h / per) + (part - 1) * D;
-                        dqkv[s * grouped_row + to + d] += mha_d[s * mha_row + (b * A + h) * 3 * D + part * D + d];
-                    }
+    each([&](int64_t grouped, int64_t multi) { dqkv[grouped] += mha_d[multi]; });
 }
 
 template <int D>
