@@ -20,8 +20,9 @@
 #       last lines are one table). `--dry-run` walks every step here without a GPU: the commands,
 #       their limits, the programs they need, the check list; OUT defaults to a temp folder then.
 #       PYTHON overrides python3 (PyTorch); MWB_GPU_CHECK and MWB_GPU_BENCH the mwb programs (default
-#       gpu-bundle/bin/mwb-gpu-check and gpu-bundle/bin/mwb-gpu-bench). The bundled libraries are on the library path of the mwb programs only,
-#       never of PyTorch, which loads its own cuBLAS/cuDNN/NCCL. NCCL_DEBUG=WARN.
+#       gpu-bundle/bin/mwb-gpu-check and gpu-bundle/bin/mwb-gpu-bench). The bundled libraries are on
+#       the library path of the mwb programs only, never of PyTorch, which loads its own
+#       cuBLAS/cuDNN/NCCL. NCCL_DEBUG=WARN.
 #
 # If the bundled mwb-gpu-check cannot start there (a library missing), it is rebuilt there from
 # sources with nvcc/g++ and the bundle's headers and libraries (fallback_build below), as a step of
@@ -167,7 +168,7 @@ run_step() {
     rc=$?
     local secs=$(( $(now) - t0 ))
     { echo "===== $name: rc=$rc in ${secs}s (limit ${limit}s): $*"; cat "$WORK/$name.log"; echo; } >>"$OUT/steps.log"
-    grep '^{' "$WORK/$name.log" >>"$OUT/results.jsonl"
+    grep '^{' "$WORK/$name.log" | sed "s/^{/{\"step\": \"$name\", /" >>"$OUT/results.jsonl"
     echo "$name rc=$rc seconds=$secs" >>"$OUT/status.txt"
     tail -n 25 "$WORK/$name.log"
     return $rc
@@ -262,30 +263,48 @@ print("```")
 print(open(os.path.join(out, "machine.txt")).read().strip())
 print("```")
 print()
-rows = [json.loads(l) for l in open(os.path.join(out, "results.jsonl")) if l.strip().startswith("{")]
-status = [s for s in open(os.path.join(out, "status.txt")).read().split("\n") if s]
-print("step exit codes: " + ", ".join(status))
-checks = "not run"
+rows = {}
+for line in open(os.path.join(out, "results.jsonl")):
+    if line.strip().startswith("{"):
+        r = json.loads(line)
+        rows[r["step"]] = r
+status = [s.split(" ", 1) for s in open(os.path.join(out, "status.txt")).read().split("\n") if s]
+checks = None
 log = os.path.join(out, "steps.log")
 if os.path.exists(log):
     m = re.findall(r"^(\d+) checks \(one process each\), (\d+) failed", open(log).read(), re.M)
     if m:
         checks = f"{int(m[-1][0]) - int(m[-1][1])} of {m[-1][0]} passed"
-print()
-print("| step | engine | result |")
-print("| --- | --- | --- |")
-print(f"| op checks (CUDA vs CPU twins) | mwb | {checks} |")
-for r in rows:
+
+
+def figures(r):
     if r.get("label") == "attention":
-        shape = f"{r['batch']}×{r['heads']}" + (f" (G {r['groups']})" if r["groups"] != r["heads"] else "") + \
-                f"×{r['seq']}×{r['head_dim']}"
-        print(f"| attention {shape} | {r['engine']} | fwd {r['fwd_tflops']:.1f} TFLOP/s ({r['fwd_ms']:.2f} ms), "
-              f"bwd {r['bwd_tflops']:.1f} TFLOP/s ({r['bwd_ms']:.2f} ms) |")
+        return (f"fwd {r['fwd_tflops']:.1f} TFLOP/s ({r['fwd_ms']:.2f} ms), "
+                f"bwd {r['bwd_tflops']:.1f} TFLOP/s ({r['bwd_ms']:.2f} ms)")
+    mem = r.get("peak_allocated_bytes")
+    return (f"{r['tokens_per_s']:.0f} tokens/s, {r['model_tflops']:.1f} model TFLOP/s, MFU "
+            f"{(r['mfu'] or 0) * 100:.1f}% of {r['peak_bf16_tflops']:.0f} measured, "
+            f"peak {mem / 2**30 if mem else float('nan'):.1f} GiB")
+
+
+def what(step, r):
+    if r and r.get("label") == "attention":
+        g = f" (G {r['groups']})" if r["groups"] != r["heads"] else ""
+        return f"attention {r['batch']}×{r['heads']}{g}×{r['seq']}×{r['head_dim']}"
+    return step.split("-", 1)[1] if "-" in step else step
+
+
+print("| step | what | exit | result |")
+print("| --- | --- | --- | --- |")
+for step, st in status:
+    r = rows.get(step)
+    if step == "op-checks":
+        result = checks or "no summary line (see steps.log)"
+    elif r:
+        result = figures(r)
     else:
-        mem = r.get("peak_allocated_bytes")
-        print(f"| {r['label']} | {r['engine']} | {r['tokens_per_s']:.0f} tokens/s, {r['model_tflops']:.1f} model TFLOP/s, "
-              f"MFU {(r['mfu'] or 0) * 100:.1f}% of {r['peak_bf16_tflops']:.0f} measured, "
-              f"peak {mem / 2**30 if mem else float('nan'):.1f} GiB |")
+        result = "not measured (see steps.log)"
+    print(f"| {step} | {'CUDA ops vs CPU twins' if step == 'op-checks' else what(step, r)} | {st} | {result} |")
 PY
 }
 
