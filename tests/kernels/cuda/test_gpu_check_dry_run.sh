@@ -26,6 +26,10 @@ grep "^== mwb-" "$log" | grep -vq "LD_LIBRARY_PATH=.*gpu-bundle/lib" && fail "an
 grep "^== torch-" "$log" | grep -q "LD_LIBRARY_PATH" && fail "a PyTorch step with the bundle's libraries"
 grep -q "^== mwb-attention-mha .*attention --batch 4 --heads 16 --seq 2048 --head-dim 128" "$log" ||
     fail "the attention micro-benchmark is not 4×16×2048×128"
-tail -n 1 "$out/run/summary.md" | grep -q "^| op checks" || fail "summary.md does not end in its table"
+# The summary ends in one table, a row per step in run order.
+rows=$(awk '/^\| step \| what \| exit \| result \|$/ {t = 1; next} t && /^\| --- /{next} t {print $2}' "$out/run/summary.md" | tr '\n' ' ')
+[ "$rows" = "op-checks mwb-attention-mha torch-attention-mha mwb-attention-gqa torch-attention-gqa mwb-gpt2-124m torch-gpt2-124m mwb-gpt-1.3b torch-gpt-1.3b " ] ||
+    fail "summary table rows: '$rows'"
+tail -n 1 "$out/run/summary.md" | grep -q "^| torch-gpt-1.3b " || fail "summary.md does not end in its table"
 [ -s "$out/run/machine.txt" ] || fail "no machine.txt"
 echo "PASS: $(grep -c '^== ' "$log") steps walked"
