@@ -19,6 +19,7 @@ constexpr int kTile = 32;  // keys (or queries) per shared-memory tile
 struct Geometry {
     int64_t S, B, A, G, D;
     int64_t ld_qkv, ld_out;  // floats from position s to s + 1: B·(A + 2G)·D and B·A·D
+    int per_group;           // A/G (head indices in 32-bit arithmetic: no 64-bit divisions on the device)
     int total_heads, head_offset;
     float scale;
     RngStream rng;
@@ -37,6 +38,7 @@ inline Geometry make_geometry(int64_t S, int64_t D, const AttentionParams& p) {
     g.D = D;
     g.ld_qkv = g.B * (g.A + 2 * g.G) * D;
     g.ld_out = g.B * g.A * D;
+    g.per_group = static_cast<int>(g.A / g.G);
     g.total_heads = p.total_heads;
     g.head_offset = p.head_offset;
     g.scale = p.softmax_scale;
@@ -51,16 +53,16 @@ __device__ __forceinline__ int tile_len(int64_t remaining) {
     return static_cast<int>(remaining < kTile ? remaining : kTile);
 }
 /// The key/value group of query head h.
-__device__ __forceinline__ int64_t group_of(const Geometry& g, int64_t h) { return h / (g.A / g.G); }
+__device__ __forceinline__ int group_of(const Geometry& g, int64_t h) { return static_cast<int>(h) / g.per_group; }
 /// Offsets in position 0 of qkv (add s·ld_qkv for position s) of sequence b's query head h and of
 /// group grp's key and value heads.
 __device__ __forceinline__ int64_t q_column(const Geometry& g, int64_t b, int64_t h) {
-    const int64_t per_group = g.A / g.G;
-    return (b * (g.A + 2 * g.G) + (h / per_group) * (per_group + 2) + h % per_group) * g.D;
+    const int q = static_cast<int>(h), head = (q / g.per_group) * (g.per_group + 2) + q % g.per_group;
+    return (b * (g.A + 2 * g.G) + head) * g.D;
 }
 __device__ __forceinline__ int64_t k_column(const Geometry& g, int64_t b, int64_t grp) {
-    const int64_t per_group = g.A / g.G;
-    return (b * (g.A + 2 * g.G) + grp * (per_group + 2) + per_group) * g.D;
+    const int head = static_cast<int>(grp) * (g.per_group + 2) + g.per_group;
+    return (b * (g.A + 2 * g.G) + head) * g.D;
 }
 __device__ __forceinline__ int64_t v_column(const Geometry& g, int64_t b, int64_t grp) {
     return k_column(g, b, grp) + g.D;
@@ -207,7 +209,7 @@ __global__ void __launch_bounds__(kRows) k_attn_bwd_dkv(float* dqkv, const float
     __shared__ float qs[kTile][D];
     __shared__ float dos[kTile][D];
     __shared__ float ls[kTile], dls[kTile];
-    const int64_t b = blockIdx.y / g.G, grp = blockIdx.y % g.G, per_group = g.A / g.G;
+    const int64_t b = blockIdx.y / g.G, grp = blockIdx.y % g.G, per_group = g.per_group;
     const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRows;
     const int64_t j = row0 + threadIdx.x;
     const bool active = j < g.S;

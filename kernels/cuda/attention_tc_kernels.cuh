@@ -278,7 +278,7 @@ __global__ void __launch_bounds__(kTcThreads) k_attn_bwd_dkv_tc(float* dqkv, con
                                                                  const float* qkv, const float* lse, Geometry g) {
     MWB_DYNAMIC_SHARED(smem);
     const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-    const int64_t b = blockIdx.y / g.G, grp = blockIdx.y % g.G, per_group = g.A / g.G;
+    const int64_t b = blockIdx.y / g.G, grp = blockIdx.y % g.G, per_group = g.per_group;
     const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kTcRows;
     const TcBackwardShared<D> sh(smem, warp);
     bf16 *kb = sh.rows_a, *vb = sh.rows_b, *qt = sh.tile_a, *dot = sh.tile_b, *pt = sh.p, *dst = sh.ds;
