@@ -16,14 +16,36 @@ bool aligned16(const void* p) {
     return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
+/// 32-bit indices for grids of fewer than 2^31 items (see first_index).
+bool narrow(int64_t items) {
+    return items < (int64_t{1} << 31);
+}
+
 template <int V>
 void swiglu_forward_launch(float* out, const float* x, int64_t rows, int64_t F, cudaStream_t s) {
-    k_swiglu_fwd<V><<<blocks_for(rows * F / V), kElementwiseThreads, 0, s>>>(out, x, rows, F);
+    const int64_t n = rows * F / V;
+    if (narrow(n))
+        k_swiglu_fwd<V, uint32_t><<<blocks_for(n), kElementwiseThreads, 0, s>>>(out, x, rows, F);
+    else
+        k_swiglu_fwd<V, int64_t><<<blocks_for(n), kElementwiseThreads, 0, s>>>(out, x, rows, F);
 }
 
 template <int V>
 void swiglu_backward_launch(float* dx, const float* dout, const float* x, int64_t rows, int64_t F, cudaStream_t s) {
-    k_swiglu_bwd<V><<<blocks_for(rows * F / V), kElementwiseThreads, 0, s>>>(dx, dout, x, rows, F);
+    const int64_t n = rows * F / V;
+    if (narrow(n))
+        k_swiglu_bwd<V, uint32_t><<<blocks_for(n), kElementwiseThreads, 0, s>>>(dx, dout, x, rows, F);
+    else
+        k_swiglu_bwd<V, int64_t><<<blocks_for(n), kElementwiseThreads, 0, s>>>(dx, dout, x, rows, F);
+}
+
+template <int V, bool Interleaved>
+void rope_kernel_launch(float* qkv, const float* cos_t, const float* sin_t, const RopeGeometry& g, cudaStream_t s) {
+    const int64_t n = g.S * g.B * (g.A + g.G) * (g.R / 2) / V;
+    if (narrow(n))
+        k_rope<V, Interleaved, uint32_t><<<blocks_for(n), kElementwiseThreads, 0, s>>>(qkv, cos_t, sin_t, g);
+    else
+        k_rope<V, Interleaved, int64_t><<<blocks_for(n), kElementwiseThreads, 0, s>>>(qkv, cos_t, sin_t, g);
 }
 
 /// x (N, 2F) and out/dout (N, F) as the SwiGLU ops take them; returns F.
@@ -40,16 +62,14 @@ int64_t swiglu_width(const char* op, const TensorView& x, const TensorView& half
 void rope_launch(float* qkv, const float* cos_t, const float* sin_t, const RopeGeometry& g, bool interleaved,
                  cudaStream_t s) {
     const bool wide = (g.R / 2) % 4 == 0 && g.D % 4 == 0 && aligned16(qkv) && aligned16(cos_t) && aligned16(sin_t);
-    const int64_t pairs = g.S * g.B * (g.A + g.G) * (g.R / 2);
-    const int blocks = blocks_for(wide ? pairs / 4 : pairs);
     if (wide && interleaved)
-        k_rope<4, true><<<blocks, kElementwiseThreads, 0, s>>>(qkv, cos_t, sin_t, g);
+        rope_kernel_launch<4, true>(qkv, cos_t, sin_t, g, s);
     else if (wide)
-        k_rope<4, false><<<blocks, kElementwiseThreads, 0, s>>>(qkv, cos_t, sin_t, g);
+        rope_kernel_launch<4, false>(qkv, cos_t, sin_t, g, s);
     else if (interleaved)
-        k_rope<1, true><<<blocks, kElementwiseThreads, 0, s>>>(qkv, cos_t, sin_t, g);
+        rope_kernel_launch<1, true>(qkv, cos_t, sin_t, g, s);
     else
-        k_rope<1, false><<<blocks, kElementwiseThreads, 0, s>>>(qkv, cos_t, sin_t, g);
+        rope_kernel_launch<1, false>(qkv, cos_t, sin_t, g, s);
 }
 
 void run_rope(OpContext& ctx, const char* op, TensorView qkv, TensorView cos_t, TensorView sin_t,

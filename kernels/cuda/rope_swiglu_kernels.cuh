@@ -22,11 +22,15 @@ __device__ __forceinline__ void store(float* p, const Floats<V>& x) {
     *reinterpret_cast<Floats<V>*>(p) = x;
 }
 
-__device__ __forceinline__ int64_t first_index() {
-    return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+// Grid-stride loops over n items with index type I: uint32_t when n < 2^31 (the launcher's choice; a
+// stride of at most 2^29 then never wraps), whose divisions cost a fraction of 64-bit ones, else int64_t.
+template <class I>
+__device__ __forceinline__ I first_index() {
+    return static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
 }
-__device__ __forceinline__ int64_t grid_stride() {
-    return static_cast<int64_t>(gridDim.x) * blockDim.x;
+template <class I>
+__device__ __forceinline__ I grid_stride() {
+    return static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
 }
 
 __device__ __forceinline__ float sigmoid(float x) {
@@ -36,11 +40,11 @@ __device__ __forceinline__ float sigmoid(float x) {
 // ---- SwiGLU: x (rows, 2F) = [gate | up] per row ---------------------------------------------------------
 
 /// out (rows, F) = silu(gate)·up, silu(g) = g·sigmoid(g); a thread per V columns of a row.
-template <int V>
+template <int V, class I>
 __global__ void k_swiglu_fwd(float* out, const float* x, int64_t rows, int64_t F) {
-    const int64_t per_row = F / V;
-    for (int64_t t = first_index(); t < rows * per_row; t += grid_stride()) {
-        const int64_t r = t / per_row, c = (t % per_row) * V;
+    const I per_row = static_cast<I>(F / V), n = static_cast<I>(rows) * per_row;
+    for (I t = first_index<I>(); t < n; t += grid_stride<I>()) {
+        const int64_t r = t / per_row, c = static_cast<int64_t>(t % per_row) * V;
         const Floats<V> gate = load<V>(x + r * 2 * F + c), up = load<V>(x + r * 2 * F + F + c);
         Floats<V> o;
 #pragma unroll
@@ -51,11 +55,11 @@ __global__ void k_swiglu_fwd(float* out, const float* x, int64_t rows, int64_t F
 
 /// dx (rows, 2F) = [dout·up·silu'(gate) | dout·silu(gate)], silu'(g) = σ(g)·(1 + g·(1 − σ(g))). Each
 /// thread reads its gate and up before it writes, so dx may alias x.
-template <int V>
+template <int V, class I>
 __global__ void k_swiglu_bwd(float* dx, const float* dout, const float* x, int64_t rows, int64_t F) {
-    const int64_t per_row = F / V;
-    for (int64_t t = first_index(); t < rows * per_row; t += grid_stride()) {
-        const int64_t r = t / per_row, c = (t % per_row) * V;
+    const I per_row = static_cast<I>(F / V), n = static_cast<I>(rows) * per_row;
+    for (I t = first_index<I>(); t < n; t += grid_stride<I>()) {
+        const int64_t r = t / per_row, c = static_cast<int64_t>(t % per_row) * V;
         const Floats<V> gate = load<V>(x + r * 2 * F + c), up = load<V>(x + r * 2 * F + F + c);
         const Floats<V> d = load<V>(dout + r * F + c);
         Floats<V> dgate, dup;
@@ -84,14 +88,18 @@ struct RopeGeometry {
 /// Rotates V consecutive pairs (i0 … i0 + V − 1) of one query or key head per thread; value heads are
 /// skipped. Pairs: (i, i + R/2) (rotate-half) or (2i, 2i + 1) (`Interleaved`, GPT-J):
 /// (a, b) -> (a·cos − sign·b·sin, b·cos + sign·a·sin).
-template <int V, bool Interleaved>
+template <int V, bool Interleaved, class I>
 __global__ void k_rope(float* qkv, const float* cos_table, const float* sin_table, RopeGeometry g) {
-    const int64_t half = g.R / 2, per_head = half / V, per_group = g.A / g.G;
-    const int64_t rotated = g.A + g.G;  // per position and sequence: every query head and every key head
-    for (int64_t t = first_index(); t < g.S * g.B * rotated * per_head; t += grid_stride()) {
-        const int64_t i0 = (t % per_head) * V, u = (t / per_head) % rotated, sb = t / (per_head * rotated);
-        const int64_t s = sb / g.B, grp = u / (per_group + 1), slot = u % (per_group + 1);  // slot A/G: the key
-        float* head = qkv + (sb * (g.A + 2 * g.G) + grp * (per_group + 2) + slot) * g.D;
+    const int64_t half = g.R / 2;
+    // Per position and sequence: every query head and every key head, R/(2V) threads each.
+    const I per_head = static_cast<I>(half / V), per_group = static_cast<I>(g.A / g.G),
+            rotated = static_cast<I>(g.A + g.G);
+    const I n = static_cast<I>(g.S * g.B) * rotated * per_head;
+    for (I t = first_index<I>(); t < n; t += grid_stride<I>()) {
+        const I u = (t / per_head) % rotated, sb = t / (per_head * rotated);
+        const I grp = u / (per_group + 1), slot = u % (per_group + 1);  // slot A/G: the group's key
+        const int64_t i0 = static_cast<int64_t>(t % per_head) * V, s = sb / static_cast<I>(g.B);
+        float* head = qkv + (static_cast<int64_t>(sb) * (g.A + 2 * g.G) + grp * (per_group + 2) + slot) * g.D;
         const int64_t row = (s + g.position_offset) * half + i0;
         const Floats<V> c = load<V>(cos_table + row), sn = load<V>(sin_table + row);
         if constexpr (Interleaved) {

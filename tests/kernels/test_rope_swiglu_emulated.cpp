@@ -5,7 +5,8 @@
 // partial rotary dims, a position offset, multi-head, grouped and multi-query layouts, with value heads
 // and the unrotated dims left bit for bit; its backward held to the adjoint identity
 // <rope(x), y> = <x, rope_backward(y)>. Both the 128-bit (V = 4) and the scalar (V = 1) kernels run
-// wherever the launcher could pick them, on grids small enough that the grid-stride loops wrap. No GPU.
+// wherever the launcher could pick them, with 32-bit and 64-bit indices, on grids small enough that the
+// grid-stride loops wrap. No GPU.
 #include "cuda_emulation.h"
 
 #include "rope_swiglu_kernels.cuh"
@@ -53,7 +54,7 @@ struct SwigluErrors {
     double forward = 0, backward = 0;
 };
 
-template <int V>
+template <int V, class I = uint32_t>
 SwigluErrors swiglu_case(int64_t rows, int64_t F, uint32_t seed) {
     std::vector<float> x = uniform(static_cast<std::size_t>(rows * 2 * F), seed, -8, 8);
     const std::vector<float> dout = uniform(static_cast<std::size_t>(rows * F), seed + 1, -1, 1);
@@ -71,12 +72,12 @@ SwigluErrors swiglu_case(int64_t rows, int64_t F, uint32_t seed) {
             dx[r * 2 * F + F + c] = d * silu(g);
         }
     std::vector<float> gout(out.size(), -7.0f), gdx(dx.size(), -7.0f);
-    emu::launch(kBlocks, 1, kThreads, [&] { rs::k_swiglu_fwd<V>(gout.data(), x.data(), rows, F); });
-    emu::launch(kBlocks, 1, kThreads, [&] { rs::k_swiglu_bwd<V>(gdx.data(), dout.data(), x.data(), rows, F); });
+    emu::launch(kBlocks, 1, kThreads, [&] { rs::k_swiglu_fwd<V, I>(gout.data(), x.data(), rows, F); });
+    emu::launch(kBlocks, 1, kThreads, [&] { rs::k_swiglu_bwd<V, I>(gdx.data(), dout.data(), x.data(), rows, F); });
     // In place (dx aliasing x) gives the same bits.
     std::vector<float> inplace = x;
     emu::launch(kBlocks, 1, kThreads,
-                [&] { rs::k_swiglu_bwd<V>(inplace.data(), dout.data(), inplace.data(), rows, F); });
+                [&] { rs::k_swiglu_bwd<V, I>(inplace.data(), dout.data(), inplace.data(), rows, F); });
     if (inplace != gdx) return {0, 1.0};
     return {normwise(gout, out), normwise(gdx, dx)};
 }
@@ -130,14 +131,14 @@ std::vector<double> rope_reference(const RopeCase& c, const std::vector<float>& 
     return y;
 }
 
-template <int V, bool Interleaved>
+template <int V, bool Interleaved, class I>
 void run_rope(std::vector<float>& x, const std::vector<float>& cos_t, const std::vector<float>& sin_t,
               const RopeCase& c, float sign) {
     rs::RopeGeometry g{c.S, c.B, c.A, c.G, c.D, c.R, c.offset, sign};
-    emu::launch(kBlocks, 1, kThreads, [&] { rs::k_rope<V, Interleaved>(x.data(), cos_t.data(), sin_t.data(), g); });
+    emu::launch(kBlocks, 1, kThreads, [&] { rs::k_rope<V, Interleaved, I>(x.data(), cos_t.data(), sin_t.data(), g); });
 }
 
-template <int V>
+template <int V, class I = uint32_t>
 RopeErrors rope_case(const RopeCase& c) {
     const int64_t n = c.S * c.B * (c.A + 2 * c.G) * c.D;
     const std::vector<float> x = uniform(static_cast<std::size_t>(n), 7, -2, 2);
@@ -146,11 +147,11 @@ RopeErrors rope_case(const RopeCase& c) {
     tables(c, c.S + c.offset + 3, cos_t, sin_t);  // a few rows more than needed: the offset picks them
     std::vector<float> fx = x, by = y;
     if (c.interleaved) {
-        run_rope<V, true>(fx, cos_t, sin_t, c, 1.0f);
-        run_rope<V, true>(by, cos_t, sin_t, c, -1.0f);
+        run_rope<V, true, I>(fx, cos_t, sin_t, c, 1.0f);
+        run_rope<V, true, I>(by, cos_t, sin_t, c, -1.0f);
     } else {
-        run_rope<V, false>(fx, cos_t, sin_t, c, 1.0f);
-        run_rope<V, false>(by, cos_t, sin_t, c, -1.0f);
+        run_rope<V, false, I>(fx, cos_t, sin_t, c, 1.0f);
+        run_rope<V, false, I>(by, cos_t, sin_t, c, -1.0f);
     }
     RopeErrors e;
     const std::vector<double> want = rope_reference(c, x, cos_t, sin_t, 1.0);
@@ -198,6 +199,7 @@ private slots:
         check_swiglu(swiglu_case<4>(37, 12, 1), "V 4, 37 rows of 2·12");
         check_swiglu(swiglu_case<1>(37, 12, 1), "V 1, 37 rows of 2·12");
         check_swiglu(swiglu_case<1>(19, 7, 2), "V 1, 19 rows of 2·7");
+        check_swiglu(swiglu_case<4, int64_t>(37, 12, 1), "V 4, 64-bit indices");
     }
 
     void rope_rotate_half_matches_float64() {
@@ -207,6 +209,7 @@ private slots:
         check_rope(rope_case<4>({7, 2, 4, 2, 32, 16, 5, false}), "rotate-half V 4, GQA 4/2, R = D/2, offset 5");
         check_rope(rope_case<1>({7, 2, 4, 2, 32, 16, 5, false}), "rotate-half V 1, GQA 4/2, R = D/2, offset 5");
         check_rope(rope_case<1>({5, 3, 4, 1, 12, 6, 2, false}), "rotate-half V 1, MQA, R/2 = 3, offset 2");
+        check_rope(rope_case<4, int64_t>({7, 2, 4, 2, 32, 16, 5, false}), "rotate-half V 4, 64-bit indices");
     }
 
     void rope_interleaved_matches_float64() {
@@ -214,6 +217,7 @@ private slots:
         check_rope(rope_case<1>({9, 2, 3, 3, 16, 16, 0, true}), "interleaved V 1, MHA, R = D");
         check_rope(rope_case<4>({7, 1, 6, 2, 24, 8, 11, true}), "interleaved V 4, GQA 6/2, R = D/3, offset 11");
         check_rope(rope_case<1>({6, 2, 2, 1, 10, 6, 1, true}), "interleaved V 1, MQA, D 10, R 6, offset 1");
+        check_rope(rope_case<1, int64_t>({6, 2, 2, 1, 10, 6, 1, true}), "interleaved V 1, 64-bit indices");
     }
 };
 
