@@ -69,6 +69,18 @@ __device__ __forceinline__ int64_t v_column(const Geometry& g, int64_t b, int64_
 }
 /// The same for head h of the (S, B, A·D) output (and its gradient).
 __device__ __forceinline__ int64_t out_column(const Geometry& g, int64_t b, int64_t h) { return (b * g.A + h) * g.D; }
+/// Rows [first, first + kTile) of two D-wide heads, a (row stride lda) and b (ldb), into shared tiles
+/// (zeros past S), by the block's kRows threads.
+template <int D>
+__device__ __forceinline__ void stage_tiles(float (*ta)[D], const float* a, int64_t lda, float (*tb)[D], const float* b,
+                                            int64_t ldb, int64_t first, int64_t S) {
+    for (int e = threadIdx.x; e < kTile * D; e += kRows) {
+        const int r = e / D, d = e % D;
+        const int64_t row = first + r;
+        ta[r][d] = row < S ? a[row * lda + d] : 0.0f;
+        tb[r][d] = row < S ? b[row * ldb + d] : 0.0f;
+    }
+}
 __device__ __forceinline__ float mask_mult(const Geometry& g, int64_t b, int64_t h, int64_t i, int64_t j) {
     if (!g.dropout) return 1.0f;
     const uint64_t idx = static_cast<uint64_t>(((b * g.total_heads + g.head_offset + h) * g.S + i) * g.S + j);
@@ -98,12 +110,7 @@ __global__ void __launch_bounds__(kRows) k_attn_fwd(float* out, float* lse, cons
     const int64_t last = min(g.S, row0 + kRows);  // keys this block needs: [0, last)
     for (int64_t k0 = 0; k0 < last; k0 += kTile) {
         __syncthreads();
-        for (int e = threadIdx.x; e < kTile * D; e += kRows) {
-            const int jj = e / D, d = e % D;
-            const int64_t j = k0 + jj;
-            ks[jj][d] = j < g.S ? kcol[j * g.ld_qkv + d] : 0.0f;
-            vs[jj][d] = j < g.S ? vcol[j * g.ld_qkv + d] : 0.0f;
-        }
+        stage_tiles<D>(ks, kcol, g.ld_qkv, vs, vcol, g.ld_qkv, k0, g.S);
         __syncthreads();
         if (!active) continue;
         const int jmax = tile_len(i - k0 + 1);
@@ -156,12 +163,7 @@ __global__ void __launch_bounds__(kRows) k_attn_bwd_dq(float* dqkv, float* delta
     for (int pass = 0; pass < 2; ++pass) {
         for (int64_t k0 = 0; k0 < last; k0 += kTile) {
             __syncthreads();
-            for (int e = threadIdx.x; e < kTile * D; e += kRows) {
-                const int jj = e / D, d = e % D;
-                const int64_t j = k0 + jj;
-                ks[jj][d] = j < g.S ? kcol[j * g.ld_qkv + d] : 0.0f;
-                vs[jj][d] = j < g.S ? vcol[j * g.ld_qkv + d] : 0.0f;
-            }
+            stage_tiles<D>(ks, kcol, g.ld_qkv, vs, vcol, g.ld_qkv, k0, g.S);
             __syncthreads();
             if (!active) continue;
             const int jmax = tile_len(i - k0 + 1);
@@ -229,12 +231,7 @@ __global__ void __launch_bounds__(kRows) k_attn_bwd_dkv(float* dqkv, const float
         const float* docol = dout + out_column(g, b, h);
         for (int64_t q0 = row0; q0 < g.S; q0 += kTile) {
             __syncthreads();
-            for (int e = threadIdx.x; e < kTile * D; e += kRows) {
-                const int ii = e / D, d = e % D;
-                const int64_t i = q0 + ii;
-                qs[ii][d] = i < g.S ? qcol[i * g.ld_qkv + d] : 0.0f;
-                dos[ii][d] = i < g.S ? docol[i * g.ld_out + d] : 0.0f;
-            }
+            stage_tiles<D>(qs, qcol, g.ld_qkv, dos, docol, g.ld_out, q0, g.S);
             for (int ii = threadIdx.x; ii < kTile; ii += kRows) {
                 const int64_t i = q0 + ii;
                 ls[ii] = i < g.S ? lse[pair * g.S + i] : 0.0f;
