@@ -109,6 +109,28 @@ inline constexpr std::array<LlamaRow, 9> kLlamaFamily = {{
     {"tinyllama-1.1b", 22, 2048, 32, 4, 5632, 32000, false, 10000, 0, 2048, 1e-5, false, 1'100'048'384, 1},
 }};
 
+/// The small model of the hand-computed multi-rank values: L = 4, h = 32, a = 4, f = 128, s = 16,
+/// micro-batch 2, global batch 8, vocabulary 128 ids (padded to 128 × TP), tied embeddings,
+/// LayerNorm, bf16.
+inline Config small_gpt(int tp, int pp) {
+    Config c;
+    c.model.num_layers = 4;
+    c.model.hidden_size = 32;
+    c.model.num_attention_heads = 4;
+    c.model.seq_length = 16;
+    c.model.vocab_size = 127;
+    c.data.tokenizer_type = "NullTokenizer";
+    c.data.mock_data = true;
+    c.parallel.tensor_model_parallel_size = tp;
+    c.parallel.pipeline_model_parallel_size = pp;
+    c.training.micro_batch_size = 2;
+    c.training.global_batch_size = 8;
+    c.training.bf16 = true;
+    c.training.lr = 1e-3;
+    c.training.train_iters = 1;
+    return c;
+}
+
 /// DGX A100 (80 GB) nodes holding `gpus` devices.
 inline planner::Cluster dgx_a100(int gpus) {
     const auto& d = planner::find_device(planner::device_catalogue(), "A100-80GB");

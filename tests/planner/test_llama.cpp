@@ -37,13 +37,10 @@ Plan plan_preset(const test::LlamaRow& r, const char* device = "H100", int tp_ov
     return p;
 }
 
-/// A small Llama: L = 4, h = 32, a = 4 heads in G = 2 groups, SwiGLU f = 64, RoPE, RMSNorm, no biases,
-/// untied; s = 16, b = 2, global batch 8, bf16; vocabulary 128 ids.
+/// test::small_gpt as a Llama: a = 4 heads in G = 2 groups, SwiGLU f = 64, RoPE, RMSNorm, no biases,
+/// untied (L = 4, h = 32, s = 16, b = 2, global batch 8, bf16, vocabulary 128 ids).
 Config tiny_llama(int tp, bool sp) {
-    Config c;
-    c.model.num_layers = 4;
-    c.model.hidden_size = 32;
-    c.model.num_attention_heads = 4;
+    Config c = test::small_gpt(tp, 1);
     c.model.group_query_attention = true;
     c.model.num_query_groups = 2;
     c.model.ffn_hidden_size = 64;
@@ -52,17 +49,7 @@ Config tiny_llama(int tp, bool sp) {
     c.model.add_bias_linear = false;
     c.model.position_embedding_type = "rope";
     c.model.untie_embeddings_and_output_weights = true;
-    c.model.seq_length = 16;
-    c.model.vocab_size = 127;
-    c.data.tokenizer_type = "NullTokenizer";
-    c.data.mock_data = true;
-    c.parallel.tensor_model_parallel_size = tp;
     c.parallel.sequence_parallel = sp;
-    c.training.micro_batch_size = 2;
-    c.training.global_batch_size = 8;
-    c.training.bf16 = true;
-    c.training.lr = 1e-3;
-    c.training.train_iters = 1;
     return c;
 }
 
