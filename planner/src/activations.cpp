@@ -66,6 +66,7 @@ WorkspaceBytes workspace_bytes(const ModelShape& m, const Layout& l, const Preci
     const int64_t rows = m.s * m.b, rows_rep = l.sp ? rows / t : rows;
     WorkspaceBytes w;
     w.full = rows * m.h * e;
+    w.grad_input = rows * std::max(m.h, m.q_width() / t) * e;
     w.local = rows_rep * m.h * e;
     w.grad_f = rows * (m.f / t) * e;
     w.grad_fc1 = m.swiglu ? rows * (m.fc1_width() / t) * e : 0;
@@ -75,6 +76,9 @@ WorkspaceBytes workspace_bytes(const ModelShape& m, const Layout& l, const Preci
     w.row_max = t > 1 ? rows * p.statistic : 0;
     // The CPU attention kernel keeps 2 s×s fp32 rows of scratch per thread (kernels/cpu/attention.cpp).
     w.persistent = d.emulated_16bit ? int64_t{std::max(1, d.threads)} * 2 * m.s * m.s * 4 : d.workspace_bytes;
+    // Every rank holds layers, so every rank builds the tables (GptModel::build_rope_tables).
+    w.rope_tables = 2 * m.s * (m.rotary_dim / 2) * 4;
+    w.persistent += w.rope_tables;
     return w;
 }
 

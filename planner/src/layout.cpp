@@ -26,7 +26,6 @@ ModelShape ModelShape::from(const Config& c) {
     m.swiglu = c.model.swiglu;
     m.bias = c.model.add_bias_linear;
     m.qkv_bias = c.model.add_bias_linear || c.model.add_qkv_bias;
-    m.rope_positions = rope ? c.model.max_position_embeddings : 0;
     m.rotary_dim = rope ? static_cast<int64_t>(c.model.kv_channels * c.model.rotary_percent) : 0;
     m.layer_flops = layer_forward_flops(c.model);
     return m;

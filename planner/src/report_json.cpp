@@ -101,8 +101,7 @@ nlohmann::json to_json(const Plan& p) {
                   {"swiglu", m.swiglu},
                   {"add_bias_linear", m.bias},
                   {"qkv_bias", m.qkv_bias},
-                  {"rope_positions", m.rope_positions},
-                  {"rotary_dim", m.rotary_dim}};
+                                    {"rotary_dim", m.rotary_dim}};
     nlohmann::json stages = nlohmann::json::array();
     for (const StageParameters& s : p.parameters.stages)
         stages.push_back({{"parameters", s.parameters}, {"arena_elements", s.arena_elements}, {"layers", s.layers}});

@@ -53,6 +53,24 @@ QStringList base_flags() {
             "cpu"};
 }
 
+/// The Llama switches over base_flags(): 4 heads in 2 groups (head dim 8), SwiGLU of 2 × 64, RoPE,
+/// RMSNorm, no biases, untied output layer.
+QStringList llama_flags() {
+    return {"--group-query-attention",
+            "--num-query-groups",
+            "2",
+            "--swiglu",
+            "--ffn-hidden-size",
+            "64",
+            "--position-embedding-type",
+            "rope",
+            "--normalization",
+            "RMSNorm",
+            "--add-bias-linear",
+            "false",
+            "--untie-embeddings-and-output-weights"};
+}
+
 /// Applies `--flag value` pairs (bools as a lone flag) the way mwb-train does, onto `c`.
 void apply_flags(Config& c, const QStringList& flags) {
     for (int i = 0; i < flags.size(); ++i) {
@@ -109,6 +127,26 @@ private slots:
                            "--num-attention-heads", "8",       "--recompute-granularity", "full",
                            "--recompute-method",    "uniform", "--recompute-num-layers",  "3"};
         QTest::newRow("1 thread") << QStringList{"--threads", "1"};
+        // Llama family: grouped-query attention (2 key/value heads of 4), SwiGLU, RoPE, RMSNorm, no
+        // biases, untied output layer; and the variants that change what is stored or held.
+        const QStringList llama = llama_flags();
+        QTest::newRow("llama") << llama;
+        QTest::newRow("llama selective") << llama + QStringList{"--recompute-granularity", "selective"};
+        QTest::newRow("llama full uniform 1")
+            << llama + QStringList{"--recompute-granularity", "full", "--recompute-method", "uniform",
+                                   "--recompute-num-layers",  "1"};
+        QTest::newRow("llama bf16 full block 2")
+            << llama + QStringList{"--bf16", "--recompute-granularity", "full", "--recompute-method",
+                                   "block",  "--recompute-num-layers",  "2"};
+        QTest::newRow("llama MQA qkv bias rope scaling half rotary") << llama + QStringList{"--num-query-groups",
+                                                                                            "1",
+                                                                                            "--add-qkv-bias",
+                                                                                            "--use-rope-scaling",
+                                                                                            "--rotary-percent",
+                                                                                            "0.5",
+                                                                                            "--max-position-embeddings",
+                                                                                            "64"};
+        QTest::newRow("llama s128 kv_channels 16") << llama + QStringList{"--seq-length", "128", "--kv-channels", "16"};
     }
 
     void memory_flops_and_parameters_equal_mwb_train() {

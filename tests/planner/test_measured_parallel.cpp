@@ -123,6 +123,31 @@ private slots:
                                                                         "uniform",
                                                                         "--recompute-num-layers",
                                                                         "1"};
+        // Llama family (2 key/value groups of the 4 heads, SwiGLU, RoPE, RMSNorm, no biases, untied): each
+        // TP rank holds one key/value head; the same collectives, no position table.
+        const QStringList llama = {"--group-query-attention",
+                                   "--num-query-groups",
+                                   "2",
+                                   "--swiglu",
+                                   "--ffn-hidden-size",
+                                   "64",
+                                   "--position-embedding-type",
+                                   "rope",
+                                   "--normalization",
+                                   "RMSNorm",
+                                   "--add-bias-linear",
+                                   "false",
+                                   "--untie-embeddings-and-output-weights"};
+        QTest::newRow("llama_tp2_sp") << 2 << llama + QStringList{T, "2", "--sequence-parallel"};
+        QTest::newRow("llama_tp2_pp2_dp2_sp_distopt_selective")
+            << 8 << llama + QStringList{T,
+                                        "2",
+                                        P,
+                                        "2",
+                                        "--sequence-parallel",
+                                        "--use-distributed-optimizer",
+                                        "--recompute-granularity",
+                                        "selective"};
     }
 
     void every_rank() {

@@ -54,7 +54,11 @@ struct WorkspaceBytes {
     int64_t grad_qkv = 0;    ///< (N, (a + 2G)·d/t): gradient of Q, K, V
     int64_t loss_stats = 0;  ///< cross-entropy row max, Σexp, target logit, scale: 4N fp32
     int64_t row_max = 0;     ///< vocabulary-parallel: the global row max, N fp32
-    int64_t persistent = 0;  ///< allocated once: attention scratch (CPU: threads × 2s² fp32) or cuBLAS's
+    int64_t grad_input = 0;  ///< (N, max(h, a·d/t)): gradient of a column-parallel input (also receives the
+                             ///< unused output of a selective recompute)
+    int64_t rope_tables = 0;  ///< RoPE's cos and sin, (s, rotary_dim/2) fp32 each, allocated once per model
+    int64_t persistent = 0;   ///< allocated once: attention scratch (CPU: threads × 2s² fp32) or cuBLAS's,
+                              ///< and the RoPE tables
 };
 
 /// The last stage's head: final norm and logits.

@@ -21,8 +21,7 @@ struct ModelShape {
     bool swiglu = false;         ///< gated MLP: fc1 is h -> 2f (gate and up), fc2 f -> h
     bool bias = true;            ///< add_bias_linear: biases on QKV, projection, fc1, fc2
     bool qkv_bias = true;        ///< a QKV bias (add_bias_linear or add_qkv_bias)
-    int64_t rope_positions = 0;  ///< rows of the RoPE cos/sin tables (max_position_embeddings), 0 without RoPE
-    int64_t rotary_dim = 0;      ///< dims of each head RoPE rotates (kv_channels × rotary_percent)
+    int64_t rotary_dim = 0;      ///< dims of each head RoPE rotates (kv_channels × rotary_percent), 0 without RoPE
     LayerFlops layer_flops;      ///< forward FLOPs per token of one layer (telemetry/flops.h)
 
     int64_t q_width() const { return a * d; }              ///< query heads × d: the projection's input
