@@ -27,10 +27,19 @@ struct TokenizerArgs {
     DataConfig data;
     ModelConfig model;
     void add_to(CLI::App& app) {
-        app.add_option("--tokenizer-type", data.tokenizer_type, "ByteTokenizer | GPT2BPETokenizer | NullTokenizer")
+        app.add_option("--tokenizer-type", data.tokenizer_type,
+                       "ByteTokenizer | GPT2BPETokenizer | NullTokenizer | HuggingFaceTokenizer | "
+                       "SentencePieceTokenizer | TikTokenizer")
             ->capture_default_str();
         app.add_option("--vocab-file", data.vocab_file, "GPT-2 vocab.json (GPT2BPETokenizer)");
         app.add_option("--merge-file", data.merge_file, "GPT-2 merges.txt (GPT2BPETokenizer)");
+        app.add_option("--tokenizer-model", data.tokenizer_model,
+                       "tokenizer.json or its directory | tokenizer.model | tiktoken JSON ranks");
+        app.add_option("--tiktoken-pattern", data.tiktoken_pattern, "TikTokenizer pattern: v1 | v2")
+            ->capture_default_str();
+        app.add_option("--tiktoken-num-special-tokens", data.tiktoken_num_special_tokens,
+                       "TikTokenizer special ids before the first rank")
+            ->capture_default_str();
         app.add_option("--vocab-size", model.vocab_size, "ids without EOD (NullTokenizer)");
     }
     std::unique_ptr<Tokenizer> make() const { return make_tokenizer(data, model); }
