@@ -160,6 +160,7 @@ void ByteLevelBpe::encode_piece(std::string_view piece, BpeThreadState& ts, std:
 void TokenMatcher::add(std::string text, int32_t id) {
     const auto index = static_cast<uint32_t>(tokens_.size());
     auto& list = by_first_[static_cast<unsigned char>(text.at(0))];
+    is_first_[static_cast<unsigned char>(text[0])] = true;
     tokens_.emplace_back(std::move(text), id);
     list.push_back(index);
     std::stable_sort(list.begin(), list.end(),
@@ -170,6 +171,7 @@ TokenMatcher::Match TokenMatcher::find(std::string_view text, std::size_t from) 
     if (tokens_.empty()) return {};
     const auto* s = reinterpret_cast<const unsigned char*>(text.data());
     for (std::size_t i = from; i < text.size(); ++i) {
+        if (!is_first_[s[i]]) continue;
         for (const uint32_t c : by_first_[s[i]])
             if (text.compare(i, tokens_[c].first.size(), tokens_[c].first) == 0) return {i, c};
     }

@@ -183,6 +183,7 @@ public:
 private:
     std::vector<std::pair<std::string, int32_t>> tokens_;
     std::array<std::vector<uint32_t>, 256> by_first_;  // longest first
+    std::array<bool, 256> is_first_{};                 // the scan's test: a token starts with this byte
 };
 
 }  // namespace mwb::data

@@ -91,12 +91,12 @@ int bench_tokenizer(const Tokenizer& tok, const std::string& file, std::vector<i
     const std::string text = read_file(file, std::size_t{1} << 34);
     const auto chunks = chunks_of(text, 64 * 1024);
     const double mb = static_cast<double>(text.size()) / 1e6;
-    fmt::print("bench-tokenizer: {} on {} ({:.2f} MB in {} chunks of ~64 KB, best of {} cold runs)\n", tok.name(), file,
-               mb, chunks.size(), repeat);
+    fmt::print("bench-tokenizer: {} on {} ({:.2f} MB in {} chunks of ~64 KB, median and best of {} cold runs)\n",
+               tok.name(), file, mb, chunks.size(), repeat);
     std::vector<std::vector<int32_t>> ids(chunks.size());
     int64_t tokens = 0;
     for (const int threads : workers) {
-        double best = 1e30;
+        std::vector<double> times;
         for (int r = 0; r < repeat; ++r) {
             // Fresh threads every run: their word caches start empty, as when preprocessing a new corpus.
             const auto t0 = std::chrono::steady_clock::now();
@@ -104,12 +104,14 @@ int bench_tokenizer(const Tokenizer& tok, const std::string& file, std::vector<i
                 ids[i].clear();
                 tok.encode(chunks[i], ids[i]);
             });
-            best = std::min(best, seconds_since(t0));
+            times.push_back(seconds_since(t0));
         }
+        std::sort(times.begin(), times.end());
+        const double median = times[times.size() / 2], best = times.front();
         tokens = 0;
         for (const auto& v : ids) tokens += static_cast<int64_t>(v.size());
-        fmt::print("  encode {} thread{}: {:8.2f} MB/s  ({} tokens, {:.2f} bytes/token)\n", threads,
-                   threads == 1 ? " " : "s", mb / best, tokens,
+        fmt::print("  encode {} thread{}: {:8.2f} MB/s median, {:8.2f} best  ({} tokens, {:.2f} bytes/token)\n",
+                   threads, threads == 1 ? " " : "s", mb / median, mb / best, tokens,
                    static_cast<double>(text.size()) / static_cast<double>(std::max<int64_t>(1, tokens)));
     }
     std::string back;

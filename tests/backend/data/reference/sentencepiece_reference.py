@@ -4,11 +4,12 @@
 
 Trains two small models on CORPUS.txt (Llama-2-like BPE: identity normalisation, byte fallback,
 split digits; and a default unigram model), writes OUT_DIR/{bpe,unigram}.model and, for each,
-OUT_DIR/{bpe,unigram}.json = {"ids": [[...] per text]} with the ids sentencepiece gives TEXTS.json.
+OUT_DIR/{bpe,unigram}.json = {"ids": [[...] per text], "seconds": encode time} with the ids sentencepiece gives TEXTS.json.
 """
 import json
 import os
 import sys
+import time
 
 import sentencepiece as spm
 
@@ -25,5 +26,6 @@ for name, options in models.items():
     prefix = os.path.join(out_dir, name)
     spm.SentencePieceTrainer.train(model_prefix=prefix, **common, **options)
     sp = spm.SentencePieceProcessor(model_file=prefix + ".model")
+    t0 = time.perf_counter()
     ids = [sp.encode(t) for t in texts]
-    json.dump({"ids": ids}, open(prefix + ".json", "w"))
+    json.dump({"ids": ids, "seconds": time.perf_counter() - t0}, open(prefix + ".json", "w"))
