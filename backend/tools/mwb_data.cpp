@@ -3,6 +3,7 @@
 //   mwb-data info PREFIX ...
 //   mwb-data corpus [--tokenizer-type ...] [--write-text FILE]
 //   mwb-data bench-tokenizer [--tokenizer-type ...] [--workers 1,2] FILE
+//   mwb-data tokenize [--tokenizer-type ...] TEXT | --file FILE
 #include "config/config.h"
 #include "data/bundled_corpus.h"
 #include "data/indexed_dataset.h"
@@ -124,6 +125,25 @@ int bench_tokenizer(const Tokenizer& tok, const std::string& file, std::vector<i
     return same ? 0 : 1;
 }
 
+// Prints the tokenizer's sizes and special ids, then each id of the text with the bytes it stands for.
+void print_tokens(const Tokenizer& tok, const std::string& text) {
+    const std::vector<int32_t> ids = tok.encode(text);
+    fmt::print("{}: vocab_size {}, eod {}, bos {}, {} ids for {} bytes\n", tok.name(), tok.vocab_size(), tok.eod(),
+               tok.bos(), ids.size(), text.size());
+    for (const int32_t id : ids) {
+        std::string piece = tok.decode(std::span<const int32_t>(&id, 1));
+        std::string shown;
+        for (const char c : piece) {
+            const auto u = static_cast<unsigned char>(c);
+            if (u < 0x20 || u == 0x7F)
+                shown += fmt::format("\\x{:02x}", u);
+            else
+                shown.push_back(c);
+        }
+        fmt::print("{:>8}  '{}'\n", id, shown);
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -166,6 +186,13 @@ int main(int argc, char** argv) {
     bench->add_option("--repeat", repeat, "Runs per thread count (the best is shown)")->capture_default_str();
     bench->add_option("file", bench_file, "Text file")->required()->check(CLI::ExistingFile);
 
+    auto* tokenize = app.add_subcommand("tokenize", "Show the ids of a text and what each stands for");
+    TokenizerArgs ttok;
+    std::string tokenize_text, tokenize_file;
+    ttok.add_to(*tokenize);
+    tokenize->add_option("text", tokenize_text, "Text to encode");
+    tokenize->add_option("--file", tokenize_file, "Encode this file instead")->check(CLI::ExistingFile);
+
     CLI11_PARSE(app, argc, argv);
     try {
         if (pre->parsed()) {
@@ -191,6 +218,8 @@ int main(int argc, char** argv) {
                 write_file_atomic(write_text, text);
             }
             fmt::print("{}\n", ensure_bundled_corpus(*tok));
+        } else if (tokenize->parsed()) {
+            print_tokens(*ttok.make(), tokenize_file.empty() ? tokenize_text : read_file(tokenize_file));
         } else if (bench->parsed()) {
             return bench_tokenizer(*btok.make(), bench_file, bench_workers, std::max(1, repeat));
         }

@@ -4,6 +4,7 @@
 // nearest-even round, and malformed files (every truncation, random header corruption, crafted bad
 // headers) refused with an error naming the file and the tensor, never a crash.
 #include "core/files.h"
+#include "backend/data/data_test_util.h"
 #include "interop/safetensors.h"
 #include "mwb/kernels/error.h"
 
@@ -19,26 +20,17 @@
 
 using namespace mwb;
 using namespace mwb::interop;
+using mwb::test::error_of;
 
 namespace {
 
 const char* kScript = MWB_TEST_SOURCE_DIR "/tests/backend/interop/safetensors_reference.py";
 
 std::string bytes_of(const fs::path& p) {
-    return read_file(p);
+    return mwb::test::read_bytes(p.string());
 }
 void put(const fs::path& p, std::string_view b) {
-    std::ofstream(p, std::ios::binary | std::ios::trunc).write(b.data(), static_cast<std::streamsize>(b.size()));
-}
-
-template <typename F>
-std::string error_of(F&& f) {
-    try {
-        f();
-    } catch (const mwb::Error& e) {
-        return e.what();
-    }
-    return {};
+    mwb::test::write_bytes(p.string(), std::string(b));
 }
 
 // A file with header `json` and `data_bytes` zero bytes of data.
