@@ -22,6 +22,7 @@ namespace {
 using Json = nlohmann::json;
 
 std::atomic<uint64_t> g_next_instance{1};
+constexpr int64_t kMaxId = int64_t{1} << 24;  // vocabularies are far smaller; bounds what a file can allocate
 
 std::string shown(std::string_view s) {
     return s.size() <= 40 ? std::string(s) : std::string(s.substr(0, 40)) + "...";
@@ -243,7 +244,11 @@ void HuggingFaceTokenizer::Impl::parse_decoder(const Json& j, bool& replace_meta
     } else if (type == "ByteLevel") {
         byte_level = true;
     } else if (type == "Replace") {
-        replace_meta = true;  // the converted SentencePiece tokenizers' "▁" -> " "
+        const bool meta = j.contains("pattern") && j["pattern"].value("String", "") == "\u2581" &&
+                          j.value("content", "") == " ";
+        MWB_CHECK(meta, "{}: decoder Replace is supported for \"\u2581\" -> \" \" only (converted SentencePiece "
+                  "tokenizers), got {}", origin, j.dump());
+        replace_meta = true;
     } else if (type == "ByteFallback") {
         fallback = true;
     } else if (type == "Fuse") {
@@ -338,19 +343,18 @@ HuggingFaceTokenizer::HuggingFaceTokenizer(std::string_view tokenizer_json, std:
         std::vector<char> has(0);
         m.piece_id.reserve(vocab.size());
         for (const auto& [token, value] : vocab.items()) {
-            MWB_CHECK(value.is_number_integer() && value.get<int64_t>() >= 0 &&
-                          value.get<int64_t>() < (int64_t{1} << 31),
-                      "{}: model.vocab token '{}' has id {}, expected a non-negative integer", origin, shown(token),
+            MWB_CHECK(value.is_number_integer() && value.get<int64_t>() >= 0 && value.get<int64_t>() < kMaxId,
+                      "{}: model.vocab token '{}' has id {}, expected an integer in [0, 2^24)", origin, shown(token),
                       value.dump());
             const auto id = value.get<int32_t>();
             std::string key = token, dec = token;
             if (m.byte_level && unmap_byte_level(token, raw)) key = dec = raw;
             if (!m.byte_level) {
                 if (replace_meta) replace_all(dec, "\u2581", " ");
-                if (fallback_decode && token.size() == 6 && token.starts_with("<0x") && token[5] == '>') {
-                    const int b = std::stoi(token.substr(3, 2), nullptr, 16);
-                    dec = std::string(1, static_cast<char>(b));
-                }
+                if (fallback_decode && token.size() == 6 && token.starts_with("<0x") && token[5] == '>' &&
+                    std::isxdigit(static_cast<unsigned char>(token[3])) &&
+                    std::isxdigit(static_cast<unsigned char>(token[4])))
+                    dec = std::string(1, static_cast<char>(std::stoi(token.substr(3, 2), nullptr, 16)));
             }
             MWB_CHECK(m.piece_id.emplace(key, id).second, "{}: model.vocab token '{}' appears twice", origin,
                       shown(token));
@@ -418,10 +422,11 @@ HuggingFaceTokenizer::HuggingFaceTokenizer(std::string_view tokenizer_json, std:
         // Added tokens (their ids may lie beyond the vocabulary).
         for (const Json& a : j.value("added_tokens", Json::array())) {
             const std::string content = a.at("content").get<std::string>();
-            const auto id = a.at("id").get<int32_t>();
-            MWB_CHECK(!content.empty() && id >= 0, "{}: added_tokens entry with empty content or negative id", origin);
+            const auto id = a.at("id").get<int64_t>();
+            MWB_CHECK(!content.empty() && id >= 0 && id < kMaxId,
+                      "{}: added_tokens entry '{}' has empty content or an id outside [0, 2^24)", origin, content);
             put_text(id, content);
-            m.added.add(content, id);
+            m.added.add(content, static_cast<int32_t>(id));
             m.added_flags.push_back({a.value("lstrip", false), a.value("rstrip", false), a.value("single_word", false)});
         }
         if (m.ignore_merges) m.bpe.whole = &m.piece_id;

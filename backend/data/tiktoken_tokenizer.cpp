@@ -72,8 +72,8 @@ TikTokenizer::TikTokenizer(std::string_view json, std::string_view origin, std::
     m.origin = std::string(origin);
     MWB_CHECK(pattern == "v1" || pattern == "v2", "tiktoken_pattern '{}' is not v1 or v2 (Megatron-LM's patterns)",
               pattern);
-    MWB_CHECK(num_special >= static_cast<int>(kSpecial.size()),
-              "tiktoken_num_special_tokens {} must be at least {} (<unk> <s> </s> <mask> <pad> <cls> <sep>)",
+    MWB_CHECK(num_special >= static_cast<int>(kSpecial.size()) && num_special <= (1 << 20),
+              "tiktoken_num_special_tokens {} must be in [{}, 2^20] (<unk> <s> </s> <mask> <pad> <cls> <sep> first)",
               num_special, kSpecial.size());
     m.pattern = std::make_unique<RegexPretokenizer>(
         pattern == "v1" ? RegexPretokenizer::kTiktokenV1Pattern : RegexPretokenizer::kTiktokenV2Pattern,
