@@ -184,6 +184,19 @@ private slots:
             QCOMPARE(tok.decode(tok.encode(t)), t);
     }
 
+    // ignore_merges (Llama 3): a piece that is a token is that token, even when no merges lead to it.
+    void ignore_merges_takes_whole_pieces() {
+        auto j = tiny_metaspace_json(true);
+        j["model"]["vocab"]["\u2581ba"] = 265;
+        const HuggingFaceTokenizer merging(j.dump(), kConfig, "merging");
+        QCOMPARE(merging.encode("ba"), (Ids{259, 261, 260}));
+        j["model"]["ignore_merges"] = true;
+        const HuggingFaceTokenizer whole(j.dump(), kConfig, "whole");
+        QCOMPARE(whole.encode("ba"), (Ids{265}));
+        QCOMPARE(whole.encode("ab ab"), (Ids{264, 264}));  // "▁ab▁ab" is not a token: merges as before
+        QCOMPARE(whole.decode(whole.encode("ba")), std::string("ba"));
+    }
+
     void metaspace_prepend_schemes() {
         const HuggingFaceTokenizer first(tiny_metaspace_json(false, "first").dump(), kConfig, "first");
         const HuggingFaceTokenizer always(tiny_metaspace_json(false, "always").dump(), kConfig, "always");

@@ -264,8 +264,12 @@ int main(int argc, char** argv) {
     QCoreApplication app(argc, argv);
     TestTokenizerReference t;
     QStringList args{argv[0]};
-    for (int i = 2; i < argc; ++i) args << argv[i];
-    args << functions;
+    bool named = false;  // test functions given on the command line replace the family's list
+    for (int i = 2; i < argc; ++i) {
+        args << argv[i];
+        named = named || argv[i][0] != '-';
+    }
+    if (!named) args << functions;
     return QTest::qExec(&t, args);
 }
 
