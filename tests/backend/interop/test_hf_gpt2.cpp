@@ -4,6 +4,7 @@
 // same tokens matches it to 1e-5 (F32 and BF16 weights); mapping back gives every tensor byte for
 // byte, also through a padded vocabulary. A skip (exit 77) without /usr/bin/python3 + torch + numpy.
 #include "backend/data/data_test_util.h"
+#include "checkpoint/checkpoint.h"
 #include "core/files.h"
 #include "interop/hf_gpt2.h"
 #include "model/gpt_model.h"
@@ -113,6 +114,63 @@ private slots:
 
     void f32_weights_match_pytorch_and_round_trip() { check("f32", StDtype::F32); }
     void bf16_weights_match_pytorch_and_round_trip() { check("bf16", StDtype::BF16); }
+
+    // mwb-convert: import-hf writes a checkpoint whose weights give the same loss; export-hf of it
+    // gives back every tensor byte for byte.
+    void convert_tool_round_trip() {
+        const QString tool = MWB_CONVERT_TOOL;
+        QProcess p;
+        p.setProcessChannelMode(QProcess::MergedChannels);
+        p.start(tool, {"import-hf", tmp_.path() + "/bf16", "--save", tmp_.path() + "/ckpt"});
+        QVERIFY(p.waitForFinished(120000));
+        QVERIFY2(p.exitCode() == 0, p.readAll().constData());
+        const fs::path iter = resolve_checkpoint_dir(dir() / "ckpt");
+        QCOMPARE(iter.filename().string(), std::string("iter_0000000"));
+
+        const HfGpt2Config c =
+            HfGpt2Config::from_json(nlohmann::json::parse(read_file(dir() / "bf16" / "config.json")), "config.json");
+        OpContext ctx;
+        Allocator alloc;
+        // The saved vocabulary is padded (to 256 here: already a multiple of 128).
+        GptModel model(dims_of(c, ref_["seq"], ref_["micro_batch"], 256), RecomputePolicy{}, DType::F32, ctx, alloc);
+        std::vector<float> m1(static_cast<std::size_t>(model.params().numel())), m2 = m1;
+        std::vector<CheckpointTensor> tensors;
+        float* bases[3] = {model.params().f32(), m1.data(), m2.data()};
+        const char* prefixes[3] = {"param/", "exp_avg/", "exp_avg_sq/"};
+        for (int k = 0; k < 3; ++k)
+            for (const ParamInfo& pi : model.layout()) {
+                CheckpointTensor t;
+                t.name = prefixes[k] + pi.name;
+                t.global_shape = t.shape = pi.global_shape;
+                t.dest = bases[k] + pi.offset;
+                tensors.push_back(std::move(t));
+            }
+        const CheckpointState st = load_checkpoint(iter, tensors);
+        QCOMPARE(st.iteration, int64_t{0});
+        QVERIFY(std::all_of(m1.begin(), m1.end(), [](float x) { return x == 0.0f; }));  // a fresh optimizer
+        std::vector<int32_t> flat;
+        for (const auto& row : ref_["tokens"]) flat.insert(flat.end(), row.begin(), row.end());
+        const double loss = model.evaluate(flat.data()), want = ref_["loss_bf16"];
+        QVERIFY2(std::abs(loss - want) <= 1e-5 * std::abs(want), qPrintable(QString("loss %1 vs %2").arg(loss).arg(want)));
+
+        p.start(tool, {"export-hf", tmp_.path() + "/ckpt", "--output", tmp_.path() + "/exported", "--dtype", "BF16"});
+        QVERIFY(p.waitForFinished(120000));
+        QVERIFY2(p.exitCode() == 0, p.readAll().constData());
+        const SafetensorsModel src(dir() / "bf16"), back(dir() / "exported");
+        QCOMPARE(back.names().size(), src.names().size() - 1);
+        for (const std::string& name : back.names()) {
+            const StTensor &a = src.get(name), &b = back.get(name);
+            QCOMPARE(b.shape, a.shape);
+            QVERIFY2(b.dtype == a.dtype && b.bytes == a.bytes && std::memcmp(a.data, b.data, a.bytes) == 0, name.c_str());
+        }
+        const auto cfg = nlohmann::json::parse(read_file(dir() / "exported" / "config.json"));
+        QCOMPARE(HfGpt2Config::from_json(cfg, "exported").hidden, c.hidden);
+        QVERIFY(fs::exists(dir() / "exported" / "generation_config.json"));
+
+        p.start(tool, {"import-hf", tmp_.path() + "/nothing-here", "--save", tmp_.path() + "/x"});
+        QVERIFY(p.waitForFinished(60000));
+        QVERIFY(p.exitCode() != 0);
+    }
 
     void bad_configs_and_shapes_are_named() {
         auto cfg = nlohmann::json::parse(read_file(dir() / "f32" / "config.json"));
