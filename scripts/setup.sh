@@ -11,6 +11,7 @@ packages=(
   libopenblas-openmp-dev libopenmpi-dev openmpi-bin
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev libxxhash-dev libpcre2-dev
   libicu-dev libsentencepiece-dev python3-sentencepiece python3-numpy nodejs npm
+  python3-torch python3-zmq
   libzmq3-dev cppzmq-dev libsqlite3-dev
   qt6-base-dev libqt6opengl6-dev qt6-charts-dev libqt6sql6-sqlite
   xvfb xauth fonts-dejavu-core
