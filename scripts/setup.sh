@@ -10,13 +10,16 @@ packages=(
   cmake g++ make ninja-build pkg-config git
   libopenblas-openmp-dev libopenmpi-dev openmpi-bin
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev libxxhash-dev libpcre2-dev
-  libicu-dev libsentencepiece-dev python3-sentencepiece python3-numpy nodejs npm
+  libicu-dev libsentencepiece-dev python3-sentencepiece python3-numpy
   python3-torch python3-zmq
   libzmq3-dev cppzmq-dev libsqlite3-dev
   qt6-base-dev libqt6opengl6-dev qt6-charts-dev libqt6sql6-sqlite
   xvfb xauth fonts-dejavu-core
   bible-kjv bible-kjv-text
 )
+# node + npm fetch the reference tokenizers; an image that ships its own Node.js (with npm) keeps it:
+# Debian's npm conflicts with such a nodejs.
+command -v npm >/dev/null || packages+=(nodejs npm)
 
 missing=()
 for p in "${packages[@]}"; do
