@@ -31,16 +31,7 @@ bool reader_available() {
     return protoc.waitForFinished(30000) && protoc.exitStatus() == QProcess::NormalExit && protoc.exitCode() == 0;
 }
 
-std::vector<nlohmann::json> records(const fs::path& file, const std::string& topic) {
-    std::vector<nlohmann::json> out;
-    std::ifstream in(file);
-    std::string line;
-    while (std::getline(in, line)) {
-        auto j = nlohmann::json::parse(line);
-        if (j["topic"] == topic) out.push_back(j);
-    }
-    return out;
-}
+const auto records = mwb::test::topic_records;
 
 /// (tag, step) -> value of every scalar in the event file, as the independent reader decodes it.
 struct Events {

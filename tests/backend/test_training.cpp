@@ -82,16 +82,7 @@ RunStatus run(Config c, const fs::path& run_dir, const std::atomic<bool>* stop =
     return train(std::move(in), dir);
 }
 
-std::vector<nlohmann::json> records(const fs::path& file, const std::string& topic) {
-    std::vector<nlohmann::json> out;
-    std::ifstream in(file);
-    std::string line;
-    while (std::getline(in, line)) {
-        auto j = nlohmann::json::parse(line);
-        if (j["topic"] == topic) out.push_back(j);
-    }
-    return out;
-}
+const auto records = test::topic_records;
 
 /// The deterministic part of a step record (timings and memory vary, the rest must not).
 nlohmann::json numbers(const nlohmann::json& r) {
