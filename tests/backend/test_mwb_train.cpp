@@ -135,8 +135,15 @@ private slots:
 
     void trains_and_writes_the_run_directory() {
         mwb::test::TempDir t;
-        const Result r = run(tiny(t.path()) + QStringList{"--train-iters", "3"});
+        const Result r = run(tiny(t.path()) + QStringList{"--train-iters", "3", "--attention-backend", "flash"});
         QVERIFY2(r.code == 0, qPrintable(r.err + r.out));
+        // A Megatron-LM flag without effect here: said once at start, recorded in run.json.
+        QVERIFY2(r.out.contains("--attention-backend: accepted, no effect here"), qPrintable(r.out));
+        std::ifstream run_json(t / "run.json");
+        const auto accepted = nlohmann::json::parse(run_json)["accepted_flags"];
+        QCOMPARE(accepted.size(), std::size_t{1});
+        QCOMPARE(accepted[0]["flag"], "--attention-backend");
+        QCOMPARE(accepted[0]["values"], nlohmann::json{"flash"});
         QVERIFY2(r.out.contains("iter      3/3") && r.out.contains("tok/s") && r.out.contains("ETA"), qPrintable(r.out));
         QVERIFY(r.out.contains(QString::fromStdString(t.path().string())));
         QCOMPARE(lines(t / "metrics.jsonl"), 3);

@@ -246,6 +246,13 @@ private slots:
         const auto ends = records(t / "run" / "events.jsonl", "run.end");
         QCOMPARE(ends.back()["status"], "stopped");
         QVERIFY(ends.back()["reason"].get<std::string>().find("exit_interval 4") != std::string::npos);
+        // exit_duration_in_mins: a duration that has passed after the first iteration ends the run there.
+        Config d = tiny_config();
+        d.logging.exit_duration_in_mins = 1e-9;
+        QCOMPARE(run(d, t / "duration"), RunStatus::Finished);
+        QCOMPARE(records(t / "duration" / "metrics.jsonl", "step").size(), std::size_t{1});
+        QVERIFY(records(t / "duration" / "events.jsonl", "run.end").back()["reason"].get<std::string>().find(
+                    "exit_duration_in_mins") != std::string::npos);
     }
 
     void finetune_and_no_load_optim_start_over_as_megatron() {
