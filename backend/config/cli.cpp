@@ -19,6 +19,7 @@ constexpr const char* kWandb = "Weights & Biases is not contacted; the same numb
 
 const auto kMegatronFlags = std::to_array<MegatronFlag>({
     // destinations that differ from the flag (store_false flags, second names)
+    ALIAS("--disable-bias-linear", 0, "add_bias_linear", "false"),
     ALIAS("--no-log-loss-scale-to-tensorboard", 0, "log_loss_scale_to_tensorboard", "false"),
     ALIAS("--persistent-save-interval", 1, "save_interval", ""),
     // kernel and backend selection: the math is the same

@@ -136,7 +136,13 @@ int main(int argc, char** argv) {
         if (gpu >= 0) mwb::device::set_device(gpu);
         if (cfg.logging.threads > 0) mwb::ops::set_num_threads(cfg.logging.threads);
         const auto tokenizer = as_config_error("tokenizer_type", [&] { return mwb::data::make_tokenizer(cfg.data, cfg.model); });
-        for (const std::string& note : mwb::resolve(cfg, world.size(), tokenizer->vocab_size())) spdlog::warn("{}", note);
+        for (const std::string& note : mwb::resolve(cfg, world.size(), tokenizer->vocab_size())) {
+            if (print_config) {  // stdout carries the JSON alone
+                if (leader) std::cerr << "mwb-train: " << note << "\n";
+            } else {
+                spdlog::warn("{}", note);
+            }
+        }
         mwb::check_config(cfg, world.size());
         if (print_config) {
             if (!leader) return 0;
