@@ -11,21 +11,14 @@ import sys
 import tempfile
 import time
 
-SHAPES = {
-    # name: (layers, hidden, heads, seq, micro batch, vocab)
-    "config S": (6, 384, 6, 256, 4, 50257),
-    "GPT-2 124M": (12, 768, 12, 1024, 4, 50257),
-}
+from bench_model import SHAPES, model, mwb_flags, padded_vocab
 
 
-def padded(v):
-    return (v + 127) // 128 * 128
-
-
-def model_flops(layers, h, s, b, vocab):
+def model_flops(m):
     """docs/performance.md / backend/telemetry/flops.h: 72·T·L·h²·(1 + s/(6h) + V/(12·L·h))."""
-    tokens = b * s
-    return 72.0 * tokens * layers * h * h * (1 + s / (6 * h) + padded(vocab) / (12 * layers * h))
+    L, h, s = m["num_layers"], m["hidden_size"], m["seq_length"]
+    tokens = m["global_batch_size"] * s
+    return 72.0 * tokens * L * h * h * (1 + s / (6 * h) + padded_vocab(m) / (12 * L * h))
 
 
 def run_child(cmd, env):
@@ -46,15 +39,12 @@ def sgemm_peak(build, env):
     return float(out.strip())
 
 
-def bench_mwb(build, env, shape, warmup, iters, threads):
-    L, h, a, s, b, v = shape
+def bench_mwb(build, env, m, warmup, iters, threads):
+    b, s = m["global_batch_size"], m["seq_length"]
     with tempfile.TemporaryDirectory() as run_dir:
-        cmd = [f"{build}/backend/mwb-train", "--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size",
-               str(v), "--num-layers", str(L), "--hidden-size", str(h), "--num-attention-heads", str(a),
-               "--seq-length", str(s), "--micro-batch-size", str(b), "--global-batch-size", str(b),
-               "--train-iters", str(warmup + iters), "--lr", "1e-4", "--min-lr", "0", "--lr-warmup-iters", "0",
-               "--log-interval", "1",
-               "--eval-interval", "0", "--threads", str(threads), "--run-dir", run_dir]
+        cmd = [f"{build}/backend/mwb-train", "--mock-data", "--tokenizer-type", "NullTokenizer", *mwb_flags(m),
+               "--train-iters", str(warmup + iters), "--log-interval", "1", "--eval-iters", "0",
+               "--threads", str(threads), "--run-dir", run_dir]
         _, rss = run_child(cmd, env)
         records = [json.loads(line) for line in open(f"{run_dir}/metrics.jsonl")]
         steps = [r for r in records if r["topic"] == "step"]  # metrics.jsonl also holds eval and memory records
@@ -64,11 +54,9 @@ def bench_mwb(build, env, shape, warmup, iters, threads):
                 "tracked_peak_bytes": steps[-1]["mem_peak_bytes"]}
 
 
-def bench_torch(env, shape, warmup, iters, threads):
-    L, h, a, s, b, v = shape
+def bench_torch(env, name, warmup, iters, threads):
     here = os.path.dirname(os.path.abspath(__file__))
-    cmd = ["/usr/bin/python3", f"{here}/torch_gpt.py", "--layers", str(L), "--hidden", str(h), "--heads", str(a),
-           "--seq", str(s), "--batch", str(b), "--vocab", str(padded(v)), "--threads", str(threads), "--warmup",
+    cmd = ["/usr/bin/python3", f"{here}/torch_gpt.py", "--model", name, "--threads", str(threads), "--warmup",
            str(warmup), "--iters", str(iters)]
     out, _ = run_child(cmd, env)
     return json.loads(out.strip().splitlines()[-1])
@@ -90,14 +78,15 @@ def main():
             env.pop("OPENBLAS_CORETYPE", None)
             env.pop("OPENBLAS_L2_SIZE", None)
         peak = sgemm_peak(args.build, env)
-        for name, shape in SHAPES.items():
+        for name in SHAPES:
             if args.quick and name != "config S":
                 continue
             warmup, iters = (1, 3) if name != "config S" or args.quick else (2, 8)
-            flops = model_flops(shape[0], shape[1], shape[3], shape[4], shape[5])
+            m = model(name)
+            flops = model_flops(m)
             for engine in ("mwb-train", "PyTorch"):
-                r = (bench_mwb(args.build, env, shape, warmup, iters, args.threads) if engine == "mwb-train"
-                     else bench_torch(env, shape, warmup, iters, args.threads))
+                r = (bench_mwb(args.build, env, m, warmup, iters, args.threads) if engine == "mwb-train"
+                     else bench_torch(env, name, warmup, iters, args.threads))
                 r.update({"engine": engine, "shape": name, "openblas": "Haswell" if pinned else "auto",
                           "sgemm_peak_gflops": peak, "gflops": flops / r["iteration_time_s"] / 1e9})
                 results.append(r)

@@ -12,10 +12,11 @@ import tempfile
 # (TP, PP, DP, model chunks per pipeline rank): the last row is the interleaved schedule (3 chunks of
 # one layer per rank), whose steady state exchanges messages once per forward + backward pair.
 LAYOUTS = [(1, 1, 1, 1), (2, 1, 1, 1), (1, 2, 1, 1), (1, 1, 2, 1), (1, 2, 1, 3)]
-MODEL = ["--num-layers", "6", "--hidden-size", "384", "--num-attention-heads", "6", "--seq-length", "256",
+# The demo preset's optimizer settings (dropout 0) under this shape, as docs/performance.md measured it.
+MODEL = ["--preset", "tiny-cpu-demo", "--num-layers", "6", "--hidden-size", "384", "--num-attention-heads", "6", "--seq-length", "256",
          "--micro-batch-size", "4", "--global-batch-size", "8", "--mock-data", "--tokenizer-type", "NullTokenizer",
          "--vocab-size", "50257", "--lr", "1e-4", "--min-lr", "0", "--lr-warmup-iters", "0", "--log-interval", "1",
-         "--eval-interval", "0"]
+         "--eval-interval", "0", "--eval-iters", "0"]
 
 
 def main():

@@ -8,9 +8,9 @@ set -euo pipefail
 build="${1:-build}"; repeats="${2:-3}"; iters="${3:-1500}"; threads="${4:-1}"
 train="$build/backend/mwb-train"; record="$build/store/mwb-record"
 work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
-args=(--mock-data --tokenizer-type NullTokenizer --vocab-size 100 --num-layers 1 --hidden-size 64
+args=(--preset tiny-cpu-demo --mock-data --tokenizer-type NullTokenizer --vocab-size 100 --num-layers 1 --hidden-size 64
       --num-attention-heads 2 --seq-length 64 --micro-batch-size 4 --global-batch-size 4 --lr-warmup-iters 0
-      --log-interval 1 --eval-interval 0 --threads "$threads" --train-iters "$iters")
+      --log-interval 1 --eval-interval 0 --eval-iters 0 --threads "$threads" --train-iters "$iters")
 # Wall time per iteration after the first 100 (warm-up), in ms, from the step records' timestamps:
 # everything the training thread does, publishing included.
 mean_ms() { /usr/bin/python3 - "$1/metrics.jsonl" <<'PY'

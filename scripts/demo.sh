@@ -28,7 +28,7 @@ record_log="$(mktemp)"
 "$build/store/mwb-record" --store "$store" --until-end "$run_dir" > "$record_log" 2>&1 &
 recorder=$!
 status=0
-"$build/backend/mwb-train" --run-dir "$run_dir" "$@" || status=$?
+"$build/backend/mwb-train" --preset tiny-cpu-demo --run-dir "$run_dir" "$@" || status=$?
 # The recorder exits at run.end; a run that never started (refused flags) has none: stop waiting.
 for _ in $(seq 1 100); do kill -0 "$recorder" 2>/dev/null || break; sleep 0.1; done
 if kill -0 "$recorder" 2>/dev/null; then kill -TERM "$recorder" 2>/dev/null || true; fi

@@ -16,6 +16,7 @@ packages=(
   qt6-base-dev libqt6opengl6-dev qt6-charts-dev libqt6sql6-sqlite
   xvfb xauth fonts-dejavu-core
   bible-kjv bible-kjv-text
+  protobuf-compiler python3-protobuf python3-crcmod
 )
 # node + npm fetch the reference tokenizers; an image that ships its own Node.js (with npm) keeps it:
 # Debian's npm conflicts with such a nodejs.

@@ -44,7 +44,9 @@ bool local_launch(const LocalLaunchInputs& in, LocalLaunch& out, QString* error)
     out.run_dir = in.run_dir;
     out.config_file = in.config_file;
     QStringList train;
-    if (!in.config_file.isEmpty()) train << QStringLiteral("--config") << in.config_file;  // else the embedded demo
+    // Without a file, the embedded demo (named: flags in `extra` must modify it, not Megatron-LM's defaults).
+    if (!in.config_file.isEmpty()) train << QStringLiteral("--config") << in.config_file;
+    else train << QStringLiteral("--preset") << QStringLiteral("tiny-cpu-demo");
     train << QStringLiteral("--run-dir") << in.run_dir << QStringLiteral("--threads") << QString::number(out.threads);
     train << in.extra;
     if (out.world == 1) {

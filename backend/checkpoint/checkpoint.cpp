@@ -174,6 +174,8 @@ fs::path save_checkpoint(const fs::path& dir, const CheckpointState& state, cons
             }
             sync_directory(dir);
             write_file_atomic(dir / "latest", name + "\n");
+            // Megatron-LM's tracker file beside our marker, so its tools find the iteration too.
+            write_file_atomic(dir / "latest_checkpointed_iteration.txt", std::to_string(state.iteration));
         } catch (...) {
             fs::remove_all(tmp, ec);
             throw;

@@ -51,14 +51,27 @@ struct ParallelConfig {
 struct TrainingConfig {
     int micro_batch_size = 1;                  ///< samples per micro-batch per data-parallel rank
     int global_batch_size = 0;                 ///< samples per iteration; 0 = micro × data-parallel size
-    int64_t train_iters = 0;                 ///< iterations to train
+    int64_t train_iters = 0;                   ///< iterations to train (or train_samples)
+    int64_t train_samples = 0;                 ///< samples to train instead of train_iters (sample-based schedule)
+    std::vector<std::string> rampup_batch_size;  ///< [start, increment, ramp-up samples] of the global batch; empty = off
+    std::string step_batch_size_schedule;      ///< "THRESHOLD:BATCH ..." (thresholds in tokens, K/M/B/T); "" = off
     int64_t seed = 1234;                       ///< seeds init, dropout, data order
     double lr = 0;                          ///< peak learning rate
     double min_lr = 0;                      ///< floor of the decay
-    int64_t lr_warmup_iters = 0;              ///< linear warm-up from 0
+    int64_t lr_warmup_iters = 0;               ///< linear warm-up from lr_warmup_init
+    int64_t lr_warmup_samples = 0;             ///< the same in samples (sample-based training)
+    double lr_warmup_fraction = 0;             ///< warm-up as a fraction of the decay length; 0 = not used
+    double lr_warmup_init = 0;                 ///< learning rate the warm-up starts from
     int64_t lr_decay_iters = 0;                ///< decay length; 0 = train_iters
-    std::string lr_decay_style = "linear";     ///< constant | linear | cosine
-    double weight_decay = 0.01;                 ///< AdamW decay (never on biases and norms)
+    int64_t lr_decay_samples = 0;              ///< decay length in samples; 0 = train_samples
+    std::string lr_decay_style = "linear";     ///< constant | linear | cosine | inverse-square-root | WSD
+    std::string lr_wsd_decay_style = "exponential";  ///< WSD's annealing: exponential | linear | cosine | minus_sqrt
+    int64_t lr_wsd_decay_iters = 0;            ///< WSD's annealing length
+    int64_t lr_wsd_decay_samples = 0;          ///< the same in samples
+    double weight_decay = 0.01;                ///< AdamW decay (never on biases and norms)
+    std::string weight_decay_incr_style = "constant";  ///< constant | linear | cosine (start -> end over training)
+    double start_weight_decay = 0;             ///< with linear/cosine increments
+    double end_weight_decay = 0;               ///< with linear/cosine increments
     double adam_beta1 = 0.9;
     double adam_beta2 = 0.999;
     double adam_eps = 1e-8;
@@ -87,7 +100,7 @@ struct DataConfig {
     int tiktoken_num_special_tokens = 1000;    ///< TikTokenizer: ids before the first rank
     bool mock_data = false;                    ///< random tokens from a seeded RNG (needs no files)
     std::string data_cache_path;               ///< where sample indices are cached; "" = next to the data
-    int64_t eval_interval = 1000;               ///< evaluate every N iterations; 0 = never
+    int64_t eval_interval = 0;                 ///< evaluate every N iterations; 0 = only after training
     int64_t eval_iters = 100;                   ///< iterations (of global batches) per evaluation
 };
 
@@ -97,6 +110,19 @@ struct LoggingConfig {
     std::string save;                          ///< checkpoint directory; "" = run_dir/checkpoints when saving
     int64_t save_interval = 0;                 ///< checkpoint every N iterations; 0 = only at the end when save is set
     std::string load;                          ///< checkpoint directory (or iter_ folder) to resume from
+    bool no_save_optim = false;                ///< checkpoints without the optimizer state
+    bool no_load_optim = false;                ///< resume with a fresh optimizer (and schedule)
+    bool no_load_rng = false;                  ///< accepted: dropout's RNG is a function of seed and iteration
+    bool finetune = false;                     ///< load the weights only, start at iteration 0
+    int64_t exit_interval = 0;                 ///< stop (with a checkpoint) at an iteration divisible by this
+    double exit_duration_in_mins = 0;          ///< stop (with a checkpoint) after this many minutes of training
+    bool log_throughput = false;               ///< TFLOP/s per device in the progress line
+    std::string tensorboard_dir;               ///< write TensorBoard event files here; "" = off
+    int64_t tensorboard_log_interval = 1;      ///< iterations per TensorBoard scalar
+    bool log_loss_scale_to_tensorboard = true;
+    bool log_validation_ppl_to_tensorboard = false;
+    bool log_timers_to_tensorboard = false;    ///< iteration-time and throughput scalars
+    bool log_memory_to_tensorboard = false;
     std::string device = "auto";               ///< cpu | cuda | auto
     int threads = 0;                           ///< CPU threads; 0 = all cores (or OMP_NUM_THREADS)
     bool deterministic = false;                ///< GPU: bit-identical run to run (no TF32, pinned cuBLAS reductions)

@@ -42,6 +42,31 @@ std::string describe_choices(std::string_view choices) {
     return s;
 }
 
+/// SAX events of a JSON text that fails to parse: the last key seen and what went wrong there.
+struct KeyOfError : nlohmann::json_sax<nlohmann::json> {
+    std::string last_key, message;
+    bool null() override { return true; }
+    bool boolean(bool) override { return true; }
+    bool number_integer(number_integer_t) override { return true; }
+    bool number_unsigned(number_unsigned_t) override { return true; }
+    bool number_float(number_float_t, const string_t&) override { return true; }
+    bool string(string_t&) override { return true; }
+    bool binary(binary_t&) override { return true; }
+    bool start_object(std::size_t) override { return true; }
+    bool key(string_t& k) override {
+        last_key = k;
+        return true;
+    }
+    bool end_object() override { return true; }
+    bool start_array(std::size_t) override { return true; }
+    bool end_array() override { return true; }
+    bool parse_error(std::size_t position, const std::string& token, const nlohmann::detail::exception& e) override {
+        if (e.id == 406) message = fmt::format("{} is not a finite number (expected a finite number)", token);
+        else message = fmt::format("{} (at byte {})", e.what(), position), last_key.clear();
+        return false;
+    }
+};
+
 /// Assigns a JSON value to one field; returns an error message or "".
 std::string assign(Config& config, const Field& field, const nlohmann::json& value) {
     return std::visit(
@@ -61,6 +86,7 @@ std::string assign(Config& config, const Field& field, const nlohmann::json& val
                 *p = value.is_number_integer() ? static_cast<T>(value.get<int64_t>()) : static_cast<T>(d);
             } else if constexpr (std::is_same_v<T, double>) {
                 if (!value.is_number()) return fmt::format("expected a number, got {}", value.dump());
+                if (!std::isfinite(value.get<double>())) return fmt::format("expected a finite number, got {}", value.dump());
                 *p = value.get<double>();
             } else if constexpr (std::is_same_v<T, std::string>) {
                 if (!value.is_string()) return fmt::format("expected a string, got {}", value.dump());
@@ -113,8 +139,14 @@ Config parse_config(std::string_view json_text, std::string_view source) {
     nlohmann::json json;
     try {
         json = nlohmann::json::parse(json_text);
-    } catch (const nlohmann::json::parse_error& e) {
-        throw ConfigError({{"", fmt::format("{} is not valid JSON: {}", source, e.what())}}, source);
+    } catch (const nlohmann::json::exception&) {
+        // Parsed again, event by event, to name the key whose value failed (e.g. 1e400: out of range).
+        KeyOfError where;
+        nlohmann::json::sax_parse(json_text, &where);
+        if (!where.last_key.empty())
+            throw ConfigError({{where.last_key, fmt::format("{} in {}: {}", where.last_key, source, where.message)}},
+                              source);
+        throw ConfigError({{"", fmt::format("{} is not valid JSON: {}", source, where.message)}}, source);
     }
     Config config;
     apply_json(config, json, source);
@@ -160,10 +192,10 @@ void set_field(Config& config, const Field& field, std::string_view value) {
                 try {
                     std::size_t used = 0;
                     const double v = std::stod(std::string(value), &used);
-                    if (used != value.size()) bad("a number");
+                    if (used != value.size() || !std::isfinite(v)) bad("a finite number");
                     *p = v;
-                } catch (const std::logic_error&) {
-                    bad("a number");
+                } catch (const std::logic_error&) {  // also out of range: 1e400
+                    bad("a finite number");
                 }
             } else if constexpr (std::is_same_v<T, std::string>) {
                 if (!in_choices(field.choices, value)) bad(fmt::format("one of {}", describe_choices(field.choices)));

@@ -80,14 +80,41 @@ const auto kFields = std::to_array<Field>({
               "Samples per iteration; a multiple of micro_batch_size x data-parallel size (gradient accumulation). "
               "0 means micro_batch_size x data-parallel size.",
               ""),
-    MWB_FIELD(training, train_iters, "Iterations to train (required).", ""),
+    MWB_FIELD(training, train_iters, "Iterations to train (this or train_samples is required).", ""),
+    MWB_FIELD(training, train_samples,
+              "Samples to train instead of train_iters; the learning-rate schedule is then given in samples.", ""),
+    MWB_FIELD(training, rampup_batch_size,
+              "Ramp the global batch up: START INCREMENT SAMPLES, from START by INCREMENT to global_batch_size "
+              "over SAMPLES samples (the number of micro-batches grows; older Megatron-LM releases' reading, "
+              "current Megatron-LM ignores it with a deprecation warning).",
+              ""),
+    MWB_FIELD(training, step_batch_size_schedule,
+              "Global batch size by consumed tokens: \"0:16 2.4B:320 ...\" (suffixes K, M, B, T); the last batch size "
+              "is the global batch size, so global_batch_size must not be given too.",
+              ""),
     MWB_FIELD(training, seed, "Seed of weight init, dropout and data order.", ""),
     MWB_FIELD(training, lr, "Peak learning rate (required).", ""),
     MWB_FIELD(training, min_lr, "Learning rate at the end of the decay.", ""),
-    MWB_FIELD(training, lr_warmup_iters, "Iterations of linear warm-up from 0 to lr.", ""),
+    MWB_FIELD(training, lr_warmup_iters, "Iterations of linear warm-up from lr_warmup_init to lr.", ""),
+    MWB_FIELD(training, lr_warmup_samples, "Samples of linear warm-up (sample-based training).", ""),
+    MWB_FIELD(training, lr_warmup_fraction,
+              "Warm-up as a fraction of the decay length (instead of lr_warmup_iters/samples); 0 means not used.", ""),
+    MWB_FIELD(training, lr_warmup_init, "Learning rate the warm-up starts from.", ""),
     MWB_FIELD(training, lr_decay_iters, "Iterations over which lr decays to min_lr; 0 means train_iters.", ""),
-    MWB_FIELD(training, lr_decay_style, "Shape of the decay after warm-up.", "constant|linear|cosine"),
+    MWB_FIELD(training, lr_decay_samples, "Samples over which lr decays (sample-based); 0 means train_samples.", ""),
+    MWB_FIELD(training, lr_decay_style, "Shape of the decay after warm-up.",
+              "constant|linear|cosine|inverse-square-root|WSD"),
+    MWB_FIELD(training, lr_wsd_decay_style, "Annealing shape of the last phase of WSD.",
+              "exponential|linear|cosine|minus_sqrt"),
+    MWB_FIELD(training, lr_wsd_decay_iters, "Iterations of WSD's annealing phase (the end of the decay).", ""),
+    MWB_FIELD(training, lr_wsd_decay_samples, "Samples of WSD's annealing phase (sample-based).", ""),
     MWB_FIELD(training, weight_decay, "AdamW weight decay (never applied to biases and norm weights).", ""),
+    MWB_FIELD(training, weight_decay_incr_style,
+              "Weight decay over training: constant (weight_decay), or linear/cosine from start_weight_decay to "
+              "end_weight_decay.",
+              "constant|linear|cosine"),
+    MWB_FIELD(training, start_weight_decay, "Weight decay at the start (linear/cosine increments).", ""),
+    MWB_FIELD(training, end_weight_decay, "Weight decay at the end of training (linear/cosine increments).", ""),
     MWB_FIELD(training, adam_beta1, "AdamW beta1.", ""),
     MWB_FIELD(training, adam_beta2, "AdamW beta2.", ""),
     MWB_FIELD(training, adam_eps, "AdamW epsilon.", ""),
@@ -128,7 +155,10 @@ const auto kFields = std::to_array<Field>({
     MWB_FIELD(data, tiktoken_num_special_tokens, "TikTokenizer: special token ids before the first rank.", ""),
     MWB_FIELD(data, mock_data, "Train on random tokens from a seeded RNG (no data files needed).", ""),
     MWB_FIELD(data, data_cache_path, "Where sample indices are cached; empty means next to the data.", ""),
-    MWB_FIELD(data, eval_interval, "Evaluate on the validation split every N iterations; 0 never.", ""),
+    MWB_FIELD(data, eval_interval,
+              "Evaluate on the validation split every N iterations; 0 only once after training (the test split, "
+              "when not empty, is evaluated after training either way).",
+              ""),
     MWB_FIELD(data, eval_iters, "Global batches per evaluation.", ""),
     // logging and run
     MWB_FIELD(logging, log_interval, "Iterations per metrics record and progress line.", ""),
@@ -137,6 +167,27 @@ const auto kFields = std::to_array<Field>({
     MWB_FIELD(logging, save_interval, "Save a checkpoint every N iterations (and at the end); 0 saves only at the "
               "end, and only when save is set.", ""),
     MWB_FIELD(logging, load, "Checkpoint directory (or one iter_NNNNNNN folder) to resume from.", ""),
+    MWB_FIELD(logging, no_save_optim, "Save checkpoints without the optimizer state (Adam moments).", ""),
+    MWB_FIELD(logging, no_load_optim,
+              "Resume with a fresh optimizer: Adam moments, step count and learning-rate schedule start over.", ""),
+    MWB_FIELD(logging, no_load_rng,
+              "Accepted; no effect: dropout's random numbers are a function of seed and iteration (Philox), there "
+              "is no RNG state to load.",
+              ""),
+    MWB_FIELD(logging, finetune,
+              "Load only the weights from load: iteration, consumed samples, optimizer and schedule start at 0.", ""),
+    MWB_FIELD(logging, exit_interval, "Stop (saving a checkpoint) at the first iteration divisible by this; 0 off.",
+              ""),
+    MWB_FIELD(logging, exit_duration_in_mins,
+              "Stop (saving a checkpoint) once training has run this many minutes; 0 off.", ""),
+    MWB_FIELD(logging, log_throughput, "Add TFLOP/s per device to the progress line.", ""),
+    MWB_FIELD(logging, tensorboard_dir, "Write TensorBoard event files with Megatron-LM's tags here; empty is off.",
+              ""),
+    MWB_FIELD(logging, tensorboard_log_interval, "Iterations between TensorBoard scalars.", ""),
+    MWB_FIELD(logging, log_loss_scale_to_tensorboard, "Log loss-scale to TensorBoard.", ""),
+    MWB_FIELD(logging, log_validation_ppl_to_tensorboard, "Log validation perplexity to TensorBoard.", ""),
+    MWB_FIELD(logging, log_timers_to_tensorboard, "Log iteration-time and throughput to TensorBoard.", ""),
+    MWB_FIELD(logging, log_memory_to_tensorboard, "Log memory (allocated, peak, reserved) to TensorBoard.", ""),
     MWB_FIELD(logging, device, "Where to train: cuda needs a GPU, auto uses one when present.", "cpu|cuda|auto"),
     MWB_FIELD(logging, threads, "CPU threads; 0 means OMP_NUM_THREADS or every core.", ""),
     MWB_FIELD(logging, deterministic,
@@ -219,18 +270,23 @@ const Field* find_config_field(std::string_view name) {
     return nullptr;
 }
 
-std::string closest_field_name(std::string_view name) {
-    const std::string key = snake(name);
+std::string closest_name(std::string_view name, std::span<const std::string_view> candidates) {
     std::string best;
-    std::size_t best_d = key.size() / 3 + 2;  // suggest only when reasonably close
-    for (const Field& f : kFields) {
-        const std::size_t d = edit_distance(key, f.name);
+    std::size_t best_d = name.size() / 3 + 2;  // suggest only when reasonably close
+    for (const std::string_view c : candidates) {
+        const std::size_t d = edit_distance(name, c);
         if (d < best_d) {
             best_d = d;
-            best = f.name;
+            best = c;
         }
     }
     return best;
+}
+
+std::string closest_field_name(std::string_view name) {
+    std::vector<std::string_view> names;
+    for (const Field& f : kFields) names.push_back(f.name);
+    return closest_name(snake(name), names);
 }
 
 }  // namespace mwb

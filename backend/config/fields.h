@@ -34,5 +34,7 @@ std::span<const Field> config_fields();
 const Field* find_config_field(std::string_view name);
 /// The closest field name to a misspelt one (for "did you mean ...?"), or "" when nothing is close.
 std::string closest_field_name(std::string_view name);
+/// The candidate closest to `name` by edit distance, or "" when none is reasonably close.
+std::string closest_name(std::string_view name, std::span<const std::string_view> candidates);
 
 }  // namespace mwb

@@ -1,5 +1,8 @@
 #include "config/validate.h"
 
+#include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <sstream>
 
 namespace mwb {
@@ -32,6 +35,81 @@ bool parse_split(const std::string& split, std::vector<double>& parts) {
     return !parts.empty() && parts.size() <= 3;
 }
 
+struct BatchRamp {
+    int64_t start = 0, increment = 0, samples = 0;
+};
+
+/// rampup_batch_size as three positive integers; returns an error message or "".
+std::string parse_rampup(const TrainingConfig& t, BatchRamp& r) {
+    if (t.rampup_batch_size.size() != 3)
+        return fmt::format("rampup_batch_size takes three integers START INCREMENT SAMPLES (got {})",
+                           t.rampup_batch_size.size());
+    int64_t* out[3] = {&r.start, &r.increment, &r.samples};
+    for (int i = 0; i < 3; ++i) {
+        const std::string& v = t.rampup_batch_size[static_cast<std::size_t>(i)];
+        const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), *out[i]);
+        if (ec != std::errc() || end != v.data() + v.size() || *out[i] < 1)
+            return fmt::format("rampup_batch_size: \"{}\" is not a positive integer", v);
+    }
+    return "";
+}
+
+/// "THRESHOLD:BATCH ..." with K/M/B/T suffixes, thresholds in tokens (divided by seq_length, as
+/// Megatron-LM does when it knows the sequence length) sorted ascending; returns an error or "".
+std::string parse_step_schedule(const std::string& text, int64_t seq_length,
+                                std::vector<std::pair<int64_t, int64_t>>& steps) {
+    std::string norm = text;
+    std::replace(norm.begin(), norm.end(), ',', ' ');
+    std::stringstream ss(norm);
+    std::string entry;
+    const auto number = [](std::string v, int64_t& out) {
+        double mult = 1;
+        if (!v.empty()) {
+            const char c = static_cast<char>(std::toupper(static_cast<unsigned char>(v.back())));
+            mult = c == 'T' ? 1e12 : c == 'B' ? 1e9 : c == 'M' ? 1e6 : c == 'K' ? 1e3 : 1;
+            if (mult != 1) v.pop_back();
+        }
+        try {
+            std::size_t used = 0;
+            const double d = std::stod(v, &used);
+            if (used != v.size() || !std::isfinite(d) || d < 0) return false;
+            out = static_cast<int64_t>(d * mult);
+            return true;
+        } catch (const std::logic_error&) {
+            return false;
+        }
+    };
+    while (ss >> entry) {
+        const std::size_t colon = entry.find(':');
+        int64_t threshold = 0, batch = 0;
+        if (colon == std::string::npos || !number(entry.substr(0, colon), threshold) ||
+            !number(entry.substr(colon + 1), batch) || batch < 1)
+            return fmt::format("step_batch_size_schedule: \"{}\" is not THRESHOLD:BATCH_SIZE", entry);
+        steps.emplace_back(seq_length > 0 ? threshold / seq_length : threshold, batch);
+    }
+    std::sort(steps.begin(), steps.end());
+    if (steps.empty() || steps.front().first != 0)
+        return "step_batch_size_schedule must start with a threshold of 0";
+    for (std::size_t i = 1; i < steps.size(); ++i)
+        if (steps[i].first == steps[i - 1].first)
+            return "step_batch_size_schedule's thresholds must be strictly increasing";
+    return "";
+}
+
+/// Every global batch size the schedule can take (for divisibility checks).
+std::vector<int64_t> scheduled_batch_sizes(const Config& c) {
+    std::vector<int64_t> sizes;
+    std::vector<std::pair<int64_t, int64_t>> steps;
+    BatchRamp r;
+    if (!c.training.step_batch_size_schedule.empty() &&
+        parse_step_schedule(c.training.step_batch_size_schedule, c.model.seq_length, steps).empty())
+        for (const auto& s : steps) sizes.push_back(s.second);
+    else if (!c.training.rampup_batch_size.empty() && parse_rampup(c.training, r).empty())
+        for (int64_t b = r.start; b < c.training.global_batch_size && r.increment > 0; b += r.increment)
+            sizes.push_back(b);
+    return sizes;
+}
+
 }  // namespace
 
 std::vector<std::string> resolve(Config& c, int world_size, int64_t tokenizer_vocab) {
@@ -55,8 +133,20 @@ std::vector<std::string> resolve(Config& c, int world_size, int64_t tokenizer_vo
     if (tokenizer_vocab > 0 && c.data.tokenizer_type != "NullTokenizer") m.vocab_size = static_cast<int>(tokenizer_vocab);
     const int tp_pp = std::max(1, c.parallel.tensor_model_parallel_size) * std::max(1, c.parallel.pipeline_model_parallel_size);
     const int dp = world_size % tp_pp == 0 ? world_size / tp_pp : 1;
+    std::vector<std::pair<int64_t, int64_t>> steps;
+    if (t.global_batch_size == 0 && !t.step_batch_size_schedule.empty() &&
+        parse_step_schedule(t.step_batch_size_schedule, m.seq_length, steps).empty())
+        t.global_batch_size = static_cast<int>(steps.back().second);  // as Megatron-LM: the last step's
     if (t.global_batch_size == 0) t.global_batch_size = t.micro_batch_size * dp;
-    if (t.lr_decay_iters == 0) t.lr_decay_iters = t.train_iters;
+    if (t.train_samples > 0 && t.train_iters == 0) {
+        t.train_iters = iterations_for_samples(c);
+        notes.push_back(fmt::format("train_samples {}: {} iterations", t.train_samples, t.train_iters));
+    }
+    if (t.train_samples > 0) {  // sample-based: the schedule is in samples
+        if (t.lr_decay_samples == 0) t.lr_decay_samples = t.train_samples;
+    } else if (t.lr_decay_iters == 0) {
+        t.lr_decay_iters = t.train_iters;
+    }
     if (t.bf16 && !t.accumulate_allreduce_grads_in_fp32) t.accumulate_allreduce_grads_in_fp32 = true;
     if (c.parallel.sequence_parallel && c.parallel.tensor_model_parallel_size == 1) {
         c.parallel.sequence_parallel = false;
@@ -73,12 +163,22 @@ std::vector<ConfigIssue> validate(const Config& c, int world_size) {
     const auto& d = c.data;
     const auto& l = c.logging;
 
-    // model
-    ck.require(m.num_layers >= 1, "num_layers", "num_layers must be at least 1 (got {})", m.num_layers);
-    ck.require(m.hidden_size >= 1, "hidden_size", "hidden_size must be at least 1 (got {})", m.hidden_size);
-    ck.require(m.num_attention_heads >= 1, "num_attention_heads", "num_attention_heads must be at least 1 (got {})",
-               m.num_attention_heads);
-    ck.require(m.seq_length >= 1, "seq_length", "seq_length must be at least 1 (got {})", m.seq_length);
+    // every float is finite (inf and nan train to nothing)
+    for (const Field& f : config_fields()) {
+        const FieldRef ref = f.ref(c);
+        if (const auto* v = std::get_if<double*>(&ref))
+            ck.require(std::isfinite(**v), f.name.data(), "{} must be a finite number (got {})", f.name, **v);
+    }
+
+    // model: what Megatron-LM requires is named with its flag when missing
+    const auto required = [&](int64_t v, const char* field, const char* flag) {
+        if (v == 0) ck.require(false, field, "{} is required ({} N); Megatron-LM has no default", field, flag);
+        else ck.require(v >= 1, field, "{} must be at least 1 (got {})", field, v);
+    };
+    required(m.num_layers, "num_layers", "--num-layers");
+    required(m.hidden_size, "hidden_size", "--hidden-size");
+    required(m.num_attention_heads, "num_attention_heads", "--num-attention-heads");
+    required(m.seq_length, "seq_length", "--seq-length");
     // kv_channels 0 (unresolved) means hidden_size / num_attention_heads, which must then divide; an explicit
     // head dim needs no divisibility (Megatron-LM's rule). Query groups matter only with group_query_attention
     // (resolve() gives every head its own group otherwise).
@@ -114,8 +214,9 @@ std::vector<ConfigIssue> validate(const Config& c, int world_size) {
                "use_rope_scaling needs position_embedding_type rope (got {})", m.position_embedding_type);
     ck.require(m.rope_scaling_factor >= 1, "rope_scaling_factor", "rope_scaling_factor must be at least 1 (got {})",
                m.rope_scaling_factor);
-    ck.require(m.ffn_hidden_size >= 1, "ffn_hidden_size", "ffn_hidden_size must be at least 1 (got {})",
-               m.ffn_hidden_size);
+    if (m.hidden_size >= 1)  // else 0 = 4 x hidden_size, and hidden_size is what is missing
+        ck.require(m.ffn_hidden_size >= 1, "ffn_hidden_size", "ffn_hidden_size must be at least 1 (got {})",
+                   m.ffn_hidden_size);
     ck.require(m.position_embedding_type == "none" || m.max_position_embeddings >= m.seq_length,
                "max_position_embeddings", "max_position_embeddings ({}) must be at least seq_length ({}) with {} positions",
                m.max_position_embeddings, m.seq_length, m.position_embedding_type);
@@ -198,18 +299,110 @@ std::vector<ConfigIssue> validate(const Config& c, int world_size) {
                    micro, pp);
     }
 
+    // batch schedule
+    if (!t.rampup_batch_size.empty()) {
+        BatchRamp r;
+        const std::string err = parse_rampup(t, r);
+        ck.require(err.empty(), "rampup_batch_size", "{}", err);
+        ck.require(t.step_batch_size_schedule.empty(), "rampup_batch_size",
+                   "rampup_batch_size and step_batch_size_schedule cannot both be set");
+        if (err.empty())
+            ck.require(r.start < t.global_batch_size && (t.global_batch_size - r.start) % r.increment == 0,
+                       "rampup_batch_size",
+                       "rampup_batch_size: START ({}) must be below global_batch_size ({}) and reach it in steps of "
+                       "INCREMENT ({})",
+                       r.start, t.global_batch_size, r.increment);
+    }
+    if (!t.step_batch_size_schedule.empty()) {
+        std::vector<std::pair<int64_t, int64_t>> steps;
+        const std::string err = parse_step_schedule(t.step_batch_size_schedule, m.seq_length, steps);
+        ck.require(err.empty(), "step_batch_size_schedule", "{}", err);
+        if (err.empty())
+            ck.require(t.global_batch_size == steps.back().second, "step_batch_size_schedule",
+                       "step_batch_size_schedule and global_batch_size ({}) cannot both be set (Megatron-LM refuses "
+                       "it too): the schedule's last batch size is the global batch size",
+                       t.global_batch_size);
+    }
+    if (t.micro_batch_size >= 1 && tp >= 1 && pp >= 1 && world_size % (tp * pp) == 0) {
+        const int64_t unit = static_cast<int64_t>(t.micro_batch_size) * (world_size / (tp * pp));
+        for (const int64_t b : scheduled_batch_sizes(c)) {
+            ck.require(b % unit == 0, "global_batch_size",
+                       "the scheduled global batch size {} must be a multiple of micro_batch_size ({}) x "
+                       "data-parallel size ({})",
+                       b, t.micro_batch_size, unit / t.micro_batch_size);
+            if (p.num_layers_per_virtual_pipeline_stage > 0 && pp > 1 && b % unit == 0)
+                ck.require((b / unit) % pp == 0, "num_layers_per_virtual_pipeline_stage",
+                           "the interleaved schedule needs every number of micro-batches ({} at batch {}) to be a "
+                           "multiple of pipeline_model_parallel_size ({})",
+                           b / unit, b, pp);
+            if (b % unit != 0) break;
+        }
+    }
+
     // optimisation
-    ck.require(t.train_iters >= 1, "train_iters", "train_iters must be at least 1 (got {})", t.train_iters);
-    ck.require(t.lr > 0, "lr", "lr must be positive (got {}); Megatron-LM has no default either", t.lr);
+    const bool by_samples = t.train_samples > 0;
+    if (t.train_iters == 0 && t.train_samples == 0)
+        ck.require(false, "train_iters", "train_iters (--train-iters N) or train_samples (--train-samples N) is "
+                                         "required; Megatron-LM has no default");
+    else
+        ck.require(t.train_iters >= 1, "train_iters", "train_iters must be at least 1 (got {}{})", t.train_iters,
+                   by_samples ? fmt::format(" from train_samples {}", t.train_samples) : "");
+    ck.require(t.train_samples >= 0, "train_samples", "train_samples must not be negative");
+    if (by_samples) {
+        ck.require(t.train_iters == iterations_for_samples(c), "train_samples",
+                   "train_iters and train_samples cannot both be set: train by iterations or by samples");
+        ck.require(t.lr_decay_iters == 0, "lr_decay_iters",
+                   "lr_decay_iters is for iteration-based training; with train_samples give lr_decay_samples");
+        ck.require(t.lr_warmup_iters == 0, "lr_warmup_iters",
+                   "lr_warmup_iters is for iteration-based training; with train_samples give lr_warmup_samples");
+        ck.require(t.lr_wsd_decay_iters == 0, "lr_wsd_decay_iters",
+                   "lr_wsd_decay_iters is for iteration-based training; with train_samples give lr_wsd_decay_samples");
+    } else {
+        ck.require(t.lr_decay_samples == 0, "lr_decay_samples",
+                   "lr_decay_samples is for sample-based training (train_samples); give lr_decay_iters");
+        ck.require(t.lr_warmup_samples == 0, "lr_warmup_samples",
+                   "lr_warmup_samples is for sample-based training (train_samples); give lr_warmup_iters");
+        ck.require(t.lr_wsd_decay_samples == 0, "lr_wsd_decay_samples",
+                   "lr_wsd_decay_samples is for sample-based training (train_samples); give lr_wsd_decay_iters");
+    }
+    if (t.lr == 0) ck.require(false, "lr", "lr is required (--lr X); Megatron-LM has no default");
+    else ck.require(t.lr > 0, "lr", "lr must be positive (got {})", t.lr);
     ck.require(t.min_lr >= 0 && t.min_lr <= t.lr, "min_lr", "min_lr ({}) must be in [0, lr ({})]", t.min_lr, t.lr);
+    ck.require(t.lr_warmup_init >= 0 && t.lr_warmup_init <= t.lr, "lr_warmup_init",
+               "lr_warmup_init ({}) must be in [0, lr ({})]", t.lr_warmup_init, t.lr);
     ck.require(t.lr_warmup_iters >= 0, "lr_warmup_iters", "lr_warmup_iters must not be negative");
-    ck.require(t.lr_decay_iters >= 1, "lr_decay_iters", "lr_decay_iters must be at least 1 (got {})",
-               t.lr_decay_iters);
-    ck.require(t.lr_warmup_iters <= t.lr_decay_iters || t.lr_decay_style == "constant", "lr_warmup_iters",
-               "lr_warmup_iters ({}) must not exceed lr_decay_iters ({}{}): lower --lr-warmup-iters or train longer",
-               t.lr_warmup_iters, t.lr_decay_iters,
-               t.lr_decay_iters == t.train_iters ? ", which defaults to train_iters" : "");
+    ck.require(t.lr_warmup_samples >= 0, "lr_warmup_samples", "lr_warmup_samples must not be negative");
+    ck.require(t.lr_warmup_fraction >= 0 && t.lr_warmup_fraction < 1, "lr_warmup_fraction",
+               "lr_warmup_fraction must be in [0, 1) (got {})", t.lr_warmup_fraction);
+    ck.require(t.lr_warmup_fraction == 0 || (t.lr_warmup_iters == 0 && t.lr_warmup_samples == 0),
+               "lr_warmup_fraction", "give one of lr_warmup_fraction and lr_warmup_{}", by_samples ? "samples" : "iters");
+    const int64_t decay = by_samples ? t.lr_decay_samples : t.lr_decay_iters;
+    const char* decay_name = by_samples ? "lr_decay_samples" : "lr_decay_iters";
+    const int64_t warmup = by_samples ? t.lr_warmup_samples : t.lr_warmup_iters;
+    const bool length_known = t.train_iters >= 1;  // else the decay defaults to what is missing
+    if (length_known) ck.require(decay >= 1, decay_name, "{} must be at least 1 (got {})", decay_name, decay);
+    // As Megatron-LM (OptimizerParamScheduler): the warm-up ends before the decay does.
+    ck.require(!length_known || t.lr_warmup_fraction > 0 || warmup < decay || t.lr_decay_style == "constant",
+               by_samples ? "lr_warmup_samples" : "lr_warmup_iters",
+               "{} ({}) must be less than {} ({}{}): lower the warm-up or train longer",
+               by_samples ? "lr_warmup_samples" : "lr_warmup_iters", warmup, decay_name, decay,
+               !by_samples && t.lr_decay_iters == t.train_iters ? ", which defaults to train_iters" : "");
+    if (t.lr_decay_style == "WSD") {
+        const int64_t wsd = by_samples ? t.lr_wsd_decay_samples : t.lr_wsd_decay_iters;
+        const char* wsd_name = by_samples ? "lr_wsd_decay_samples" : "lr_wsd_decay_iters";
+        ck.require(wsd >= 1 && wsd <= decay, wsd_name, "lr_decay_style WSD needs {} in [1, {} ({})] (got {})", wsd_name,
+                   decay_name, decay, wsd);
+    }
     ck.require(t.weight_decay >= 0, "weight_decay", "weight_decay must not be negative (got {})", t.weight_decay);
+    if (t.weight_decay_incr_style == "constant") {
+        ck.require(t.start_weight_decay == 0 && t.end_weight_decay == 0, "start_weight_decay",
+                   "start_weight_decay and end_weight_decay are for weight_decay_incr_style linear or cosine "
+                   "(constant uses weight_decay)");
+    } else {
+        ck.require(t.start_weight_decay >= 0 && t.end_weight_decay >= t.start_weight_decay, "end_weight_decay",
+                   "weight_decay_incr_style {} needs 0 <= start_weight_decay ({}) <= end_weight_decay ({})",
+                   t.weight_decay_incr_style, t.start_weight_decay, t.end_weight_decay);
+    }
     ck.require(t.adam_beta1 >= 0 && t.adam_beta1 < 1, "adam_beta1", "adam_beta1 must be in [0, 1) (got {})",
                t.adam_beta1);
     ck.require(t.adam_beta2 >= 0 && t.adam_beta2 < 1, "adam_beta2", "adam_beta2 must be in [0, 1) (got {})",
@@ -265,6 +458,10 @@ std::vector<ConfigIssue> validate(const Config& c, int world_size) {
 
     // run
     ck.require(l.log_interval >= 1, "log_interval", "log_interval must be at least 1 (got {})", l.log_interval);
+    ck.require(l.exit_interval >= 0, "exit_interval", "exit_interval must not be negative");
+    ck.require(l.exit_duration_in_mins >= 0, "exit_duration_in_mins", "exit_duration_in_mins must not be negative");
+    ck.require(l.tensorboard_log_interval >= 1, "tensorboard_log_interval",
+               "tensorboard_log_interval must be at least 1 (got {})", l.tensorboard_log_interval);
     ck.require(l.save_interval >= 0, "save_interval", "save_interval must not be negative");
     ck.require(l.threads >= 0, "threads", "threads must not be negative");
     ck.require(l.peak_tflops_per_device >= 0, "peak_tflops_per_device", "peak_tflops_per_device must not be negative");
@@ -318,6 +515,45 @@ int data_parallel_size(const Config& c, int world_size) {
 int64_t num_micro_batches(const Config& c, int world_size) {
     return c.training.global_batch_size /
            (static_cast<int64_t>(c.training.micro_batch_size) * data_parallel_size(c, world_size));
+}
+
+int64_t num_micro_batches(const Config& c, int world_size, int64_t consumed_samples) {
+    return global_batch_size_at(c, consumed_samples) /
+           (static_cast<int64_t>(c.training.micro_batch_size) * data_parallel_size(c, world_size));
+}
+
+int64_t global_batch_size_at(const Config& c, int64_t consumed) {
+    const TrainingConfig& t = c.training;
+    if (!t.step_batch_size_schedule.empty()) {
+        std::vector<std::pair<int64_t, int64_t>> steps;
+        if (!parse_step_schedule(t.step_batch_size_schedule, c.model.seq_length, steps).empty()) return t.global_batch_size;
+        int64_t batch = steps.front().second;
+        for (const auto& [threshold, b] : steps)
+            if (consumed >= threshold) batch = b;
+        return batch;
+    }
+    BatchRamp r;
+    if (t.rampup_batch_size.empty() || !parse_rampup(t, r).empty() || r.start >= t.global_batch_size)
+        return t.global_batch_size;
+    if (consumed > r.samples) return t.global_batch_size;
+    // Megatron-LM's arithmetic: samples per increment as a float, steps truncated.
+    const int64_t increments = (t.global_batch_size - r.start) / r.increment;
+    const double per_increment = static_cast<double>(r.samples) / static_cast<double>(increments);
+    const auto steps = static_cast<int64_t>(static_cast<double>(consumed) / per_increment);
+    return std::min<int64_t>(t.global_batch_size, r.start + steps * r.increment);
+}
+
+int64_t iterations_for_samples(const Config& c) {
+    const TrainingConfig& t = c.training;
+    if (t.rampup_batch_size.empty() && t.step_batch_size_schedule.empty())
+        return t.global_batch_size > 0 ? t.train_samples / t.global_batch_size : 0;
+    int64_t iterations = 0;  // as Megatron-LM's update_train_iters with a variable batch
+    for (int64_t consumed = 0; consumed < t.train_samples; ++iterations) {
+        const int64_t b = global_batch_size_at(c, consumed);
+        if (b < 1) return 0;
+        consumed += b;
+    }
+    return iterations;
 }
 
 DType storage_dtype(const TrainingConfig& t) {

@@ -29,8 +29,17 @@ int64_t model_vocab_size(const Config& config);
 /// The vocabulary padded as Megatron-LM does: up to a multiple of make_vocab_size_divisible_by × TP.
 int64_t padded_vocab_size(const Config& config);
 int data_parallel_size(const Config& config, int world_size);
-/// Micro-batches per iteration on each data-parallel rank (gradient accumulation steps).
+/// Micro-batches per iteration on each data-parallel rank (gradient accumulation steps) at the full
+/// global batch size.
 int64_t num_micro_batches(const Config& config, int world_size);
+/// The same for the iteration that starts after `consumed_samples` (batch ramp-up or schedule).
+int64_t num_micro_batches(const Config& config, int world_size, int64_t consumed_samples);
+/// Global batch of the iteration that starts after `consumed_samples`: rampup_batch_size as older
+/// Megatron-LM releases ramp it (RampupBatchsizeNumMicroBatchesCalculator), step_batch_size_schedule
+/// as current Megatron-LM (StepBatchsizeNumMicroBatchesCalculator), else global_batch_size.
+int64_t global_batch_size_at(const Config& config, int64_t consumed_samples);
+/// Iterations to consume `train_samples` (Megatron-LM's update_train_iters).
+int64_t iterations_for_samples(const Config& config);
 /// Element type activations and model weights are stored in (F32, BF16 or F16).
 DType storage_dtype(const TrainingConfig& training);
 

@@ -145,7 +145,8 @@ DataBlend parse_data_path(const std::vector<std::string>& data_path) {
     return blend;
 }
 
-DataSources make_data_sources(const Config& cfg, const Tokenizer& tok, int64_t train_samples, int64_t valid_samples) {
+DataSources make_data_sources(const Config& cfg, const Tokenizer& tok, int64_t train_samples, int64_t valid_samples,
+                              int64_t test_samples) {
     const DataConfig& d = cfg.data;
     const int64_t seq = cfg.model.seq_length;
     MWB_CHECK(seq >= 1, "seq_length must be at least 1 (got {})", seq);
@@ -154,6 +155,8 @@ DataSources make_data_sources(const Config& cfg, const Tokenizer& tok, int64_t t
         const auto seed = static_cast<uint64_t>(cfg.training.seed);
         out.train = std::make_unique<MockSampleSource>(seq, tok.vocab_size(), seed, 0);
         if (valid_samples > 0) out.valid = std::make_unique<MockSampleSource>(seq, tok.vocab_size(), seed, 1);
+        if (test_samples > 0 && parse_split(d.split)[2] > 0)
+            out.test = std::make_unique<MockSampleSource>(seq, tok.vocab_size(), seed, 2);
         out.description = out.train->describe();
         return out;
     }
@@ -175,8 +178,10 @@ DataSources make_data_sources(const Config& cfg, const Tokenizer& tok, int64_t t
     out.train = builder.make(Split::Train, train_samples);
     MWB_CHECK(out.train, "split '{}' leaves no training data", d.split);
     if (valid_samples > 0) out.valid = builder.make(Split::Valid, valid_samples);
-    out.description = fmt::format("{}, split {} | train: {} | valid: {}", what, d.split, out.train->describe(),
-                                  out.valid ? out.valid->describe() : "none");
+    if (test_samples > 0) out.test = builder.make(Split::Test, test_samples);
+    out.description = fmt::format("{}, split {} | train: {} | valid: {} | test: {}", what, d.split,
+                                  out.train->describe(), out.valid ? out.valid->describe() : "none",
+                                  out.test ? out.test->describe() : "none");
     return out;
 }
 

@@ -16,6 +16,7 @@ namespace mwb::data {
 struct DataSources {
     std::unique_ptr<SampleSource> train;
     std::unique_ptr<SampleSource> valid;  ///< null when there is no validation data (or none was asked for)
+    std::unique_ptr<SampleSource> test;   ///< null when the split's test share is 0 (or none was asked for)
     std::string description;              ///< one line for the log
 };
 
@@ -27,10 +28,12 @@ struct DataBlend {
 };
 DataBlend parse_data_path(const std::vector<std::string>& data_path);
 
-/// Sample sources for `train_samples` training and `valid_samples` validation samples (Megatron's
-/// train_val_test_num_samples; <= 0 asks for one epoch of train, and no validation). `tok` must be the
+/// Sample sources for `train_samples` training, `valid_samples` validation and `test_samples` test
+/// samples (Megatron's train_val_test_num_samples; <= 0 asks for one epoch of train, and no
+/// validation or test). `tok` must be the
 /// tokenizer the data was prepared with (it sizes mock data and the bundled corpus). Throws mwb::Error
 /// naming the file or field at fault, e.g. a data_path prefix whose .bin or .idx is missing.
-DataSources make_data_sources(const Config& config, const Tokenizer& tok, int64_t train_samples, int64_t valid_samples);
+DataSources make_data_sources(const Config& config, const Tokenizer& tok, int64_t train_samples, int64_t valid_samples,
+                              int64_t test_samples = 0);
 
 }  // namespace mwb::data

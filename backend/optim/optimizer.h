@@ -33,6 +33,8 @@ public:
     /// One update with learning rate `lr`; gradients hold loss_scale × the true gradients (reduced).
     StepResult step(double lr, double loss_scale);
 
+    /// The weight decay of the next steps (Megatron-LM's weight-decay increments move it over training).
+    void set_weight_decay(double wd) { weight_decay_ = static_cast<float>(wd); }
     /// Successful steps so far (Adam's bias-correction count).
     int64_t steps() const { return steps_; }
     void set_steps(int64_t steps) { steps_ = steps; }

@@ -1,5 +1,7 @@
-// mwb-train: one rank of a training run. Config from --config FILE.json (or the embedded demo preset),
-// overridden by Megatron-LM-named flags; see docs/config.md and `mwb-train --help`.
+// mwb-train: one rank of a training run. Megatron-LM's defaults, overlaid with --config FILE.json or
+// --preset NAME, then Megatron-LM-named flags; with no model or training flag at all, the embedded
+// demo preset. See docs/config.md and `mwb-train --help`.
+#include "config/cli.h"
 #include "config/config_io.h"
 #include "config/validate.h"
 #include "data/data_sources.h"
@@ -7,6 +9,7 @@
 #include "mwb/kernels/device_runtime.h"
 #include "mwb/kernels/ops.h"
 #include "parallel/parallel_context.h"
+#include "mwb/planner/presets.h"
 #include "presets.h"
 #include "telemetry/run_dir.h"
 #include "train/trainer.h"
@@ -18,7 +21,6 @@
 #include "mwb/ipc/server.h"
 // ---- end telemetry wiring ----
 
-#include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
 #include <csignal>
@@ -59,6 +61,11 @@ std::pair<std::string, int> choose_device(const std::string& requested, const mw
     return usable ? std::pair<std::string, int>{"cuda", gpu} : std::pair<std::string, int>{"cpu", -1};
 }
 
+/// Where the configuration starts: --config FILE or --preset NAME over Megatron-LM's defaults;
+/// with neither and no model or training flag, the embedded demo preset (so `mwb-train` alone runs
+/// the demo); otherwise Megatron-LM's defaults, which leave the sizes, lr and train_iters to the user.
+mwb::Config base_config(const std::string& file, const std::string& preset, bool model_flags, bool quiet);
+
 /// Runs `f`, turning an error into a configuration error of `field` (exit status 2: nothing started).
 template <typename F>
 auto as_config_error(const char* field, F&& f) {
@@ -69,6 +76,20 @@ auto as_config_error(const char* field, F&& f) {
     } catch (const mwb::Error& e) {
         throw mwb::ConfigError({{field, e.what()}}, field);
     }
+}
+
+mwb::Config base_config(const std::string& file, const std::string& preset, bool model_flags, bool quiet) {
+    if (!file.empty() && !preset.empty())
+        throw mwb::ConfigError({{"config", "give --config or --preset, not both"}}, "command line");
+    if (!file.empty()) return mwb::load_config_file(file);
+    if (preset == "tiny-cpu-demo" || (preset.empty() && !model_flags)) {
+        if (preset.empty() && !quiet)
+            spdlog::info("no model or training flags: running the demo preset tiny-cpu-demo (--preset NAME picks "
+                         "another; Megatron-LM flags start from Megatron-LM's defaults)");
+        return mwb::parse_config(mwb::presets::kTinyCpuDemo, "the embedded demo preset");
+    }
+    if (!preset.empty()) return as_config_error("preset", [&] { return mwb::planner::load_preset(preset); });
+    return mwb::Config{};
 }
 
 }  // namespace
@@ -84,52 +105,44 @@ int main(int argc, char** argv) {
                  "see docs/config.md.",
                  "mwb-train"};
     app.set_help_flag("-h,--help", "Print this help and exit");
-    std::string config_file;
+    std::string config_file, preset;
     bool print_config = false;
-    app.add_option("--config", config_file, "Configuration JSON (default: the embedded tiny CPU demo)");
+    app.add_option("--config", config_file, "Configuration JSON over Megatron-LM's defaults");
+    app.add_option("--preset", preset,
+                   "A preset by name (resources/presets/NAME.json, e.g. tiny-cpu-demo, gpt3-125m); flags override it");
     app.add_flag("--print-config", print_config, "Print the resolved, validated configuration as JSON and exit");
     app.add_flag_callback("--config-reference", [] {
-        std::cout << mwb::config_reference_markdown();
+        std::cout << mwb::config_reference_markdown() << mwb::megatron_flags_markdown();
         std::exit(0);
     }, "Print the reference table of every configuration field (docs/config.md) and exit");
     app.add_flag_callback("--version", [] {
         std::cout << "mwb-train " << MWB_VERSION << "\n";
         std::exit(0);
     }, "Print the version and exit");
-
-    // Every configuration field is a flag: --num-layers 4, --bf16, --bf16=false, --data-path 0.5 a 0.5 b.
-    std::vector<std::pair<const mwb::Field*, CLI::Option*>> field_options;
-    for (const mwb::Field& f : mwb::config_fields()) {
-        auto* opt = app.add_option(f.flag())->description(std::string(f.help))->group(std::string(f.group));
-        if (f.type_name() == "bool") opt->expected(0, 1);
-        else if (f.type_name() == "list") opt->expected(1, -1);
-        else opt->expected(1);
-        // As argparse (Megatron-LM's): a flag given twice takes its last value.
-        if (f.type_name() != "list") opt->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-        field_options.emplace_back(&f, opt);
-    }
-    try {
-        app.parse(argc, argv);
-    } catch (const CLI::ParseError& e) {
-        return leader ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : 2);
-    }
+    const mwb::ConfigFlags flags(app);
+    if (const auto code = mwb::parse_command_line(app, argc, argv, leader)) return *code;
 
     try {
-        mwb::Config cfg = config_file.empty() ? mwb::parse_config(mwb::presets::kTinyCpuDemo, "the embedded demo preset")
-                                              : mwb::load_config_file(config_file);
-        for (const auto& [field, opt] : field_options) {
-            if (opt->count() == 0) continue;
-            if (field->type_name() == "list") std::get<std::vector<std::string>*>(field->ref(cfg))->clear();
-            const auto& results = opt->results();
-            if (results.empty()) mwb::set_field(cfg, *field, "");
-            for (const std::string& v : results) mwb::set_field(cfg, *field, v);
+        mwb::Config cfg = base_config(config_file, preset, flags.sets_model_or_training(), print_config || !leader);
+        flags.apply(cfg);
+        const std::vector<mwb::RecordedFlag> recorded = flags.recorded();
+        for (const auto& r : recorded) {  // --print-config keeps stdout for the JSON
+            if (!leader) break;
+            if (print_config) std::cerr << "mwb-train: " << r.flag << ": accepted, no effect here: " << r.note << "\n";
+            else spdlog::info("{}: accepted, no effect here: {}", r.flag, r.note);
         }
         const auto [device, gpu] = choose_device(cfg.logging.device, world, print_config || !leader);
         cfg.logging.device = device;
         if (gpu >= 0) mwb::device::set_device(gpu);
         if (cfg.logging.threads > 0) mwb::ops::set_num_threads(cfg.logging.threads);
         const auto tokenizer = as_config_error("tokenizer_type", [&] { return mwb::data::make_tokenizer(cfg.data, cfg.model); });
-        for (const std::string& note : mwb::resolve(cfg, world.size(), tokenizer->vocab_size())) spdlog::warn("{}", note);
+        for (const std::string& note : mwb::resolve(cfg, world.size(), tokenizer->vocab_size())) {
+            if (print_config) {  // stdout carries the JSON alone
+                if (leader) std::cerr << "mwb-train: " << note << "\n";
+            } else {
+                spdlog::warn("{}", note);
+            }
+        }
         mwb::check_config(cfg, world.size());
         if (print_config) {
             if (!leader) return 0;
@@ -137,19 +150,24 @@ int main(int argc, char** argv) {
             return 0;
         }
 
-        // As Megatron-LM: enough training samples for every iteration, validation samples for every
-        // evaluation (the trainer reads the same first eval_iters global batches each time).
+        // As Megatron-LM (get_train_valid_test_num_samples): enough training samples for every
+        // iteration, fresh validation samples for every evaluation (each eval_interval and once after
+        // training), one evaluation's worth of test samples.
         const auto& t = cfg.training;
-        const int64_t train_samples = t.train_iters * t.global_batch_size;
-        const int64_t valid_samples = cfg.data.eval_interval > 0 ? cfg.data.eval_iters * t.global_batch_size : 0;
+        const int64_t train_samples = t.train_samples > 0 ? t.train_samples : t.train_iters * t.global_batch_size;
+        const int64_t evaluations = (cfg.data.eval_interval > 0 ? t.train_iters / cfg.data.eval_interval : 0) + 1;
+        const int64_t valid_samples = evaluations * cfg.data.eval_iters * t.global_batch_size;
+        const int64_t test_samples = cfg.data.eval_iters * t.global_batch_size;
         auto sources = as_config_error("data_path", [&] {
-            return mwb::data::make_data_sources(cfg, *tokenizer, train_samples, valid_samples);
+            return mwb::data::make_data_sources(cfg, *tokenizer, train_samples, valid_samples, test_samples);
         });
         mwb::TrainerInputs in;
         in.config = cfg;
         in.train = std::move(sources.train);
         in.valid = std::move(sources.valid);
+        in.test = std::move(sources.test);
         in.data_description = sources.description;
+        for (const auto& r : recorded) in.accepted_flags.push_back({{"flag", r.flag}, {"values", r.values}, {"note", r.note}});
         in.stop_requested = &g_stop;
         std::signal(SIGINT, on_signal);
         std::signal(SIGTERM, on_signal);

@@ -15,6 +15,7 @@
 #include "parallel/parallel_context.h"
 #include "telemetry/flops.h"
 #include "telemetry/run_dir.h"
+#include "telemetry/tensorboard.h"
 #include "train/pipeline_runner.h"
 
 #include <spdlog/spdlog.h>
@@ -115,29 +116,56 @@ public:
         model_.init_weights(static_cast<uint64_t>(cfg_.training.seed));
         optimizer_ = std::make_unique<Optimizer>(model_.layout(), model_.params(), model_.grads(), cfg_.training,
                                                  model_.storage(), ctx_, alloc_, &par_, reducer_.shard());
+        if (leader() && !cfg_.logging.tensorboard_dir.empty())
+            tensorboard_ = std::make_unique<TensorBoardWriter>(cfg_.logging.tensorboard_dir);
     }
 
     RunStatus run() {
         if (!cfg_.logging.load.empty()) load(cfg_.logging.load);
         announce();
+        train_start_ = Clock::now();
         const int64_t total = cfg_.training.train_iters;
+        const bool validating = in_.valid && cfg_.data.eval_iters > 0;
         while (iteration_ < total) {
             train_step();
             const bool last = iteration_ == total;
             if (iteration_ % cfg_.logging.log_interval == 0 || last) log_interval();
-            if (in_.valid && cfg_.data.eval_interval > 0 && cfg_.data.eval_iters > 0 &&
-                (iteration_ % cfg_.data.eval_interval == 0 || last))
-                evaluate();
+            if (validating && cfg_.data.eval_interval > 0 && iteration_ % cfg_.data.eval_interval == 0)
+                evaluate(*in_.valid, false);
             if (should_save(last)) save();
             const Decision d = decide();
             if (d.signalled) return stop_now(RunStatus::Interrupted, "interrupted", "stop requested (signal)");
             if (stop_requested_) return stop_now(RunStatus::Stopped, "stopped", "stop requested over the control channel");
+            // As Megatron-LM: exit_interval and exit_duration_in_mins end the run with a checkpoint (when
+            // saving) and exit status 0, without the evaluations after training.
+            if (!last) {
+                if (const std::string why = exit_reason(); !why.empty()) {
+                    stop_now(RunStatus::Finished, "stopped", why.c_str());
+                    return RunStatus::Finished;
+                }
+            }
         }
+        // As Megatron-LM's pretrain(): once more on fresh validation samples, then the test split.
+        if (validating) evaluate(*in_.valid, false);
+        if (in_.test && cfg_.data.eval_iters > 0) evaluate(*in_.test, true);
         finish("finished", "");
         return RunStatus::Finished;
     }
 
     void fail(const std::string& why) { finish("failed", why); }
+
+    /// Why the run should exit now (exit_interval, exit_duration_in_mins), rank 0's clock deciding for
+    /// every rank; "" to go on.
+    std::string exit_reason() {
+        const auto& l = cfg_.logging;
+        if (l.exit_interval > 0 && iteration_ % l.exit_interval == 0)
+            return fmt::format("exit_interval {} reached at iteration {}", l.exit_interval, iteration_);
+        if (l.exit_duration_in_mins <= 0) return "";
+        int32_t done = leader() && seconds_since(train_start_) / 60.0 > l.exit_duration_in_mins ? 1 : 0;
+        par_.world().broadcast(&done, sizeof done, 0);
+        return done ? fmt::format("exit_duration_in_mins {} reached at iteration {}", l.exit_duration_in_mins, iteration_)
+                    : "";
+    }
 
 private:
     bool leader() const { return par_.world_rank() == 0; }
@@ -264,6 +292,7 @@ private:
             {"topology", topology()},
             {"hosts", host_list},
             {"data", in_.data_description},
+            {"accepted_flags", in_.accepted_flags},
             {"build", build_info()},
             {"resumed_from_iteration", iteration_},
         };
@@ -310,11 +339,11 @@ private:
         return mb;
     }
 
-    /// Σ of the last stage's micro-batch losses -> the iteration's mean loss on every rank.
-    double mean_loss(double loss_sum) {
+    /// Σ of the last stage's `micro_batches` micro-batch losses -> the iteration's mean loss on every rank.
+    double mean_loss(double loss_sum, int64_t micro_batches) {
         par_.host_pp().all_reduce_sum(&loss_sum, 1);
         par_.host_dp().all_reduce_sum(&loss_sum, 1);
-        return loss_sum / static_cast<double>(micro_batches_ * par_.dp_size());
+        return loss_sum / static_cast<double>(micro_batches * par_.dp_size());
     }
 
     void train_step() {
@@ -322,26 +351,36 @@ private:
         const auto comm_before = par_.stats();
         const int64_t it = iteration_ + 1;
         model_.zero_grads();
+        // The global batch of this iteration (rampup_batch_size / step_batch_size_schedule change the
+        // number of micro-batches, as Megatron-LM's num-microbatches calculator does).
+        const int64_t batch = global_batch_size_at(cfg_, consumed_samples_);
+        const int64_t micro_batches = num_micro_batches(cfg_, par_.world_size(), consumed_samples_);
         const double loss_scale = scaler_.scale();
-        const float grad_scale = static_cast<float>(loss_scale / static_cast<double>(micro_batches_));
-        const PipelineResult pr = runner_.run(micro_batches_, true, [&](int64_t m, bool needs_tokens) {
+        const float grad_scale = static_cast<float>(loss_scale / static_cast<double>(micro_batches));
+        const PipelineResult pr = runner_.run(micro_batches, true, [&](int64_t m, bool needs_tokens) {
             return micro_batch(*in_.train, consumed_samples_, m, needs_tokens, it, grad_scale);
         });
         if (model_.storage() != DType::F32 && !cfg_.training.accumulate_allreduce_grads_in_fp32)
             ops::round_to(ctx_, model_.grads(), model_.storage());
         const auto t_reduce = Clock::now();
         reducer_.reduce();
-        const double loss = mean_loss(pr.loss_sum);
+        const double loss = mean_loss(pr.loss_sum, micro_batches);
         interval_reduce_s_ += seconds_since(t_reduce);
         const auto t_opt = Clock::now();
-        const double lr = schedule_.lr(iteration_);
+        // Megatron-LM's scheduler counts the samples of successful steps only: a skipped step leaves
+        // the learning rate (and weight decay) where it was.
+        const double lr = schedule_.lr(static_cast<double>(scheduled_samples_));
+        optimizer_->set_weight_decay(schedule_.weight_decay(static_cast<double>(scheduled_samples_)));
         const StepResult step = optimizer_->step(lr, loss_scale);
+        if (!step.skipped) scheduled_samples_ += batch;
         scaler_.update(step.skipped);
         interval_optimizer_s_ += seconds_since(t_opt);
         interval_forward_s_ += pr.forward_seconds;
         interval_backward_s_ += pr.backward_seconds;
         iteration_ = it;
-        consumed_samples_ += cfg_.training.global_batch_size;
+        consumed_samples_ += batch;
+        interval_samples_ += batch;
+        last_batch_ = batch;
         checkpointed_ = false;
         iteration_logged_ = false;
 
@@ -365,12 +404,28 @@ private:
         last_lr_ = lr;
         last_grad_norm_ = step.grad_norm;
         last_loss_scale_ = loss_scale;
+        tensorboard_step(loss);
         ++interval_iterations_;
         interval_comm_.add_delta(comm_before, par_.stats());
         interval_time_ += seconds_since(t0);
     }
 
     // ---- logging ------------------------------------------------------------------------------------
+
+    /// Megatron-LM's training_log scalars, each also "... vs samples" (x = consumed samples).
+    void tensorboard_scalar(const std::string& tag, double value) {
+        tensorboard_->add_scalar(tag, value, iteration_);
+        tensorboard_->add_scalar(tag + " vs samples", value, consumed_samples_);
+    }
+
+    void tensorboard_step(double loss) {
+        if (!tensorboard_ || iteration_ % cfg_.logging.tensorboard_log_interval != 0) return;
+        tensorboard_scalar("learning-rate", last_lr_);
+        tensorboard_scalar("batch-size", static_cast<double>(last_batch_));
+        if (std::isfinite(loss)) tensorboard_scalar("lm loss", loss);
+        if (cfg_.logging.log_loss_scale_to_tensorboard) tensorboard_scalar("loss-scale", last_loss_scale_);
+        if (std::isfinite(last_grad_norm_)) tensorboard_scalar("grad-norm", last_grad_norm_);
+    }
 
     RankReport report() const {
         RankReport r{};
@@ -450,7 +505,7 @@ private:
         const double n = static_cast<double>(std::max<int64_t>(1, interval_iterations_));
         if (leader()) {
             const double iter_time = interval_time_ / n;
-            const double tokens_per_iter = static_cast<double>(cfg_.training.global_batch_size) * dims_.seq;
+            const double tokens_per_iter = static_cast<double>(interval_samples_) / n * dims_.seq;
             const double loss = interval_loss_count_ ? interval_loss_ / static_cast<double>(interval_loss_count_) : NAN;
             const MemoryStats mem = alloc_.stats();
             const double tflops = flops_.model / iter_time / 1e12 / par_.world_size();
@@ -469,6 +524,7 @@ private:
                 {"lr", last_lr_},
                 {"grad_norm", std::isfinite(last_grad_norm_) ? nlohmann::json(last_grad_norm_) : nlohmann::json(nullptr)},
                 {"loss_scale", last_loss_scale_},
+                {"global_batch_size", last_batch_},
                 {"skipped_iterations", interval_skipped_},
                 {"iterations_in_interval", interval_iterations_},
                 {"iteration_time_s", iter_time},
@@ -485,41 +541,67 @@ private:
             };
             publish("step", rec);
             publish("memory", {{"iteration", iteration_}, {"ranks", memory}});
+            if (tensorboard_) {
+                if (cfg_.logging.log_timers_to_tensorboard) {
+                    tensorboard_->add_scalar("iteration-time", iter_time, iteration_);
+                    if (cfg_.logging.log_throughput) tensorboard_->add_scalar("throughput", tflops, iteration_);
+                }
+                if (cfg_.logging.log_memory_to_tensorboard) {
+                    tensorboard_->add_scalar("mem-allocated-bytes", static_cast<double>(mem.total_current), iteration_);
+                    tensorboard_->add_scalar("mem-max-allocated-bytes", static_cast<double>(mem.total_peak), iteration_);
+                    tensorboard_->add_scalar("mem-reserved-bytes", static_cast<double>(mem.reserved), iteration_);
+                }
+                tensorboard_->flush();
+            }
             if (in_.print_progress) {
                 const double eta = iter_time * static_cast<double>(cfg_.training.train_iters - iteration_);
                 spdlog::info("iter {:>6}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.0f} tok/s | {:.3f} s/it | "
-                             "{:.1f} GFLOP/s | mem {} (peak {}){} | ETA {}",
+                             "{:.1f} GFLOP/s{} | mem {} (peak {}){} | ETA {}",
                              iteration_, cfg_.training.train_iters, loss, last_lr_, last_grad_norm_,
-                             tokens_per_iter / iter_time, iter_time, tflops * 1e3, format_bytes(mem.total_current),
+                             tokens_per_iter / iter_time, iter_time, tflops * 1e3,
+                             cfg_.logging.log_throughput ? fmt::format(" | throughput per device {:.4f} TFLOP/s", tflops) : "",
+                             format_bytes(mem.total_current),
                              format_bytes(peak_max), interval_skipped_ ? fmt::format(" | skipped {}", interval_skipped_) : "",
                              format_duration(eta));
             }
         }
         interval_loss_ = interval_time_ = 0;
         interval_forward_s_ = interval_backward_s_ = interval_reduce_s_ = interval_optimizer_s_ = interval_data_s_ = 0;
-        interval_loss_count_ = interval_iterations_ = interval_skipped_ = 0;
+        interval_loss_count_ = interval_iterations_ = interval_skipped_ = interval_samples_ = 0;
         interval_comm_ = {};
         iteration_logged_ = true;
     }
 
-    void evaluate() {
+    /// eval_iters global batches of `source`, forward only. Validation reads fresh samples each time
+    /// (Megatron-LM's consumed_valid_samples); the test split is read from its start, once.
+    void evaluate(const data::SampleSource& source, bool test) {
         const auto t0 = Clock::now();
+        const int64_t gbs = cfg_.training.global_batch_size;
+        const int64_t first = test ? 0 : consumed_valid_samples_;
         double sum = 0;
         for (int64_t k = 0; k < cfg_.data.eval_iters; ++k) {
-            const int64_t base = k * cfg_.training.global_batch_size;
+            const int64_t base = first + k * gbs;
             const PipelineResult pr = runner_.run(micro_batches_, false, [&](int64_t m, bool needs_tokens) {
-                return micro_batch(*in_.valid, base, m, needs_tokens, 0, 0.0f);
+                return micro_batch(source, base, m, needs_tokens, 0, 0.0f);
             });
-            sum += mean_loss(pr.loss_sum);
+            sum += mean_loss(pr.loss_sum, micro_batches_);
         }
         const double loss = sum / static_cast<double>(cfg_.data.eval_iters);
-        const int64_t samples = cfg_.data.eval_iters * cfg_.training.global_batch_size;
+        const int64_t samples = cfg_.data.eval_iters * gbs;
+        if (!test) consumed_valid_samples_ += samples;
+        if (tensorboard_) {  // Megatron-LM writes the test split under the same tags
+            tensorboard_scalar("lm loss validation", loss);
+            if (cfg_.logging.log_validation_ppl_to_tensorboard)
+                tensorboard_scalar("lm loss validation ppl", std::exp(std::min(20.0, loss)));
+            tensorboard_->flush();
+        }
         publish("eval", {{"iteration", iteration_}, {"consumed_tokens", consumed_samples_ * dims_.seq},
-                         {"lm_loss", loss}, {"ppl", std::exp(std::min(loss, 700.0))}, {"samples", samples},
-                         {"time_s", seconds_since(t0)}});
+                         {"consumed_samples", consumed_samples_}, {"split", test ? "test" : "valid"},
+                         {"consumed_valid_samples", consumed_valid_samples_}, {"lm_loss", loss},
+                         {"ppl", std::exp(std::min(loss, 700.0))}, {"samples", samples}, {"time_s", seconds_since(t0)}});
         if (in_.print_progress && leader())
-            spdlog::info("validation at iter {}: loss {:.4f} | ppl {:.3f} ({} samples, {:.1f} s)", iteration_, loss,
-                         std::exp(std::min(loss, 700.0)), samples, seconds_since(t0));
+            spdlog::info("{} at iter {}: loss {:.4f} | ppl {:.3f} ({} samples, {:.1f} s)", test ? "test" : "validation",
+                         iteration_, loss, std::exp(std::min(loss, 700.0)), samples, seconds_since(t0));
     }
 
     // ---- checkpoints --------------------------------------------------------------------------------
@@ -605,7 +687,8 @@ private:
                     }
                     c.data = data;
                     c.dest = data;
-                    c.save = !p.tied_copy && (p.split_dim >= 0 || par_.coord().tp == 0);
+                    c.save = !p.tied_copy && (p.split_dim >= 0 || par_.coord().tp == 0) &&
+                             (k == 0 || !cfg_.logging.no_save_optim);
                     c.padded_rows = role_is_vocabulary(p.role);
                     t.push_back(std::move(c));
                     data += len * row;
@@ -635,7 +718,17 @@ private:
     void load(const fs::path& from) {
         const fs::path dir = resolve_checkpoint_dir(from);
         FullState full = full_state(false);
-        const CheckpointState s = load_checkpoint(dir, checkpoint_tensors(full));
+        // A checkpoint saved with no_save_optim holds the weights only: the optimizer then starts over.
+        // (A metadata.json that does not parse is load_checkpoint's to report.)
+        const nlohmann::json meta = nlohmann::json::parse(read_file(dir / "metadata.json", 256 << 20), nullptr, false);
+        bool has_optimizer = !meta.is_object() || !meta.contains("tensors") || !meta["tensors"].is_array();
+        if (!has_optimizer)
+            for (const auto& t : meta["tensors"])
+                has_optimizer |= t.is_object() && t.value("name", "").starts_with("exp_avg/");
+        std::vector<CheckpointTensor> tensors = checkpoint_tensors(full);
+        if (!has_optimizer)
+            std::erase_if(tensors, [](const CheckpointTensor& t) { return !t.name.starts_with("param/"); });
+        const CheckpointState s = load_checkpoint(dir, tensors);
         check_compatible(s.config, dir);
         if (full.copied) {
             const ArenaShard& shard = optimizer_->shard();
@@ -644,10 +737,27 @@ private:
         }
         optimizer_->set_steps(s.optimizer_steps);
         optimizer_->sync_params_from_master();
-        scaler_.load_state(s.loss_scaler);
-        iteration_ = s.iteration;
-        consumed_samples_ = s.consumed_samples;
-        skipped_ = s.skipped_iterations;
+        const auto& l = cfg_.logging;
+        if (!l.finetune && !l.no_load_optim && has_optimizer) scaler_.load_state(s.loss_scaler);
+        if (l.finetune || l.no_load_optim || !has_optimizer) {  // Megatron-LM: optimizer, loss scale and scheduler start over
+            for (const TensorView v : {optimizer_->exp_avg(), optimizer_->exp_avg_sq()}) ops::fill(ctx_, v, 0.0f);
+            optimizer_->set_steps(0);
+        }
+        if (!l.finetune) {
+            iteration_ = s.iteration;
+            consumed_samples_ = s.consumed_samples;
+            skipped_ = s.skipped_iterations;
+        }
+        // Not in the checkpoint: the scheduler's sample count follows from the successful steps (exact for
+        // a constant batch; with a batch ramp, skipped steps are counted at the batch they end on), and
+        // validation has read eval_iters batches per evaluation so far (Megatron-LM's own fallback).
+        const int64_t gbs = cfg_.training.global_batch_size;
+        const bool constant_batch = cfg_.training.rampup_batch_size.empty() && cfg_.training.step_batch_size_schedule.empty();
+        scheduled_samples_ = constant_batch ? optimizer_->steps() * gbs
+                                            : consumed_samples_ - skipped_ * global_batch_size_at(cfg_, consumed_samples_);
+        if (l.no_load_optim || !has_optimizer) scheduled_samples_ = 0;
+        if (cfg_.data.eval_interval > 0)
+            consumed_valid_samples_ = iteration_ / cfg_.data.eval_interval * cfg_.data.eval_iters * gbs;
         publish("event", {{"kind", "checkpoint_loaded"}, {"iteration", iteration_}, {"path", dir.string()}});
         if (in_.print_progress && leader()) spdlog::info("resumed from {} at iteration {}", dir.string(), iteration_);
     }
@@ -692,12 +802,17 @@ private:
     std::unique_ptr<Optimizer> optimizer_;
     int64_t micro_batches_;
     LrSchedule schedule_;
+    std::unique_ptr<TensorBoardWriter> tensorboard_;  // rank 0 with tensorboard_dir
     LossScaler scaler_;
     FlopCounts flops_;
     Buffer tokens_;  // (B, S+1) of the micro-batch being read
     fs::path run_dir_path_;
 
     int64_t iteration_ = 0, consumed_samples_ = 0, skipped_ = 0;
+    int64_t scheduled_samples_ = 0;       // Megatron's scheduler num_steps: samples of successful steps
+    int64_t consumed_valid_samples_ = 0;  // validation samples read so far
+    int64_t last_batch_ = 0, interval_samples_ = 0;
+    Clock::time_point train_start_ = Clock::now();
     int nonfinite_in_a_row_ = 0;
     bool checkpointed_ = false, iteration_logged_ = false, paused_ = false, stop_requested_ = false;
     double last_lr_ = 0, last_grad_norm_ = 0, last_loss_scale_ = 1;

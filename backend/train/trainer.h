@@ -22,7 +22,10 @@ struct TrainerInputs {
     Config config;  ///< resolved and validated
     std::unique_ptr<data::SampleSource> train;
     std::unique_ptr<data::SampleSource> valid;  ///< may be null (no evaluation)
+    std::unique_ptr<data::SampleSource> test;   ///< may be null; evaluated once after training
     std::string data_description;
+    /// Megatron-LM flags given that change nothing here ({flag, values, note}), recorded in run.json.
+    nlohmann::json accepted_flags = nlohmann::json::array();
     /// Set from a signal handler (or a test) to stop after the current iteration, saving a checkpoint.
     /// Rank 0's flag decides for every rank.
     const std::atomic<bool>* stop_requested = nullptr;

@@ -6,14 +6,12 @@
 //
 // Exit status: 0 the configuration runs and fits (search: some layout does), 2 unusable input (bad
 // flag, unreadable or unknown file, preset or device), 3 the configuration would not run.
-#include "config/config_io.h"
+#include "config/cli.h"
 #include "mwb/planner/cluster.h"
 #include "mwb/planner/plan.h"
 #include "mwb/planner/presets.h"
 #include "mwb/planner/report.h"
 #include "mwb/planner/search.h"
-
-#include <CLI/CLI.hpp>
 
 #include <iostream>
 
@@ -114,35 +112,15 @@ int main(int argc, char** argv) {
         app.add_subcommand("search", "Rank the layouts of the model that run and fit on the cluster");
     search_cmd->fallthrough();
 
-    std::vector<std::pair<const mwb::Field*, CLI::Option*>> field_options;
-    for (const mwb::Field& f : mwb::config_fields()) {
-        auto* opt = app.add_option(f.flag())->description(std::string(f.help))->group(std::string(f.group));
-        if (f.type_name() == "bool")
-            opt->expected(0, 1);
-        else if (f.type_name() == "list")
-            opt->expected(1, -1);
-        else
-            opt->expected(1);
-        field_options.emplace_back(&f, opt);
-    }
-    try {
-        app.parse(argc, argv);
-    } catch (const CLI::ParseError& e) {
-        return app.exit(e);
-    }
+    const mwb::ConfigFlags flags(app);
+    if (const auto code = mwb::parse_command_line(app, argc, argv)) return *code;
 
     try {
         if (!a.config_file.empty() && !a.preset.empty()) throw mwb::Error("give --config or --preset, not both");
         if (a.config_file.empty() && a.preset.empty())
             throw mwb::Error("give --config FILE.json or --preset NAME (mwb-plan --list)");
         mwb::Config cfg = a.preset.empty() ? mwb::load_config_file(a.config_file) : load_preset(a.preset);
-        for (const auto& [field, opt] : field_options) {
-            if (opt->count() == 0) continue;
-            if (field->type_name() == "list") std::get<std::vector<std::string>*>(field->ref(cfg))->clear();
-            const auto& results = opt->results();
-            if (results.empty()) mwb::set_field(cfg, *field, "");
-            for (const std::string& v : results) mwb::set_field(cfg, *field, v);
-        }
+        flags.apply(cfg);
         std::vector<std::string> notes;
         const Cluster cluster = build_cluster(a, cfg, notes);
         PlanOptions options;

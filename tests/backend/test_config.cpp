@@ -1,6 +1,7 @@
 // Configuration: JSON and flags onto the struct tree, errors that name the field, validation rules.
 #include "support/fixtures.h"
 
+#include "config/cli.h"
 #include "config/config_io.h"
 #include "config/validate.h"
 
@@ -44,6 +45,141 @@ private slots:
         QCOMPARE(c.model.make_vocab_size_divisible_by, 128);
         QCOMPARE(c.data.split, std::string("969,30,1"));
         QCOMPARE(c.training.initial_loss_scale, 4294967296.0);
+        // The table of Megatron-LM's defaults (megatron/training/arguments.py and config/training_config.py
+        // at d98e8a6): key, Megatron's default as JSON ("null" where Megatron has None and the field's
+        // "not given" value stands for it).
+        const std::pair<const char*, const char*> megatron[] = {
+            {"hidden_dropout", "0.1"}, {"attention_dropout", "0.1"}, {"init_method_std", "0.02"},
+            {"layernorm_epsilon", "1e-05"}, {"normalization", "\"LayerNorm\""},
+            {"untie_embeddings_and_output_weights", "false"}, {"adam_beta1", "0.9"}, {"adam_beta2", "0.999"},
+            {"adam_eps", "1e-08"}, {"weight_decay", "0.01"}, {"clip_grad", "1.0"}, {"min_lr", "0.0"},
+            {"lr_warmup_iters", "0"}, {"lr_warmup_samples", "0"}, {"lr_warmup_init", "0.0"},
+            {"lr_warmup_fraction", "null"}, {"lr_decay_style", "\"linear\""},
+            {"lr_wsd_decay_style", "\"exponential\""}, {"lr_decay_iters", "null"}, {"lr_decay_samples", "null"},
+            {"weight_decay_incr_style", "\"constant\""}, {"start_weight_decay", "null"},
+            {"end_weight_decay", "null"}, {"train_iters", "null"}, {"train_samples", "null"},
+            {"rampup_batch_size", "null"}, {"step_batch_size_schedule", "null"}, {"global_batch_size", "null"},
+            {"seed", "1234"}, {"lr", "null"}, {"loss_scale", "null"}, {"initial_loss_scale", "4294967296.0"},
+            {"min_loss_scale", "1.0"}, {"loss_scale_window", "1000"}, {"hysteresis", "2"},
+            {"make_vocab_size_divisible_by", "128"}, {"tensor_model_parallel_size", "1"},
+            {"pipeline_model_parallel_size", "1"}, {"sequence_parallel", "false"},
+            {"use_distributed_optimizer", "false"}, {"eval_iters", "100"}, {"eval_interval", "null"},
+            {"log_interval", "100"}, {"save_interval", "null"}, {"exit_interval", "null"},
+            {"exit_duration_in_mins", "null"}, {"no_save_optim", "null"}, {"no_load_optim", "null"},
+            {"no_load_rng", "null"}, {"finetune", "false"}, {"log_throughput", "false"},
+            {"tensorboard_dir", "null"}, {"tensorboard_log_interval", "1"},
+            {"log_loss_scale_to_tensorboard", "true"}, {"log_validation_ppl_to_tensorboard", "false"},
+            {"log_timers_to_tensorboard", "false"}, {"log_memory_to_tensorboard", "false"}, {"mock_data", "false"},
+            {"bf16", "false"}, {"fp16", "false"}, {"recompute_granularity", "null"}, {"recompute_num_layers", "null"},
+        };
+        const nlohmann::json ours = to_json(c);
+        for (const auto& [key, def] : megatron) {
+            const nlohmann::json m = nlohmann::json::parse(def);
+            const nlohmann::json& v = ours.at(key);
+            // Megatron's None is our "not given" value: 0, "" or an empty list (or false for its store_true
+            // flags whose default is None).
+            const bool unset = v == 0 || v == "" || v == false || (v.is_array() && v.empty());
+            QVERIFY2(m.is_null() ? unset : v == m, qPrintable(QString("%1: ours %2, Megatron-LM's %3")
+                                                                  .arg(key, QString::fromStdString(v.dump()), def)));
+        }
+    }
+
+    void non_finite_floats_are_refused_by_name() {
+        for (const char* v : {"inf", "-inf", "nan", "1e400"}) {
+            Config c;
+            try {
+                set_field(c, *find_config_field("lr"), v);
+                QFAIL(v);
+            } catch (const ConfigError& e) {
+                QCOMPARE(e.issues().at(0).field, std::string("lr"));
+                QVERIFY2(std::string(e.what()).find("finite") != std::string::npos, e.what());
+            }
+        }
+        // JSON has no inf or nan; 1e400 overflows while parsing: the key and the file are named.
+        try {
+            parse_config(R"({"num_layers": 2, "lr": 1e400})", "run.json");
+            QFAIL("1e400 accepted");
+        } catch (const ConfigError& e) {
+            QCOMPARE(e.issues().at(0).field, std::string("lr"));
+            const std::string msg = e.what();
+            QVERIFY2(msg.find("lr in run.json") != std::string::npos && msg.find("1e400") != std::string::npos,
+                     msg.c_str());
+        }
+        // Configurations built in code: validation checks every float field.
+        Config c = valid_config();
+        c.model.hidden_dropout = std::numeric_limits<double>::infinity();
+        c.training.adam_eps = std::numeric_limits<double>::quiet_NaN();
+        const auto issues = validate(c, 1);
+        QVERIFY(mentions(issues, "hidden_dropout", "finite"));
+        QVERIFY(mentions(issues, "adam_eps", "finite"));
+    }
+
+    void missing_required_options_are_named() {
+        const auto issues = validate(Config{}, 1);
+        for (const char* f : {"num_layers", "hidden_size", "num_attention_heads", "seq_length", "lr", "train_iters"})
+            QVERIFY2(mentions(issues, f, "required"), f);
+        QVERIFY(mentions(issues, "train_iters", "--train-samples"));
+        QVERIFY(mentions(issues, "lr", "--lr"));
+        // Nothing that only follows from what is missing (ffn_hidden_size = 4 x 0, lr_decay_iters = 0).
+        QVERIFY(!mentions(issues, "ffn_hidden_size", ""));
+        QVERIFY(!mentions(issues, "lr_decay_iters", ""));
+    }
+
+    void sample_based_training_resolves_as_megatron() {
+        Config c = valid_config();
+        c.training.train_iters = 0;
+        c.training.lr_decay_iters = 0;
+        c.training.global_batch_size = 8;
+        c.training.train_samples = 100;  // update_train_iters: 100 // 8
+        c.training.lr_warmup_samples = 16;
+        resolve(c, 1, 1001);
+        QCOMPARE(c.training.train_iters, int64_t{12});
+        QCOMPARE(c.training.lr_decay_samples, int64_t{100});
+        QCOMPARE(c.training.lr_decay_iters, int64_t{0});
+        QVERIFY2(validate(c, 1).empty(), validate(c, 1).empty() ? "" : validate(c, 1)[0].message.c_str());
+        Config both = c;
+        both.training.lr_warmup_iters = 3;  // iteration settings in a sample-based run
+        QVERIFY(mentions(validate(both, 1), "lr_warmup_iters", "lr_warmup_samples"));
+        Config fraction = valid_config();
+        fraction.training.lr_warmup_fraction = 0.1;
+        fraction.training.lr_warmup_iters = 2;
+        QVERIFY(mentions(validate(fraction, 1), "lr_warmup_fraction", "one of"));
+    }
+
+    void batch_rampup_follows_megatron() {
+        Config c = valid_config();
+        c.training.micro_batch_size = 2;
+        c.training.global_batch_size = 6;
+        c.training.rampup_batch_size = {"2", "2", "8"};  // (6 - 2) / 2 = 2 increments of 8 / 2 = 4 samples
+        QVERIFY(validate(c, 1).empty());
+        // RampupBatchsizeNumMicroBatchesCalculator.update: start + int(consumed / 4.0) x 2, the full batch
+        // once consumed > 8.
+        const std::pair<int64_t, int64_t> expected[] = {{0, 2}, {2, 2}, {3, 2}, {4, 4}, {7, 4}, {8, 6}, {9, 6}, {100, 6}};
+        for (const auto& [consumed, batch] : expected) {
+            QCOMPARE(global_batch_size_at(c, consumed), batch);
+            QCOMPARE(num_micro_batches(c, 1, consumed), batch / 2);
+        }
+        c.training.train_iters = 0;
+        c.training.lr_decay_iters = 0;
+        c.training.train_samples = 20;  // 2 + 2 + 4 + 6 + 6 = 20: five iterations
+        QCOMPARE(iterations_for_samples(c), int64_t{5});
+        Config odd = valid_config();
+        odd.training.micro_batch_size = 2;
+        odd.training.global_batch_size = 6;
+        odd.training.rampup_batch_size = {"3", "3", "8"};  // 3 is not a multiple of micro x DP
+        QVERIFY(mentions(validate(odd, 1), "global_batch_size", "scheduled global batch size 3"));
+        // step_batch_size_schedule: thresholds in tokens (seq_length 32), suffixes.
+        Config step = valid_config();
+        step.training.global_batch_size = 0;
+        step.training.step_batch_size_schedule = "0:2 0.32K:4 1K:8";
+        resolve(step, 1, 1001);
+        QCOMPARE(step.training.global_batch_size, 8);  // the last step's
+        QCOMPARE(global_batch_size_at(step, 9), int64_t{2});
+        QCOMPARE(global_batch_size_at(step, 10), int64_t{4});   // 320 tokens / 32
+        QCOMPARE(global_batch_size_at(step, 30), int64_t{4});
+        QCOMPARE(global_batch_size_at(step, 31), int64_t{8});   // 1000 tokens // 32 = 31 samples
+        step.training.global_batch_size = 16;  // both given: refused, as Megatron-LM does
+        QVERIFY(mentions(validate(step, 1), "step_batch_size_schedule", "cannot both be set"));
     }
 
     void json_round_trip() {
@@ -195,7 +331,7 @@ private slots:
         const std::string begin = "<!-- BEGIN GENERATED: mwb-train --config-reference -->\n";
         const auto a = doc.find(begin), b = doc.find("<!-- END GENERATED -->");
         QVERIFY(a != std::string::npos && b != std::string::npos);
-        QVERIFY2(doc.substr(a + begin.size(), b - a - begin.size()) == config_reference_markdown(),
+        QVERIFY2(doc.substr(a + begin.size(), b - a - begin.size()) == config_reference_markdown() + megatron_flags_markdown(),
                  "docs/config.md is out of date: regenerate its reference with mwb-train --config-reference");
     }
 

@@ -1,5 +1,9 @@
 // Learning-rate schedule, loss scaling, mixed precision and gradient accumulation.
+#include "support/fixtures.h"
 #include "support/reference.h"
+
+#include "config/config_io.h"
+#include "config/validate.h"
 
 #include "model/gpt_model.h"
 #include "mwb/kernels/precision.h"
@@ -59,6 +63,7 @@ class TestOptim : public QObject {
 private slots:
     void lr_schedule_follows_megatron() {
         TrainingConfig t;
+        t.global_batch_size = 1;  // one sample per iteration: samples count as iterations
         t.lr = 1e-3;
         t.min_lr = 1e-4;
         t.lr_warmup_iters = 10;
@@ -82,6 +87,35 @@ private slots:
                                                                    : 1e-4 + 0.5 * (1 + std::cos(M_PI * ratio)) * 9e-4;
             QVERIFY(std::abs(s.lr(35) - expected) < 1e-15);
         }
+    }
+
+    void lr_and_weight_decay_match_megatrons_own_scheduler() {
+        // tests/fixtures/lr_schedule_megatron.json: Megatron-LM's OptimizerParamScheduler run unchanged
+        // (tests/reference/make_lr_schedule_reference.py) for every decay style, WSD annealing shape,
+        // warm-up kind (iterations, samples, fraction, from lr_warmup_init) and weight-decay increment.
+        const nlohmann::json fixture = test::load_fixture("lr_schedule_megatron.json");
+        int points = 0;
+        for (const auto& c : fixture.at("cases")) {
+            Config cfg;
+            cfg.model.num_layers = cfg.model.hidden_size = cfg.model.num_attention_heads = cfg.model.seq_length = 1;
+            apply_json(cfg, c.at("config"), "lr_schedule_megatron.json");
+            resolve(cfg, 1, 1000);
+            const auto issues = validate(cfg, 1);
+            QVERIFY2(issues.empty(), issues.empty() ? "" : issues[0].message.c_str());
+            const LrSchedule s(cfg.training);
+            for (const auto& p : c.at("points")) {
+                const double n = p[0].get<double>(), lr = p[1].get<double>(), wd = p[2].get<double>();
+                QVERIFY2(std::abs(s.lr(n) - lr) <= 1e-15 * std::abs(lr),
+                         qPrintable(QString("%1 at %2: %3 vs Megatron's %4")
+                                        .arg(QString::fromStdString(c["config"].dump()))
+                                        .arg(n)
+                                        .arg(s.lr(n), 0, 'g', 17)
+                                        .arg(lr, 0, 'g', 17)));
+                QVERIFY2(std::abs(s.weight_decay(n) - wd) <= 1e-15 * std::abs(wd), c["config"].dump().c_str());
+                ++points;
+            }
+        }
+        QCOMPARE(points, 11 * 161);
     }
 
     void dynamic_loss_scale_follows_megatron() {

@@ -6,6 +6,7 @@
 #include "checkpoint/checkpoint.h"
 #include "config/validate.h"
 #include "data/mock_data.h"
+#include "optim/lr_schedule.h"
 #include "mwb/kernels/ops.h"
 #include "telemetry/run_dir.h"
 #include "train/trainer.h"
@@ -66,12 +67,13 @@ private:
 };
 
 RunStatus run(Config c, const fs::path& run_dir, const std::atomic<bool>* stop = nullptr,
-              ControlSource* control = nullptr) {
+              ControlSource* control = nullptr, bool with_test_split = false) {
     TrainerInputs in;
     in.config = c;
     const int64_t vocab = model_vocab_size(c);
     in.train = std::make_unique<data::MockSampleSource>(c.model.seq_length, vocab, c.training.seed, 0);
     in.valid = std::make_unique<data::MockSampleSource>(c.model.seq_length, vocab, c.training.seed, 1);
+    if (with_test_split) in.test = std::make_unique<data::MockSampleSource>(c.model.seq_length, vocab, c.training.seed, 2);
     in.data_description = "mock";
     in.print_progress = false;
     in.stop_requested = stop;
@@ -80,16 +82,7 @@ RunStatus run(Config c, const fs::path& run_dir, const std::atomic<bool>* stop =
     return train(std::move(in), dir);
 }
 
-std::vector<nlohmann::json> records(const fs::path& file, const std::string& topic) {
-    std::vector<nlohmann::json> out;
-    std::ifstream in(file);
-    std::string line;
-    while (std::getline(in, line)) {
-        auto j = nlohmann::json::parse(line);
-        if (j["topic"] == topic) out.push_back(j);
-    }
-    return out;
-}
+const auto records = test::topic_records;
 
 /// The deterministic part of a step record (timings and memory vary, the rest must not).
 nlohmann::json numbers(const nlohmann::json& r) {
@@ -133,7 +126,8 @@ private slots:
             QVERIFY2(steps.back().contains(key), key);
         QCOMPARE(steps.back()["consumed_tokens"].get<int64_t>(), int64_t{6 * 4 * 16});
         QVERIFY(steps.back()["mfu"].is_null());  // no peak configured
-        QCOMPARE(records(t / "metrics.jsonl", "eval").size(), std::size_t{2});  // iterations 3 and 6
+        // Iterations 3 and 6, and once more after training (Megatron-LM's pretrain(); fresh samples each time).
+        QCOMPARE(records(t / "metrics.jsonl", "eval").size(), std::size_t{3});
         const auto ends = records(t / "events.jsonl", "run.end");
         QCOMPARE(ends.size(), std::size_t{1});
         QCOMPARE(ends[0]["status"], "finished");
@@ -150,6 +144,152 @@ private slots:
         QCOMPARE(run_json["config"]["num_layers"], 2);
         QVERIFY(run_json["build"].contains("git_commit"));
         QVERIFY(steps.back()["lm_loss"].get<double>() < steps.front()["lm_loss"].get<double>());
+    }
+
+    // ---- Megatron-LM's semantics ------------------------------------------------------------------
+
+    void skipped_steps_leave_the_learning_rate() {
+        // fp16 from a loss scale that overflows: the first steps are skipped, and Megatron-LM's scheduler
+        // only advances on successful ones.
+        test::TempDir t;
+        Config c = tiny_config();
+        c.training.fp16 = true;
+        c.training.initial_loss_scale = 4194304.0;  // 2^22: fp16 gradients overflow until it has halved enough
+        c.training.hysteresis = 1;
+        c.training.train_iters = 16;
+        c.training.lr_warmup_iters = 4;
+        c.training.lr_decay_iters = 16;
+        QCOMPARE(run(c, t.path()), RunStatus::Finished);
+        const auto steps = records(t / "metrics.jsonl", "step");
+        QCOMPARE(steps.size(), std::size_t{16});
+        const LrSchedule schedule(c.training);
+        int64_t successful = 0, skipped = 0;
+        for (const auto& s : steps) {
+            QCOMPARE(s["lr"].get<double>(), schedule.lr(static_cast<double>(successful * 4)));
+            const int64_t k = s["skipped_iterations"];
+            skipped += k;
+            successful += 1 - k;
+        }
+        QVERIFY2(skipped >= 2 && successful >= 2, qPrintable(QString("%1 skipped").arg(skipped)));
+    }
+
+    void batch_rampup_changes_the_micro_batches() {
+        test::TempDir t;
+        Config c = tiny_config();
+        c.training.global_batch_size = 6;
+        c.training.rampup_batch_size = {"2", "2", "8"};  // 2, 2, 4, 6, ... (test_config has the formula)
+        c.data.eval_iters = 0;
+        check_config(c, 1);
+        QCOMPARE(run(c, t.path()), RunStatus::Finished);
+        const auto steps = records(t / "metrics.jsonl", "step");
+        const int64_t batches[] = {2, 2, 4, 6, 6, 6}, consumed[] = {2, 4, 8, 14, 20, 26};
+        QCOMPARE(steps.size(), std::size_t{6});
+        const LrSchedule schedule(c.training);
+        for (std::size_t i = 0; i < 6; ++i) {
+            QCOMPARE(steps[i]["global_batch_size"].get<int64_t>(), batches[i]);
+            QCOMPARE(steps[i]["consumed_samples"].get<int64_t>(), consumed[i]);
+            QCOMPARE(steps[i]["lr"].get<double>(), schedule.lr(static_cast<double>(i == 0 ? 0 : consumed[i - 1])));
+        }
+        // The first iteration is one micro-batch: the loss of a run with global batch 2.
+        test::TempDir u;
+        Config two = tiny_config();
+        two.training.global_batch_size = 2;
+        two.training.train_iters = 1;
+        two.training.lr_warmup_iters = 2;
+        two.data.eval_iters = 0;
+        c.training.train_iters = 1;
+        test::TempDir v;
+        QCOMPARE(run(two, u.path()), RunStatus::Finished);
+        QCOMPARE(run(c, v.path()), RunStatus::Finished);
+        QCOMPARE(records(u / "metrics.jsonl", "step")[0]["lm_loss"], records(v / "metrics.jsonl", "step")[0]["lm_loss"]);
+    }
+
+    void validation_reads_fresh_samples_and_the_test_split_ends_the_run() {
+        test::TempDir t;
+        Config c = tiny_config();  // eval_interval 3, eval_iters 1, global batch 4
+        QCOMPARE(run(c, t.path(), nullptr, nullptr, true), RunStatus::Finished);
+        const auto evals = records(t / "metrics.jsonl", "eval");
+        QCOMPARE(evals.size(), std::size_t{4});
+        const int64_t iteration[] = {3, 6, 6, 6}, consumed_valid[] = {4, 8, 12, 12};
+        for (std::size_t i = 0; i < 4; ++i) {
+            QCOMPARE(evals[i]["iteration"].get<int64_t>(), iteration[i]);
+            QCOMPARE(evals[i]["consumed_valid_samples"].get<int64_t>(), consumed_valid[i]);
+            QCOMPARE(evals[i]["split"], i == 3 ? "test" : "valid");
+        }
+        // The two evaluations of the same weights (at 6) read different samples, so differ.
+        QVERIFY(evals[1]["lm_loss"] != evals[2]["lm_loss"]);
+        // Resumed at 3: validation goes on with the samples after the first evaluation's.
+        test::TempDir r;
+        Config first = c;
+        first.training.train_iters = 3;
+        first.logging.save = (r / "ckpt").string();
+        QCOMPARE(run(first, r / "a"), RunStatus::Finished);
+        // Megatron-LM's tracker file beside our marker.
+        QCOMPARE(bytes_of(r / "ckpt" / "latest_checkpointed_iteration.txt"), std::string("3"));
+        Config second = c;
+        second.logging.load = (r / "ckpt").string();
+        QCOMPARE(run(second, r / "b", nullptr, nullptr, true), RunStatus::Finished);
+        const auto resumed = records(r / "b" / "metrics.jsonl", "eval");
+        QCOMPARE(resumed.size(), std::size_t{3});
+        QCOMPARE(resumed[0]["consumed_valid_samples"].get<int64_t>(), int64_t{8});
+        QCOMPARE(resumed[0]["lm_loss"], evals[1]["lm_loss"]);
+    }
+
+    void exit_interval_stops_with_a_checkpoint() {
+        test::TempDir t;
+        Config c = tiny_config();
+        c.logging.exit_interval = 4;
+        c.logging.save = (t / "ckpt").string();
+        QCOMPARE(run(c, t / "run"), RunStatus::Finished);
+        QCOMPARE(records(t / "run" / "metrics.jsonl", "step").size(), std::size_t{4});
+        QCOMPARE(bytes_of(t / "ckpt" / "latest"), std::string("iter_0000004\n"));
+        const auto ends = records(t / "run" / "events.jsonl", "run.end");
+        QCOMPARE(ends.back()["status"], "stopped");
+        QVERIFY(ends.back()["reason"].get<std::string>().find("exit_interval 4") != std::string::npos);
+        // exit_duration_in_mins: a duration that has passed after the first iteration ends the run there.
+        Config d = tiny_config();
+        d.logging.exit_duration_in_mins = 1e-9;
+        QCOMPARE(run(d, t / "duration"), RunStatus::Finished);
+        QCOMPARE(records(t / "duration" / "metrics.jsonl", "step").size(), std::size_t{1});
+        QVERIFY(records(t / "duration" / "events.jsonl", "run.end").back()["reason"].get<std::string>().find(
+                    "exit_duration_in_mins") != std::string::npos);
+    }
+
+    void finetune_and_no_load_optim_start_over_as_megatron() {
+        test::TempDir t;
+        Config c = tiny_config();
+        c.logging.save = (t / "ckpt").string();
+        QCOMPARE(run(c, t / "a"), RunStatus::Finished);
+        Config fine = tiny_config();
+        fine.training.train_iters = 2;
+        fine.logging.load = c.logging.save;
+        fine.logging.finetune = true;
+        QCOMPARE(run(fine, t / "fine"), RunStatus::Finished);
+        const auto steps = records(t / "fine" / "metrics.jsonl", "step");
+        QCOMPARE(steps.size(), std::size_t{2});
+        QCOMPARE(steps[0]["iteration"].get<int64_t>(), int64_t{1});
+        QCOMPARE(steps[0]["lr"].get<double>(), 0.0);  // the warm-up starts again
+        Config no_optim = tiny_config();
+        no_optim.training.train_iters = 8;
+        no_optim.logging.load = c.logging.save;
+        no_optim.logging.no_load_optim = true;
+        QCOMPARE(run(no_optim, t / "no_optim"), RunStatus::Finished);
+        const auto resumed = records(t / "no_optim" / "metrics.jsonl", "step");
+        QCOMPARE(resumed.size(), std::size_t{2});
+        QCOMPARE(resumed[0]["iteration"].get<int64_t>(), int64_t{7});
+        QCOMPARE(resumed[0]["lr"].get<double>(), 0.0);  // the schedule starts over too
+        // A checkpoint without the optimizer state (no_save_optim) is smaller and loads weights only.
+        Config lean = tiny_config();
+        lean.logging.save = (t / "lean").string();
+        lean.logging.no_save_optim = true;
+        QCOMPARE(run(lean, t / "b"), RunStatus::Finished);
+        const auto meta = nlohmann::json::parse(bytes_of(t / "lean" / "iter_0000006" / "metadata.json"));
+        for (const auto& tensor : meta["tensors"]) QVERIFY(tensor["name"].get<std::string>().starts_with("param/"));
+        Config from_lean = tiny_config();
+        from_lean.training.train_iters = 7;
+        from_lean.logging.load = lean.logging.save;
+        QCOMPARE(run(from_lean, t / "c"), RunStatus::Finished);
+        QCOMPARE(records(t / "c" / "metrics.jsonl", "step")[0]["lr"].get<double>(), 0.0);
     }
 
     void mfu_is_reported_against_the_configured_peak() {

@@ -31,6 +31,18 @@ inline nlohmann::json load_fixture(const std::string& name) {
     return nlohmann::json::parse(in);
 }
 
+/// The records of one topic in a run-directory file (metrics.jsonl, events.jsonl), in order.
+inline std::vector<nlohmann::json> topic_records(const std::filesystem::path& file, const std::string& topic) {
+    std::vector<nlohmann::json> out;
+    std::ifstream in(file);
+    std::string line;
+    while (std::getline(in, line)) {
+        auto j = nlohmann::json::parse(line);
+        if (j["topic"] == topic) out.push_back(std::move(j));
+    }
+    return out;
+}
+
 inline std::vector<unsigned char> base64_decode(const std::string& s) {
     static const std::string chars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     std::vector<unsigned char> out;

@@ -24,7 +24,9 @@ inline QString trainer_exe() {
 
 /// A step record every iteration; `iterations` large = endless unless stopped.
 inline QStringList tiny_run_args(const std::filesystem::path& run_dir, int iterations, const QStringList& extra = {}) {
-    return QStringList{"--mock-data",
+    return QStringList{"--preset",  // the demo's optimizer settings under a tiny model
+                       "tiny-cpu-demo",
+                       "--mock-data",
                        "--tokenizer-type",
                        "NullTokenizer",
                        "--vocab-size",
@@ -46,6 +48,8 @@ inline QStringList tiny_run_args(const std::filesystem::path& run_dir, int itera
                        "--log-interval",
                        "1",
                        "--eval-interval",
+                       "0",
+                       "--eval-iters",  // no evaluation at all (eval_interval 0 alone: once after training)
                        "0",
                        "--threads",
                        "1",
