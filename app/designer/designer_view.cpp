@@ -100,6 +100,11 @@ DesignerView::DesignerView(QWidget* parent) : QWidget(parent) {
     connect(presets_, &QComboBox::activated, this, [this](int i) {
         const QString name = presets_->itemData(i).toString();
         if (name.isEmpty()) return;
+        if (!confirmDiscard()) {  // back to what the design was
+            const QSignalBlocker block(presets_);
+            presets_->setCurrentIndex(std::max(0, presets_->findData(shown_preset_)));
+            return;
+        }
         QString error;
         if (!loadPreset(name, &error)) QMessageBox::warning(this, tr("Preset"), error);
     });
@@ -158,6 +163,7 @@ bool DesignerView::loadPreset(const QString& name, QString* error) {
         modified_ = false;
         const int i = presets_->findData(name);
         if (i >= 0) presets_->setCurrentIndex(i);
+        shown_preset_ = name;
         updateTitle();
         emit message(tr("Loaded preset %1").arg(name));
         return true;
@@ -174,6 +180,7 @@ bool DesignerView::openFile(const QString& path, QString* error) {
         setConfig(c);
         modified_ = false;
         presets_->setCurrentIndex(0);
+        shown_preset_.clear();
         updateTitle();
         emit fileUsed(path);
         emit message(tr("Opened %1").arg(path));
@@ -200,6 +207,7 @@ bool DesignerView::saveFile(const QString& path, QString* error) {
 }
 
 void DesignerView::openDialog() {
+    if (!confirmDiscard()) return;
     const QString path = QFileDialog::getOpenFileName(this, tr("Open configuration"), QFileInfo(file_).absolutePath(),
                                                       tr("Configurations (*.json);;All files (*)"));
     if (path.isEmpty()) return;
@@ -231,8 +239,33 @@ void DesignerView::autoConfigure() {
     emit message(tr("Applied layout %1").arg(panel_->figure(QStringLiteral("layout"))));
 }
 
+bool DesignerView::confirmDiscard() {
+    if (!modified_) return true;
+    const auto answer = QMessageBox::question(
+        this, tr("Unsaved design"),
+        tr("The design has changes that are not saved%1. Save them first?")
+            .arg(file_.isEmpty() ? QString() : tr(" in %1").arg(file_)),
+        QMessageBox::Save | QMessageBox::Discard | QMessageBox::Cancel, QMessageBox::Save);
+    if (answer == QMessageBox::Cancel) return false;
+    if (answer == QMessageBox::Save) {
+        save();
+        return !modified_;  // the user cancelled the file dialog, or saving failed
+    }
+    return true;
+}
+
 void DesignerView::edited() {
     if (loading_) return;
+    Config c = config_;
+    form_->config(c);
+    // full recomputation needs a method and a layer count: Megatron-LM's usual choice, not two errors
+    if (c.training.recompute_granularity == "full" && config_.training.recompute_granularity != "full" &&
+        c.training.recompute_method.empty()) {
+        c.training.recompute_method = "uniform";
+        if (c.training.recompute_num_layers <= 0) c.training.recompute_num_layers = 1;
+        setConfig(c);
+    }
+    config_.training.recompute_granularity = c.training.recompute_granularity;
     modified_ = true;
     updateTitle();
     replan_timer_.start();

@@ -33,6 +33,8 @@ public:
     bool saveFile(const QString& path, QString* error = nullptr);
     QString currentFile() const { return file_; }
     bool modified() const { return modified_; }
+    /// With unsaved edits, asks whether to save them, discard them or cancel; true to go on.
+    bool confirmDiscard();
     /// Replans now (otherwise it happens on the next event-loop turn after an edit).
     void replan();
     const planner::Plan& plan() const { return plan_; }
@@ -70,6 +72,7 @@ private:
     double plan_us_ = 0;
     QString file_;
     bool modified_ = false;
+    QString shown_preset_;  ///< the preset the design came from ("" for a file)
     bool loading_ = false;
 };
 

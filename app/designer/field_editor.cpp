@@ -2,6 +2,7 @@
 
 #include "config/config_io.h"
 #include "core/theme.h"
+#include "core/wheel_guard.h"
 
 #include <QCheckBox>
 #include <QComboBox>
@@ -152,6 +153,7 @@ FieldEditor::FieldEditor(const Field& field, QWidget* parent) : QWidget(parent),
         else if (q(field.help).contains(QStringLiteral("0 chooses automatically")))
             spin->setSpecialValueText(tr("automatic"));
     }
+    if (qobject_cast<QSpinBox*>(input_) || qobject_cast<QComboBox*>(input_)) guard_wheel(input_);
     input_->setToolTip(tip);
     input_->setObjectName(q(field.name));
     layout->addWidget(input_);

@@ -18,6 +18,7 @@
 class QCheckBox;
 class QComboBox;
 class QLabel;
+class QSlider;
 
 namespace mwb::app {
 
@@ -58,6 +59,7 @@ public:
     void setXAxis(CompareX x);
     CompareX xAxis() const { return x_; }
     void setLogY(bool on);
+    QSlider* smoothingSlider() const { return smoothing_; }
     /// Re-reads the series from the store.
     void reloadData();
 
@@ -88,6 +90,7 @@ private:
     QComboBox* metric_ = nullptr;
     QComboBox* x_combo_ = nullptr;
     QCheckBox* log_ = nullptr;
+    QSlider* smoothing_ = nullptr;
     QLabel* note_ = nullptr;
 };
 

@@ -1,5 +1,7 @@
 #include "history/run_list_model.h"
 
+#include "mwb/ipc/message.h"
+
 #include "core/format.h"
 #include "core/theme.h"
 
@@ -40,6 +42,8 @@ void RunListModel::reload() {
         setRows({});
         return;
     }
+    // runs silent past the gone-after time (killed while nobody watched) are no longer "running"
+    store_->mark_silent_runs(ipc::unix_time(), gone_after_s_);
     setRows(load_run_rows(*store_));
 }
 

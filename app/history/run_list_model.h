@@ -19,8 +19,11 @@ public:
 
     /// The store edits go to (not owned; nullptr: read-only rows).
     void setStore(store::Store* store) { store_ = store; }
-    /// Re-reads every run from the store.
+    /// Re-reads every run from the store, first marking "running" runs silent for longer than
+    /// goneAfter() seconds as interrupted (Store::mark_silent_runs).
     void reload();
+    void setGoneAfter(double seconds) { gone_after_s_ = seconds; }
+    double goneAfter() const { return gone_after_s_; }
     void setRows(std::vector<RunRow> rows);
     const std::vector<RunRow>& rows() const { return rows_; }
     const RunRow* row(int r) const;
@@ -42,6 +45,7 @@ public:
     bool setData(const QModelIndex& index, const QVariant& value, int role = Qt::EditRole) override;
 
 private:
+    double gone_after_s_ = store::Store::kDefaultGoneAfterS;
     bool edit(int row, const std::function<void(store::Store&, RunRow&)>& change, QString* error);
     store::Store* store_ = nullptr;
     std::vector<RunRow> rows_;

@@ -70,6 +70,8 @@ void digest_step(Update& u, const ipc::Message& m) {
     add_point(u, SeriesId::Tflops, it, s.tflops);
     add_point(u, SeriesId::Mfu, it, s.mfu);
     add_point(u, SeriesId::IterationTime, it, s.iteration_time_s);
+    add_point(u, SeriesId::Tokens, it, static_cast<double>(s.consumed_tokens));
+    if (m.time > 0) add_point(u, SeriesId::Time, it, m.time);
     u.last_step = s;
     const auto ranks = b.find("ranks");
     if (ranks != b.end() && ranks->is_array() && !ranks->empty()) {

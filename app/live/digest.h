@@ -30,6 +30,8 @@ enum class SeriesId : int {
     Compute,        ///< seconds per iteration computing (the rest once communication and bubble are taken out)
     Communication,  ///< seconds per iteration in collectives and sends (communication_s)
     Bubble,         ///< seconds per iteration waiting for another pipeline stage (pipeline_bubble_s)
+    Tokens,         ///< consumed tokens after the iteration (the Monitor's "trained tokens" x-axis)
+    Time,           ///< Unix seconds of the step record (the "wall time" x-axis)
     Count
 };
 inline constexpr int kSeriesCount = static_cast<int>(SeriesId::Count);

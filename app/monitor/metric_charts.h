@@ -1,15 +1,17 @@
 #pragma once
-// The Monitor's charts over one run's RunTraces: training and validation loss (raw, EMA-smoothed with
-// a slider, log scale on demand), learning rate, gradient norm, loss scale, tokens/s, TFLOP/s per
+// The Monitor's charts over one run's RunTraces: training and validation loss, learning rate, gradient norm, loss scale, tokens/s, TFLOP/s per
 // device with MFU on a mirrored right axis, iteration time, and the step time split into compute / communication /
-// bubble (stacked over iterations, and the newest step as one bar). The owner calls refresh() from its
-// coalescing timer; nothing here redraws per message.
+// bubble (stacked over iterations, and the newest step as one bar). One smoothing slider (EMA, raw
+// line faint behind) for every chart, the x-axis by iteration, trained tokens or wall time, a
+// crosshair synced across the charts, log scale per chart (L or the chart's menu). The owner calls
+// refresh() from its coalescing timer; nothing here redraws per message.
 #include "live/run_traces.h"
 #include "plot/plot_view.h"
 
 #include <QWidget>
 
 class QCheckBox;
+class QComboBox;
 class QLabel;
 class QSlider;
 
@@ -32,13 +34,20 @@ public:
         ChartCount
     };
 
+    enum class XAxis { Iteration, Tokens, WallTime };
+
     explicit MetricCharts(RunTraces& traces, QWidget* parent = nullptr);
 
     /// Decimates and redraws every chart from the traces (after they grew or were replaced).
     void refresh();
-    /// The EMA weight of the loss (0 = none, 0.99 = heavy); recomputes the smoothed loss.
+    /// A new run: every chart follows all its data again, no crosshair, no MFU axis until the run
+    /// reports a peak.
+    void resetView();
+    /// The EMA weight of every chart (0 = none, 0.99 = heavy).
     void setSmoothing(double weight);
     double smoothing() const;
+    void setXAxis(XAxis x);
+    XAxis xAxis() const { return x_; }
     void setLogLoss(bool on);
     bool logLoss() const;
     PlotView* chart(Chart c) const { return charts_[c]; }
@@ -47,7 +56,10 @@ public:
 
 private:
     PlotView* add(Chart c, const QString& title, const QString& y_title);
+    void applyXAxis();
     RunTraces& traces_;
+    XAxis x_ = XAxis::Iteration;
+    QComboBox* x_combo_ = nullptr;
     PlotView* charts_[ChartCount] = {};
     QSlider* smoothing_ = nullptr;
     QLabel* smoothing_label_ = nullptr;
