@@ -3,6 +3,7 @@
 #include "core/format.h"
 #include "core/theme.h"
 #include "live/history_loader.h"
+#include "mwb/store/schema.h"
 
 #include <QCheckBox>
 #include <QComboBox>
@@ -16,6 +17,8 @@
 #include <QVBoxLayout>
 
 #include <algorithm>
+#include <map>
+#include <optional>
 
 namespace mwb::app {
 
@@ -208,7 +211,7 @@ void ComparePlot::reloadData() {
     }
     for (std::size_t i = 0; i < runs_.size(); ++i) {
         const bool sparse = metric() == QLatin1String("val_loss");
-        PlotView::LineStyle style = themed_line(static_cast<int>(i), 1.8);
+        PlotView::LineStyle style = themed_line(runs_[i].color >= 0 ? runs_[i].color : static_cast<int>(i), 1.8);
         style.markers = sparse;
         const int line = plot_->addLine(runs_[i].title, style);
         plot_->setTrace(line, &traces_[i]);
@@ -249,6 +252,40 @@ void ComparePlot::updateTitles() {
             break;
         }
     }
+}
+
+QString all_metrics_csv(store::Store& st, const std::vector<CompareRun>& runs) {
+    QString out;
+    QTextStream s(&out);
+    s.setRealNumberPrecision(17);
+    const auto metrics = store::step_metrics();
+    s << "run,name,iteration";
+    for (std::string_view m : metrics) s << ',' << QString::fromLatin1(m.data(), static_cast<qsizetype>(m.size()));
+    s << '\n';
+    for (const CompareRun& r : runs) {
+        // iteration -> one value per metric (the last record of an iteration wins, as in the store's series)
+        std::map<int64_t, std::vector<std::optional<double>>> rows;
+        for (std::size_t k = 0; k < metrics.size(); ++k) {
+            store::SeriesQuery q;
+            q.buckets = kExportBuckets;
+            for (const auto& b : st.series(r.uid, std::string(metrics[k]), q).buckets) {
+                auto& row = rows[b.x_min];
+                row.resize(metrics.size());
+                row[k] = b.y_mean;
+            }
+        }
+        QString name = r.title;
+        name.replace(QLatin1Char('"'), QStringLiteral("\"\""));
+        for (const auto& [iteration, values] : rows) {
+            s << QString::fromStdString(r.uid) << ",\"" << name << "\"," << static_cast<qlonglong>(iteration);
+            for (const auto& v : values) {
+                s << ',';
+                if (v) s << *v;
+            }
+            s << '\n';
+        }
+    }
+    return out;
 }
 
 QString ComparePlot::csv() const {

@@ -12,7 +12,7 @@ namespace mwb::app {
 class RunListModel : public QAbstractTableModel {
     Q_OBJECT
 public:
-    enum Column { Name, Date, Model, Layout, Status, Iteration, FinalLoss, TokensPerSec, Tags, Notes, ColumnCount };
+    enum Column { Name, Group, Date, Model, Layout, Status, Iteration, FinalLoss, TokensPerSec, Tags, Notes, ColumnCount };
     enum Role { SortRole = Qt::UserRole + 1, UidRole, StatusRole, RunDirRole, TagsRole };
 
     explicit RunListModel(QObject* parent = nullptr);
@@ -23,6 +23,9 @@ public:
     /// goneAfter() seconds as interrupted (Store::mark_silent_runs).
     void reload();
     void setGoneAfter(double seconds) { gone_after_s_ = seconds; }
+    /// The setting the Group column shows ("" = none): runs sort and colour by it.
+    void setGroupKey(const QString& key);
+    QString groupKey() const { return group_key_; }
     double goneAfter() const { return gone_after_s_; }
     void setRows(std::vector<RunRow> rows);
     const std::vector<RunRow>& rows() const { return rows_; }
@@ -46,6 +49,7 @@ public:
 
 private:
     double gone_after_s_ = store::Store::kDefaultGoneAfterS;
+    QString group_key_;
     bool edit(int row, const std::function<void(store::Store&, RunRow&)>& change, QString* error);
     store::Store* store_ = nullptr;
     std::vector<RunRow> rows_;

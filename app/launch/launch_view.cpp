@@ -142,6 +142,7 @@ QWidget* LaunchView::buildLocal() {
     auto* cv = new QVBoxLayout(cbox);
     console_ = monospace_pane(QStringLiteral("launch_console"));
     console_->setMaximumBlockCount(20000);
+    console_->setLineWrapMode(QPlainTextEdit::WidgetWidth);  // long lines wrap (tracebacks, paths)
     console_->setPlaceholderText(tr("mwb-train's output appears here."));
     cv->addWidget(console_);
     v->addWidget(cbox, 1);
