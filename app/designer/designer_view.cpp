@@ -2,11 +2,13 @@
 
 #include "config/config_io.h"
 #include "core/config_file.h"
+#include "core/format.h"
 #include "core/paths.h"
 #include "designer/auto_configure_dialog.h"
 #include "designer/cluster_form.h"
 #include "designer/config_form.h"
 #include "designer/plan_panel.h"
+#include "mwb/planner/cluster.h"
 #include "mwb/planner/presets.h"
 
 #include <QComboBox>
@@ -20,6 +22,8 @@
 #include <QScrollArea>
 #include <QSplitter>
 #include <QVBoxLayout>
+
+#include <algorithm>
 
 namespace mwb::app {
 
@@ -44,8 +48,14 @@ DesignerView::DesignerView(QWidget* parent) : QWidget(parent) {
     presets_->setObjectName(QStringLiteral("presets"));
     presets_->addItem(tr("Preset…"), QString());
     try {
-        for (const auto& n : planner::preset_names())
-            presets_->addItem(QString::fromStdString(n), QString::fromStdString(n));
+        // smallest model first, by the planner's parameter count (any preset in resources/presets)
+        std::vector<std::pair<int64_t, std::string>> sized;
+        for (const auto& n : planner::preset_names()) sized.emplace_back(preset_parameters(n), n);
+        std::sort(sized.begin(), sized.end());
+        for (const auto& [params, n] : sized)
+            presets_->addItem(params > 0 ? QStringLiteral("%1 (%2)").arg(QString::fromStdString(n), format_count(params))
+                                         : QString::fromStdString(n),
+                              QString::fromStdString(n));
     } catch (const std::exception&) {
     }
     presets_->setToolTip(tr("Load a model from resources/presets (GPT-3 family, MT-NLG 530B, 1T, tiny CPU demo)"));
@@ -118,6 +128,32 @@ DesignerView::DesignerView(QWidget* parent) : QWidget(parent) {
     updateTitle();
 }
 
+PresetCluster preset_cluster(const std::string& name, const Config& c) {
+    if (name == "tiny-cpu-demo") return {"cpu", 1, 1};
+    // whole 8-GPU nodes, enough for the preset's model parallelism; the spare GPUs become data
+    // parallelism (which also shards a distributed optimizer)
+    const int mp =
+        std::max(1, c.parallel.tensor_model_parallel_size) * std::max(1, c.parallel.pipeline_model_parallel_size);
+    int per_node = 8, nodes = (mp + 7) / 8;
+    if ((per_node * nodes) % mp != 0) {
+        per_node = std::min(8, mp);
+        nodes = std::max(1, mp / per_node);
+    }
+    return {"A100-80GB", per_node, nodes};
+}
+
+int64_t preset_parameters(const std::string& name) {
+    try {
+        const Config c = planner::load_preset(name);
+        const PresetCluster pc = preset_cluster(name, c);
+        const auto& catalogue = planner::device_catalogue();
+        return planner::plan(c, planner::make_cluster(planner::find_device(catalogue, pc.device), pc.per_node, pc.nodes))
+            .parameters.total;
+    } catch (const std::exception&) {
+        return 0;
+    }
+}
+
 Config DesignerView::config() const {
     Config c = config_;
     form_->config(c);
@@ -144,20 +180,8 @@ void DesignerView::setCluster(const QString& device, int per_node, int nodes) {
 bool DesignerView::loadPreset(const QString& name, QString* error) {
     try {
         const Config c = planner::load_preset(name.toStdString());
-        const int mp =
-            std::max(1, c.parallel.tensor_model_parallel_size) * std::max(1, c.parallel.pipeline_model_parallel_size);
-        if (name == QLatin1String("tiny-cpu-demo")) {
-            cluster_->setCluster(QStringLiteral("cpu"), 1, 1);
-        } else {
-            // whole 8-GPU nodes, enough for the preset's model parallelism; the spare GPUs become data
-            // parallelism (which also shards a distributed optimizer)
-            int per_node = 8, nodes = (mp + 7) / 8;
-            if ((per_node * nodes) % mp != 0) {
-                per_node = std::min(8, mp);
-                nodes = std::max(1, mp / per_node);
-            }
-            cluster_->setCluster(QStringLiteral("A100-80GB"), per_node, nodes);
-        }
+        const PresetCluster pc = preset_cluster(name.toStdString(), c);
+        cluster_->setCluster(QString::fromStdString(pc.device), pc.per_node, pc.nodes);
         file_.clear();
         setConfig(c);
         modified_ = false;

@@ -17,6 +17,16 @@ class ConfigForm;
 class ClusterForm;
 class PlanPanel;
 
+/// The cluster a preset comes with: the CPU for the tiny demo, else whole 8-GPU A100 nodes enough
+/// for its model parallelism.
+struct PresetCluster {
+    std::string device;
+    int per_node = 1, nodes = 1;
+};
+PresetCluster preset_cluster(const std::string& name, const Config& config);
+/// The preset's parameter count by the planner (0 when it cannot be planned): the presets' order.
+int64_t preset_parameters(const std::string& name);
+
 class DesignerView : public QWidget {
     Q_OBJECT
 public:

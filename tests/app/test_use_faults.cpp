@@ -130,6 +130,22 @@ private slots:
         QVERIFY(view.confirmDiscard());
     }
 
+    void presets_come_smallest_model_first() {
+        DesignerView view;
+        auto* presets = view.findChild<QComboBox*>(QStringLiteral("presets"));
+        QVERIFY(presets && presets->count() > 3);
+        int64_t last = 0;
+        for (int i = 1; i < presets->count(); ++i) {
+            const int64_t p = preset_parameters(presets->itemData(i).toString().toStdString());
+            QVERIFY2(p >= last, qPrintable(presets->itemText(i)));
+            QVERIFY(p > 0);
+            last = p;
+        }
+        QCOMPARE(presets->itemData(1).toString(), QString("tiny-cpu-demo"));
+        QVERIFY(presets->itemText(presets->count() - 1).contains(QStringLiteral(" T)")) ||
+                presets->itemText(presets->count() - 1).contains(QStringLiteral(" B)")));
+    }
+
     void ticks_are_round_numbers_with_si_prefixes_and_log_labels_between_decades() {
         QCOMPARE(format_tick(2500, 500), std::string("2.5k"));
         QCOMPARE(format_tick(3e-4, 1e-4), std::string("300µ"));
