@@ -86,6 +86,19 @@ DesignerView::DesignerView(QWidget* parent) : QWidget(parent) {
     lv->setContentsMargins(0, 0, 6, 0);
     cluster_ = new ClusterForm;
     lv->addWidget(cluster_);
+    // a layout that needs more devices than the cluster has: offer the cluster it needs
+    resize_banner_ = new QWidget;
+    resize_banner_->setObjectName(QStringLiteral("resize_banner"));
+    auto* rb = new QHBoxLayout(resize_banner_);
+    rb->setContentsMargins(0, 0, 0, 0);
+    resize_text_ = new QLabel;
+    resize_text_->setWordWrap(true);
+    resize_button_ = new QPushButton;
+    resize_button_->setObjectName(QStringLiteral("resize_cluster"));
+    rb->addWidget(resize_text_, 1);
+    rb->addWidget(resize_button_);
+    resize_banner_->setVisible(false);
+    lv->addWidget(resize_banner_);
     form_ = new ConfigForm;
     lv->addWidget(form_);
     split->addWidget(scroll_area(left));
@@ -117,6 +130,15 @@ DesignerView::DesignerView(QWidget* parent) : QWidget(parent) {
         }
         QString error;
         if (!loadPreset(name, &error)) QMessageBox::warning(this, tr("Preset"), error);
+    });
+    connect(resize_button_, &QPushButton::clicked, this, [this] {
+        const int want = resize_to_;
+        if (cluster_->cluster().nodes <= 1)
+            cluster_->setCluster(cluster_->deviceName(), want, 1);  // one machine with more devices
+        else
+            cluster_->setWorldSize(want);
+        replan();
+        emit message(tr("Cluster resized to %1 devices").arg(want));
     });
     connect(open, &QPushButton::clicked, this, &DesignerView::openDialog);
     connect(save, &QPushButton::clicked, this, &DesignerView::save);
@@ -325,6 +347,15 @@ void DesignerView::replan() {
     const int mp =
         std::max(1, c.parallel.tensor_model_parallel_size) * std::max(1, c.parallel.pipeline_model_parallel_size);
     form_->setDataParallel(cl.world_size() / mp, cl.world_size());
+    const int world = cl.world_size();
+    if (world % mp != 0) {
+        resize_to_ = (world + mp - 1) / mp * mp;  // the smallest world the layout divides
+        resize_text_->setText(tr("TP × PP = %1 needs a multiple of %1 devices; the cluster has %2.").arg(mp).arg(world));
+        resize_button_->setText(tr("Resize the cluster to %1 devices").arg(resize_to_));
+        resize_banner_->setVisible(true);
+    } else {
+        resize_banner_->setVisible(false);
+    }
     panel_->showPlan(plan_);
     emit designChanged();
 }

@@ -10,6 +10,7 @@
 
 class QComboBox;
 class QLabel;
+class QPushButton;
 
 namespace mwb::app {
 
@@ -82,7 +83,11 @@ private:
     double plan_us_ = 0;
     QString file_;
     bool modified_ = false;
-    QString shown_preset_;  ///< the preset the design came from ("" for a file)
+    QString shown_preset_;
+    QWidget* resize_banner_ = nullptr;
+    QLabel* resize_text_ = nullptr;
+    QPushButton* resize_button_ = nullptr;
+    int resize_to_ = 0;  ///< the preset the design came from ("" for a file)
     bool loading_ = false;
 };
 

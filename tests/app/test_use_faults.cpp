@@ -130,6 +130,26 @@ private slots:
         QVERIFY(view.confirmDiscard());
     }
 
+    void a_one_device_cluster_with_tp2_offers_to_resize() {
+        DesignerView view;
+        view.resize(1300, 900);
+        view.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&view));
+        QCOMPARE(view.cluster().world_size(), 1);  // the tiny CPU demo
+        auto* tp = view.findChild<QSpinBox*>(QStringLiteral("tensor_model_parallel_size"));
+        QVERIFY(tp);
+        QTest::mouseClick(tp, Qt::LeftButton, {}, QPoint(5, tp->height() / 2));
+        QTest::keyClick(tp, Qt::Key_A, Qt::ControlModifier);
+        QTest::keyClicks(tp, QStringLiteral("2"));
+        QTRY_VERIFY(view.findChild<QWidget*>(QStringLiteral("resize_banner"))->isVisible());
+        auto* resize = view.findChild<QPushButton*>(QStringLiteral("resize_cluster"));
+        QVERIFY(resize->text().contains(QStringLiteral("2 devices")));
+        QTest::mouseClick(resize, Qt::LeftButton);
+        QCOMPARE(view.cluster().world_size(), 2);
+        QCOMPARE(view.cluster().nodes, 1);
+        QVERIFY(!view.findChild<QWidget*>(QStringLiteral("resize_banner"))->isVisible());
+    }
+
     void presets_come_smallest_model_first() {
         DesignerView view;
         auto* presets = view.findChild<QComboBox*>(QStringLiteral("presets"));
