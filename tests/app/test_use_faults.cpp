@@ -2,6 +2,7 @@
 // mouse moves) on the real widgets, checked on what is drawn: tick labels, drawn points, crosshair
 // values, the status line's rendered height, redraw counts.
 #include "core/format.h"
+#include "designer/auto_configure_dialog.h"
 #include "designer/designer_view.h"
 #include "launch/commands.h"
 #include "launch/local_run.h"
@@ -9,6 +10,8 @@
 #include "monitor/metric_charts.h"
 #include "monitor/monitor_view.h"
 #include "monitor/status_line.h"
+#include "mwb/planner/cluster.h"
+#include "mwb/planner/presets.h"
 #include "plot/plot_view.h"
 #include "plot/ticks.h"
 
@@ -148,6 +151,26 @@ private slots:
         QCOMPARE(view.cluster().world_size(), 2);
         QCOMPARE(view.cluster().nodes, 1);
         QVERIFY(!view.findChild<QWidget*>(QStringLiteral("resize_banner"))->isVisible());
+    }
+
+    void auto_configure_keeps_a_stated_headroom_and_explains_near_ties() {
+        const mwb::Config base = mwb::planner::load_preset("gpt3-1.3b");
+        const auto& cat = mwb::planner::device_catalogue();
+        const auto cluster = mwb::planner::make_cluster(mwb::planner::find_device(cat, "A100-80GB"), 8, 1);
+        AutoConfigureDialog dialog(base, cluster);
+        dialog.waitForResult();
+        QCOMPARE(dialog.headroom(), 0.05);
+        const auto& ranked = dialog.result().ranked;
+        QVERIFY(!ranked.empty());
+        const double usable = static_cast<double>(cluster.memory_limit());
+        for (const auto& r : ranked) QVERIFY(static_cast<double>(r.plan.most_loaded().peak_total) <= 0.95 * usable);
+        // near ties are explained, one line each, from the plans' own numbers
+        const double best = ranked.front().plan.time.tokens_per_s;
+        int ties = 0;
+        for (std::size_t i = 1; i < ranked.size(); ++i) ties += ranked[i].plan.time.tokens_per_s >= 0.98 * best;
+        const QString text = dialog.nearTies();
+        QCOMPARE(text.isEmpty() ? 0 : static_cast<int>(text.count('\n')), ties);
+        if (ties) QVERIFY2(text.contains("behind"), qPrintable(text));
     }
 
     void presets_come_smallest_model_first() {
