@@ -164,10 +164,26 @@ private slots:
         QVERIFY(!ranked.empty());
         const double usable = static_cast<double>(cluster.memory_limit());
         for (const auto& r : ranked) QVERIFY(static_cast<double>(r.plan.most_loaded().peak_total) <= 0.95 * usable);
+        // a headroom below the fullest layout's peak drops exactly the layouts above it
+        dialog.setHeadroom(0);
+        dialog.start();
+        dialog.waitForResult();
+        double fullest = 0;
+        for (const auto& r : dialog.result().ranked)
+            fullest = std::max(fullest, static_cast<double>(r.plan.most_loaded().peak_total) / usable);
+        QVERIFY(fullest > 0.1);
+        const double h = std::floor(100 * (1 - fullest) + 1) / 100;  // just enough to exclude it
+        dialog.setHeadroom(h);
+        dialog.start();
+        dialog.waitForResult();
+        QVERIFY(!dialog.result().ranked.empty());
+        for (const auto& r : dialog.result().ranked)
+            QVERIFY(static_cast<double>(r.plan.most_loaded().peak_total) <= (1 - h) * usable);
         // near ties are explained, one line each, from the plans' own numbers
-        const double best = ranked.front().plan.time.tokens_per_s;
+        const auto& now = dialog.result().ranked;
+        const double best = now.front().plan.time.tokens_per_s;
         int ties = 0;
-        for (std::size_t i = 1; i < ranked.size(); ++i) ties += ranked[i].plan.time.tokens_per_s >= 0.98 * best;
+        for (std::size_t i = 1; i < now.size(); ++i) ties += now[i].plan.time.tokens_per_s >= 0.98 * best;
         const QString text = dialog.nearTies();
         QCOMPARE(text.isEmpty() ? 0 : static_cast<int>(text.count('\n')), ties);
         if (ties) QVERIFY2(text.contains("behind"), qPrintable(text));
