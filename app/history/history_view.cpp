@@ -282,11 +282,11 @@ void HistoryView::onSelectionChanged() {
 
 void HistoryView::sizeColumns() {
     // the contents, within bounds: the name in full (up to half the table), short columns tight
-    const int width = std::max(600, table_->viewport()->width());
+    const int width = std::max(1200, table_->viewport()->width());
     for (int c = 0; c < RunListModel::Notes; ++c) {
         if (table_->isColumnHidden(c)) continue;
         table_->resizeColumnToContents(c);
-        const int cap = c == RunListModel::Name ? width / 2 : width / 5;
+        const int cap = c == RunListModel::Name ? width / 2 : width / 4;
         if (table_->columnWidth(c) > cap) table_->setColumnWidth(c, cap);
     }
 }

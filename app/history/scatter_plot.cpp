@@ -26,6 +26,7 @@ ScatterPlot::ScatterPlot(QWidget* parent) : QWidget(parent) {
     plot_ = new PlotView(tr("Final training loss per run"));
     plot_->setObjectName(QStringLiteral("scatterPlot"));
     plot_->setYTitle(tr("final loss"));
+    plot_->setXPadding(0.05);
     plot_->setEmptyText(tr("No two runs with a final loss differ in a numeric setting"));
     PlotView::LineStyle style = themed_line(0, 1);
     style.pen = Qt::NoPen;  // markers only

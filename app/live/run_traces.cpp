@@ -14,6 +14,10 @@ std::size_t RunTraces::apply(Update&& u, bool* reset) {
         Trace& t = series[static_cast<std::size_t>(s)];
         for (const PlotPoint& p : u.points[static_cast<std::size_t>(s)]) t.append(p.x, p.y);
     }
+    for (auto& [k, pts] : u.metrics) {
+        Trace& t = metrics[k];
+        for (const PlotPoint& p : pts) t.append(p.x, p.y);
+    }
     if (u.start) {
         start = std::move(u.start);
         if (!u.end) end.reset();
@@ -36,6 +40,7 @@ std::size_t RunTraces::apply(Update&& u, bool* reset) {
 std::size_t RunTraces::total_points() const {
     std::size_t n = 0;
     for (const auto& t : series) n += t.size();
+    for (const auto& [k, t] : metrics) n += t.size();
     return n;
 }
 

@@ -6,6 +6,7 @@
 #include "plot/trace.h"
 
 #include <array>
+#include <map>
 #include <optional>
 #include <vector>
 
@@ -14,6 +15,8 @@ namespace mwb::app {
 struct RunTraces {
     std::string run_id;
     std::array<Trace, kSeriesCount> series;
+    /// Every other recorded metric by name (Update::metrics); std::map: references stay valid as it grows.
+    std::map<std::string, Trace> metrics;
     std::optional<RunStart> start;
     std::optional<RunEnd> end;
     LastStep last_step;

@@ -46,7 +46,7 @@ ControlBar::ControlBar(QWidget* parent) : QWidget(parent) {
     state_ = new QLabel;
     state_->setObjectName(QStringLiteral("controlState"));
     // a fixed width after the buttons: a longer answer never moves them (elided, full text as tooltip)
-    state_->setFixedWidth(state_->fontMetrics().horizontalAdvance(QLatin1Char('x')) * 36);
+    state_->setFixedWidth(state_->fontMetrics().horizontalAdvance(QLatin1Char('x')) * 26);
     layout->addWidget(state_);
     connect(&watcher_, &QFutureWatcher<Reply>::finished, this, [this] {
         const Reply r = watcher_.result();

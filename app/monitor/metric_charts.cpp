@@ -9,6 +9,8 @@
 #include <QGridLayout>
 #include <QHBoxLayout>
 #include <QLabel>
+#include <QMenu>
+#include <QToolButton>
 #include <QSlider>
 #include <QVBoxLayout>
 
@@ -58,6 +60,27 @@ MetricCharts::MetricCharts(RunTraces& traces, QWidget* parent) : QWidget(parent)
     log_loss_->setToolTip(tr("Log scale of the loss chart (every chart: press L over it, or right-click)"));
     controls->addWidget(log_loss_);
     controls->addStretch(1);
+    auto* add_button = new QToolButton;
+    add_button->setObjectName(QStringLiteral("addChart"));
+    add_button->setText(tr("Add chart"));
+    add_button->setToolTip(tr("Chart any metric the run records (per rank too); right-click a chart to move or remove it"));
+    add_button->setPopupMode(QToolButton::InstantPopup);
+    add_menu_ = new QMenu(add_button);
+    add_button->setMenu(add_menu_);
+    connect(add_menu_, &QMenu::aboutToShow, this, [this] {
+        add_menu_->clear();
+        QMenu* ranks = nullptr;
+        for (const QString& m : availableMetrics()) {
+            QMenu* into = add_menu_;
+            if (m.startsWith(QLatin1String("rank"))) {
+                if (!ranks) ranks = add_menu_->addMenu(tr("Per rank"));
+                into = ranks;
+            }
+            into->addAction(m, this, [this, m] { addChart(m); });
+        }
+        if (add_menu_->isEmpty()) add_menu_->addAction(tr("(no other metric recorded yet)"))->setEnabled(false);
+    });
+    controls->addWidget(add_button);
     outer->addLayout(controls);
 
     auto* grid = new QGridLayout;
@@ -117,6 +140,10 @@ MetricCharts::MetricCharts(RunTraces& traces, QWidget* parent) : QWidget(parent)
     grid->addWidget(charts_[LossScaleChart], 2, 1);
     grid->addWidget(charts_[IterationTimeChart], 2, 2);
     for (int c = 0; c < 3; ++c) grid->setColumnStretch(c, 1);
+    custom_grid_ = new QGridLayout;
+    custom_grid_->setSpacing(4);
+    for (int c = 0; c < 3; ++c) custom_grid_->setColumnStretch(c, 1);
+    outer->addLayout(custom_grid_);
     grid->setRowStretch(0, 3);
     grid->setRowStretch(1, 2);
     grid->setRowStretch(2, 2);
@@ -135,6 +162,7 @@ MetricCharts::MetricCharts(RunTraces& traces, QWidget* parent) : QWidget(parent)
         connect(p, &PlotView::hovered, this, [this, p](std::optional<double> x) {
             for (PlotView* other : charts_)
                 if (other != p) other->setCrosshair(x);
+            for (const Custom& c : custom_) c.view->setCrosshair(x);
         });
     setSmoothing(0.6);  // TensorBoard's default
 }
@@ -151,6 +179,7 @@ PlotView* MetricCharts::add(Chart c, const QString& title, const QString& y_titl
 void MetricCharts::setSmoothing(double weight) {
     weight = std::clamp(weight, 0.0, 0.99);
     for (PlotView* p : charts_) p->setSmoothing(weight);
+    for (const Custom& c : custom_) c.view->setSmoothing(weight);
     const QSignalBlocker block(smoothing_);
     smoothing_->setValue(static_cast<int>(std::lround(weight * 100)));
     smoothing_label_->setText(QString::number(weight, 'f', 2));
@@ -183,10 +212,110 @@ void MetricCharts::applyXAxis() {
     const QString title = x_ == XAxis::Tokens     ? tr("trained tokens")
                           : x_ == XAxis::WallTime ? (scale == 60 ? tr("wall time (min)") : tr("wall time (s)"))
                                                   : tr("iteration");
-    for (PlotView* p : charts_) {
+    std::vector<PlotView*> all(std::begin(charts_), std::end(charts_));
+    for (const Custom& c : custom_) all.push_back(c.view);
+    for (PlotView* p : all) {
         p->setXMap(map, origin);
         p->setXScale(scale);
         if (p->xTitle() != title) p->setXTitle(title);
+    }
+}
+
+QStringList MetricCharts::availableMetrics() const {
+    QStringList out;
+    for (const auto& [k, t] : traces_.metrics) out << QString::fromStdString(k);
+    std::stable_sort(out.begin(), out.end(), [](const QString& a, const QString& b) {
+        return a.startsWith(QLatin1String("rank")) < b.startsWith(QLatin1String("rank"));  // run-wide first
+    });
+    return out;
+}
+
+void MetricCharts::addChart(const QString& metric) {
+    Custom c;
+    c.metric = metric;
+    c.view = new PlotView(metric);
+    c.view->setObjectName(QStringLiteral("chart.%1").arg(metric));
+    c.view->setXTitle(charts_[LossChart]->xTitle());
+    c.view->addLine(metric, themed_line(static_cast<int>(custom_.size()) % 10, 1.6));
+    c.view->setSmoothing(smoothing());
+    c.view->setMinimumHeight(180);
+    PlotView* view = c.view;
+    auto* left = new QAction(tr("Move left"), view);
+    auto* right = new QAction(tr("Move right"), view);
+    auto* remove = new QAction(tr("Remove chart"), view);
+    const auto index = [this, view] {
+        for (std::size_t i = 0; i < custom_.size(); ++i)
+            if (custom_[i].view == view) return static_cast<int>(i);
+        return -1;
+    };
+    connect(left, &QAction::triggered, this, [this, index] { moveChart(index(), -1); });
+    connect(right, &QAction::triggered, this, [this, index] { moveChart(index(), 1); });
+    connect(remove, &QAction::triggered, this, [this, index] { removeChart(index()); });
+    for (QAction* a : {left, right, remove}) view->addMenuAction(a);
+    connect(view, &PlotView::hovered, this, [this, view](std::optional<double> x) {
+        for (PlotView* other : charts_) other->setCrosshair(x);
+        for (const Custom& o : custom_)
+            if (o.view != view) o.view->setCrosshair(x);
+    });
+    custom_.push_back(c);
+    applyXAxis();
+    bindCustom();
+    layoutCustom();
+    view->refresh();
+    emit arrangementChanged();
+}
+
+void MetricCharts::removeChart(int index) {
+    if (index < 0 || index >= static_cast<int>(custom_.size())) return;
+    custom_grid_->removeWidget(custom_[static_cast<std::size_t>(index)].view);
+    custom_[static_cast<std::size_t>(index)].view->deleteLater();
+    custom_.erase(custom_.begin() + index);
+    layoutCustom();
+    emit arrangementChanged();
+}
+
+void MetricCharts::moveChart(int index, int delta) {
+    const int to = index + delta;
+    if (index < 0 || to < 0 || index >= static_cast<int>(custom_.size()) || to >= static_cast<int>(custom_.size()))
+        return;
+    std::swap(custom_[static_cast<std::size_t>(index)], custom_[static_cast<std::size_t>(to)]);
+    layoutCustom();
+    emit arrangementChanged();
+}
+
+QStringList MetricCharts::customCharts() const {
+    QStringList out;
+    for (const Custom& c : custom_) out << c.metric;
+    return out;
+}
+
+void MetricCharts::setCustomCharts(const QStringList& metrics) {
+    const QSignalBlocker block(this);
+    while (!custom_.empty()) removeChart(static_cast<int>(custom_.size()) - 1);
+    for (const QString& m : metrics)
+        if (!m.isEmpty()) addChart(m);
+}
+
+PlotView* MetricCharts::customChart(int index) const {
+    return index >= 0 && index < static_cast<int>(custom_.size()) ? custom_[static_cast<std::size_t>(index)].view
+                                                                  : nullptr;
+}
+
+void MetricCharts::layoutCustom() {
+    for (const Custom& c : custom_) custom_grid_->removeWidget(c.view);
+    for (std::size_t i = 0; i < custom_.size(); ++i)
+        custom_grid_->addWidget(custom_[i].view, static_cast<int>(i / 3), static_cast<int>(i % 3));
+}
+
+void MetricCharts::bindCustom() {
+    // traces_.metrics is rebuilt for a new run: look each chart's trace up again (a map lookup)
+    for (Custom& c : custom_) {
+        const auto it = traces_.metrics.find(c.metric.toStdString());
+        const Trace* t = it == traces_.metrics.end() ? nullptr : &it->second;
+        if (t != c.bound) {
+            c.bound = t;
+            c.view->setTrace(0, t);
+        }
     }
 }
 
@@ -194,6 +323,7 @@ void MetricCharts::resetView() {
     mfu_factor_ = 0;
     applyXAxis();
     for (PlotView* p : charts_) p->resetView();
+    for (const Custom& c : custom_) c.view->resetView();
 }
 
 void MetricCharts::setLogLoss(bool on) {
@@ -215,7 +345,9 @@ void MetricCharts::refresh() {
                                              QStringLiteral("%.1f%%"));
     }
     if (x_ == XAxis::WallTime) applyXAxis();  // seconds become minutes as the run grows
+    bindCustom();
     for (PlotView* p : charts_) p->refresh();
+    for (const Custom& c : custom_) c.view->refresh();
     if (!traces_.timings.empty()) {
         // the slowest rank of the newest step, each component (what bounds the iteration)
         double compute = 0, comm = 0, bubble = 0;
@@ -235,6 +367,7 @@ void MetricCharts::refresh() {
 
 void MetricCharts::restyle() {
     for (PlotView* p : charts_) p->restyle();
+    for (const Custom& c : custom_) c.view->restyle();
 }
 
 }  // namespace mwb::app

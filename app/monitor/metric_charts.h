@@ -11,6 +11,8 @@
 #include <QWidget>
 
 class QCheckBox;
+class QGridLayout;
+class QMenu;
 class QComboBox;
 class QLabel;
 class QSlider;
@@ -51,12 +53,40 @@ public:
     void setLogLoss(bool on);
     bool logLoss() const;
     PlotView* chart(Chart c) const { return charts_[c]; }
+
+    // ---- the metric picker: any recorded metric as a chart of its own, below the built-in grid ----
+    /// Every metric the run has recorded beyond the built-in charts (RunTraces::metrics), sorted.
+    QStringList availableMetrics() const;
+    /// Adds a chart of `metric` at the end (it fills in when the run records it).
+    void addChart(const QString& metric);
+    void removeChart(int index);
+    /// Moves chart `index` by `delta` places (−1: left/up, +1: right/down).
+    void moveChart(int index, int delta);
+    /// The picked charts in order (what the settings remember); setCustomCharts() rebuilds them.
+    QStringList customCharts() const;
+    void setCustomCharts(const QStringList& metrics);
+    PlotView* customChart(int index) const;
+    QMenu* addMenu() const { return add_menu_; }
     StackedBar* stepBar() const { return step_bar_; }
     void restyle();
+
+signals:
+    /// The picked charts changed (added, removed, moved): the owner remembers customCharts().
+    void arrangementChanged();
 
 private:
     PlotView* add(Chart c, const QString& title, const QString& y_title);
     void applyXAxis();
+    void layoutCustom();
+    void bindCustom();
+    struct Custom {
+        QString metric;
+        PlotView* view = nullptr;
+        const Trace* bound = nullptr;
+    };
+    std::vector<Custom> custom_;
+    QGridLayout* custom_grid_ = nullptr;
+    QMenu* add_menu_ = nullptr;
     RunTraces& traces_;
     XAxis x_ = XAxis::Iteration;
     QComboBox* x_combo_ = nullptr;

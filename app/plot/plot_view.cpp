@@ -182,6 +182,7 @@ void PlotView::setLineVisible(int line, bool visible) {
         l.series->setVisible(visible);
         l.raw->setVisible(visible && smoothed(l));
     }
+    updateLegend();
     dirty_ = true;
 }
 
@@ -224,6 +225,7 @@ void PlotView::setSmoothing(double weight) {
         l.ema_state.reset(weight);
         if (l.raw) l.raw->setVisible(l.visible && smoothed(l));
     }
+    updateLegend();  // a series shown again gets its legend marker back
     dirty_ = true;
 }
 
@@ -460,6 +462,11 @@ void PlotView::refresh() {
         a -= 0.5;
         b += 0.5;
     }
+    if (follow_ && x_padding_ > 0) {  // markers at the ends stay inside the plot
+        const double pad = (b - a) * x_padding_;
+        a -= pad;
+        b += pad;
+    }
     const int columns = std::max(50, static_cast<int>(chart()->plotArea().width()));
     drawn_columns_ = columns;
     const double xstep = nice_step(a, b, std::clamp(columns / 90, 3, 8));
@@ -603,6 +610,8 @@ void PlotView::mousePressEvent(QMouseEvent* e) {
             emit userFollow();
         });
         menu.addAction(log_action_);
+        if (!menu_actions_.isEmpty()) menu.addSeparator();
+        menu.addActions(menu_actions_);
         menu.exec(e->globalPosition().toPoint());
         e->accept();
         return;

@@ -58,6 +58,8 @@ public:
     QColor lineColor(int line) const { return lines_.at(static_cast<std::size_t>(line)).style.color; }
     /// Removes every line (the History overlay rebuilds them).
     void clearLines();
+    /// While following, this share of the data's x span is added at both ends (scatter plots).
+    void setXPadding(double fraction) { x_padding_ = fraction; }
     /// Shows the legend even for a single line (History: the run's name).
     void setLegendAlways(bool on);
 
@@ -111,6 +113,8 @@ public:
     /// "name: value" per line with data at the crosshair (nearest point at or before x).
     QStringList crosshairValues() const;
     QAction* logAction() const { return log_action_; }
+    /// Adds an owner's action to the chart's right-click menu (remove, move).
+    void addMenuAction(QAction* action) { menu_actions_.append(action); }
     /// Re-applies the palette after a theme change.
     void restyle();
     /// The chart as an image (export).
@@ -173,7 +177,7 @@ private:
     double mirror_factor_ = 0;
     QString right_format_;
     const Trace* x_map_ = nullptr;
-    double x_offset_ = 0, x_scale_ = 1;
+    double x_offset_ = 0, x_scale_ = 1, x_padding_ = 0;
     QString empty_text_;
     bool follow_ = true;
     double x0_ = 0, x1_ = 1;
@@ -182,6 +186,7 @@ private:
     int drawn_columns_ = 0;
     std::optional<double> cross_;
     QAction* log_action_ = nullptr;
+    QList<QAction*> menu_actions_;
     QPointer<QRubberBand> band_;
     QPoint press_;
     bool dragging_ = false;

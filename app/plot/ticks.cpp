@@ -74,10 +74,14 @@ std::string format_tick(double v, double step) {
                                            {1e-3, "m"}, {1e-6, "µ"}, {1e-9, "n"}, {1e-12, "p"}};
     const double a = std::abs(v);
     Prefix p = kPrefixes[std::size(kPrefixes) - 1];
-    for (const Prefix& q : kPrefixes) {
-        if (a >= q.scale * (1 - 1e-9)) {
-            p = q;
-            break;
+    if (a >= 0.01 && a < 1000) {
+        p = {1, ""};  // 0.25, 2.5, 994: plain numbers read best
+    } else {
+        for (const Prefix& q : kPrefixes) {
+            if (a >= q.scale * (1 - 1e-9)) {
+                p = q;
+                break;
+            }
         }
     }
     // decimals that tell ticks `step` apart, in the prefix's unit

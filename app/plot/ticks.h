@@ -15,7 +15,7 @@ std::vector<double> nice_ticks(double lo, double hi, int count = 5);
 /// Tick values for a log axis over [lo, hi] (lo > 0): 1-2-5 per decade, decades only when that is
 /// too many, every n-th decade beyond, nice_ticks() within a narrow range. About `count` or more.
 std::vector<double> log_ticks(double lo, double hi, int count = 5);
-/// `v` with an SI prefix (k, M, G, T, P; m, µ, n, p) and as many decimals as `step` needs to tell
+/// `v` with an SI prefix (k, M, G, T, P from 1000; m, µ, n, p below 0.01; plain in between) and as many decimals as `step` needs to tell
 /// neighbouring ticks apart: format_tick(2500, 500) = "2.5k", format_tick(0.0003, 0.0001) = "300µ".
 std::string format_tick(double v, double step);
 

@@ -6,6 +6,7 @@
 #include "launch/attach_panel.h"
 #include "launch/launch_view.h"
 #include "launch/prediction.h"
+#include "monitor/metric_charts.h"
 #include "monitor/monitor_view.h"
 #include "mwb/ipc/follower.h"
 #include "mwb/planner/presets.h"
@@ -368,6 +369,7 @@ void MainWindow::saveSettings() const {
     if (auto* split = launch_->findChild<QSplitter*>(QStringLiteral("launch_split")))
         s.setValue(QStringLiteral("launch/split"), split->saveState());
     s.setValue(QStringLiteral("recent_files"), recent_);
+    s.setValue(QStringLiteral("monitor/charts"), monitor_->charts()->customCharts());
     s.setValue(QStringLiteral("theme"), theme_name(current_theme()));
     s.sync();
 }
@@ -387,6 +389,7 @@ void MainWindow::restoreSettings() {
     for (const QString& f : s.value(QStringLiteral("recent_files")).toStringList())
         if (!f.isEmpty() && recent_.size() < kMaxRecent) recent_ << f;
     updateRecentMenu();
+    monitor_->charts()->setCustomCharts(s.value(QStringLiteral("monitor/charts")).toStringList());
     if (s.contains(QStringLiteral("theme"))) setTheme(theme_from_name(s.value(QStringLiteral("theme")).toString()));
 }
 

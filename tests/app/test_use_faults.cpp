@@ -14,10 +14,14 @@
 #include "mwb/planner/presets.h"
 #include "plot/plot_view.h"
 #include "plot/ticks.h"
+#include "shell/main_window.h"
 
 #include <QComboBox>
+#include <QMenu>
 #include <QMessageBox>
 #include <QPushButton>
+#include <QSettings>
+#include <QTemporaryDir>
 #include <QSpinBox>
 #include <QTimer>
 #include <QWheelEvent>
@@ -208,6 +212,7 @@ private slots:
     void ticks_are_round_numbers_with_si_prefixes_and_log_labels_between_decades() {
         QCOMPARE(format_tick(2500, 500), std::string("2.5k"));
         QCOMPARE(format_tick(3e-4, 1e-4), std::string("300µ"));
+        QCOMPARE(format_tick(0.994, 0.002), std::string("0.994"));
         QCOMPARE(format_tick(5e8, 2.5e8), std::string("500M"));
         const auto t = nice_ticks(10, 300, 5);
         QCOMPARE(t, (std::vector<double>{50, 100, 150, 200, 250, 300}));
@@ -299,6 +304,61 @@ private slots:
         QCOMPARE(x1, 50.0);
         QVERIFY(loss->drawnPoints(0).size() > 10);  // the new run is drawn, not an empty chart
         view.detach();
+    }
+
+    void any_recorded_metric_becomes_a_chart_and_the_arrangement_is_remembered() {
+        QTemporaryDir settings;
+        QSettings::setDefaultFormat(QSettings::IniFormat);
+        QSettings::setPath(QSettings::IniFormat, QSettings::UserScope, settings.path());
+        MainWindow w;
+        w.resize(1400, 900);
+        w.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        RunTraces& tr = w.monitor()->liveRun()->traces();
+        Update u;
+        u.run_id = "r";
+        for (int i = 1; i <= 30; ++i) {
+            mwb::ipc::Message m;
+            m.topic = "step";
+            m.run_id = "r";
+            m.seq = i;
+            m.body = {{"iteration", i},
+                      {"lm_loss", 3.0},
+                      {"skipped_iterations", 0},
+                      {"ranks", {{{"rank", 0}, {"time", {{"forward_s", 0.1 * i}}}},
+                                 {{"rank", 1}, {"time", {{"forward_s", 0.2 * i}}}}}}};
+            digest(u, m);
+        }
+        tr.apply(std::move(u));
+        MetricCharts* charts = w.monitor()->charts();
+        QVERIFY(charts->availableMetrics().contains("rank1.time.forward_s"));
+        // the Add chart menu lists them (per rank in a submenu); choosing one adds its chart
+        emit charts->addMenu()->aboutToShow();
+        QAction* pick = nullptr;
+        for (QAction* a : charts->addMenu()->findChildren<QAction*>())
+            if (a->text() == QLatin1String("rank1.time.forward_s")) pick = a;
+        QVERIFY(pick);
+        pick->trigger();
+        emit charts->addMenu()->aboutToShow();
+        for (QAction* a : charts->addMenu()->findChildren<QAction*>())
+            if (a->text() == QLatin1String("skipped_iterations")) a->trigger();
+        QCOMPARE(charts->customCharts(), (QStringList{"rank1.time.forward_s", "skipped_iterations"}));
+        charts->setSmoothing(0);
+        w.monitor()->redraw();
+        const auto pts = charts->customChart(0)->drawnPoints(0);
+        QCOMPARE(pts.size(), 30);
+        QCOMPARE(pts.last().y(), 0.2 * 30);
+        // rearranged from the chart's own menu, then remembered
+        for (QAction* a : charts->customChart(1)->findChildren<QAction*>())
+            if (a->text() == QLatin1String("Move left")) a->trigger();
+        QCOMPARE(charts->customCharts(), (QStringList{"skipped_iterations", "rank1.time.forward_s"}));
+        w.saveSettings();
+        MainWindow again;
+        again.restoreSettings();
+        QCOMPARE(again.monitor()->charts()->customCharts(), (QStringList{"skipped_iterations", "rank1.time.forward_s"}));
+        for (QAction* a : charts->customChart(0)->findChildren<QAction*>())
+            if (a->text() == QLatin1String("Remove chart")) a->trigger();
+        QCOMPARE(charts->customCharts(), QStringList{"rank1.time.forward_s"});
     }
 
     void the_crosshair_follows_the_mouse_on_every_chart_with_each_value() {
