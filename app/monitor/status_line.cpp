@@ -45,9 +45,12 @@ void StatusLine::display(const QString& html, const QString& plain) {
     html_ = html;
     plain_ = plain;
     const int room = std::max(40, width() - 8);
-    const QString shown = fontMetrics().horizontalAdvance(plain) <= room
+    QFont bold = font();  // the rich text sets the numbers in bold: measure as if all of it were
+    bold.setBold(true);
+    const QFontMetrics fm(bold);
+    const QString shown = fm.horizontalAdvance(plain) <= room
                               ? html
-                              : fontMetrics().elidedText(plain, Qt::ElideRight, room).toHtmlEscaped();
+                              : fm.elidedText(plain, Qt::ElideRight, room).toHtmlEscaped();
     if (text() != shown) setText(shown);
     if (toolTip() != plain) setToolTip(plain);
 }

@@ -378,7 +378,9 @@ void PlotView::updateYAxis(double lo, double hi) {
     y_lo_ = a;
     y_hi_ = b;
     if (!log_y_) {
-        setTicks(y_axis_, a, b, nice_ticks(a, b, 5), [step](double v) { return QString::fromStdString(format_tick(v, step)); });
+        const double mag = std::max(std::abs(a), std::abs(b));  // one prefix for the whole axis
+        setTicks(y_axis_, a, b, nice_ticks(a, b, 5),
+                 [step, mag](double v) { return QString::fromStdString(format_tick(v, step, mag)); });
     } else {
         std::vector<double> values = log_ticks(std::pow(10.0, a), std::pow(10.0, b), 5), at;
         for (double v : values) at.push_back(std::log10(v));
@@ -470,8 +472,9 @@ void PlotView::refresh() {
     const int columns = std::max(50, static_cast<int>(chart()->plotArea().width()));
     drawn_columns_ = columns;
     const double xstep = nice_step(a, b, std::clamp(columns / 90, 3, 8));
+    const double xmag = std::max(std::abs(a), std::abs(b));
     setTicks(x_axis_, a, b, nice_ticks(a, b, std::clamp(columns / 90, 3, 8)),
-             [xstep](double v) { return QString::fromStdString(format_tick(v, xstep)); });
+             [xstep, xmag](double v) { return QString::fromStdString(format_tick(v, xstep, xmag)); });
     double lo = std::numeric_limits<double>::infinity(), hi = -lo;
     points_drawn_ = 0;
     QList<QPointF> pts, lower;

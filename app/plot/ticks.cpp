@@ -63,7 +63,7 @@ std::vector<double> log_ticks(double lo, double hi, int count) {
     return out;
 }
 
-std::string format_tick(double v, double step) {
+std::string format_tick(double v, double step, double magnitude) {
     if (!std::isfinite(v)) return "—";
     if (v == 0) return "0";
     struct Prefix {
@@ -72,7 +72,7 @@ std::string format_tick(double v, double step) {
     };
     static constexpr Prefix kPrefixes[] = {{1e15, "P"}, {1e12, "T"}, {1e9, "G"}, {1e6, "M"}, {1e3, "k"}, {1, ""},
                                            {1e-3, "m"}, {1e-6, "µ"}, {1e-9, "n"}, {1e-12, "p"}};
-    const double a = std::abs(v);
+    const double a = magnitude > 0 ? magnitude : std::abs(v);
     Prefix p = kPrefixes[std::size(kPrefixes) - 1];
     if (a >= 0.01 && a < 1000) {
         p = {1, ""};  // 0.25, 2.5, 994: plain numbers read best

@@ -17,6 +17,8 @@ std::vector<double> nice_ticks(double lo, double hi, int count = 5);
 std::vector<double> log_ticks(double lo, double hi, int count = 5);
 /// `v` with an SI prefix (k, M, G, T, P from 1000; m, µ, n, p below 0.01; plain in between) and as many decimals as `step` needs to tell
 /// neighbouring ticks apart: format_tick(2500, 500) = "2.5k", format_tick(0.0003, 0.0001) = "300µ".
-std::string format_tick(double v, double step);
+/// `magnitude` (default |v|) picks the prefix: an axis passes its largest |tick| so every label of
+/// it has the same prefix ("0, 5m, 10m, 15m", not "0, 5m, 0.01, 0.015").
+std::string format_tick(double v, double step, double magnitude = -1);
 
 }  // namespace mwb::app

@@ -213,6 +213,8 @@ private slots:
         QCOMPARE(format_tick(2500, 500), std::string("2.5k"));
         QCOMPARE(format_tick(3e-4, 1e-4), std::string("300µ"));
         QCOMPARE(format_tick(0.994, 0.002), std::string("0.994"));
+        QCOMPARE(format_tick(0.005, 0.005, 0.025), std::string("0.005"));  // one prefix per axis
+        QCOMPARE(format_tick(2000, 1000, 1.2e6), std::string("0.002M"));
         QCOMPARE(format_tick(5e8, 2.5e8), std::string("500M"));
         const auto t = nice_ticks(10, 300, 5);
         QCOMPARE(t, (std::vector<double>{50, 100, 150, 200, 250, 300}));
