@@ -129,15 +129,16 @@ void StatusLine::update(const RunTraces& t, const LinkState& link, bool attached
                              : error_color();
         end_html = tr(" · <b style='color:%1'>ended: %2</b>").arg(c.name(), parts_["end"].toHtmlEscaped());
     }
+    // how the run is doing first, its (long) id last: what an elided line drops is the id
     const QString run = QString::fromStdString(t.run_id);
     const QString html =
-        tr("<b>%1</b> · iteration <b>%2</b> · tokens <b>%3</b> · loss <b>%4</b> · ETA <b>%5</b> · "
-           "<span style='color:%6'>%7</span>%8")
-            .arg(run.toHtmlEscaped(), parts_["iteration"], parts_["tokens"], parts_["loss"], parts_["eta"],
-                 link_color.name(), link_text.toHtmlEscaped(), end_html);
-    const QString plain = tr("%1 · iteration %2 · tokens %3 · loss %4 · ETA %5 · %6%7")
-                              .arg(run, parts_["iteration"], parts_["tokens"], parts_["loss"], parts_["eta"], link_text,
-                                   parts_.contains("end") ? tr(" · ended: %1").arg(parts_["end"]) : QString());
+        tr("iteration <b>%1</b> · tokens <b>%2</b> · loss <b>%3</b> · ETA <b>%4</b> · "
+           "<span style='color:%5'>%6</span>%7 · <b>%8</b>")
+            .arg(parts_["iteration"], parts_["tokens"], parts_["loss"], parts_["eta"], link_color.name(),
+                 link_text.toHtmlEscaped(), end_html, run.toHtmlEscaped());
+    const QString plain = tr("iteration %1 · tokens %2 · loss %3 · ETA %4 · %5%6 · %7")
+                              .arg(parts_["iteration"], parts_["tokens"], parts_["loss"], parts_["eta"], link_text,
+                                   parts_.contains("end") ? tr(" · ended: %1").arg(parts_["end"]) : QString(), run);
     display(html, plain);
 }
 
