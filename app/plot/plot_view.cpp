@@ -417,8 +417,8 @@ bool PlotView::changed() {
 
 void PlotView::drawLine(Line& l, double a, double b, int columns, double& lo, double& hi) {
     const double ia = iterationAt(a), ib = iterationAt(b);
-    const auto to_points = [&](const Trace& t, bool range) {
-        decimate_minmax(t, ia, ib, columns, scratch_);
+    const auto to_points = [&](const Trace& t, bool range, int cols) {
+        decimate_minmax(t, ia, ib, cols, scratch_);
         QList<QPointF> pts;
         pts.reserve(static_cast<qsizetype>(scratch_.size()));
         for (const PlotPoint& p : scratch_) {
@@ -436,11 +436,12 @@ void PlotView::drawLine(Line& l, double a, double b, int columns, double& lo, do
     };
     if (smoothed(l)) {
         extendEma(l);
-        l.raw->replace(to_points(*l.trace, true));  // the axis covers the raw extremes, as TensorBoard does
-        l.series->replace(to_points(l.ema, false));
+        // the axis covers the raw extremes, as TensorBoard does; the faint line needs half the detail
+        l.raw->replace(to_points(*l.trace, true, std::max(50, columns / 2)));
+        l.series->replace(to_points(l.ema, false, columns));
     } else {
         if (l.raw->count()) l.raw->clear();
-        l.series->replace(to_points(*l.trace, true));
+        l.series->replace(to_points(*l.trace, true, columns));
     }
 }
 
@@ -509,6 +510,10 @@ void PlotView::refresh() {
         drawLine(l, a, b, columns, lo, hi);
     }
     updateYAxis(lo, hi);
+    // antialiased painting dominates with many lines (10 overlaid runs): crisp pixels instead
+    constexpr int kAntialiasPoints = 12000;
+    if (renderHints().testFlag(QPainter::Antialiasing) != (points_drawn_ <= kAntialiasPoints))
+        setRenderHint(QPainter::Antialiasing, points_drawn_ <= kAntialiasPoints);
     last_ms_ = static_cast<double>(timer.nsecsElapsed()) / 1e6;
     viewport()->update();
 }

@@ -6,7 +6,7 @@
 //   2. The same Monitor showing the run once it is over, for 5 s: the CPU an idle screen costs.
 //   3. History overlaying 10 runs of 1M steps each (a store made here): reading and drawing the
 //      comparison, and redrawing it (zoom), median of 9.
-//   mwb-app-bench [--skip-history] [--iterations N]
+//   mwb-app-bench [--skip-history] [--iterations N (0: skip the Monitor)] [--store FILE (kept, reused)]
 #include "history/compare_plot.h"
 #include "live/live_run.h"
 #include "monitor/metric_charts.h"
@@ -151,11 +151,15 @@ void bench_monitor(const QString& trainer, int iterations) {
     view.detach();
 }
 
-void bench_history() {
+void bench_history(const QString& keep) {
     QTemporaryDir tmp;
-    const std::string file = tmp.filePath(QStringLiteral("h.sqlite")).toStdString();
+    const std::string file = (keep.isEmpty() ? tmp.filePath(QStringLiteral("h.sqlite")) : keep).toStdString();
     std::vector<CompareRun> runs;
-    {
+    for (int r = 0; r < 10; ++r) {
+        const std::string uid = "20261201-000000-bench-0000000" + std::to_string(r);
+        runs.push_back({uid, QString::fromStdString(uid)});
+    }
+    if (!QFile::exists(QString::fromStdString(file)) || store::Store(file).runs().size() != 10) {
         store::Store st(file);
         const double t0 = wall();
         for (int r = 0; r < 10; ++r) {
@@ -176,7 +180,6 @@ void bench_history() {
                 st.ingest(m);
             }
             tx.commit();
-            runs.push_back({uid, QString::fromStdString(uid)});
         }
         std::printf("history: 10 runs x 1M steps stored in %.0f s\n", wall() - t0);
     }
@@ -207,14 +210,16 @@ void bench_history() {
 int main(int argc, char** argv) {
     QApplication app(argc, argv);
     bool history = true;
+    QString keep;  // --store FILE: build the 10 x 1M store once, reuse it afterwards
     int iterations = 4000;
     for (int i = 1; i < argc; ++i) {
         const QString a = QString::fromLocal8Bit(argv[i]);
         if (a == QLatin1String("--skip-history")) history = false;
+        if (a == QLatin1String("--store") && i + 1 < argc) keep = QString::fromLocal8Bit(argv[++i]);
         if (a == QLatin1String("--iterations") && i + 1 < argc) iterations = QString::fromLocal8Bit(argv[++i]).toInt();
     }
     const QString trainer = QStringLiteral(MWB_BINARY_DIR "/backend/mwb-train");
-    bench_monitor(trainer, iterations);
-    if (history) bench_history();
+    if (iterations > 0) bench_monitor(trainer, iterations);
+    if (history) bench_history(keep);
     return 0;
 }

@@ -5,6 +5,7 @@
 #include "designer/auto_configure_dialog.h"
 #include "designer/designer_view.h"
 #include "launch/commands.h"
+#include "launch/launch_view.h"
 #include "launch/local_run.h"
 #include "monitor/control_bar.h"
 #include "monitor/metric_charts.h"
@@ -431,6 +432,20 @@ private slots:
         bar.adjustSize();
         QCOMPARE(bar.button("stop")->pos(), before);
         QCOMPARE(bar.stateLabel()->width(), bar.stateLabel()->minimumWidth());
+    }
+
+    void the_launch_view_says_where_checkpoints_go() {
+        QCOMPARE(checkpoint_location("srun mwb-train --config c.json --save /scratch/ckpt --run-dir x"),
+                 QString("/scratch/ckpt"));
+        QCOMPARE(checkpoint_location("cat <<'EOF'\n{\n  \"save\": \"/lustre/me/ckpt\"\n}\nEOF"), QString("/lustre/me/ckpt"));
+        QVERIFY(checkpoint_location("RUN_DIR=\"$HOME/mwb-runs/${SLURM_JOB_NAME}\"\n").contains("$HOME/mwb-runs"));
+        LaunchView view;
+        view.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&view));
+        auto* label = view.findChild<QLabel*>(QStringLiteral("slurm_checkpoints"));
+        QVERIFY(label);
+        QCOMPARE(label->text(), QString("Checkpoints go to %1").arg(checkpoint_location(view.slurmScript())));
+        QVERIFY2(label->text().contains("checkpoints") || label->text().contains("/"), qPrintable(label->text()));
     }
 
     void a_kill_is_reported_once_as_interrupted() {
