@@ -355,10 +355,15 @@ void PlotView::setTicks(QCategoryAxis* axis, double lo, double hi, const std::ve
         values.push_back(v);
     }
     if (axis->min() == lo && axis->max() == hi && axis->categoriesLabels() == labels) return;
+    // every change of a category axis makes QtCharts lay out and map all its series again: make the
+    // changes silently and let only the last one through (one re-map instead of a dozen)
+    axis->blockSignals(true);
     for (const QString& c : axis->categoriesLabels()) axis->remove(c);
-    axis->setRange(lo, hi);
     axis->setStartValue(lo - 1e-7 * (hi - lo));  // a tick at lo needs a category ending there
-    for (std::size_t i = 0; i < values.size(); ++i) axis->append(labels[static_cast<qsizetype>(i)], values[i]);
+    for (std::size_t i = 0; i + 1 < values.size(); ++i) axis->append(labels[static_cast<qsizetype>(i)], values[i]);
+    axis->blockSignals(false);
+    if (!values.empty()) axis->append(labels.back(), values.back());
+    axis->setRange(lo, hi);
 }
 
 void PlotView::updateYAxis(double lo, double hi) {
