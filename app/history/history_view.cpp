@@ -227,6 +227,11 @@ void HistoryView::reload() {
     if (!sized_ && model_->rowCount() > 0) {  // fit the columns to the first runs; the user's widths stay after
         sized_ = true;
         sizeColumns();
+    } else if (model_->rowCount() > 0) {  // a longer name than any before: widen (never narrow) its column
+        const int cap = std::max(1200, table_->viewport()->width()) / 2;
+        const int was = table_->columnWidth(RunListModel::Name);
+        table_->resizeColumnToContents(RunListModel::Name);
+        table_->setColumnWidth(RunListModel::Name, std::max(was, std::min(cap, table_->columnWidth(RunListModel::Name))));
     }
     selectRuns(selected);
     onSelectionChanged();  // the runs' series may have grown
