@@ -148,8 +148,11 @@ FieldEditor::FieldEditor(const Field& field, QWidget* parent) : QWidget(parent),
         // "…; 0 means 4 x hidden_size." — show what 0 stands for instead of a bare 0
         static const QRegularExpression zero(QStringLiteral("0 means ([^.;]+)"));
         const QRegularExpressionMatch m = zero.match(q(field.help));
-        if (m.hasMatch())
+        // a long rule (Llama's MLP width) would widen the whole form: "automatic", the rule in the tooltip
+        if (m.hasMatch() && m.captured(1).size() <= 32)
             spin->setSpecialValueText(m.captured(1).replace(QStringLiteral(" x "), QStringLiteral(" × ")));
+        else if (m.hasMatch())
+            spin->setSpecialValueText(tr("automatic"));
         else if (q(field.help).contains(QStringLiteral("0 chooses automatically")))
             spin->setSpecialValueText(tr("automatic"));
     }
