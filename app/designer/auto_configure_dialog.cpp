@@ -1,5 +1,6 @@
 #include "designer/auto_configure_dialog.h"
 
+#include "core/format.h"
 #include "designer/layout_model.h"
 
 #include <QDialogButtonBox>
@@ -11,6 +12,9 @@
 #include <QSpinBox>
 #include <QTableView>
 #include <QVBoxLayout>
+
+#include <algorithm>
+#include <cmath>
 #include <QtConcurrent>
 
 namespace mwb::app {
@@ -54,11 +58,20 @@ AutoConfigureDialog::AutoConfigureDialog(const Config& base, const planner::Clus
     max_tp_ = new QSpinBox;
     max_tp_->setRange(0, 64);
     max_tp_->setSpecialValueText(tr("devices per node"));
+    headroom_ = new QSpinBox;
+    headroom_->setObjectName(QStringLiteral("headroom"));
+    headroom_->setRange(0, 50);
+    headroom_->setSuffix(QStringLiteral(" %"));
+    headroom_->setValue(5);
+    headroom_->setToolTip(tr("Ranked layouts leave this share of the device's usable memory free (fragmentation, "
+                             "a longer sequence, a library's workspace)"));
     auto* again = new QPushButton(tr("Search again"));
     opts->addWidget(new QLabel(tr("Show the best")));
     opts->addWidget(top_);
     opts->addWidget(new QLabel(tr("Largest TP")));
     opts->addWidget(max_tp_);
+    opts->addWidget(new QLabel(tr("Memory headroom")));
+    opts->addWidget(headroom_);
     opts->addWidget(again);
     opts->addStretch(1);
     v->addLayout(opts);
@@ -71,6 +84,10 @@ AutoConfigureDialog::AutoConfigureDialog(const Config& base, const planner::Clus
     summary_ = new QLabel(tr("Searching…"));
     summary_->setWordWrap(true);
     v->addWidget(summary_);
+    ties_ = new QLabel;
+    ties_->setObjectName(QStringLiteral("near_ties"));
+    ties_->setWordWrap(true);
+    v->addWidget(ties_);
     too_big_ = new LayoutModel(this);
     too_big_table_ = make_table(too_big_);
     too_big_table_->setSelectionMode(QAbstractItemView::NoSelection);
@@ -102,7 +119,13 @@ void AutoConfigureDialog::start() {
     o.top = top_->value();
     o.max_tp = max_tp_->value();
     const Config base = base_;
-    const planner::Cluster cluster = cluster_;
+    // the headroom as less memory: what fits leaves that share of the usable memory free
+    planner::Cluster cluster = cluster_;
+    auto& d = cluster.device;
+    if (d.memory_bytes > 0) {
+        const double usable = static_cast<double>(d.memory_bytes - d.runtime_reserve_bytes);
+        d.memory_bytes = d.runtime_reserve_bytes + static_cast<int64_t>(usable * (1 - headroom()));
+    }
     watcher_.setFuture(QtConcurrent::run([base, cluster, o] {
         try {
             return planner::search(base, cluster, o);
@@ -131,10 +154,63 @@ void AutoConfigureDialog::showResult() {
                     .arg(result_.runnable);
     if (!rejected.isEmpty()) s += tr(" Rejected: ") + rejected.join(QStringLiteral(", ")) + ".";
     if (!result_.too_big.empty()) s += tr(" Below: the fastest layouts that do not fit.");
+    s += tr(" Every ranked layout leaves %1 % of the usable memory free.").arg(headroom_->value());
     if (result_.ranked.empty()) s = tr("No layout of this model fits on this cluster. ") + s;
     summary_->setText(s);
+    ties_->setText(explainTies());
     if (!result_.ranked.empty()) selectRow(0);
     apply_->setEnabled(!result_.ranked.empty());
+}
+
+void AutoConfigureDialog::setHeadroom(double fraction) {
+    headroom_->setValue(static_cast<int>(std::lround(100 * fraction)));
+}
+
+double AutoConfigureDialog::headroom() const {
+    return headroom_->value() / 100.0;
+}
+
+QString AutoConfigureDialog::nearTies() const {
+    return ties_->text();
+}
+
+QString AutoConfigureDialog::explainTies() const {
+    if (result_.ranked.size() < 2) return {};
+    const planner::Plan& best = result_.ranked.front().plan;
+    const double gib = 1024.0 * 1024 * 1024;
+    QStringList lines;
+    for (std::size_t i = 1; i < result_.ranked.size(); ++i) {
+        const planner::Plan& p = result_.ranked[i].plan;
+        const double behind = 1 - p.time.tokens_per_s / best.time.tokens_per_s;
+        if (behind > 0.02) break;  // ranked by throughput: the rest are further behind
+        QStringList why;
+        const double mem = static_cast<double>(p.most_loaded().peak_total - best.most_loaded().peak_total) / gib;
+        if (std::abs(mem) >= 0.05)
+            why << (mem < 0 ? tr("%1 GiB less memory per device").arg(-mem, 0, 'f', 1)
+                            : tr("%1 GiB more memory per device").arg(mem, 0, 'f', 1));
+        // the time parts that differ most
+        const std::pair<QString, double> parts[] = {{tr("compute"), p.time.compute_s - best.time.compute_s},
+                                                    {tr("TP communication"), p.time.tp_s - best.time.tp_s},
+                                                    {tr("pipeline sends"), p.time.pp_s - best.time.pp_s},
+                                                    {tr("pipeline bubble"), p.time.bubble_s - best.time.bubble_s},
+                                                    {tr("DP reduction"), p.time.dp_s - best.time.dp_s},
+                                                    {tr("optimizer"), p.time.optimizer_s - best.time.optimizer_s}};
+        std::vector<std::pair<QString, double>> sorted(std::begin(parts), std::end(parts));
+        std::sort(sorted.begin(), sorted.end(),
+                  [](const auto& a, const auto& b) { return std::abs(a.second) > std::abs(b.second); });
+        for (std::size_t k = 0; k < 2 && k < sorted.size(); ++k)
+            if (std::abs(sorted[k].second) > 1e-4 * best.time.iteration_s)
+                why << tr("%1 %2 %3").arg(sorted[k].first, sorted[k].second > 0 ? tr("+") : tr("−"),
+                                          format_duration(std::abs(sorted[k].second)));
+        lines << tr("#%1 %2 is %3 % behind: %4")
+                     .arg(i + 1)
+                     .arg(QString::fromStdString(result_.ranked[i].summary))
+                     .arg(100 * behind, 0, 'f', 1)
+                     .arg(why.isEmpty() ? tr("the same predicted time and memory") : why.join(QStringLiteral(", ")));
+    }
+    if (lines.isEmpty()) return {};
+    return tr("Within 2 % of the best (%1):\n").arg(QString::fromStdString(result_.ranked.front().summary)) +
+           lines.join(QLatin1Char('\n'));
 }
 
 void AutoConfigureDialog::selectRow(int row) {

@@ -31,9 +31,15 @@ public:
     /// The configuration with the selected layout applied (base unchanged when nothing is selected).
     Config chosen() const;
     void selectRow(int row);
+    /// The share of usable device memory every ranked layout must leave free (default 0.05).
+    void setHeadroom(double fraction);
+    double headroom() const;
+    /// Why the layouts within 2 % of the best one's throughput differ from it ("" when none is).
+    QString nearTies() const;
 
 private:
     void showResult();
+    QString explainTies() const;
     Config base_;
     planner::Cluster cluster_;
     planner::SearchResult result_;
@@ -46,6 +52,8 @@ private:
     QPushButton* apply_ = nullptr;
     QSpinBox* top_ = nullptr;
     QSpinBox* max_tp_ = nullptr;
+    QSpinBox* headroom_ = nullptr;
+    QLabel* ties_ = nullptr;
 };
 
 }  // namespace mwb::app

@@ -1,6 +1,7 @@
 #include "designer/cluster_form.h"
 
 #include "core/format.h"
+#include "core/wheel_guard.h"
 
 #include <QComboBox>
 #include <QFormLayout>
@@ -48,6 +49,7 @@ ClusterForm::ClusterForm(QWidget* parent) : QGroupBox(tr("Cluster"), parent) {
         updateInfo();
         emit changed();
     });
+    for (QWidget* w : std::initializer_list<QWidget*>{device_, per_node_, nodes_}) guard_wheel(w);
     for (QSpinBox* s : {per_node_, nodes_})
         connect(s, &QSpinBox::valueChanged, this, [this] {
             if (loading_) return;

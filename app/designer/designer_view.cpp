@@ -2,11 +2,13 @@
 
 #include "config/config_io.h"
 #include "core/config_file.h"
+#include "core/format.h"
 #include "core/paths.h"
 #include "designer/auto_configure_dialog.h"
 #include "designer/cluster_form.h"
 #include "designer/config_form.h"
 #include "designer/plan_panel.h"
+#include "mwb/planner/cluster.h"
 #include "mwb/planner/presets.h"
 
 #include <QComboBox>
@@ -20,6 +22,8 @@
 #include <QScrollArea>
 #include <QSplitter>
 #include <QVBoxLayout>
+
+#include <algorithm>
 
 namespace mwb::app {
 
@@ -44,8 +48,14 @@ DesignerView::DesignerView(QWidget* parent) : QWidget(parent) {
     presets_->setObjectName(QStringLiteral("presets"));
     presets_->addItem(tr("Preset…"), QString());
     try {
-        for (const auto& n : planner::preset_names())
-            presets_->addItem(QString::fromStdString(n), QString::fromStdString(n));
+        // smallest model first, by the planner's parameter count (any preset in resources/presets)
+        std::vector<std::pair<int64_t, std::string>> sized;
+        for (const auto& n : planner::preset_names()) sized.emplace_back(preset_parameters(n), n);
+        std::sort(sized.begin(), sized.end());
+        for (const auto& [params, n] : sized)
+            presets_->addItem(params > 0 ? QStringLiteral("%1 (%2)").arg(QString::fromStdString(n), format_count(params))
+                                         : QString::fromStdString(n),
+                              QString::fromStdString(n));
     } catch (const std::exception&) {
     }
     presets_->setToolTip(tr("Load a model from resources/presets (GPT-3 family, MT-NLG 530B, 1T, tiny CPU demo)"));
@@ -76,6 +86,19 @@ DesignerView::DesignerView(QWidget* parent) : QWidget(parent) {
     lv->setContentsMargins(0, 0, 6, 0);
     cluster_ = new ClusterForm;
     lv->addWidget(cluster_);
+    // a layout that needs more devices than the cluster has: offer the cluster it needs
+    resize_banner_ = new QWidget;
+    resize_banner_->setObjectName(QStringLiteral("resize_banner"));
+    auto* rb = new QHBoxLayout(resize_banner_);
+    rb->setContentsMargins(0, 0, 0, 0);
+    resize_text_ = new QLabel;
+    resize_text_->setWordWrap(true);
+    resize_button_ = new QPushButton;
+    resize_button_->setObjectName(QStringLiteral("resize_cluster"));
+    rb->addWidget(resize_text_, 1);
+    rb->addWidget(resize_button_);
+    resize_banner_->setVisible(false);
+    lv->addWidget(resize_banner_);
     form_ = new ConfigForm;
     lv->addWidget(form_);
     split->addWidget(scroll_area(left));
@@ -100,8 +123,22 @@ DesignerView::DesignerView(QWidget* parent) : QWidget(parent) {
     connect(presets_, &QComboBox::activated, this, [this](int i) {
         const QString name = presets_->itemData(i).toString();
         if (name.isEmpty()) return;
+        if (!confirmDiscard()) {  // back to what the design was
+            const QSignalBlocker block(presets_);
+            presets_->setCurrentIndex(std::max(0, presets_->findData(shown_preset_)));
+            return;
+        }
         QString error;
         if (!loadPreset(name, &error)) QMessageBox::warning(this, tr("Preset"), error);
+    });
+    connect(resize_button_, &QPushButton::clicked, this, [this] {
+        const int want = resize_to_;
+        if (cluster_->cluster().nodes <= 1)
+            cluster_->setCluster(cluster_->deviceName(), want, 1);  // one machine with more devices
+        else
+            cluster_->setWorldSize(want);
+        replan();
+        emit message(tr("Cluster resized to %1 devices").arg(want));
     });
     connect(open, &QPushButton::clicked, this, &DesignerView::openDialog);
     connect(save, &QPushButton::clicked, this, &DesignerView::save);
@@ -111,6 +148,32 @@ DesignerView::DesignerView(QWidget* parent) : QWidget(parent) {
     loadPreset(QStringLiteral("tiny-cpu-demo"));
     modified_ = false;
     updateTitle();
+}
+
+PresetCluster preset_cluster(const std::string& name, const Config& c) {
+    if (name == "tiny-cpu-demo") return {"cpu", 1, 1};
+    // whole 8-GPU nodes, enough for the preset's model parallelism; the spare GPUs become data
+    // parallelism (which also shards a distributed optimizer)
+    const int mp =
+        std::max(1, c.parallel.tensor_model_parallel_size) * std::max(1, c.parallel.pipeline_model_parallel_size);
+    int per_node = 8, nodes = (mp + 7) / 8;
+    if ((per_node * nodes) % mp != 0) {
+        per_node = std::min(8, mp);
+        nodes = std::max(1, mp / per_node);
+    }
+    return {"A100-80GB", per_node, nodes};
+}
+
+int64_t preset_parameters(const std::string& name) {
+    try {
+        const Config c = planner::load_preset(name);
+        const PresetCluster pc = preset_cluster(name, c);
+        const auto& catalogue = planner::device_catalogue();
+        return planner::plan(c, planner::make_cluster(planner::find_device(catalogue, pc.device), pc.per_node, pc.nodes))
+            .parameters.total;
+    } catch (const std::exception&) {
+        return 0;
+    }
 }
 
 Config DesignerView::config() const {
@@ -139,25 +202,14 @@ void DesignerView::setCluster(const QString& device, int per_node, int nodes) {
 bool DesignerView::loadPreset(const QString& name, QString* error) {
     try {
         const Config c = planner::load_preset(name.toStdString());
-        const int mp =
-            std::max(1, c.parallel.tensor_model_parallel_size) * std::max(1, c.parallel.pipeline_model_parallel_size);
-        if (name == QLatin1String("tiny-cpu-demo")) {
-            cluster_->setCluster(QStringLiteral("cpu"), 1, 1);
-        } else {
-            // whole 8-GPU nodes, enough for the preset's model parallelism; the spare GPUs become data
-            // parallelism (which also shards a distributed optimizer)
-            int per_node = 8, nodes = (mp + 7) / 8;
-            if ((per_node * nodes) % mp != 0) {
-                per_node = std::min(8, mp);
-                nodes = std::max(1, mp / per_node);
-            }
-            cluster_->setCluster(QStringLiteral("A100-80GB"), per_node, nodes);
-        }
+        const PresetCluster pc = preset_cluster(name.toStdString(), c);
+        cluster_->setCluster(QString::fromStdString(pc.device), pc.per_node, pc.nodes);
         file_.clear();
         setConfig(c);
         modified_ = false;
         const int i = presets_->findData(name);
         if (i >= 0) presets_->setCurrentIndex(i);
+        shown_preset_ = name;
         updateTitle();
         emit message(tr("Loaded preset %1").arg(name));
         return true;
@@ -174,6 +226,7 @@ bool DesignerView::openFile(const QString& path, QString* error) {
         setConfig(c);
         modified_ = false;
         presets_->setCurrentIndex(0);
+        shown_preset_.clear();
         updateTitle();
         emit fileUsed(path);
         emit message(tr("Opened %1").arg(path));
@@ -200,6 +253,7 @@ bool DesignerView::saveFile(const QString& path, QString* error) {
 }
 
 void DesignerView::openDialog() {
+    if (!confirmDiscard()) return;
     const QString path = QFileDialog::getOpenFileName(this, tr("Open configuration"), QFileInfo(file_).absolutePath(),
                                                       tr("Configurations (*.json);;All files (*)"));
     if (path.isEmpty()) return;
@@ -231,8 +285,33 @@ void DesignerView::autoConfigure() {
     emit message(tr("Applied layout %1").arg(panel_->figure(QStringLiteral("layout"))));
 }
 
+bool DesignerView::confirmDiscard() {
+    if (!modified_) return true;
+    const auto answer = QMessageBox::question(
+        this, tr("Unsaved design"),
+        tr("The design has changes that are not saved%1. Save them first?")
+            .arg(file_.isEmpty() ? QString() : tr(" in %1").arg(file_)),
+        QMessageBox::Save | QMessageBox::Discard | QMessageBox::Cancel, QMessageBox::Save);
+    if (answer == QMessageBox::Cancel) return false;
+    if (answer == QMessageBox::Save) {
+        save();
+        return !modified_;  // the user cancelled the file dialog, or saving failed
+    }
+    return true;
+}
+
 void DesignerView::edited() {
     if (loading_) return;
+    Config c = config_;
+    form_->config(c);
+    // full recomputation needs a method and a layer count: Megatron-LM's usual choice, not two errors
+    if (c.training.recompute_granularity == "full" && config_.training.recompute_granularity != "full" &&
+        c.training.recompute_method.empty()) {
+        c.training.recompute_method = "uniform";
+        if (c.training.recompute_num_layers <= 0) c.training.recompute_num_layers = 1;
+        setConfig(c);
+    }
+    config_.training.recompute_granularity = c.training.recompute_granularity;
     modified_ = true;
     updateTitle();
     replan_timer_.start();
@@ -268,6 +347,15 @@ void DesignerView::replan() {
     const int mp =
         std::max(1, c.parallel.tensor_model_parallel_size) * std::max(1, c.parallel.pipeline_model_parallel_size);
     form_->setDataParallel(cl.world_size() / mp, cl.world_size());
+    const int world = cl.world_size();
+    if (world % mp != 0) {
+        resize_to_ = (world + mp - 1) / mp * mp;  // the smallest world the layout divides
+        resize_text_->setText(tr("TP × PP = %1 needs a multiple of %1 devices; the cluster has %2.").arg(mp).arg(world));
+        resize_button_->setText(tr("Resize the cluster to %1 devices").arg(resize_to_));
+        resize_banner_->setVisible(true);
+    } else {
+        resize_banner_->setVisible(false);
+    }
     panel_->showPlan(plan_);
     emit designChanged();
 }

@@ -10,12 +10,23 @@
 
 class QComboBox;
 class QLabel;
+class QPushButton;
 
 namespace mwb::app {
 
 class ConfigForm;
 class ClusterForm;
 class PlanPanel;
+
+/// The cluster a preset comes with: the CPU for the tiny demo, else whole 8-GPU A100 nodes enough
+/// for its model parallelism.
+struct PresetCluster {
+    std::string device;
+    int per_node = 1, nodes = 1;
+};
+PresetCluster preset_cluster(const std::string& name, const Config& config);
+/// The preset's parameter count by the planner (0 when it cannot be planned): the presets' order.
+int64_t preset_parameters(const std::string& name);
 
 class DesignerView : public QWidget {
     Q_OBJECT
@@ -33,6 +44,8 @@ public:
     bool saveFile(const QString& path, QString* error = nullptr);
     QString currentFile() const { return file_; }
     bool modified() const { return modified_; }
+    /// With unsaved edits, asks whether to save them, discard them or cancel; true to go on.
+    bool confirmDiscard();
     /// Replans now (otherwise it happens on the next event-loop turn after an edit).
     void replan();
     const planner::Plan& plan() const { return plan_; }
@@ -70,6 +83,11 @@ private:
     double plan_us_ = 0;
     QString file_;
     bool modified_ = false;
+    QString shown_preset_;
+    QWidget* resize_banner_ = nullptr;
+    QLabel* resize_text_ = nullptr;
+    QPushButton* resize_button_ = nullptr;
+    int resize_to_ = 0;  ///< the preset the design came from ("" for a file)
     bool loading_ = false;
 };
 

@@ -2,6 +2,7 @@
 
 #include "config/config_io.h"
 #include "core/theme.h"
+#include "core/wheel_guard.h"
 
 #include <QCheckBox>
 #include <QComboBox>
@@ -147,11 +148,15 @@ FieldEditor::FieldEditor(const Field& field, QWidget* parent) : QWidget(parent),
         // "…; 0 means 4 x hidden_size." — show what 0 stands for instead of a bare 0
         static const QRegularExpression zero(QStringLiteral("0 means ([^.;]+)"));
         const QRegularExpressionMatch m = zero.match(q(field.help));
-        if (m.hasMatch())
+        // a long rule (Llama's MLP width) would widen the whole form: "automatic", the rule in the tooltip
+        if (m.hasMatch() && m.captured(1).size() <= 32)
             spin->setSpecialValueText(m.captured(1).replace(QStringLiteral(" x "), QStringLiteral(" × ")));
+        else if (m.hasMatch())
+            spin->setSpecialValueText(tr("automatic"));
         else if (q(field.help).contains(QStringLiteral("0 chooses automatically")))
             spin->setSpecialValueText(tr("automatic"));
     }
+    if (qobject_cast<QSpinBox*>(input_) || qobject_cast<QComboBox*>(input_)) guard_wheel(input_);
     input_->setToolTip(tip);
     input_->setObjectName(q(field.name));
     layout->addWidget(input_);

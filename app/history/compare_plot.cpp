@@ -3,6 +3,7 @@
 #include "core/format.h"
 #include "core/theme.h"
 #include "live/history_loader.h"
+#include "mwb/store/schema.h"
 
 #include <QCheckBox>
 #include <QComboBox>
@@ -11,10 +12,13 @@
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QSaveFile>
+#include <QSlider>
 #include <QTextStream>
 #include <QVBoxLayout>
 
 #include <algorithm>
+#include <map>
+#include <optional>
 
 namespace mwb::app {
 
@@ -93,11 +97,19 @@ ComparePlot::ComparePlot(QWidget* parent) : QWidget(parent) {
     bar->addWidget(x_combo_);
     log_ = new QCheckBox(tr("Log scale"));
     bar->addWidget(log_);
+    bar->addWidget(new QLabel(tr("Smoothing")));
+    smoothing_ = new QSlider(Qt::Horizontal);
+    smoothing_->setObjectName(QStringLiteral("compareSmoothing"));
+    smoothing_->setRange(0, 99);
+    smoothing_->setMaximumWidth(140);
+    smoothing_->setToolTip(tr("Exponential moving average (TensorBoard's debiased smoothing); raw lines faint behind"));
+    bar->addWidget(smoothing_);
     bar->addStretch(1);
     layout->addLayout(bar);
     plot_ = new PlotView(tr("Training loss"));
     plot_->setObjectName(QStringLiteral("comparePlot"));
     plot_->setEmptyText(tr("Select runs in the table to compare their curves"));
+    plot_->setLegendAlways(true);  // each run's name in its colour
     layout->addWidget(plot_, 1);
     note_ = new QLabel;
     note_->setWordWrap(true);
@@ -107,6 +119,15 @@ ComparePlot::ComparePlot(QWidget* parent) : QWidget(parent) {
     connect(metric_, &QComboBox::currentIndexChanged, this, [this] { reloadData(); });
     connect(x_combo_, &QComboBox::currentIndexChanged, this, [this](int i) { setXAxis(static_cast<CompareX>(i)); });
     connect(log_, &QCheckBox::toggled, this, [this](bool on) { plot_->setLogY(on); });
+    connect(plot_, &PlotView::logToggled, log_, [this](bool on) {
+        const QSignalBlocker block(log_);
+        log_->setChecked(on);
+    });
+    connect(smoothing_, &QSlider::valueChanged, this, [this](int v) {
+        plot_->setSmoothing(v / 100.0);
+        plot_->refresh();
+    });
+    smoothing_->setValue(60);
     updateTitles();
 }
 
@@ -190,7 +211,7 @@ void ComparePlot::reloadData() {
     }
     for (std::size_t i = 0; i < runs_.size(); ++i) {
         const bool sparse = metric() == QLatin1String("val_loss");
-        PlotView::LineStyle style = themed_line(static_cast<int>(i), 1.8);
+        PlotView::LineStyle style = themed_line(runs_[i].color >= 0 ? runs_[i].color : static_cast<int>(i), 1.8);
         style.markers = sparse;
         const int line = plot_->addLine(runs_[i].title, style);
         plot_->setTrace(line, &traces_[i]);
@@ -215,24 +236,56 @@ void ComparePlot::updateTitles() {
     switch (x_) {
         case CompareX::Iteration:
             plot_->setXTitle(tr("iteration"));
-            plot_->setXLabelFormat(QStringLiteral("%.0f"));
             note_->clear();
             break;
         case CompareX::Tokens:
             plot_->setXTitle(tr("trained tokens"));
-            plot_->setXLabelFormat(QStringLiteral("%.3g"));
             note_->setText(tr("Tokens: each step record's consumed_tokens, interpolated between records."));
             break;
-        case CompareX::WallTime:
-            plot_->setXTitle(time_unit_ == 3600 ? tr("wall time (hours)")
-                             : time_unit_ == 60 ? tr("wall time (minutes)")
-                                                : tr("wall time (seconds)"));
-            plot_->setXLabelFormat(QStringLiteral("%.4g"));
+        case CompareX::WallTime: {
+            const QString unit = time_unit_ == 3600 ? tr("hours") : time_unit_ == 60 ? tr("minutes") : tr("seconds");
+            plot_->setXTitle(tr("wall time (%1)").arg(unit));
+            // the caption names the axis' unit (it said seconds under a minutes axis)
             note_->setText(
-                tr("Wall time: seconds since the run was created, from each step record's timestamp "
-                   "(pauses, evaluations and restarts included)."));
+                tr("Wall time: %1 since the run was created, from each step record's timestamp "
+                   "(pauses, evaluations and restarts included).").arg(unit));
             break;
+        }
     }
+}
+
+QString all_metrics_csv(store::Store& st, const std::vector<CompareRun>& runs) {
+    QString out;
+    QTextStream s(&out);
+    s.setRealNumberPrecision(17);
+    const auto metrics = store::step_metrics();
+    s << "run,name,iteration";
+    for (std::string_view m : metrics) s << ',' << QString::fromLatin1(m.data(), static_cast<qsizetype>(m.size()));
+    s << '\n';
+    for (const CompareRun& r : runs) {
+        // iteration -> one value per metric (the last record of an iteration wins, as in the store's series)
+        std::map<int64_t, std::vector<std::optional<double>>> rows;
+        for (std::size_t k = 0; k < metrics.size(); ++k) {
+            store::SeriesQuery q;
+            q.buckets = kExportBuckets;
+            for (const auto& b : st.series(r.uid, std::string(metrics[k]), q).buckets) {
+                auto& row = rows[b.x_min];
+                row.resize(metrics.size());
+                row[k] = b.y_mean;
+            }
+        }
+        QString name = r.title;
+        name.replace(QLatin1Char('"'), QStringLiteral("\"\""));
+        for (const auto& [iteration, values] : rows) {
+            s << QString::fromStdString(r.uid) << ",\"" << name << "\"," << static_cast<qlonglong>(iteration);
+            for (const auto& v : values) {
+                s << ',';
+                if (v) s << *v;
+            }
+            s << '\n';
+        }
+    }
+    return out;
 }
 
 QString ComparePlot::csv() const {

@@ -18,6 +18,7 @@
 class QCheckBox;
 class QComboBox;
 class QLabel;
+class QSlider;
 
 namespace mwb::app {
 
@@ -43,7 +44,12 @@ XMap wall_time_map(store::Store& store, const std::string& uid, int anchors = 20
 struct CompareRun {
     std::string uid;
     QString title;
+    int color = -1;  ///< the theme's series colour slot (-1: by position; History's grouping sets it)
 };
+
+/// Every step metric of the store (store::step_metrics()) of `runs` at full resolution, one row per
+/// step record: "run,name,iteration,lm_loss,lr,...", empty where a record lacks the metric.
+QString all_metrics_csv(store::Store& store, const std::vector<CompareRun>& runs);
 
 class ComparePlot : public QWidget {
     Q_OBJECT
@@ -58,6 +64,7 @@ public:
     void setXAxis(CompareX x);
     CompareX xAxis() const { return x_; }
     void setLogY(bool on);
+    QSlider* smoothingSlider() const { return smoothing_; }
     /// Re-reads the series from the store.
     void reloadData();
 
@@ -88,6 +95,7 @@ private:
     QComboBox* metric_ = nullptr;
     QComboBox* x_combo_ = nullptr;
     QCheckBox* log_ = nullptr;
+    QSlider* smoothing_ = nullptr;
     QLabel* note_ = nullptr;
 };
 

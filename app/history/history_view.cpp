@@ -5,6 +5,7 @@
 #include "history/config_diff_model.h"
 #include "history/run_filter_proxy.h"
 #include "history/run_list_model.h"
+#include "history/scatter_plot.h"
 #include "mwb/store/store.h"
 
 #include <QCheckBox>
@@ -18,6 +19,7 @@
 #include <QLineEdit>
 #include <QMessageBox>
 #include <QPushButton>
+#include <QSaveFile>
 #include <QShortcut>
 #include <QSplitter>
 #include <QTabWidget>
@@ -25,6 +27,7 @@
 #include <QVBoxLayout>
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 namespace mwb::app {
@@ -59,6 +62,11 @@ HistoryView::HistoryView(QWidget* parent) : QWidget(parent) {
     tag_ = new QComboBox;
     tag_->addItem(tr("Any tag"), QString());
     filters->addWidget(tag_);
+    group_ = new QComboBox;
+    group_->setObjectName(QStringLiteral("historyGroup"));
+    group_->setToolTip(tr("Group the runs by a setting: sorted and coloured by its value"));
+    group_->addItem(tr("No grouping"), QString());
+    filters->addWidget(group_);
     auto* reload_button = button(tr("Reload"), tr("Read the run list from the store again (F5)"));
     filters->addWidget(reload_button);
     layout->addLayout(filters);
@@ -78,6 +86,8 @@ HistoryView::HistoryView(QWidget* parent) : QWidget(parent) {
     table_->verticalHeader()->hide();
     table_->horizontalHeader()->setStretchLastSection(true);
     table_->setWordWrap(false);
+    table_->setTextElideMode(Qt::ElideMiddle);  // a long name keeps its start and its end
+    table_->setColumnHidden(RunListModel::Group, true);
 
     auto* actions = new QHBoxLayout;
     watch_ = button(tr("&Watch"), tr("Follow this running run in the Monitor"));
@@ -87,10 +97,13 @@ HistoryView::HistoryView(QWidget* parent) : QWidget(parent) {
     delete_ = button(tr("&Delete…"), tr("Delete the selected runs from the store (Del)"));
     png_ = button(tr("Export chart (PNG)…"), tr("Save the comparison chart as an image"));
     csv_ = button(tr("Export series (CSV)…"), tr("Save the compared series at full resolution"));
+    all_csv_ = button(tr("Export all metrics (CSV)…"),
+                      tr("Save every metric of the selected runs, one row per step record, at full resolution"));
     for (QPushButton* b : {watch_, rename_, tags_, notes_, delete_}) actions->addWidget(b);
     actions->addStretch(1);
     actions->addWidget(png_);
     actions->addWidget(csv_);
+    actions->addWidget(all_csv_);
 
     auto* top = new QWidget;
     auto* top_layout = new QVBoxLayout(top);
@@ -116,6 +129,8 @@ HistoryView::HistoryView(QWidget* parent) : QWidget(parent) {
     diff_view_->setWordWrap(false);
     diff_layout->addWidget(diff_view_, 1);
     tabs->addTab(diff_page, tr("Configuration"));
+    scatter_ = new ScatterPlot;
+    tabs->addTab(scatter_, tr("Final loss vs setting"));
 
     auto* split = new QSplitter(Qt::Vertical);
     split->addWidget(top);
@@ -151,6 +166,18 @@ HistoryView::HistoryView(QWidget* parent) : QWidget(parent) {
     connect(delete_, &QPushButton::clicked, this, &HistoryView::deleteSelected);
     connect(png_, &QPushButton::clicked, this, &HistoryView::exportChart);
     connect(csv_, &QPushButton::clicked, this, &HistoryView::exportSeries);
+    connect(all_csv_, &QPushButton::clicked, this, [this] {
+        const QString file = QFileDialog::getSaveFileName(this, tr("Export all metrics"), QStringLiteral("runs.csv"),
+                                                          tr("CSV files (*.csv)"));
+        if (file.isEmpty()) return;
+        QString error;
+        emit message(exportAllMetrics(file, &error) ? tr("Saved %1").arg(file) : tr("Cannot export: %1").arg(error));
+    });
+    connect(group_, &QComboBox::currentIndexChanged, this, [this] { setGroupKey(group_->currentData().toString()); });
+    connect(proxy_, &QAbstractItemModel::rowsInserted, this, &HistoryView::updateScatter);
+    connect(proxy_, &QAbstractItemModel::rowsRemoved, this, &HistoryView::updateScatter);
+    connect(proxy_, &QAbstractItemModel::modelReset, this, &HistoryView::updateScatter);
+    connect(proxy_, &QAbstractItemModel::layoutChanged, this, &HistoryView::updateScatter);
     connect(compare_, &ComparePlot::message, this, &HistoryView::message);
 
     auto* del = new QShortcut(QKeySequence::Delete, table_, nullptr, nullptr, Qt::WidgetShortcut);
@@ -196,9 +223,15 @@ void HistoryView::reload() {
         emit message(tr("Cannot read the store: %1").arg(QString::fromStdString(e.what())));
     }
     updateTagChoices();
+    updateGroupChoices();
     if (!sized_ && model_->rowCount() > 0) {  // fit the columns to the first runs; the user's widths stay after
         sized_ = true;
-        for (int c = 0; c < RunListModel::Notes; ++c) table_->resizeColumnToContents(c);
+        sizeColumns();
+    } else if (model_->rowCount() > 0) {  // a longer name than any before: widen (never narrow) its column
+        const int cap = std::max(1200, table_->viewport()->width()) / 2;
+        const int was = table_->columnWidth(RunListModel::Name);
+        table_->resizeColumnToContents(RunListModel::Name);
+        table_->setColumnWidth(RunListModel::Name, std::max(was, std::min(cap, table_->columnWidth(RunListModel::Name))));
     }
     selectRuns(selected);
     onSelectionChanged();  // the runs' series may have grown
@@ -236,7 +269,7 @@ void HistoryView::onSelectionChanged() {
         }
         const RunRow* row = model_->row(model_->rowOf(uid));
         if (!row) continue;
-        runs.push_back({uid, QString::fromStdString(row->title())});
+        runs.push_back({uid, QString::fromStdString(row->title()), groupColor(*row)});
         if (store_) {
             try {
                 if (const auto record = store_->run(uid))
@@ -250,6 +283,93 @@ void HistoryView::onSelectionChanged() {
     diff_->setRuns(std::move(columns));
     diff_view_->resizeColumnToContents(0);
     updateActions();
+}
+
+void HistoryView::sizeColumns() {
+    // the contents, within bounds: the name in full (up to half the table), short columns tight
+    const int width = std::max(1200, table_->viewport()->width());
+    for (int c = 0; c < RunListModel::Notes; ++c) {
+        if (table_->isColumnHidden(c)) continue;
+        table_->resizeColumnToContents(c);
+        const int cap = c == RunListModel::Name ? width / 2 : width / 4;
+        if (table_->columnWidth(c) > cap) table_->setColumnWidth(c, cap);
+    }
+}
+
+int HistoryView::groupColor(const RunRow& row) const {
+    const QString key = model_->groupKey();
+    if (key.isEmpty()) return -1;
+    std::set<std::string> values;  // one colour per value, in the values' order
+    for (const RunRow& r : model_->rows())
+        if (const std::string* v = setting(r, key.toStdString())) values.insert(*v);
+    const std::string* v = setting(row, key.toStdString());
+    if (!v) return -1;
+    return static_cast<int>(std::distance(values.begin(), values.find(*v)));
+}
+
+void HistoryView::setGroupKey(const QString& key) {
+    const int i = group_->findData(key);
+    if (i >= 0 && group_->currentIndex() != i) {
+        group_->setCurrentIndex(i);  // comes back here
+        return;
+    }
+    model_->setGroupKey(key);
+    table_->setColumnHidden(RunListModel::Group, key.isEmpty());
+    if (!key.isEmpty()) {
+        table_->resizeColumnToContents(RunListModel::Group);
+        table_->sortByColumn(RunListModel::Group, Qt::AscendingOrder);
+    }
+    onSelectionChanged();  // colours by group
+}
+
+void HistoryView::updateGroupChoices() {
+    // the settings whose values differ among the runs (the ones worth grouping by)
+    std::map<std::string, std::set<std::string>> values;
+    for (const RunRow& r : model_->rows())
+        for (const auto& [k, v] : r.settings) values[k].insert(v);
+    const QString current = group_->currentData().toString();
+    const QSignalBlocker block(group_);
+    group_->clear();
+    group_->addItem(tr("No grouping"), QString());
+    for (const auto& [k, vs] : values)
+        if (vs.size() > 1 && k != "run_dir" && k != "seed" && k.find("port") == std::string::npos)
+            group_->addItem(tr("Group by %1").arg(QString::fromStdString(k)), QString::fromStdString(k));
+    group_->setCurrentIndex(std::max(0, group_->findData(current)));
+}
+
+void HistoryView::updateScatter() {
+    std::vector<const RunRow*> rows;
+    for (int r = 0; r < proxy_->rowCount(); ++r) {
+        const QModelIndex source = proxy_->mapToSource(proxy_->index(r, 0));
+        if (const RunRow* row = model_->row(source.row())) rows.push_back(row);
+    }
+    scatter_->setRows(rows);
+}
+
+bool HistoryView::exportAllMetrics(const QString& file, QString* error) {
+    if (!store_) {
+        if (error) *error = tr("no store is open");
+        return false;
+    }
+    std::vector<CompareRun> runs;
+    for (const auto& uid : selectedRuns())
+        if (const RunRow* row = model_->row(model_->rowOf(uid))) runs.push_back({uid, QString::fromStdString(row->title())});
+    QSaveFile out(file);
+    if (!out.open(QIODevice::WriteOnly | QIODevice::Text)) {
+        if (error) *error = out.errorString();
+        return false;
+    }
+    try {
+        out.write(all_metrics_csv(*store_, runs).toUtf8());
+    } catch (const std::exception& e) {
+        if (error) *error = QString::fromStdString(e.what());
+        return false;
+    }
+    if (!out.commit()) {
+        if (error) *error = out.errorString();
+        return false;
+    }
+    return true;
 }
 
 void HistoryView::updateTagChoices() {

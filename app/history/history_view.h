@@ -27,6 +27,8 @@ class ComparePlot;
 class ConfigDiffModel;
 class RunFilterProxy;
 class RunListModel;
+class ScatterPlot;
+struct RunRow;
 
 class HistoryView : public QWidget {
     Q_OBJECT
@@ -44,6 +46,8 @@ public:
     QTableView* table() const { return table_; }
     ComparePlot* comparePlot() const { return compare_; }
     ConfigDiffModel* configDiff() const { return diff_; }
+    ScatterPlot* scatter() const { return scatter_; }
+    QComboBox* groupChoice() const { return group_; }
     store::Store* store() const { return store_.get(); }
 
     /// The selected runs' uids, in table order.
@@ -52,6 +56,10 @@ public:
     void selectRuns(const std::vector<std::string>& uids);
     /// Deletes runs from the store without asking (deleteSelected() asks first).
     bool deleteRuns(const std::vector<std::string>& uids, QString* error = nullptr);
+    /// Groups the runs by a setting ("" = none): a Group column, sorted by it, one colour per value.
+    void setGroupKey(const QString& key);
+    /// Every metric of the selected runs as CSV (all_metrics_csv), written atomically.
+    bool exportAllMetrics(const QString& file, QString* error = nullptr);
 
 public slots:
     void renameSelected();
@@ -70,6 +78,10 @@ signals:
 private:
     void onSelectionChanged();
     void updateTagChoices();
+    void updateGroupChoices();
+    void updateScatter();
+    void sizeColumns();
+    int groupColor(const RunRow& row) const;
     void updateActions();
     int currentSourceRow() const;
     std::unique_ptr<store::Store> store_;
@@ -85,7 +97,9 @@ private:
     QTableView* diff_view_ = nullptr;
     QCheckBox* only_diff_ = nullptr;
     QPushButton *watch_ = nullptr, *rename_ = nullptr, *tags_ = nullptr, *notes_ = nullptr, *delete_ = nullptr,
-                *png_ = nullptr, *csv_ = nullptr;
+                *png_ = nullptr, *csv_ = nullptr, *all_csv_ = nullptr;
+    QComboBox* group_ = nullptr;
+    ScatterPlot* scatter_ = nullptr;
     bool sized_ = false;
 };
 

@@ -1,6 +1,7 @@
 #pragma once
 // Sorting and filtering of the run table: free text (every word, or "quoted phrase", must appear in
-// the name, uid, model, layout, status, tags or notes, case-insensitive), a status, a tag. Sorting reads
+// the name, uid, model, layout, status, tags or notes, case-insensitive), settings (`tp=2`,
+// `lr<3e-4`, `recompute_granularity=full`, any config key or topology.KEY), a status, a tag. Sorting reads
 // RunListModel::SortRole so dates and numbers sort as values.
 #include <QSortFilterProxyModel>
 #include <QStringList>

@@ -1,5 +1,7 @@
 #include "history/run_list_model.h"
 
+#include "mwb/ipc/message.h"
+
 #include "core/format.h"
 #include "core/theme.h"
 
@@ -40,7 +42,15 @@ void RunListModel::reload() {
         setRows({});
         return;
     }
+    // runs silent past the gone-after time (killed while nobody watched) are no longer "running"
+    store_->mark_silent_runs(ipc::unix_time(), gone_after_s_);
     setRows(load_run_rows(*store_));
+}
+
+void RunListModel::setGroupKey(const QString& key) {
+    if (key == group_key_) return;
+    group_key_ = key;
+    if (!rows_.empty()) emit dataChanged(index(0, Group), index(rowCount() - 1, Group));
 }
 
 void RunListModel::setRows(std::vector<RunRow> rows) {
@@ -152,6 +162,9 @@ QVariant RunListModel::data(const QModelIndex& index, int role) const {
             switch (c) {
                 case Name:
                     return q(r.title()).toLower();
+                case Group:
+                    if (const auto n = setting_number(r, group_key_.toStdString())) return *n;
+                    return data(index, Qt::DisplayRole).toString().toLower();
                 case Date:
                     return r.created.value_or(0.0);
                 case Model:
@@ -180,6 +193,10 @@ QVariant RunListModel::data(const QModelIndex& index, int role) const {
             switch (c) {
                 case Name:
                     return q(r.title());
+                case Group: {
+                    const std::string* v = group_key_.isEmpty() ? nullptr : setting(r, group_key_.toStdString());
+                    return v ? QStringLiteral("%1 = %2").arg(group_key_, q(*v)) : QString();
+                }
                 case Date:
                     return r.created ? format_time(*r.created) : QString();
                 case Model:
@@ -230,6 +247,8 @@ QVariant RunListModel::headerData(int section, Qt::Orientation orientation, int 
     switch (section) {
         case Name:
             return tr("Name");
+        case Group:
+            return tr("Group");
         case Date:
             return tr("Date");
         case Model:

@@ -12,15 +12,21 @@ namespace mwb::app {
 class RunListModel : public QAbstractTableModel {
     Q_OBJECT
 public:
-    enum Column { Name, Date, Model, Layout, Status, Iteration, FinalLoss, TokensPerSec, Tags, Notes, ColumnCount };
+    enum Column { Name, Group, Date, Model, Layout, Status, Iteration, FinalLoss, TokensPerSec, Tags, Notes, ColumnCount };
     enum Role { SortRole = Qt::UserRole + 1, UidRole, StatusRole, RunDirRole, TagsRole };
 
     explicit RunListModel(QObject* parent = nullptr);
 
     /// The store edits go to (not owned; nullptr: read-only rows).
     void setStore(store::Store* store) { store_ = store; }
-    /// Re-reads every run from the store.
+    /// Re-reads every run from the store, first marking "running" runs silent for longer than
+    /// goneAfter() seconds as interrupted (Store::mark_silent_runs).
     void reload();
+    void setGoneAfter(double seconds) { gone_after_s_ = seconds; }
+    /// The setting the Group column shows ("" = none): runs sort and colour by it.
+    void setGroupKey(const QString& key);
+    QString groupKey() const { return group_key_; }
+    double goneAfter() const { return gone_after_s_; }
     void setRows(std::vector<RunRow> rows);
     const std::vector<RunRow>& rows() const { return rows_; }
     const RunRow* row(int r) const;
@@ -42,6 +48,8 @@ public:
     bool setData(const QModelIndex& index, const QVariant& value, int role = Qt::EditRole) override;
 
 private:
+    double gone_after_s_ = store::Store::kDefaultGoneAfterS;
+    QString group_key_;
     bool edit(int row, const std::function<void(store::Store&, RunRow&)>& change, QString* error);
     store::Store* store_ = nullptr;
     std::vector<RunRow> rows_;

@@ -29,6 +29,13 @@ RunRow make_row(store::Store& st, const store::RunRecord& r) {
         row.parameters = r.derived["parameters"].get<double>();
     if (r.config.is_object() && r.config.contains("run_dir") && r.config["run_dir"].is_string())
         row.run_dir = r.config["run_dir"].get<std::string>();
+    const auto flatten = [&row](const nlohmann::json& o, const std::string& prefix) {
+        if (!o.is_object()) return;
+        for (const auto& [k, v] : o.items())
+            if (v.is_primitive() && !v.is_null()) row.settings[prefix + k] = v.is_string() ? v.get<std::string>() : v.dump();
+    };
+    flatten(r.config, "");
+    flatten(r.topology, "topology.");
     // the last step record's throughput: one bucket over the last iteration
     store::SeriesQuery q;
     q.buckets = 1;
@@ -39,6 +46,38 @@ RunRow make_row(store::Store& st, const store::RunRecord& r) {
 }
 
 }  // namespace
+
+const std::string* setting(const RunRow& row, const std::string& key) {
+    static const std::map<std::string, std::string> kShort = {
+        {"tp", "topology.tensor_model_parallel_size"},
+        {"pp", "topology.pipeline_model_parallel_size"},
+        {"dp", "topology.data_parallel_size"},
+        {"world", "topology.world_size"},
+        {"layers", "num_layers"},
+        {"hidden", "hidden_size"},
+        {"heads", "num_attention_heads"},
+        {"seq", "seq_length"},
+        {"mbs", "micro_batch_size"},
+        {"gbs", "global_batch_size"},
+    };
+    for (const std::string& k : {key, "topology." + key, kShort.count(key) ? kShort.at(key) : std::string()}) {
+        if (k.empty()) continue;
+        if (const auto it = row.settings.find(k); it != row.settings.end()) return &it->second;
+    }
+    return nullptr;
+}
+
+std::optional<double> setting_number(const RunRow& row, const std::string& key) {
+    const std::string* v = setting(row, key);
+    if (!v) return std::nullopt;
+    try {
+        std::size_t used = 0;
+        const double d = std::stod(*v, &used);
+        return used == v->size() ? std::optional<double>(d) : std::nullopt;
+    } catch (const std::exception&) {
+        return std::nullopt;
+    }
+}
 
 std::string describe_model(const nlohmann::json& c) {
     if (!c.is_object() || !c.contains("num_layers")) return {};

@@ -3,6 +3,7 @@
 // (model size, parallel layout, the final tokens/s), read once per reload. Qt-free.
 #include "mwb/store/store.h"
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,6 +22,9 @@ struct RunRow {
     std::string layout;                    ///< "TP 2 · PP 1 · DP 2 (4 ranks)"
     std::vector<std::string> tags;
     std::string run_dir;  ///< the resolved config's run_dir ("" when unknown)
+    /// Every scalar of the configuration and the topology ("topology.KEY") as text: what filters
+    /// (`tp=2`), grouping and the scatter read.
+    std::map<std::string, std::string> settings;
 
     /// The name, or the uid when the run has none.
     const std::string& title() const { return name.empty() ? uid : name; }
@@ -30,6 +34,12 @@ struct RunRow {
 std::vector<RunRow> load_run_rows(store::Store& store);
 /// The row of one run (nullopt when the store lacks it).
 std::optional<RunRow> load_run_row(store::Store& store, const std::string& uid);
+
+/// The value of setting `key` of `row`: the exact key, "topology." + key, or a short name (tp, pp,
+/// dp, layers, hidden, heads, seq, mbs, gbs, lr); nullptr when the run has none.
+const std::string* setting(const RunRow& row, const std::string& key);
+/// A setting as a number (nullopt when absent or not a number).
+std::optional<double> setting_number(const RunRow& row, const std::string& key);
 
 /// "12 L · 768 H · 12 A · seq 1024" from a config ("" when it has none of these keys).
 std::string describe_model(const nlohmann::json& config);

@@ -4,6 +4,8 @@
 
 #include <QRegularExpression>
 
+#include <cstring>
+
 namespace mwb::app {
 
 QString shell_quote(const QString& w) {
@@ -155,7 +157,11 @@ QString slurm_connection_details(const SlurmOptions& o) {
 }
 
 QString describe_exit(int code, bool crashed) {
-    if (crashed) return QObject::tr("crashed (killed by a signal)");
+    if (crashed) {  // QProcess gives the signal's number as the exit code of a crashed process
+        const char* name = sigabbrev_np(code);
+        return name ? QObject::tr("killed by signal %1 (SIG%2)").arg(code).arg(QString::fromLatin1(name))
+                    : QObject::tr("killed by signal %1").arg(code);
+    }
     switch (code) {
         case 0:
             return QObject::tr("finished");

@@ -23,6 +23,7 @@
 #include <QProcess>
 #include <QPushButton>
 #include <QSaveFile>
+#include <QRegularExpression>
 #include <QScrollBar>
 #include <QSpinBox>
 #include <QSplitter>
@@ -142,6 +143,7 @@ QWidget* LaunchView::buildLocal() {
     auto* cv = new QVBoxLayout(cbox);
     console_ = monospace_pane(QStringLiteral("launch_console"));
     console_->setMaximumBlockCount(20000);
+    console_->setLineWrapMode(QPlainTextEdit::WidgetWidth);  // long lines wrap (tracebacks, paths)
     console_->setPlaceholderText(tr("mwb-train's output appears here."));
     cv->addWidget(console_);
     v->addWidget(cbox, 1);
@@ -208,6 +210,11 @@ QWidget* LaunchView::buildSlurm() {
     bv->addLayout(form);
     script_ = monospace_pane(QStringLiteral("slurm_script"));
     bv->addWidget(script_, 3);
+    checkpoints_ = new QLabel;
+    checkpoints_->setObjectName(QStringLiteral("slurm_checkpoints"));
+    checkpoints_->setWordWrap(true);
+    checkpoints_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    bv->addWidget(checkpoints_);
     auto* save = new QPushButton(tr("Save script…"));
     save->setObjectName(QStringLiteral("slurm_save"));
     auto* srow = new QHBoxLayout;
@@ -337,6 +344,23 @@ bool LaunchView::running() const {
     return run_->running();
 }
 
+QString checkpoint_location(const QString& script) {
+    // what the script itself says: --save on the command line, "save" in the embedded config, else
+    // the run directory's checkpoints/ (docs/run-directory.md)
+    static const QRegularExpression flag(QStringLiteral("--save[= ]+(\"[^\"]+\"|'[^']+'|\\S+)"));
+    static const QRegularExpression key(QStringLiteral("\"save\"\\s*:\\s*\"([^\"]+)\""));
+    static const QRegularExpression run_dir(QStringLiteral("^\\s*RUN_DIR=(\\S+)"), QRegularExpression::MultilineOption);
+    const auto unquote = [](QString v) {
+        if (v.size() >= 2 && (v.front() == '"' || v.front() == '\'')) v = v.mid(1, v.size() - 2);
+        return v;
+    };
+    if (const auto m = flag.match(script); m.hasMatch()) return unquote(m.captured(1));
+    if (const auto m = key.match(script); m.hasMatch()) return m.captured(1);
+    if (const auto m = run_dir.match(script); m.hasMatch())
+        return QObject::tr("$RUN_DIR/checkpoints/iter_NNNNNNN/ (RUN_DIR=%1 on the cluster)").arg(unquote(m.captured(1)));
+    return QObject::tr("the run directory's checkpoints/iter_NNNNNNN/");
+}
+
 SlurmOptions LaunchView::slurmOptions() const {
     SlurmOptions o;
     o.job_name = job_->text().trimmed().isEmpty() ? QStringLiteral("mwb") : job_->text().trimmed();
@@ -418,8 +442,10 @@ void LaunchView::refresh() {
                               : tr("(cannot run here: %1)").arg(error));
     }
     const int scroll = script_->verticalScrollBar()->value();
-    script_->setPlainText(slurmScript());
+    const QString script = slurmScript();
+    script_->setPlainText(script);
     script_->verticalScrollBar()->setValue(scroll);
+    checkpoints_->setText(tr("Checkpoints go to %1").arg(checkpoint_location(script)));
     details_->setPlainText(connectionDetails());
 }
 

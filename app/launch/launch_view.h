@@ -23,6 +23,10 @@ namespace mwb::app {
 class AttachPanel;
 class LocalRun;
 
+/// Where a generated Slurm script's run saves checkpoints, read from the script itself (its --save,
+/// the embedded config's "save", else $RUN_DIR/checkpoints/).
+QString checkpoint_location(const QString& script);
+
 class LaunchView : public QWidget {
     Q_OBJECT
 public:
@@ -94,6 +98,7 @@ private:
     QLineEdit* key_dir_ = nullptr;
     QSpinBox* port_ = nullptr;
     QPlainTextEdit* script_ = nullptr;
+    QLabel* checkpoints_ = nullptr;
     QPlainTextEdit* details_ = nullptr;
     AttachPanel* attach_ = nullptr;
 };

@@ -6,6 +6,18 @@
 
 namespace mwb::app {
 
+ProcessEnd process_end(int exit_code, bool crashed) {
+    ProcessEnd e;
+    e.reason = describe_exit(exit_code, crashed).toStdString();
+    if (crashed)
+        e.status = exit_code == SIGKILL || exit_code == SIGTERM || exit_code == SIGINT || exit_code == SIGHUP
+                       ? "interrupted"
+                       : "failed";
+    else
+        e.status = exit_code == 0 ? "finished" : "failed";
+    return e;
+}
+
 LocalRun::LocalRun(QObject* parent) : QObject(parent) {
     process_.setProcessChannelMode(QProcess::MergedChannels);
     kill_timer_.setSingleShot(true);

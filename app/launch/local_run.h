@@ -8,7 +8,18 @@
 #include <QProcess>
 #include <QTimer>
 
+#include <string>
+
 namespace mwb::app {
+
+/// What the store and the Monitor call a process that ended without its run saying how (no run.end):
+/// status "interrupted" when a signal meant to stop it ended it (SIGKILL, SIGTERM, SIGINT, SIGHUP),
+/// "failed" for other signals and non-zero exits, "finished" for exit 0; reason: describe_exit().
+struct ProcessEnd {
+    std::string status;
+    std::string reason;
+};
+ProcessEnd process_end(int exit_code, bool crashed);
 
 class LocalRun : public QObject {
     Q_OBJECT

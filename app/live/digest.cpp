@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <set>
 
 namespace mwb::app {
 
@@ -70,8 +71,40 @@ void digest_step(Update& u, const ipc::Message& m) {
     add_point(u, SeriesId::Tflops, it, s.tflops);
     add_point(u, SeriesId::Mfu, it, s.mfu);
     add_point(u, SeriesId::IterationTime, it, s.iteration_time_s);
+    add_point(u, SeriesId::Tokens, it, static_cast<double>(s.consumed_tokens));
+    if (m.time > 0) add_point(u, SeriesId::Time, it, m.time);
     u.last_step = s;
+    // everything else numeric, for the metric picker: top-level fields and, per rank, its numbers
+    static const std::set<std::string> kCharted = {"iteration", "lm_loss", "lr", "grad_norm", "loss_scale",
+                                                   "tokens_per_sec", "tflops_per_device", "mfu", "iteration_time_s",
+                                                   "consumed_tokens"};
+    const auto add_numbers = [&u, it](const nlohmann::json& o, const std::string& prefix, const auto& self,
+                                      int depth) -> void {
+        for (const auto& [k, v] : o.items()) {
+            if (v.is_number()) {
+                const double y = v.template get<double>();
+                if (std::isfinite(y)) u.metrics[prefix + k].push_back({it, y});
+            } else if (v.is_object() && depth < 2) {
+                self(v, prefix + k + ".", self, depth + 1);
+            }
+        }
+    };
+    for (const auto& [k, v] : b.items()) {
+        if (kCharted.count(k) || k == "ranks") continue;
+        if (v.is_number() && std::isfinite(v.get<double>()))
+            u.metrics[k].push_back({it, v.get<double>()});
+        else if (v.is_object())
+            add_numbers(v, k + ".", add_numbers, 1);
+    }
     const auto ranks = b.find("ranks");
+    if (ranks != b.end() && ranks->is_array()) {
+        for (const auto& r : *ranks) {
+            if (!r.is_object()) continue;
+            nlohmann::json numbers = r;
+            for (const char* k : {"rank", "tp", "pp", "dp"}) numbers.erase(k);
+            add_numbers(numbers, "rank" + std::to_string(integer(r, "rank", 0)) + ".", add_numbers, 0);
+        }
+    }
     if (ranks != b.end() && ranks->is_array() && !ranks->empty()) {
         std::vector<RankTiming> t;
         t.reserve(ranks->size());
@@ -203,7 +236,8 @@ EventItem describe(const ipc::Message& m) {
 }
 
 bool Update::empty() const {
-    if (reset || start || end || last_step || memory || timings || !events.empty() || last_eval) return false;
+    if (reset || start || end || last_step || memory || timings || !events.empty() || last_eval || !metrics.empty())
+        return false;
     return std::all_of(points.begin(), points.end(), [](const auto& p) { return p.empty(); });
 }
 
@@ -217,6 +251,10 @@ void Update::merge(Update&& later) {
         auto& dst = points[static_cast<std::size_t>(s)];
         auto& src = later.points[static_cast<std::size_t>(s)];
         dst.insert(dst.end(), src.begin(), src.end());
+    }
+    for (auto& [k, pts] : later.metrics) {
+        auto& dst = metrics[k];
+        dst.insert(dst.end(), pts.begin(), pts.end());
     }
     events.insert(events.end(), std::make_move_iterator(later.events.begin()),
                   std::make_move_iterator(later.events.end()));

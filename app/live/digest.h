@@ -10,6 +10,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,6 +31,8 @@ enum class SeriesId : int {
     Compute,        ///< seconds per iteration computing (the rest once communication and bubble are taken out)
     Communication,  ///< seconds per iteration in collectives and sends (communication_s)
     Bubble,         ///< seconds per iteration waiting for another pipeline stage (pipeline_bubble_s)
+    Tokens,         ///< consumed tokens after the iteration (the Monitor's "trained tokens" x-axis)
+    Time,           ///< Unix seconds of the step record (the "wall time" x-axis)
     Count
 };
 inline constexpr int kSeriesCount = static_cast<int>(SeriesId::Count);
@@ -92,6 +95,9 @@ struct Update {
     std::optional<std::vector<RankMemory>> memory;  ///< the newest memory message
     int64_t memory_iteration = -1;
     std::optional<std::vector<RankTiming>> timings;  ///< the newest step's ranks
+    /// Every other numeric field of the step records, by name ("mem_peak_bytes", "skipped_iterations",
+    /// per rank "rank3.forward_s", "rank3.mem.peak"): what the Monitor's metric picker charts.
+    std::map<std::string, std::vector<PlotPoint>> metrics;
     int64_t messages = 0;                            ///< series messages in this update
     int64_t history_messages = 0;                    ///< of which reloaded from the store
 

@@ -53,8 +53,12 @@ Update load_run_history(store::Store& st, const std::string& uid, int64_t& next_
                                                        {SeriesId::LossScale, "loss_scale"},
                                                        {SeriesId::TokensPerSec, "tokens_per_sec"},
                                                        {SeriesId::Tflops, "tflops_per_device"},
-                                                       {SeriesId::IterationTime, "iteration_time_s"}};
+                                                       {SeriesId::IterationTime, "iteration_time_s"},
+                                                       {SeriesId::Tokens, "consumed_tokens"}};
     for (const auto& [id, metric] : simple) u.points[series_index(id)] = series(st, uid, metric, max_points);
+    for (const auto& w : st.wall_clock(uid, max_points))  // seconds since the run was created
+        u.points[series_index(SeriesId::Time)].push_back(
+            {static_cast<double>(w.iteration), record->created.value_or(0) + w.seconds});
     // mfu is tflops_per_device over the configured peak (the trainer's definition); the store keeps it
     // only in the records' extra fields, so it is derived here instead of read point by point
     const auto& cfg = record->config;
@@ -107,6 +111,15 @@ Update load_run_history(store::Store& st, const std::string& uid, int64_t& next_
     u.events = std::move(described.events);
     u.last_eval = described.last_eval;
     u.end = described.end;
+    if (!u.end && (record->status == "interrupted" || record->status == "failed")) {
+        // the run never said it ended, but a follower (or the app) marked it gone: show it as over
+        RunEnd e;
+        e.status = record->status;
+        e.reason = record->reason;
+        e.iteration = record->iteration;
+        e.time = record->finished.value_or(0);
+        u.end = e;
+    }
     u.start = described.start;
     if (!u.start) {
         RunStart s;

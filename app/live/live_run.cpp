@@ -49,6 +49,9 @@ void LiveRun::onDataArrived() {
 void LiveRun::flush() {
     if (!buffer_) return;
     Update u = buffer_->take();
+    // the receiver wakes us for link changes too (four times a second): nothing new, nothing to
+    // redraw; the Monitor reads the link from its own slow timer
+    if (u.empty()) return;
     bool reset = false;
     const std::size_t events = traces_.apply(std::move(u), &reset);
     emit updated(events, reset);

@@ -3,9 +3,7 @@
 namespace mwb::app {
 
 void RunTraces::clear() {
-    const double w = ema_.weight();
     *this = RunTraces{};
-    ema_.reset(w);
 }
 
 std::size_t RunTraces::apply(Update&& u, bool* reset) {
@@ -16,7 +14,10 @@ std::size_t RunTraces::apply(Update&& u, bool* reset) {
         Trace& t = series[static_cast<std::size_t>(s)];
         for (const PlotPoint& p : u.points[static_cast<std::size_t>(s)]) t.append(p.x, p.y);
     }
-    extend_ema();
+    for (auto& [k, pts] : u.metrics) {
+        Trace& t = metrics[k];
+        for (const PlotPoint& p : pts) t.append(p.x, p.y);
+    }
     if (u.start) {
         start = std::move(u.start);
         if (!u.end) end.reset();
@@ -36,26 +37,10 @@ std::size_t RunTraces::apply(Update&& u, bool* reset) {
     return added;
 }
 
-void RunTraces::extend_ema() {
-    const Trace& loss = series[series_index(SeriesId::Loss)];
-    // a run resumed from an older checkpoint truncates the loss: smooth again from the start
-    if (loss_ema.size() > loss.size() || (!loss_ema.empty() && loss_ema.x_last() > loss.x_last()) ||
-        (!loss_ema.empty() && loss_ema.x[loss_ema.size() - 1] != loss.x[loss_ema.size() - 1])) {
-        loss_ema.clear();
-        ema_.reset(ema_.weight());
-    }
-    for (std::size_t i = loss_ema.size(); i < loss.size(); ++i) loss_ema.append(loss.x[i], ema_.add(loss.y[i]));
-}
-
-void RunTraces::set_smoothing(double weight) {
-    ema_.reset(weight);
-    loss_ema.clear();
-    extend_ema();
-}
-
 std::size_t RunTraces::total_points() const {
-    std::size_t n = loss_ema.size();
+    std::size_t n = 0;
     for (const auto& t : series) n += t.size();
+    for (const auto& [k, t] : metrics) n += t.size();
     return n;
 }
 

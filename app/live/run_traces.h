@@ -1,11 +1,12 @@
 #pragma once
-// The GUI thread's copy of a watched run: full series as Traces (with their min/max index), the EMA
-// of the loss, and the newest state (description, end, last step, memory and step time per rank,
+// The GUI thread's copy of a watched run: full series as Traces (with their min/max index) and the
+// newest state (description, end, last step, memory and step time per rank,
 // events). Only the GUI thread touches it; it grows from Updates taken off the SeriesBuffer.
 #include "live/digest.h"
 #include "plot/trace.h"
 
 #include <array>
+#include <map>
 #include <optional>
 #include <vector>
 
@@ -14,7 +15,8 @@ namespace mwb::app {
 struct RunTraces {
     std::string run_id;
     std::array<Trace, kSeriesCount> series;
-    Trace loss_ema;  ///< the training loss smoothed (weight `smoothing`)
+    /// Every other recorded metric by name (Update::metrics); std::map: references stay valid as it grows.
+    std::map<std::string, Trace> metrics;
     std::optional<RunStart> start;
     std::optional<RunEnd> end;
     LastStep last_step;
@@ -32,15 +34,8 @@ struct RunTraces {
     /// events appended (the event log's new rows) and whether it reset (`reset`).
     std::size_t apply(Update&& u, bool* reset = nullptr);
     void clear();
-    /// Recomputes the EMA with another weight (0 = no smoothing, 0.99 = heavy).
-    void set_smoothing(double weight);
-    double smoothing() const { return ema_.weight(); }
     /// Points over all series.
     std::size_t total_points() const;
-
-private:
-    void extend_ema();
-    Ema ema_{0.9};
 };
 
 }  // namespace mwb::app

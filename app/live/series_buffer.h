@@ -25,6 +25,8 @@ struct LinkState {
     bool recording = false;   ///< messages go into the store
     std::string store_file, store_error, error;
     bool loading_history = false;
+    /// The run went silent past the store's gone-after time and was marked interrupted there.
+    std::string gone_reason;
 };
 
 class SeriesBuffer {

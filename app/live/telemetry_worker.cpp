@@ -3,6 +3,7 @@
 #include "live/history_loader.h"
 #include "mwb/ipc/error.h"
 #include "mwb/ipc/follower.h"
+#include "mwb/ipc/message.h"
 #include "mwb/store/error.h"
 #include "mwb/store/store.h"
 
@@ -73,6 +74,7 @@ void TelemetryWorker::run() {
     link.connected = true;
 
     std::vector<ipc::Message> batch;
+    store::LivenessTicker liveness(options_.gone_after_s);
     auto last_link = Clock::now() - std::chrono::seconds(1);
     while (!stop_.load()) {
         const auto deadline = Clock::now() + std::chrono::milliseconds(100);
@@ -97,6 +99,17 @@ void TelemetryWorker::run() {
             }
             buffer_->add(batch);
             link.last_message = batch.back().time;
+        }
+        if (store) {  // a run whose process is gone without run.end must not stay "running" in the store
+            try {
+                const auto& run = follower->run_id();
+                for (const auto& uid : liveness.tick(*store, run, !batch.empty() || follower->live(), ipc::unix_time()))
+                    if (uid == run)
+                        link.gone_reason =
+                            "no message from the run for " + std::to_string(static_cast<int>(options_.gone_after_s)) + " s";
+            } catch (const std::exception& e) {
+                link.store_error = e.what();
+            }
         }
         if (!batch.empty() || Clock::now() - last_link > std::chrono::milliseconds(250)) {
             const auto& s = follower->stats();

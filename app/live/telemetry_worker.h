@@ -5,6 +5,7 @@
 // nothing pending. Lives on its own QThread; run() loops until requestStop().
 #include "live/series_buffer.h"
 #include "mwb/ipc/curve.h"
+#include "mwb/store/store.h"
 
 #include <QObject>
 
@@ -25,6 +26,8 @@ struct AttachOptions {
     std::filesystem::path store_file;
     /// A token file for control requests when attaching by endpoint (run directories have their own).
     std::filesystem::path token_file;
+    /// Silent this long (no message, no heartbeat) and the run is marked interrupted in the store.
+    double gone_after_s = store::Store::kDefaultGoneAfterS;
 };
 
 class TelemetryWorker : public QObject {

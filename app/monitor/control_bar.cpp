@@ -45,6 +45,8 @@ ControlBar::ControlBar(QWidget* parent) : QWidget(parent) {
     stop_ = make(tr("&Stop"), QStringLiteral("stop"), tr("Save a checkpoint and end the run (status: stopped)"));
     state_ = new QLabel;
     state_->setObjectName(QStringLiteral("controlState"));
+    // a fixed width after the buttons: a longer answer never moves them (elided, full text as tooltip)
+    state_->setFixedWidth(state_->fontMetrics().horizontalAdvance(QLatin1Char('x')) * 26);
     layout->addWidget(state_);
     connect(&watcher_, &QFutureWatcher<Reply>::finished, this, [this] {
         const Reply r = watcher_.result();
@@ -63,10 +65,9 @@ ControlBar::ControlBar(QWidget* parent) : QWidget(parent) {
                 paused_ = false;
         }
         if (r.action == QLatin1String("status") && ok)
-            state_->setText(paused_ ? tr("paused") : QString());
+            setState(paused_ ? tr("paused") : QString(), false);
         else
-            state_->setText(ok ? tr("%1: %2").arg(r.action, text) : tr("%1 failed: %2").arg(r.action, text));
-        state_->setStyleSheet(ok ? QString() : QStringLiteral("color: %1").arg(error_color().name()));
+            setState(ok ? tr("%1: %2").arg(r.action, text) : tr("%1 failed: %2").arg(r.action, text), !ok);
         updateButtons();
         emit replied(r.action, ok, text);
     });
@@ -84,13 +85,19 @@ void ControlBar::setTarget(const ControlTarget& target) {
 
 void ControlBar::setRunning(bool running, bool paused) {
     const bool started = running && !running_;
-    if (running != running_) state_->clear();
+    if (running != running_) setState({}, false);
     running_ = running;
     if (!running) paused_ = false;
     if (paused) paused_ = true;
     updateButtons();
     // a run found running may have been paused by someone else: ask it once which button applies
     if (started && target_.valid()) send(QStringLiteral("status"));
+}
+
+void ControlBar::setState(const QString& text, bool error) {
+    state_->setText(state_->fontMetrics().elidedText(text, Qt::ElideRight, state_->width()));
+    state_->setToolTip(text);
+    state_->setStyleSheet(error ? QStringLiteral("color: %1").arg(error_color().name()) : QString());
 }
 
 void ControlBar::updateButtons() {
@@ -108,8 +115,7 @@ bool ControlBar::send(const QString& action) {
                               tr("Stop the run? It saves a checkpoint and ends with status \"stopped\".")) !=
             QMessageBox::Yes)
         return false;
-    if (action != QLatin1String("status")) state_->setText(tr("%1: waiting for the next iteration…").arg(action));
-    state_->setStyleSheet({});
+    if (action != QLatin1String("status")) setState(tr("%1: waiting for the next iteration…").arg(action), false);
     const ControlTarget target = target_;
     // the trainer answers at its next iteration boundary; a status question should not hold the app long
     const auto timeout = action == QLatin1String("status") ? std::chrono::seconds(5) : std::chrono::seconds(30);

@@ -39,6 +39,9 @@ public:
     /// Ask before stopping (default on; tests turn it off).
     void setConfirmStop(bool on) { confirm_stop_ = on; }
     bool busy() const { return watcher_.isRunning(); }
+    /// The trainer said it is paused (its reply to pause or status).
+    bool paused() const { return running_ && paused_; }
+    QLabel* stateLabel() const { return state_; }
     QPushButton* button(const QString& action) const;
 
     /// Sends `action` (pause, resume, checkpoint, stop, status); false when no run or one is in flight.
@@ -50,6 +53,7 @@ signals:
 
 private:
     void updateButtons();
+    void setState(const QString& text, bool error);
     struct Reply {
         QString action;
         nlohmann::json body;

@@ -5,12 +5,16 @@
 #include "plot/stacked_bar.h"
 
 #include <QCheckBox>
+#include <QComboBox>
 #include <QGridLayout>
 #include <QHBoxLayout>
 #include <QLabel>
+#include <QMenu>
+#include <QToolButton>
 #include <QSlider>
 #include <QVBoxLayout>
 
+#include <algorithm>
 #include <cmath>
 
 namespace mwb::app {
@@ -32,23 +36,51 @@ MetricCharts::MetricCharts(RunTraces& traces, QWidget* parent) : QWidget(parent)
     auto* outer = new QVBoxLayout(this);
     outer->setContentsMargins(0, 0, 0, 0);
 
-    // the loss chart's own controls
+    // controls of every chart: smoothing, x-axis; the loss chart's log scale (each chart has its own: L)
     auto* controls = new QHBoxLayout;
     controls->addWidget(new QLabel(tr("Smoothing")));
     smoothing_ = new QSlider(Qt::Horizontal);
     smoothing_->setObjectName(QStringLiteral("smoothing"));
     smoothing_->setRange(0, 99);
-    smoothing_->setValue(static_cast<int>(std::lround(traces_.smoothing() * 100)));
     smoothing_->setMaximumWidth(160);
-    smoothing_->setToolTip(tr("Exponential moving average of the training loss (TensorBoard's smoothing)"));
+    smoothing_->setToolTip(tr("Exponential moving average of every chart (TensorBoard's debiased smoothing); the "
+                              "raw line stays faint behind"));
     controls->addWidget(smoothing_);
     smoothing_label_ = new QLabel;
     smoothing_label_->setMinimumWidth(32);
     controls->addWidget(smoothing_label_);
-    log_loss_ = new QCheckBox(tr("Log scale"));
+    controls->addSpacing(12);
+    controls->addWidget(new QLabel(tr("X-axis")));
+    x_combo_ = new QComboBox;
+    x_combo_->setObjectName(QStringLiteral("xAxis"));
+    x_combo_->addItems({tr("Iteration"), tr("Trained tokens"), tr("Wall time")});
+    controls->addWidget(x_combo_);
+    log_loss_ = new QCheckBox(tr("Log loss"));
     log_loss_->setObjectName(QStringLiteral("logLoss"));
+    log_loss_->setToolTip(tr("Log scale of the loss chart (every chart: press L over it, or right-click)"));
     controls->addWidget(log_loss_);
     controls->addStretch(1);
+    auto* add_button = new QToolButton;
+    add_button->setObjectName(QStringLiteral("addChart"));
+    add_button->setText(tr("Add chart"));
+    add_button->setToolTip(tr("Chart any metric the run records (per rank too); right-click a chart to move or remove it"));
+    add_button->setPopupMode(QToolButton::InstantPopup);
+    add_menu_ = new QMenu(add_button);
+    add_button->setMenu(add_menu_);
+    connect(add_menu_, &QMenu::aboutToShow, this, [this] {
+        add_menu_->clear();
+        QMenu* ranks = nullptr;
+        for (const QString& m : availableMetrics()) {
+            QMenu* into = add_menu_;
+            if (m.startsWith(QLatin1String("rank"))) {
+                if (!ranks) ranks = add_menu_->addMenu(tr("Per rank"));
+                into = ranks;
+            }
+            into->addAction(m, this, [this, m] { addChart(m); });
+        }
+        if (add_menu_->isEmpty()) add_menu_->addAction(tr("(no other metric recorded yet)"))->setEnabled(false);
+    });
+    controls->addWidget(add_button);
     outer->addLayout(controls);
 
     auto* grid = new QGridLayout;
@@ -56,27 +88,27 @@ MetricCharts::MetricCharts(RunTraces& traces, QWidget* parent) : QWidget(parent)
     outer->addLayout(grid, 1);
 
     PlotView* loss = add(LossChart, tr("Loss"), tr("nats/token"));
-    // the unsmoothed loss stays in the background, yet visible on a dark chart
-    const int raw_line = loss->addLine(tr("train"), themed_line(0, 1.0, 90, 150));
-    const int ema_line = loss->addLine(tr("train (smoothed)"), themed_line(0, 2.0));
+    const int train_line = loss->addLine(tr("train"), themed_line(0, 2.0));
     PlotView::LineStyle val_style = themed_line(1, 1.8);
     val_style.markers = true;
+    val_style.smooth = false;  // a few points, each an average already
     const int val_line = loss->addLine(tr("validation"), val_style);
-    loss->setTrace(raw_line, &traces_[SeriesId::Loss]);
-    loss->setTrace(ema_line, &traces_.loss_ema);
+    loss->setTrace(train_line, &traces_[SeriesId::Loss]);
     loss->setTrace(val_line, &traces_[SeriesId::ValLoss]);
     loss->setEmptyText(tr("Waiting for the first step…"));
 
-    const auto single = [this](Chart c, const QString& title, const QString& y, SeriesId s, int color) {
+    const auto single = [this](Chart c, const QString& title, const QString& y, SeriesId s, int color,
+                               bool smooth = true) {
         PlotView* p = add(c, title, y);
-        p->setTrace(p->addLine(title, themed_line(color, 1.6)), &traces_[s]);
+        PlotView::LineStyle style = themed_line(color, 1.6);
+        style.smooth = smooth;
+        p->setTrace(p->addLine(title, style), &traces_[s]);
         return p;
     };
-    single(LrChart, tr("Learning rate"), {}, SeriesId::Lr, 2)->setYLabelFormat(QStringLiteral("%.2e"));
+    single(LrChart, tr("Learning rate"), {}, SeriesId::Lr, 2, false);  // a schedule: exact, not noisy
     single(GradNormChart, tr("Gradient norm"), {}, SeriesId::GradNorm, 3);
-    single(LossScaleChart, tr("Loss scale"), {}, SeriesId::LossScale, 4)->setYLabelFormat(QStringLiteral("%.5g"));
-    single(ThroughputChart, tr("Tokens/s"), tr("trained tokens/s"), SeriesId::TokensPerSec, 5)
-        ->setYLabelFormat(QStringLiteral("%.0f"));
+    single(LossScaleChart, tr("Loss scale"), {}, SeriesId::LossScale, 4, false);
+    single(ThroughputChart, tr("Tokens/s"), tr("trained tokens/s"), SeriesId::TokensPerSec, 5);
     single(IterationTimeChart, tr("Iteration time"), tr("s (wall, mean per record)"), SeriesId::IterationTime, 7);
     single(TflopsChart, tr("TFLOP/s per device"), tr("model TFLOP/s"), SeriesId::Tflops, 6);
 
@@ -108,15 +140,31 @@ MetricCharts::MetricCharts(RunTraces& traces, QWidget* parent) : QWidget(parent)
     grid->addWidget(charts_[LossScaleChart], 2, 1);
     grid->addWidget(charts_[IterationTimeChart], 2, 2);
     for (int c = 0; c < 3; ++c) grid->setColumnStretch(c, 1);
+    custom_grid_ = new QGridLayout;
+    custom_grid_->setSpacing(4);
+    for (int c = 0; c < 3; ++c) custom_grid_->setColumnStretch(c, 1);
+    outer->addLayout(custom_grid_);
     grid->setRowStretch(0, 3);
     grid->setRowStretch(1, 2);
     grid->setRowStretch(2, 2);
     connect(smoothing_, &QSlider::valueChanged, this, [this](int v) {
         setSmoothing(v / 100.0);
-        charts_[LossChart]->refresh();
+        for (PlotView* p : charts_) p->refresh();
     });
     connect(log_loss_, &QCheckBox::toggled, this, [this](bool on) { setLogLoss(on); });
-    smoothing_label_->setText(QString::number(traces_.smoothing(), 'f', 2));
+    connect(charts_[LossChart], &PlotView::logToggled, this, [this](bool on) {
+        const QSignalBlocker block(log_loss_);
+        log_loss_->setChecked(on);
+    });
+    connect(x_combo_, &QComboBox::currentIndexChanged, this, [this](int i) { setXAxis(static_cast<XAxis>(i)); });
+    // one crosshair over every chart: where the mouse is on one, the values of all at that x
+    for (PlotView* p : charts_)
+        connect(p, &PlotView::hovered, this, [this, p](std::optional<double> x) {
+            for (PlotView* other : charts_)
+                if (other != p) other->setCrosshair(x);
+            for (const Custom& c : custom_) c.view->setCrosshair(x);
+        });
+    setSmoothing(0.6);  // TensorBoard's default
 }
 
 PlotView* MetricCharts::add(Chart c, const QString& title, const QString& y_title) {
@@ -129,15 +177,153 @@ PlotView* MetricCharts::add(Chart c, const QString& title, const QString& y_titl
 }
 
 void MetricCharts::setSmoothing(double weight) {
-    weight = std::clamp(weight, 0.0, 0.999);
-    traces_.set_smoothing(weight);
+    weight = std::clamp(weight, 0.0, 0.99);
+    for (PlotView* p : charts_) p->setSmoothing(weight);
+    for (const Custom& c : custom_) c.view->setSmoothing(weight);
     const QSignalBlocker block(smoothing_);
     smoothing_->setValue(static_cast<int>(std::lround(weight * 100)));
     smoothing_label_->setText(QString::number(weight, 'f', 2));
 }
 
 double MetricCharts::smoothing() const {
-    return traces_.smoothing();
+    return charts_[LossChart]->smoothing();
+}
+
+void MetricCharts::setXAxis(XAxis x) {
+    x_ = x;
+    const QSignalBlocker block(x_combo_);
+    x_combo_->setCurrentIndex(static_cast<int>(x));
+    applyXAxis();
+    for (PlotView* p : charts_) p->refresh();
+}
+
+void MetricCharts::applyXAxis() {
+    // tokens and wall time through the run's own iteration -> tokens / time series
+    const Trace* map = x_ == XAxis::Tokens ? &traces_[SeriesId::Tokens]
+                       : x_ == XAxis::WallTime ? &traces_[SeriesId::Time]
+                                               : nullptr;
+    const Trace& time = traces_[SeriesId::Time];
+    const double origin = x_ == XAxis::WallTime ? (traces_.start && traces_.start->time > 0 ? traces_.start->time
+                                                   : time.empty() ? 0 : time.y.front())
+                                                : 0;
+    // wall time in minutes once the run is longer than a few of them (the title says which)
+    const double span = time.empty() ? 0 : time.y.back() - origin;
+    const double scale = x_ == XAxis::WallTime && span > 600 ? 60 : 1;
+    const QString title = x_ == XAxis::Tokens     ? tr("trained tokens")
+                          : x_ == XAxis::WallTime ? (scale == 60 ? tr("wall time (min)") : tr("wall time (s)"))
+                                                  : tr("iteration");
+    std::vector<PlotView*> all(std::begin(charts_), std::end(charts_));
+    for (const Custom& c : custom_) all.push_back(c.view);
+    for (PlotView* p : all) {
+        p->setXMap(map, origin);
+        p->setXScale(scale);
+        if (p->xTitle() != title) p->setXTitle(title);
+    }
+}
+
+QStringList MetricCharts::availableMetrics() const {
+    QStringList out;
+    for (const auto& [k, t] : traces_.metrics) out << QString::fromStdString(k);
+    std::stable_sort(out.begin(), out.end(), [](const QString& a, const QString& b) {
+        return a.startsWith(QLatin1String("rank")) < b.startsWith(QLatin1String("rank"));  // run-wide first
+    });
+    return out;
+}
+
+void MetricCharts::addChart(const QString& metric) {
+    Custom c;
+    c.metric = metric;
+    c.view = new PlotView(metric);
+    c.view->setObjectName(QStringLiteral("chart.%1").arg(metric));
+    c.view->setXTitle(charts_[LossChart]->xTitle());
+    c.view->addLine(metric, themed_line(static_cast<int>(custom_.size()) % 10, 1.6));
+    c.view->setSmoothing(smoothing());
+    c.view->setMinimumHeight(180);
+    PlotView* view = c.view;
+    auto* left = new QAction(tr("Move left"), view);
+    auto* right = new QAction(tr("Move right"), view);
+    auto* remove = new QAction(tr("Remove chart"), view);
+    const auto index = [this, view] {
+        for (std::size_t i = 0; i < custom_.size(); ++i)
+            if (custom_[i].view == view) return static_cast<int>(i);
+        return -1;
+    };
+    connect(left, &QAction::triggered, this, [this, index] { moveChart(index(), -1); });
+    connect(right, &QAction::triggered, this, [this, index] { moveChart(index(), 1); });
+    connect(remove, &QAction::triggered, this, [this, index] { removeChart(index()); });
+    for (QAction* a : {left, right, remove}) view->addMenuAction(a);
+    connect(view, &PlotView::hovered, this, [this, view](std::optional<double> x) {
+        for (PlotView* other : charts_) other->setCrosshair(x);
+        for (const Custom& o : custom_)
+            if (o.view != view) o.view->setCrosshair(x);
+    });
+    custom_.push_back(c);
+    applyXAxis();
+    bindCustom();
+    layoutCustom();
+    view->refresh();
+    emit arrangementChanged();
+}
+
+void MetricCharts::removeChart(int index) {
+    if (index < 0 || index >= static_cast<int>(custom_.size())) return;
+    custom_grid_->removeWidget(custom_[static_cast<std::size_t>(index)].view);
+    custom_[static_cast<std::size_t>(index)].view->deleteLater();
+    custom_.erase(custom_.begin() + index);
+    layoutCustom();
+    emit arrangementChanged();
+}
+
+void MetricCharts::moveChart(int index, int delta) {
+    const int to = index + delta;
+    if (index < 0 || to < 0 || index >= static_cast<int>(custom_.size()) || to >= static_cast<int>(custom_.size()))
+        return;
+    std::swap(custom_[static_cast<std::size_t>(index)], custom_[static_cast<std::size_t>(to)]);
+    layoutCustom();
+    emit arrangementChanged();
+}
+
+QStringList MetricCharts::customCharts() const {
+    QStringList out;
+    for (const Custom& c : custom_) out << c.metric;
+    return out;
+}
+
+void MetricCharts::setCustomCharts(const QStringList& metrics) {
+    const QSignalBlocker block(this);
+    while (!custom_.empty()) removeChart(static_cast<int>(custom_.size()) - 1);
+    for (const QString& m : metrics)
+        if (!m.isEmpty()) addChart(m);
+}
+
+PlotView* MetricCharts::customChart(int index) const {
+    return index >= 0 && index < static_cast<int>(custom_.size()) ? custom_[static_cast<std::size_t>(index)].view
+                                                                  : nullptr;
+}
+
+void MetricCharts::layoutCustom() {
+    for (const Custom& c : custom_) custom_grid_->removeWidget(c.view);
+    for (std::size_t i = 0; i < custom_.size(); ++i)
+        custom_grid_->addWidget(custom_[i].view, static_cast<int>(i / 3), static_cast<int>(i % 3));
+}
+
+void MetricCharts::bindCustom() {
+    // traces_.metrics is rebuilt for a new run: look each chart's trace up again (a map lookup)
+    for (Custom& c : custom_) {
+        const auto it = traces_.metrics.find(c.metric.toStdString());
+        const Trace* t = it == traces_.metrics.end() ? nullptr : &it->second;
+        if (t != c.bound) {
+            c.bound = t;
+            c.view->setTrace(0, t);
+        }
+    }
+}
+
+void MetricCharts::resetView() {
+    mfu_factor_ = 0;
+    applyXAxis();
+    for (PlotView* p : charts_) p->resetView();
+    for (const Custom& c : custom_) c.view->resetView();
 }
 
 void MetricCharts::setLogLoss(bool on) {
@@ -158,7 +344,10 @@ void MetricCharts::refresh() {
         charts_[TflopsChart]->setRightMirror(tr("MFU (peak %1 TFLOP/s)").arg(format_value(peak)), 100 * mfu_factor_,
                                              QStringLiteral("%.1f%%"));
     }
+    if (x_ == XAxis::WallTime) applyXAxis();  // seconds become minutes as the run grows
+    bindCustom();
     for (PlotView* p : charts_) p->refresh();
+    for (const Custom& c : custom_) c.view->refresh();
     if (!traces_.timings.empty()) {
         // the slowest rank of the newest step, each component (what bounds the iteration)
         double compute = 0, comm = 0, bubble = 0;
@@ -178,6 +367,7 @@ void MetricCharts::refresh() {
 
 void MetricCharts::restyle() {
     for (PlotView* p : charts_) p->restyle();
+    for (const Custom& c : custom_) c.view->restyle();
 }
 
 }  // namespace mwb::app

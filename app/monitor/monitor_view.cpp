@@ -54,7 +54,6 @@ MonitorView::MonitorView(QWidget* parent) : QWidget(parent) {
     auto* top = new QHBoxLayout;
     status_ = new StatusLine;
     status_->setObjectName(QStringLiteral("statusLine"));
-    status_->setWordWrap(true);
     top->addWidget(status_, 1);
     controls_ = new ControlBar;
     controls_->setObjectName(QStringLiteral("controlBar"));
@@ -127,6 +126,7 @@ MonitorView::~MonitorView() {
 void MonitorView::attach(const AttachOptions& options) {
     ended_shown_ = false;
     live_->attach(options);  // clears the traces; the store's history arrives first
+    charts_->resetView();    // not the last run's zoom, x range or MFU axis
     events_->sync(0, true);
     ControlTarget target;
     if (is_run_dir(options.endpoint)) target.run_dir = options.endpoint;
@@ -155,6 +155,7 @@ void MonitorView::noteEnded(const RunEnd& end) {
 
 void MonitorView::onUpdated(std::size_t new_events, bool reset) {
     const bool was_empty = events_->rowCount() == 0;
+    if (reset) charts_->resetView();  // another run on the same endpoint
     events_->sync(new_events, reset);
     if (was_empty && events_->rowCount() > 0)  // size the short columns once; the detail takes the rest
         for (int c = EventLogModel::Time; c < EventLogModel::Detail; ++c) event_view_->resizeColumnToContents(c);
@@ -189,7 +190,16 @@ void MonitorView::redraw() {
 void MonitorView::updateLink() {
     const RunTraces& t = live_->traces();
     const LinkState link = live_->link();
-    status_->update(t, link, live_->attached());
+    if (!link.gone_reason.empty() && !t.end && t.start) {  // marked interrupted in the store for its silence
+        RunEnd end;
+        end.status = "interrupted";
+        end.reason = link.gone_reason;
+        end.iteration = t.last_step.iteration;
+        end.time = link.last_message;
+        live_->noteEnded(end);  // emits updated(), which comes back here
+        return;
+    }
+    status_->update(t, link, live_->attached(), controls_->paused());
     ControlTarget target;
     const std::string& endpoint = live_->options().endpoint;
     if (!endpoint.empty() && is_run_dir(endpoint)) {

@@ -13,15 +13,25 @@ class StatusLine : public QLabel {
     Q_OBJECT
 public:
     explicit StatusLine(QWidget* parent = nullptr);
-    void update(const RunTraces& traces, const LinkState& link, bool attached);
+    /// `paused`: the trainer said it is paused (the control bar knows): shown, and the ETA frozen.
+    void update(const RunTraces& traces, const LinkState& link, bool attached, bool paused = false);
     /// Plain text of the parts (tests): "iteration", "tokens", "eta", "link", "end".
     QString part(const QString& name) const { return parts_.value(name); }
 
+    /// The full text (the line itself elides what does not fit; the tooltip holds all of it).
+    QString fullText() const { return full_; }
+
+protected:
+    void resizeEvent(QResizeEvent* e) override;
+
 private:
+    void display(const QString& html, const QString& plain);
     QMap<QString, QString> parts_;
+    QString full_, html_, plain_;
 };
 
-/// Seconds left: (train_iters − iteration) × the newest iteration time; negative when unknown.
+/// Seconds left: (train_iters − iteration) × the median of the last 16 iteration times (a pause or a
+/// checkpoint inflates one record's time, not the estimate); negative when unknown.
 double eta_seconds(const RunTraces& traces);
 
 }  // namespace mwb::app

@@ -2,17 +2,19 @@
 
 #include "core/format.h"
 #include "core/theme.h"
+#include "plot/ticks.h"
 
+#include <QAction>
 #include <QApplication>
 #include <QAreaSeries>
+#include <QCategoryAxis>
 #include <QElapsedTimer>
+#include <QKeyEvent>
 #include <QLegendMarker>
 #include <QLineSeries>
-#include <QLogValueAxis>
+#include <QMenu>
 #include <QMouseEvent>
 #include <QRubberBand>
-#include <QToolTip>
-#include <QValueAxis>
 
 #include <algorithm>
 #include <cmath>
@@ -20,83 +22,72 @@
 
 namespace mwb::app {
 
+namespace {
+
+QCategoryAxis* make_axis(QChart* chart, Qt::Alignment side) {
+    auto* a = new QCategoryAxis;
+    a->setLabelsPosition(QCategoryAxis::AxisLabelsPositionOnValue);
+    chart->addAxis(a, side);
+    return a;
+}
+
+/// Linear interpolation in a monotone trace: y at x (clamped to its ends).
+double interpolate(const std::vector<double>& xs, const std::vector<double>& ys, double x) {
+    if (xs.empty()) return x;
+    if (x <= xs.front()) return ys.front();
+    if (x >= xs.back()) return ys.back();
+    const auto it = std::upper_bound(xs.begin(), xs.end(), x);
+    const std::size_t i = static_cast<std::size_t>(it - xs.begin());
+    const double x0 = xs[i - 1], x1 = xs[i];
+    return x1 > x0 ? ys[i - 1] + (ys[i] - ys[i - 1]) * (x - x0) / (x1 - x0) : ys[i];
+}
+
+}  // namespace
+
 PlotView::PlotView(const QString& title, QWidget* parent) : QChartView(new QChart, parent) {
     setRenderHint(QPainter::Antialiasing);
     setRubberBand(QChartView::NoRubberBand);
     setMouseTracking(true);
+    setFocusPolicy(Qt::ClickFocus);
     setMinimumSize(220, 160);
     QChart* c = chart();
     style_chart(c);
     c->setTitle(title);
     c->legend()->setVisible(false);
     c->legend()->setAlignment(Qt::AlignTop);
-    x_axis_ = new QValueAxis;
-    x_axis_->setLabelFormat(QStringLiteral("%.0f"));
-    x_axis_->setTickCount(5);
-    c->addAxis(x_axis_, Qt::AlignBottom);
-    y_left_ = makeYAxis(false, Qt::AlignLeft, {}, y_format_);
-    restyle();
-}
-
-QAbstractAxis* PlotView::makeYAxis(bool log, Qt::Alignment side, const QString& title, const QString& format) {
-    QAbstractAxis* axis = nullptr;
-    if (log) {
-        auto* a = new QLogValueAxis;
-        a->setBase(10);
-        a->setLabelFormat(QStringLiteral("%.3g"));
-        a->setMinorTickCount(-1);
-        axis = a;
-    } else {
-        auto* a = new QValueAxis;
-        a->setLabelFormat(format);
-        a->setTickCount(5);
-        axis = a;
-    }
-    axis->setTitleText(title);
-    chart()->addAxis(axis, side);
-    return axis;
-}
-
-void PlotView::replaceAxis(QAbstractAxis*& axis, bool log, Qt::Alignment side) {
-    const bool left = side == Qt::AlignLeft;
-    QAbstractAxis* fresh = makeYAxis(log, side, left ? y_title_ : right_title_, left ? y_format_ : right_format_);
-    for (auto& l : lines_) {
-        if ((l.style.axis == Axis::Left) != left) continue;
-        QAbstractSeries* s = l.area ? static_cast<QAbstractSeries*>(l.area) : l.series;
-        if (axis) s->detachAxis(axis);
-        s->attachAxis(fresh);
-    }
-    if (axis) {
-        chart()->removeAxis(axis);
-        delete axis;
-    }
-    axis = fresh;
+    x_axis_ = make_axis(c, Qt::AlignBottom);
+    y_axis_ = make_axis(c, Qt::AlignLeft);
+    log_action_ = new QAction(tr("&Log scale"), this);
+    log_action_->setCheckable(true);
+    log_action_->setShortcut(QKeySequence(Qt::Key_L));
+    log_action_->setShortcutContext(Qt::WidgetShortcut);
+    addAction(log_action_);
+    connect(log_action_, &QAction::toggled, this, [this](bool on) {
+        setLogY(on);
+        emit logToggled(on);
+    });
     restyle();
 }
 
 int PlotView::addLine(const QString& name, const LineStyle& style) {
     Line l;
+    l.raw = new QLineSeries;  // behind the line: added first
     l.series = new QLineSeries;
     l.series->setName(name);
+    l.raw->setName(name + tr(" (raw)"));
     l.style = style;
     l.name = name;
-    chart()->addSeries(l.series);
-    l.series->attachAxis(x_axis_);
-    QAbstractAxis* y = style.axis == Axis::Right && y_right_ ? y_right_ : y_left_;
-    l.series->attachAxis(y);
+    for (QLineSeries* s : {l.raw, l.series}) {
+        chart()->addSeries(s);
+        s->attachAxis(x_axis_);
+        s->attachAxis(y_axis_);
+    }
+    l.raw->setVisible(false);
     applyStyle(l);
-    lines_.push_back(l);
+    lines_.push_back(std::move(l));
     updateLegend();
+    dirty_ = true;
     return static_cast<int>(lines_.size()) - 1;
-}
-
-void PlotView::updateLegend() {
-    int shown = 0;
-    for (const auto& line : lines_) shown += line.area ? 2 : line.style.in_legend;
-    chart()->legend()->setVisible(shown > 1);
-    for (auto& line : lines_)
-        if (!line.area)
-            for (QLegendMarker* m : chart()->legend()->markers(line.series)) m->setVisible(line.style.in_legend);
 }
 
 int PlotView::addArea(const QString& name, const QColor& color) {
@@ -106,14 +97,32 @@ int PlotView::addArea(const QString& name, const QColor& color) {
     l.area = new QAreaSeries(l.series, l.lower);
     l.area->setName(name);
     l.style.color = color;
+    l.style.smooth = false;
     l.name = name;
     chart()->addSeries(l.area);
     l.area->attachAxis(x_axis_);
-    l.area->attachAxis(y_left_);
+    l.area->attachAxis(y_axis_);
     applyStyle(l);
-    lines_.push_back(l);
+    lines_.push_back(std::move(l));
     updateLegend();
+    dirty_ = true;
     return static_cast<int>(lines_.size()) - 1;
+}
+
+void PlotView::updateLegend() {
+    int shown = 0;
+    for (const auto& line : lines_) shown += line.area ? 2 : line.style.in_legend;
+    chart()->legend()->setVisible(shown > 1 || (legend_always_ && shown > 0));
+    for (auto& line : lines_) {
+        if (line.area) continue;
+        for (QLegendMarker* m : chart()->legend()->markers(line.series)) m->setVisible(line.style.in_legend);
+        for (QLegendMarker* m : chart()->legend()->markers(line.raw)) m->setVisible(false);
+    }
+}
+
+void PlotView::setLegendAlways(bool on) {
+    legend_always_ = on;
+    updateLegend();
 }
 
 PlotView::LineStyle themed_line(int slot, qreal width, int light_alpha, int dark_alpha) {
@@ -147,10 +156,21 @@ void PlotView::applyStyle(Line& l) {
     l.series->setPen(pen);
     l.series->setPointsVisible(l.style.markers);
     if (l.style.markers) l.series->setMarkerSize(6);
+    QColor faint = l.style.color;  // the raw line behind the smoothed one (TensorBoard's look)
+    faint.setAlphaF(faint.alphaF() * (dark_theme() ? 0.45 : 0.3));
+    QPen raw_pen(faint);
+    raw_pen.setWidthF(1);
+    raw_pen.setCosmetic(true);
+    l.raw->setPen(raw_pen);
 }
 
 void PlotView::setTrace(int line, const Trace* trace) {
-    lines_.at(static_cast<std::size_t>(line)).trace = trace;
+    Line& l = lines_.at(static_cast<std::size_t>(line));
+    l.trace = trace;
+    l.ema.clear();
+    l.ema_state.reset(smoothing_);
+    l.drawn_size = 0;
+    dirty_ = true;
 }
 
 void PlotView::setLineVisible(int line, bool visible) {
@@ -160,13 +180,10 @@ void PlotView::setLineVisible(int line, bool visible) {
         l.area->setVisible(visible);
     } else {
         l.series->setVisible(visible);
+        l.raw->setVisible(visible && smoothed(l));
     }
-}
-
-void PlotView::setLineColor(int line, const QColor& color) {
-    auto& l = lines_.at(static_cast<std::size_t>(line));
-    l.style.color = color;
-    applyStyle(l);
+    updateLegend();
+    dirty_ = true;
 }
 
 void PlotView::clearLines() {
@@ -174,58 +191,121 @@ void PlotView::clearLines() {
         if (l.area) {
             chart()->removeSeries(l.area);
             delete l.area;
+            delete l.series;
+            delete l.lower;
         } else {
             chart()->removeSeries(l.series);
+            chart()->removeSeries(l.raw);
+            delete l.series;
+            delete l.raw;
         }
-        delete l.series;
-        delete l.lower;
     }
     lines_.clear();
     chart()->legend()->setVisible(false);
+    dirty_ = true;
 }
 
 void PlotView::setLogY(bool on) {
+    if (on != log_action_->isChecked()) {
+        const QSignalBlocker block(log_action_);
+        log_action_->setChecked(on);
+    }
     if (on == log_y_) return;
     log_y_ = on;
-    replaceAxis(y_left_, on, Qt::AlignLeft);
+    dirty_ = true;
     refresh();
+}
+
+void PlotView::setSmoothing(double weight) {
+    weight = std::clamp(weight, 0.0, 0.999);
+    if (weight == smoothing_) return;
+    smoothing_ = weight;
+    for (auto& l : lines_) {
+        l.ema.clear();
+        l.ema_state.reset(weight);
+        if (l.raw) l.raw->setVisible(l.visible && smoothed(l));
+    }
+    updateLegend();  // a series shown again gets its legend marker back
+    dirty_ = true;
+}
+
+void PlotView::extendEma(Line& l) {
+    const Trace& t = *l.trace;
+    // a run resumed from an older checkpoint truncates the trace: smooth again from the start
+    if (l.ema.size() > t.size() || (!l.ema.empty() && l.ema.x[l.ema.size() - 1] != t.x[l.ema.size() - 1])) {
+        l.ema.clear();
+        l.ema_state.reset(smoothing_);
+    }
+    for (std::size_t i = l.ema.size(); i < t.size(); ++i) l.ema.append(t.x[i], l.ema_state.add(t.y[i]));
+}
+
+const Trace& PlotView::drawnTrace(int line) const {
+    const Line& l = lines_.at(static_cast<std::size_t>(line));
+    static const Trace kEmpty;
+    if (!l.trace) return kEmpty;
+    return smoothed(l) ? l.ema : *l.trace;
 }
 
 void PlotView::setXTitle(const QString& title) {
     x_axis_->setTitleText(title);
 }
 
+QString PlotView::xTitle() const {
+    return x_axis_->titleText();
+}
+
 void PlotView::setYTitle(const QString& title) {
-    y_title_ = title;
-    y_left_->setTitleText(title);
+    y_axis_->setTitleText(title);
 }
 
-void PlotView::setXLabelFormat(const QString& format) {
-    x_axis_->setLabelFormat(format);
+void PlotView::setXMap(const Trace* map, double offset) {
+    if (map == x_map_ && (map ? offset : 0) == x_offset_) return;
+    x_map_ = map;
+    x_offset_ = map ? offset : 0;
+    follow_ = true;
+    dirty_ = true;
 }
 
-void PlotView::setYLabelFormat(const QString& format) {
-    y_format_ = format;
-    if (auto* a = qobject_cast<QValueAxis*>(y_left_)) a->setLabelFormat(format);
+void PlotView::setXScale(double scale) {
+    scale = scale > 0 ? scale : 1;
+    if (scale == x_scale_) return;
+    if (!follow_) {  // keep the zoomed range where it was
+        x0_ *= x_scale_ / scale;
+        x1_ *= x_scale_ / scale;
+    }
+    x_scale_ = scale;
+    dirty_ = true;
 }
 
-void PlotView::setRightAxis(const QString& title, bool log) {
-    right_title_ = title;
-    right_mirror_ = false;
-    log_right_ = log;
-    replaceAxis(y_right_, log, Qt::AlignRight);
+double PlotView::shownX(double iteration) const {
+    const double x = x_map_ && !x_map_->empty() ? interpolate(x_map_->x, x_map_->y, iteration) - x_offset_ : iteration;
+    return x / x_scale_;
+}
+
+double PlotView::iterationAt(double shown) const {
+    const double x = shown * x_scale_;
+    return x_map_ && !x_map_->empty() ? interpolate(x_map_->y, x_map_->x, x + x_offset_) : x;
 }
 
 void PlotView::setRightMirror(const QString& title, double factor, const QString& format) {
-    right_title_ = title;
+    if (factor <= 0) {
+        if (right_) {
+            chart()->removeAxis(right_);
+            delete right_;
+            right_ = nullptr;
+        }
+        mirror_factor_ = 0;
+        return;
+    }
+    if (!right_) {
+        right_ = make_axis(chart(), Qt::AlignRight);
+        right_->setGridLineVisible(false);
+        restyle();
+    }
+    right_->setTitleText(title);
+    mirror_factor_ = factor;
     right_format_ = format;
-    right_mirror_ = true;
-    mirror_factor_ = factor;
-    replaceAxis(y_right_, false, Qt::AlignRight);
-}
-
-void PlotView::setRightMirrorFactor(double factor) {
-    mirror_factor_ = factor;
+    dirty_ = true;
 }
 
 void PlotView::setEmptyText(const QString& text) {
@@ -246,64 +326,143 @@ std::optional<std::pair<double, double>> PlotView::dataXRange() const {
         hi = std::max(hi, l.trace->x_last());
     }
     if (!(lo <= hi)) return std::nullopt;
-    return std::make_pair(lo, hi);
+    return std::make_pair(shownX(lo), shownX(hi));
 }
 
-namespace {
-
-/// 1, 2, 5 or 10 times a power of ten near `x` (Heckbert's nice numbers, as QValueAxis uses them).
-double nice_number(double x, bool ceiling) {
-    const double z = std::pow(10.0, std::floor(std::log10(x)));
-    const double q = x / z;
-    if (ceiling) return (q <= 1 ? 1 : q <= 2 ? 2 : q <= 5 ? 5 : 10) * z;
-    return (q < 1.5 ? 1 : q < 3 ? 2 : q < 7 ? 5 : 10) * z;
+std::pair<double, double> PlotView::yRange() const {
+    return {y_axis_->min(), y_axis_->max()};
 }
 
-}  // namespace
+QStringList PlotView::tickLabels(const QString& axis) const {
+    QCategoryAxis* a = axis == QLatin1String("x") ? x_axis_ : axis == QLatin1String("right") ? right_ : y_axis_;
+    return a ? a->categoriesLabels() : QStringList{};
+}
 
-void PlotView::setYRange(QAbstractAxis* axis, double lo, double hi, bool log, bool nice) {
-    // Every range change makes QtCharts map all of the axis' series again (milliseconds per chart):
-    // ranges are rounded to nice numbers and set only when they change, so a growing run whose
-    // values stay within the axis costs nothing here.
-    if (!axis) return;
+QList<QPointF> PlotView::drawnPoints(int line) const {
+    const Line& l = lines_.at(static_cast<std::size_t>(line));
+    return l.series->points();
+}
+
+void PlotView::setTicks(QCategoryAxis* axis, double lo, double hi, const std::vector<double>& at,
+                        const std::function<QString(double)>& label) {
+    QStringList labels;
+    std::vector<double> values;
+    for (double v : at) {
+        if (v < lo - 1e-9 * (hi - lo) || v > hi + 1e-9 * (hi - lo)) continue;
+        QString text = label(v);
+        while (labels.contains(text)) text += QChar(0x200B);  // category labels must be unique
+        labels.append(text);
+        values.push_back(v);
+    }
+    if (axis->min() == lo && axis->max() == hi && axis->categoriesLabels() == labels) return;
+    // every change of a category axis makes QtCharts lay out and map all its series again: make the
+    // changes silently and let only the last one through (one re-map instead of a dozen)
+    axis->blockSignals(true);
+    for (const QString& c : axis->categoriesLabels()) axis->remove(c);
+    axis->setStartValue(lo - 1e-7 * (hi - lo));  // a tick at lo needs a category ending there
+    for (std::size_t i = 0; i + 1 < values.size(); ++i) axis->append(labels[static_cast<qsizetype>(i)], values[i]);
+    axis->blockSignals(false);
+    if (!values.empty()) axis->append(labels.back(), values.back());
+    axis->setRange(lo, hi);
+}
+
+void PlotView::updateYAxis(double lo, double hi) {
     if (!(lo <= hi)) {
-        lo = log ? 0.1 : 0;
+        lo = 0;
         hi = 1;
     }
-    if (log) {
-        lo = std::max(lo, 1e-30);
-        hi = std::max(hi, lo);
-        const double pad = std::pow(hi / lo, 0.05);
-        // whole or half decades, so the range changes only when the data leaves it
-        const double a = std::pow(10.0, std::floor(2 * std::log10(lo / std::max(pad, 1.05))) / 2);
-        const double b = std::pow(10.0, std::ceil(2 * std::log10(hi * std::max(pad, 1.05))) / 2);
-        auto* l = static_cast<QLogValueAxis*>(axis);
-        if (l->min() != a || l->max() != b) l->setRange(a, b);
-        return;
-    }
     double span = hi - lo;
-    if (span <= 0) span = std::max(std::abs(hi) * 0.1, 1e-12);
+    if (span <= 0) span = std::max(std::abs(hi) * 0.1, log_y_ ? 0.05 : 1e-12);
     double a = lo - 0.06 * span, b = hi + 0.06 * span;
-    if (lo >= 0 && a < 0) a = 0;  // non-negative quantities keep 0 as the floor
-    auto* v = static_cast<QValueAxis*>(axis);
-    int ticks = v->tickCount();
-    if (nice && b > a) {
-        const double step = nice_number(nice_number(b - a, true) / 4, false);  // about 5 ticks
-        a = std::floor(a / step) * step;
-        b = std::ceil(b / step) * step;
-        ticks = std::clamp(static_cast<int>(std::lround((b - a) / step)) + 1, 2, 12);
+    if (!log_y_ && lo >= 0 && a < 0) a = 0;  // non-negative quantities keep 0 as the floor
+    // round ends (a whole tick step) so the range changes only when the data leaves it: every range
+    // change makes QtCharts map all of the axis' series again
+    const double step = nice_step(a, b, 5);
+    a = std::floor(a / step) * step;
+    b = std::ceil(b / step) * step;
+    y_lo_ = a;
+    y_hi_ = b;
+    if (!log_y_) {
+        const double mag = std::max(std::abs(a), std::abs(b));  // one prefix for the whole axis
+        setTicks(y_axis_, a, b, nice_ticks(a, b, 5),
+                 [step, mag](double v) { return QString::fromStdString(format_tick(v, step, mag)); });
+    } else {
+        std::vector<double> values = log_ticks(std::pow(10.0, a), std::pow(10.0, b), 5), at;
+        for (double v : values) at.push_back(std::log10(v));
+        setTicks(y_axis_, a, b, at, [&values, &at](double p) {
+            const auto i = static_cast<std::size_t>(std::find(at.begin(), at.end(), p) - at.begin());
+            const double v = values[i];
+            const double gap = values.size() > 1 ? (i > 0 ? v - values[i - 1] : values[1] - v) : v;
+            return QString::fromStdString(format_tick(v, gap));
+        });
     }
-    if (v->min() != a || v->max() != b) v->setRange(a, b);
-    if (v->tickCount() != ticks) v->setTickCount(ticks);
+    if (right_) {
+        const double f = mirror_factor_;
+        const QString fmt = right_format_;
+        const bool log = log_y_;
+        std::vector<double> at;  // the left axis' ticks, labelled in the right one's unit
+        for (const QString& c : y_axis_->categoriesLabels()) at.push_back(y_axis_->endValue(c));
+        setTicks(right_, a, b, at, [f, fmt, log](double p) {
+            const double v = (log ? std::pow(10.0, p) : p) * f;
+            return QString::asprintf(fmt.toLatin1().constData(), v);
+        });
+    }
+}
+
+bool PlotView::changed() {
+    const int columns = std::max(50, static_cast<int>(chart()->plotArea().width()));
+    bool any = dirty_ || columns != drawn_columns_;
+    for (const auto& l : lines_) {
+        const std::size_t n = l.trace && l.visible ? l.trace->size() : 0;
+        const double last = n ? l.trace->x_last() : 0;
+        if (n != l.drawn_size || last != l.drawn_last) any = true;
+    }
+    return any;
+}
+
+void PlotView::drawLine(Line& l, double a, double b, int columns, double& lo, double& hi) {
+    const double ia = iterationAt(a), ib = iterationAt(b);
+    const auto to_points = [&](const Trace& t, bool range, int cols) {
+        decimate_minmax(t, ia, ib, cols, scratch_);
+        QList<QPointF> pts;
+        pts.reserve(static_cast<qsizetype>(scratch_.size()));
+        for (const PlotPoint& p : scratch_) {
+            if (log_y_ && p.y <= 0) continue;
+            const double y = log_y_ ? std::log10(p.y) : p.y;
+            const double x = shownX(p.x);
+            pts.append(QPointF(x, y));
+            if (range && p.x >= ia && p.x <= ib) {
+                lo = std::min(lo, y);
+                hi = std::max(hi, y);
+            }
+        }
+        points_drawn_ += static_cast<int>(pts.size());
+        return pts;
+    };
+    if (smoothed(l)) {
+        extendEma(l);
+        // the axis covers the raw extremes, as TensorBoard does; the faint line needs half the detail
+        l.raw->replace(to_points(*l.trace, true, std::max(50, columns / 2)));
+        l.series->replace(to_points(l.ema, false, columns));
+    } else {
+        if (l.raw->count()) l.raw->clear();
+        l.series->replace(to_points(*l.trace, true, columns));
+    }
 }
 
 void PlotView::refresh() {
+    if (!changed()) return;
     QElapsedTimer timer;
     timer.start();
+    dirty_ = false;
+    ++redraws_;
     if (follow_) {
         if (const auto r = dataXRange()) {
             x0_ = r->first;
             x1_ = r->second;
+        } else {  // nothing to show (a new run): not the last run's range
+            x0_ = 0;
+            x1_ = 1;
         }
     }
     double a = x0_, b = x1_;
@@ -311,65 +470,55 @@ void PlotView::refresh() {
         a -= 0.5;
         b += 0.5;
     }
-    if (x_axis_->min() != a || x_axis_->max() != b) x_axis_->setRange(a, b);
+    if (follow_ && x_padding_ > 0) {  // markers at the ends stay inside the plot
+        const double pad = (b - a) * x_padding_;
+        a -= pad;
+        b += pad;
+    }
     const int columns = std::max(50, static_cast<int>(chart()->plotArea().width()));
-    double lo[2] = {std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity()};
-    double hi[2] = {-lo[0], -lo[0]};
+    drawn_columns_ = columns;
+    const double xstep = nice_step(a, b, std::clamp(columns / 90, 3, 8));
+    const double xmag = std::max(std::abs(a), std::abs(b));
+    setTicks(x_axis_, a, b, nice_ticks(a, b, std::clamp(columns / 90, 3, 8)),
+             [xstep, xmag](double v) { return QString::fromStdString(format_tick(v, xstep, xmag)); });
+    double lo = std::numeric_limits<double>::infinity(), hi = -lo;
     points_drawn_ = 0;
     QList<QPointF> pts, lower;
     stack_.clear();
     for (auto& l : lines_) {
+        l.drawn_size = l.trace && l.visible ? l.trace->size() : 0;
+        l.drawn_last = l.drawn_size ? l.trace->x_last() : 0;
         if (!l.trace || !l.visible) {
             if (l.series->count()) l.series->clear();
+            if (l.raw && l.raw->count()) l.raw->clear();
             if (l.lower && l.lower->count()) l.lower->clear();
             continue;
         }
         if (l.area) {  // stacked: per-column means added onto the areas below
-            decimate_mean(*l.trace, a, b, columns, scratch_);
+            decimate_mean(*l.trace, iterationAt(a), iterationAt(b), columns, scratch_);
             if (stack_.size() != scratch_.size()) stack_.assign(scratch_.size(), 0.0);
             pts.clear();
             lower.clear();
             for (std::size_t i = 0; i < scratch_.size(); ++i) {
-                lower.append(QPointF(scratch_[i].x, stack_[i]));
+                const double x = shownX(scratch_[i].x);
+                lower.append(QPointF(x, stack_[i]));
                 stack_[i] += scratch_[i].y;
-                pts.append(QPointF(scratch_[i].x, stack_[i]));
-                lo[0] = std::min(lo[0], 0.0);
-                hi[0] = std::max(hi[0], stack_[i]);
+                pts.append(QPointF(x, stack_[i]));
+                lo = std::min(lo, 0.0);
+                hi = std::max(hi, stack_[i]);
             }
             points_drawn_ += static_cast<int>(2 * pts.size());
             l.lower->replace(lower);
             l.series->replace(pts);
             continue;
         }
-        decimate_minmax(*l.trace, a, b, columns, scratch_);
-        const bool log = l.style.axis == Axis::Left ? log_y_ : log_right_;
-        const int side = l.style.axis == Axis::Right && y_right_ && !right_mirror_ ? 1 : 0;
-        pts.clear();
-        pts.reserve(static_cast<qsizetype>(scratch_.size()));
-        for (const PlotPoint& p : scratch_) {
-            if (log && p.y <= 0) continue;
-            pts.append(QPointF(p.x, p.y));
-            if (p.x >= a && p.x <= b) {
-                lo[side] = std::min(lo[side], p.y);
-                hi[side] = std::max(hi[side], p.y);
-            }
-        }
-        points_drawn_ += static_cast<int>(pts.size());
-        l.series->replace(pts);
+        drawLine(l, a, b, columns, lo, hi);
     }
-    setYRange(y_left_, lo[0], hi[0], log_y_, true);
-    if (y_right_) {
-        if (right_mirror_) {
-            auto* r = static_cast<QValueAxis*>(y_right_);
-            if (auto* left = qobject_cast<QValueAxis*>(y_left_)) {
-                const double lo_r = left->min() * mirror_factor_, hi_r = left->max() * mirror_factor_;
-                if (r->min() != lo_r || r->max() != hi_r) r->setRange(lo_r, hi_r);
-                if (r->tickCount() != left->tickCount()) r->setTickCount(left->tickCount());  // shared grid
-            }
-        } else {
-            setYRange(y_right_, lo[1], hi[1], log_right_);
-        }
-    }
+    updateYAxis(lo, hi);
+    // antialiased painting dominates with many lines (10 overlaid runs): crisp pixels instead
+    constexpr int kAntialiasPoints = 12000;
+    if (renderHints().testFlag(QPainter::Antialiasing) != (points_drawn_ <= kAntialiasPoints))
+        setRenderHint(QPainter::Antialiasing, points_drawn_ <= kAntialiasPoints);
     last_ms_ = static_cast<double>(timer.nsecsElapsed()) / 1e6;
     viewport()->update();
 }
@@ -379,12 +528,44 @@ void PlotView::setXRange(double x0, double x1) {
     follow_ = false;
     x0_ = x0;
     x1_ = x1;
+    dirty_ = true;
     refresh();
 }
 
 void PlotView::followAll() {
     follow_ = true;
+    dirty_ = true;
     refresh();
+}
+
+void PlotView::resetView() {
+    follow_ = true;
+    cross_.reset();
+    setRightMirror({}, 0, {});
+    dirty_ = true;
+    refresh();
+}
+
+void PlotView::setCrosshair(std::optional<double> x) {
+    if (x == cross_) return;
+    cross_ = x;
+    viewport()->update();
+}
+
+QStringList PlotView::crosshairValues() const {
+    QStringList out;
+    if (!cross_) return out;
+    const double it = iterationAt(*cross_);
+    for (int i = 0; i < lineCount(); ++i) {
+        const Line& l = lines_[static_cast<std::size_t>(i)];
+        if (!l.visible || !l.trace || l.trace->empty() || !l.style.in_legend) continue;
+        const Trace& t = drawnTrace(i);
+        if (t.empty() || it < t.x_first() - 1e-9) continue;
+        auto pos = std::upper_bound(t.x.begin(), t.x.end(), it + 1e-9);
+        const auto k = static_cast<std::size_t>(pos - t.x.begin()) - 1;
+        out.append(QStringLiteral("%1: %2").arg(l.name, format_value(t.y[k])));
+    }
+    return out;
 }
 
 void PlotView::restyle() {
@@ -436,8 +617,15 @@ void PlotView::mousePressEvent(QMouseEvent* e) {
         return;
     }
     if (e->button() == Qt::RightButton) {
-        followAll();
-        emit userFollow();
+        QMenu menu(this);
+        menu.addAction(tr("&Follow all the data"), this, [this] {
+            followAll();
+            emit userFollow();
+        });
+        menu.addAction(log_action_);
+        if (!menu_actions_.isEmpty()) menu.addSeparator();
+        menu.addActions(menu_actions_);
+        menu.exec(e->globalPosition().toPoint());
         e->accept();
         return;
     }
@@ -452,20 +640,18 @@ void PlotView::mouseMoveEvent(QMouseEvent* e) {
                                  QPoint(std::max(press_.x(), e->pos().x()), a.bottom())));
         return;
     }
-    if (!hasData()) return;
-    const double x = xAt(e->pos());
-    QString tip;
-    for (const auto& l : lines_) {
-        if (!l.visible || !l.trace || l.trace->empty()) continue;
-        const auto& xs = l.trace->x;
-        auto it = std::lower_bound(xs.begin(), xs.end(), x);
-        if (it == xs.end()) --it;
-        if (it != xs.begin() && std::abs(*(it - 1) - x) < std::abs(*it - x)) --it;
-        const auto i = static_cast<std::size_t>(it - xs.begin());
-        tip += QStringLiteral("<span style='color:%1'>■</span> %2: <b>%3</b> <small>(x %4)</small><br>")
-                   .arg(l.style.color.name(), l.name.toHtmlEscaped(), format_value(l.trace->y[i]), format_value(xs[i]));
-    }
-    if (!tip.isEmpty()) QToolTip::showText(e->globalPosition().toPoint(), tip, this);
+    const QRectF area = chart()->plotArea();
+    const QPointF in_chart = chart()->mapFromScene(mapToScene(e->pos()));
+    std::optional<double> x;
+    if (hasData() && in_chart.x() >= area.left() && in_chart.x() <= area.right()) x = xAt(e->pos());
+    setCrosshair(x);
+    emit hovered(x);
+}
+
+void PlotView::leaveEvent(QEvent* e) {
+    setCrosshair(std::nullopt);
+    emit hovered(std::nullopt);
+    QChartView::leaveEvent(e);
 }
 
 void PlotView::mouseReleaseEvent(QMouseEvent* e) {
@@ -506,6 +692,15 @@ void PlotView::wheelEvent(QWheelEvent* e) {
     e->accept();
 }
 
+void PlotView::keyPressEvent(QKeyEvent* e) {
+    if (e->key() == Qt::Key_L && e->modifiers() == Qt::NoModifier) {
+        log_action_->toggle();
+        e->accept();
+        return;
+    }
+    QChartView::keyPressEvent(e);
+}
+
 void PlotView::resizeEvent(QResizeEvent* e) {
     QChartView::resizeEvent(e);
     refresh();
@@ -513,11 +708,75 @@ void PlotView::resizeEvent(QResizeEvent* e) {
 
 void PlotView::drawForeground(QPainter* painter, const QRectF& rect) {
     QChartView::drawForeground(painter, rect);
-    if (hasData() || empty_text_.isEmpty()) return;
     const QRectF area = chart()->mapToScene(chart()->plotArea()).boundingRect();
+    if (!hasData()) {
+        if (empty_text_.isEmpty()) return;
+        painter->save();
+        painter->setPen(QApplication::palette().color(QPalette::PlaceholderText));
+        painter->drawText(area, Qt::AlignCenter | Qt::TextWordWrap, empty_text_);
+        painter->restore();
+        return;
+    }
+    if (!cross_ || x_axis_->max() <= x_axis_->min()) return;
+    const double f = (*cross_ - x_axis_->min()) / (x_axis_->max() - x_axis_->min());
+    if (f < 0 || f > 1) return;
+    const double px = area.left() + f * area.width();
+    const QPalette pal = QApplication::palette();
     painter->save();
-    painter->setPen(QApplication::palette().color(QPalette::PlaceholderText));
-    painter->drawText(area, Qt::AlignCenter | Qt::TextWordWrap, empty_text_);
+    QPen pen(pal.color(QPalette::Text));
+    pen.setStyle(Qt::DashLine);
+    pen.setCosmetic(true);
+    painter->setPen(pen);
+    painter->drawLine(QPointF(px, area.top()), QPointF(px, area.bottom()));
+    // each line's value at the crosshair: a dot on the line, the values in a box
+    const double it = iterationAt(*cross_);
+    QStringList rows;
+    std::vector<QColor> colours;
+    for (int i = 0; i < lineCount(); ++i) {
+        const Line& l = lines_[static_cast<std::size_t>(i)];
+        if (!l.visible || !l.trace || !l.style.in_legend) continue;
+        const Trace& t = drawnTrace(i);
+        if (t.empty() || it < t.x_first() - 1e-9) continue;
+        const auto k = static_cast<std::size_t>(std::upper_bound(t.x.begin(), t.x.end(), it + 1e-9) - t.x.begin()) - 1;
+        double y = t.y[k];
+        rows.append(QStringLiteral("%1: %2").arg(l.name, format_value(y)));
+        colours.push_back(l.style.color);
+        if (log_y_) {
+            if (y <= 0) continue;
+            y = std::log10(y);
+        }
+        const double fy = (y - y_axis_->min()) / std::max(1e-300, y_axis_->max() - y_axis_->min());
+        const double fx = (shownX(t.x[k]) - x_axis_->min()) / (x_axis_->max() - x_axis_->min());
+        if (fy < 0 || fy > 1 || fx < 0 || fx > 1) continue;
+        painter->setPen(Qt::NoPen);
+        painter->setBrush(l.style.color);
+        painter->drawEllipse(QPointF(area.left() + fx * area.width(), area.bottom() - fy * area.height()), 3.5, 3.5);
+    }
+    if (!rows.isEmpty()) {
+        QFont font = QApplication::font();
+        font.setPointSizeF(font.pointSizeF() * 0.85);
+        painter->setFont(font);
+        const QFontMetrics fm(font);
+        const QString head = QStringLiteral("x = %1").arg(format_value(*cross_));
+        int w = fm.horizontalAdvance(head);
+        for (const QString& r : rows) w = std::max(w, fm.horizontalAdvance(r) + 14);
+        const int h = fm.height() * (static_cast<int>(rows.size()) + 1) + 6;
+        QRectF box(px + 8, area.top() + 4, w + 10, h);
+        if (box.right() > area.right()) box.moveRight(px - 8);
+        QColor bg = pal.color(QPalette::ToolTipBase);
+        bg.setAlpha(225);
+        painter->setBrush(bg);
+        painter->setPen(pal.color(QPalette::Mid));
+        painter->drawRect(box);
+        painter->setPen(pal.color(QPalette::ToolTipText));
+        double y = box.top() + 3 + fm.ascent();
+        painter->drawText(QPointF(box.left() + 5, y), head);
+        for (int r = 0; r < rows.size(); ++r) {
+            y += fm.height();
+            painter->fillRect(QRectF(box.left() + 5, y - fm.ascent() + 2, 8, 8), colours[static_cast<std::size_t>(r)]);
+            painter->drawText(QPointF(box.left() + 19, y), rows[r]);
+        }
+    }
     painter->restore();
 }
 

@@ -1,10 +1,17 @@
 #pragma once
 // A QtCharts line chart over Traces that only ever draws what fits its pixels: refresh() decimates
 // each trace's visible range to min/max per pixel column (plot/trace.h) and replaces the series'
-// points in one call. The owner decides when to refresh (the Monitor's 33 ms coalescing timer).
+// points in one call — and does nothing when no trace, range or size changed, so an idle chart costs
+// nothing. The owner decides when to refresh (the Monitor's coalescing timer).
 //
-// Interaction: drag to zoom into an x range, wheel to zoom around the cursor, double-click or
-// right-click to follow all the data again; hovering shows the values under the cursor.
+// What a TensorBoard / W&B user expects of a chart: round-number ticks with SI prefixes and a log
+// scale labelled between decades (plot/ticks.h; log scale draws log10(y) on a linear axis), EMA
+// smoothing of the lines marked `smooth` with the raw line faint behind, a crosshair with every
+// line's value at that x (synced across charts by the owner: hovered() -> setCrosshair()), a legend
+// with each line's name and colour, and an optional x map (iteration -> tokens or wall time).
+//
+// Interaction: drag to zoom into an x range, wheel to zoom around the cursor, double-click to follow
+// all the data again; right-click for a menu (follow all, log scale); L toggles the log scale.
 #include "plot/trace.h"
 
 #include <QChartView>
@@ -14,10 +21,10 @@
 #include <optional>
 #include <vector>
 
-class QLineSeries;
+class QAction;
 class QAreaSeries;
-class QAbstractAxis;
-class QValueAxis;
+class QCategoryAxis;
+class QLineSeries;
 class QRubberBand;
 
 namespace mwb::app {
@@ -25,14 +32,13 @@ namespace mwb::app {
 class PlotView : public QChartView {
     Q_OBJECT
 public:
-    enum class Axis { Left, Right };
     struct LineStyle {
         QColor color;
         qreal width = 1.6;
         Qt::PenStyle pen = Qt::SolidLine;
         bool markers = false;  ///< draw the points (sparse series such as validation loss)
-        Axis axis = Axis::Left;
         bool in_legend = true;
+        bool smooth = true;  ///< smoothed with the chart's EMA weight (raw line faint behind)
         /// When set, the colour is taken from it again at every restyle(), so a palette switch
         /// recolours the line (e.g. a theme's series colour).
         std::function<QColor()> themed_color = {};
@@ -47,46 +53,80 @@ public:
     /// The trace line `line` draws (not owned; nullptr draws nothing). Call refresh() afterwards.
     void setTrace(int line, const Trace* trace);
     void setLineVisible(int line, bool visible);
-    void setLineColor(int line, const QColor& color);
     int lineCount() const { return static_cast<int>(lines_.size()); }
+    QString lineName(int line) const { return lines_.at(static_cast<std::size_t>(line)).name; }
+    QColor lineColor(int line) const { return lines_.at(static_cast<std::size_t>(line)).style.color; }
     /// Removes every line (the History overlay rebuilds them).
     void clearLines();
+    /// While following, this share of the data's x span is added at both ends (scatter plots).
+    void setXPadding(double fraction) { x_padding_ = fraction; }
+    /// Shows the legend even for a single line (History: the run's name).
+    void setLegendAlways(bool on);
 
     void setLogY(bool on);
     bool logY() const { return log_y_; }
+    /// EMA weight for the lines with style.smooth (0 = none, < 1).
+    void setSmoothing(double weight);
+    double smoothing() const { return smoothing_; }
+    /// The smoothed trace line `line` draws (its raw trace when not smoothed).
+    const Trace& drawnTrace(int line) const;
     void setXTitle(const QString& title);
     void setYTitle(const QString& title);
-    void setXLabelFormat(const QString& format);
-    void setYLabelFormat(const QString& format);
-    /// A right axis with its own range for the lines added with Axis::Right.
-    void setRightAxis(const QString& title, bool log = false);
-    /// A right axis showing the left one's values times `factor` (MFU next to TFLOP/s).
+    QString xTitle() const;
+    /// Maps iteration (the traces' x) to the shown x (tokens, seconds) through a monotone trace of
+    /// (iteration, x), minus `offset`; nullptr shows iterations. Zoom ranges are in shown units.
+    void setXMap(const Trace* map, double offset = 0);
+    /// The shown x divided by `scale` on the axis (seconds shown as minutes: 60).
+    void setXScale(double scale);
+    /// A right axis showing the left one's values times `factor` (MFU next to TFLOP/s), its tick
+    /// labels printf'd with `format`; factor 0 removes it.
     void setRightMirror(const QString& title, double factor, const QString& format);
-    void setRightMirrorFactor(double factor);
+    bool hasRightAxis() const { return right_ != nullptr; }
     /// Shown in the plot area while no line has data.
     void setEmptyText(const QString& text);
 
-    /// Decimates every visible trace for the current x range and width and hands the points over.
+    /// Decimates every visible trace for the current x range and width and hands the points over
+    /// (unless nothing changed since the last time).
     void refresh();
     /// Shows [x0, x1] (stops following the data); followAll() goes back to showing everything.
     void setXRange(double x0, double x1);
     void followAll();
+    /// A new run: follow all, no crosshair, no right axis.
+    void resetView();
     bool following() const { return follow_; }
-    /// The x extent of all traces, if any has data.
+    /// The x extent (shown units) of all traces, if any has data.
     std::optional<std::pair<double, double>> dataXRange() const;
     std::pair<double, double> visibleXRange() const { return {x0_, x1_}; }
-    /// Points handed to QtCharts by the last refresh, and how long it took (milliseconds).
+    /// The shown y range of the left axis (log10 of the values with the log scale).
+    std::pair<double, double> yRange() const;
+    /// Tick labels as drawn: "x", "y" or "right".
+    QStringList tickLabels(const QString& axis) const;
+    /// Points handed to QtCharts by the last refresh, how long it took (ms), refreshes that drew.
     int pointsDrawn() const { return points_drawn_; }
     double lastRefreshMs() const { return last_ms_; }
+    int redraws() const { return redraws_; }
+    /// The points line `line` handed to QtCharts (shown coordinates; log10 y on a log scale).
+    QList<QPointF> drawnPoints(int line) const;
+    /// The crosshair at shown x (nullopt hides it); the values it lists.
+    void setCrosshair(std::optional<double> x);
+    std::optional<double> crosshair() const { return cross_; }
+    /// "name: value" per line with data at the crosshair (nearest point at or before x).
+    QStringList crosshairValues() const;
+    QAction* logAction() const { return log_action_; }
+    /// Adds an owner's action to the chart's right-click menu (remove, move).
+    void addMenuAction(QAction* action) { menu_actions_.append(action); }
     /// Re-applies the palette after a theme change.
     void restyle();
     /// The chart as an image (export).
     QImage renderImage(const QSize& size);
 
 signals:
-    /// The user chose an x range (drag, wheel); std::nullopt-like reset is userFollow().
+    /// The user chose an x range (drag, wheel); userFollow(): back to all of it.
     void userXRange(double x0, double x1);
     void userFollow();
+    /// The mouse is over shown x (nullopt: it left the plot) — for syncing crosshairs.
+    void hovered(std::optional<double> x);
+    void logToggled(bool on);
 
 protected:
     void mousePressEvent(QMouseEvent* e) override;
@@ -94,41 +134,63 @@ protected:
     void mouseReleaseEvent(QMouseEvent* e) override;
     void mouseDoubleClickEvent(QMouseEvent* e) override;
     void wheelEvent(QWheelEvent* e) override;
+    void keyPressEvent(QKeyEvent* e) override;
+    void leaveEvent(QEvent* e) override;
     void resizeEvent(QResizeEvent* e) override;
     void drawForeground(QPainter* painter, const QRectF& rect) override;
 
 private:
     struct Line {
-        QLineSeries* series = nullptr;  ///< the line, or an area's upper edge
+        QLineSeries* series = nullptr;  ///< the line (smoothed when smoothing), or an area's upper edge
+        QLineSeries* raw = nullptr;     ///< the unsmoothed line, faint, while smoothing
         QAreaSeries* area = nullptr;
         QLineSeries* lower = nullptr;  ///< an area's lower edge (the areas below, summed)
         const Trace* trace = nullptr;
+        Trace ema;  ///< the smoothed trace, extended as the trace grows
+        Ema ema_state;
         LineStyle style;
         bool visible = true;
         QString name;
+        std::size_t drawn_size = 0;  ///< trace size at the last refresh
+        double drawn_last = 0;
     };
-    QAbstractAxis* makeYAxis(bool log, Qt::Alignment side, const QString& title, const QString& format);
-    void replaceAxis(QAbstractAxis*& axis, bool log, Qt::Alignment side);
+    bool smoothed(const Line& l) const { return smoothing_ > 0 && l.style.smooth && !l.area; }
+    void extendEma(Line& l);
     void applyStyle(Line& l);
     void updateLegend();
     double xAt(const QPoint& viewPos) const;
+    double shownX(double iteration) const;
+    double iterationAt(double shown) const;
     bool hasData() const;
-    void setYRange(QAbstractAxis* axis, double lo, double hi, bool log, bool nice = false);
+    bool changed();
+    void setTicks(QCategoryAxis* axis, double lo, double hi, const std::vector<double>& at,
+                  const std::function<QString(double)>& label);
+    void updateYAxis(double lo, double hi);
+    void drawLine(Line& l, double a, double b, int columns, double& lo, double& hi);
 
     std::vector<Line> lines_;
-    QValueAxis* x_axis_ = nullptr;
-    QAbstractAxis* y_left_ = nullptr;
-    QAbstractAxis* y_right_ = nullptr;
-    bool log_y_ = false, log_right_ = false, right_mirror_ = false;
-    double mirror_factor_ = 1;
-    QString y_title_, right_title_, y_format_ = QStringLiteral("%.4g"), right_format_ = QStringLiteral("%.3g");
+    QCategoryAxis* x_axis_ = nullptr;
+    QCategoryAxis* y_axis_ = nullptr;
+    QCategoryAxis* right_ = nullptr;
+    bool log_y_ = false, legend_always_ = false;
+    double smoothing_ = 0;
+    double mirror_factor_ = 0;
+    QString right_format_;
+    const Trace* x_map_ = nullptr;
+    double x_offset_ = 0, x_scale_ = 1, x_padding_ = 0;
     QString empty_text_;
     bool follow_ = true;
     double x0_ = 0, x1_ = 1;
+    double y_lo_ = 0, y_hi_ = 1;
+    bool dirty_ = true;
+    int drawn_columns_ = 0;
+    std::optional<double> cross_;
+    QAction* log_action_ = nullptr;
+    QList<QAction*> menu_actions_;
     QPointer<QRubberBand> band_;
     QPoint press_;
     bool dragging_ = false;
-    int points_drawn_ = 0;
+    int points_drawn_ = 0, redraws_ = 0;
     double last_ms_ = 0;
     std::vector<PlotPoint> scratch_;
     std::vector<double> stack_;

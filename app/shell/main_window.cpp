@@ -6,8 +6,11 @@
 #include "launch/attach_panel.h"
 #include "launch/launch_view.h"
 #include "launch/prediction.h"
+#include "monitor/metric_charts.h"
 #include "monitor/monitor_view.h"
+#include "mwb/ipc/follower.h"
 #include "mwb/planner/presets.h"
+#include "mwb/store/store.h"
 #include "plot/plot_view.h"
 #include "shell/app_options.h"
 
@@ -97,13 +100,16 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
         // process did if it did not (a crash, a kill, a refused configuration).
         const double ended = static_cast<double>(QDateTime::currentMSecsSinceEpoch()) / 1e3;
         const std::string run_dir = launch_->runDir().toStdString();
-        QTimer::singleShot(kEndGraceMs, this, [this, code, crashed, description, ended, run_dir] {
-            history_->reload();  // the run's final status has been recorded by now
+        QTimer::singleShot(kEndGraceMs, this, [this, code, crashed, ended, run_dir] {
+            const ProcessEnd how = process_end(code, crashed);
+            // the run's own run.end has been recorded by now; without one the store learns it here
+            markGone(run_dir, how, ended);
+            history_->reload();
             // only for the run it was about: the Monitor may follow another one by now
             if (monitor_->liveRun()->options().endpoint != run_dir || monitor_->liveRun()->traces().end) return;
             RunEnd end;
-            end.status = crashed ? "crashed" : (code == 0 ? "finished" : "failed");
-            end.reason = description.toStdString();
+            end.status = how.status;
+            end.reason = how.reason;
             end.time = ended;
             monitor_->noteEnded(end);
         });
@@ -129,6 +135,7 @@ MainWindow::~MainWindow() = default;
 void MainWindow::buildMenus() {
     QMenu* file = menuBar()->addMenu(tr("&File"));
     QAction* a = file->addAction(tr("&New design (tiny CPU demo)"), this, [this] {
+        if (!designer_->confirmDiscard()) return;
         designer_->loadPreset(QStringLiteral("tiny-cpu-demo"));
         showTab(DesignerTab);
     });
@@ -292,6 +299,20 @@ void MainWindow::onRunStarted(const QString& run_dir, int world, bool demo) {
     showTab(MonitorTab);
 }
 
+void MainWindow::markGone(const std::string& run_dir, const ProcessEnd& how, double when) {
+    if (store_.empty() || how.status == "finished") return;
+    std::string uid;
+    if (monitor_->liveRun()->options().endpoint == run_dir) uid = monitor_->liveRun()->traces().run_id;
+    try {
+        if (uid.empty()) uid = ipc::read_run_endpoints(run_dir).run_id;  // it published, but nobody watched
+        store::Store(store_).mark_gone(uid, how.status, how.reason, when);
+    } catch (const std::exception& e) {  // the run never started publishing, or the store is unusable
+        if (!uid.empty()) showMessage(tr("Could not mark run %1 %2 in the store: %3")
+                                          .arg(QString::fromStdString(uid), QString::fromStdString(how.status),
+                                               QString::fromUtf8(e.what())));
+    }
+}
+
 void MainWindow::showTab(Tab tab) {
     tabs_->setCurrentIndex(static_cast<int>(tab));
 }
@@ -348,6 +369,7 @@ void MainWindow::saveSettings() const {
     if (auto* split = launch_->findChild<QSplitter*>(QStringLiteral("launch_split")))
         s.setValue(QStringLiteral("launch/split"), split->saveState());
     s.setValue(QStringLiteral("recent_files"), recent_);
+    s.setValue(QStringLiteral("monitor/charts"), monitor_->charts()->customCharts());
     s.setValue(QStringLiteral("theme"), theme_name(current_theme()));
     s.sync();
 }
@@ -367,6 +389,7 @@ void MainWindow::restoreSettings() {
     for (const QString& f : s.value(QStringLiteral("recent_files")).toStringList())
         if (!f.isEmpty() && recent_.size() < kMaxRecent) recent_ << f;
     updateRecentMenu();
+    monitor_->charts()->setCustomCharts(s.value(QStringLiteral("monitor/charts")).toStringList());
     if (s.contains(QStringLiteral("theme"))) setTheme(theme_from_name(s.value(QStringLiteral("theme")).toString()));
 }
 

@@ -3,6 +3,7 @@
 // keyboard shortcuts, the status bar, and what the app remembers (window geometry and state, the tab,
 // recent files, the palette) in QSettings. The views do the work; this class only connects them.
 #include "core/theme.h"
+#include "launch/local_run.h"
 #include "live/telemetry_worker.h"
 
 #include <QMainWindow>
@@ -65,6 +66,8 @@ private:
     void updateRecentMenu();
     void onRunStarted(const QString& run_dir, int world, bool demo);
     void showMessage(const QString& text);
+    /// Marks the run of local run directory `run_dir` gone in the store (if it is still "running").
+    void markGone(const std::string& run_dir, const ProcessEnd& how, double when);
     DesignerView* designer_ = nullptr;
     LaunchView* launch_ = nullptr;
     MonitorView* monitor_ = nullptr;

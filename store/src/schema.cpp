@@ -138,6 +138,14 @@ CREATE TABLE step_blocks (
 ) WITHOUT ROWID;
 )sql";
 
+// Version 3: when a follower last heard from each run (its clock, Unix seconds), so a run whose
+// process is gone is marked interrupted instead of staying "running" forever (store/src/liveness.cpp).
+// Existing runs start from their newest step's time (or their start).
+constexpr std::string_view kV3 = R"sql(
+ALTER TABLE runs ADD COLUMN last_seen REAL;
+UPDATE runs SET last_seen = coalesce((SELECT max(time) FROM steps WHERE steps.run = runs.id), created);
+)sql";
+
 constexpr std::string_view kMetrics[] = {
     "lm_loss",
     "lr",
@@ -171,6 +179,8 @@ std::string_view migration_sql(int version) {
             return kV1;
         case 2:
             return kV2;
+        case 3:
+            return kV3;
         default:
             throw Error("no migration to schema version " + std::to_string(version));
     }

@@ -61,12 +61,17 @@ int main(int argc, char** argv) {
     std::string curve_key, server_key;
     std::vector<std::string> endpoints;
     bool until_end = false, quiet = false;
+    double gone_after_s = mwb::store::Store::kDefaultGoneAfterS;
     app.add_option("--store", store_file, "History store (SQLite)")->capture_default_str();
     app.add_option("--curve-key", curve_key, "This client's CURVE key pair (NAME.key_secret) for CURVE runs");
     app.add_option("--server-key", server_key,
                    "The run's CURVE public key (a Z85 key or NAME.key); run directories name it");
     app.add_flag("--until-end", until_end, "Exit once every followed run has published run.end");
     app.add_flag("-q,--quiet", quiet, "No progress lines");
+    app.add_option("--gone-after", gone_after_s,
+                   "Seconds without a message or heartbeat after which a running run is marked interrupted")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
     app.add_option("endpoints", endpoints, "tcp://HOST:PORT of a run's telemetry (PUB) socket, or its run directory");
 
     auto* import = app.add_subcommand("import", "Load finished run directories (metrics.jsonl, events.jsonl)");
@@ -148,6 +153,7 @@ int main(int argc, char** argv) {
         fo.curve = client_curve(curve_key, server_key);
         fo.until_end = until_end;
         fo.quiet = quiet;
+        fo.gone_after_s = gone_after_s;
         std::signal(SIGINT, on_signal);
         std::signal(SIGTERM, on_signal);
         return mwb::record::follow(store, fo, g_stop);

@@ -2,6 +2,7 @@
 
 #include "mwb/ipc/error.h"
 #include "mwb/ipc/follower.h"
+#include "mwb/ipc/message.h"
 #include "mwb/ipc/run_dir_log.h"
 
 #include <chrono>
@@ -23,6 +24,7 @@ struct Watch {
     int64_t iteration = -1;
     std::optional<double> loss;
     bool ended = false;  ///< run.end of the current run stored
+    bool heard = false;  ///< a message arrived since the last liveness tick
 };
 
 void progress(const Watch& w) {
@@ -69,6 +71,7 @@ int follow(store::Store& store, const FollowOptions& o, const std::atomic<bool>&
         std::fflush(stdout);
     }
     std::vector<std::pair<Watch*, ipc::Message>> batch;
+    store::LivenessTicker liveness(o.gone_after_s);
     auto last_progress = Clock::now();
     const auto slice = std::chrono::milliseconds(std::max<int>(5, 100 / static_cast<int>(watches.size())));
     while (!stop.load()) {
@@ -80,6 +83,7 @@ int follow(store::Store& store, const FollowOptions& o, const std::atomic<bool>&
                     auto m = w.follower->next(any ? std::chrono::milliseconds(0) : slice);
                     if (!m) break;
                     any = true;
+                    w.heard = true;
                     batch.emplace_back(&w, std::move(*m));
                 }
             }
@@ -108,6 +112,18 @@ int follow(store::Store& store, const FollowOptions& o, const std::atomic<bool>&
             t.commit();
             batch.clear();
             std::fflush(stdout);
+        }
+        // a run whose process is gone without run.end (killed, node lost) must not stay "running"
+        for (auto& w : watches) {
+            const bool heard = w.heard || w.follower->live();
+            w.heard = false;
+            for (const auto& uid : liveness.tick(store, w.follower->run_id(), heard, ipc::unix_time())) {
+                for (auto& x : watches)
+                    if (x.follower->run_id() == uid) x.ended = true;
+                if (!o.quiet)
+                    std::printf("mwb-record: run %s marked interrupted: no message for %.0f s\n", uid.c_str(),
+                                o.gone_after_s);
+            }
         }
         if (!o.quiet && Clock::now() - last_progress > std::chrono::duration<double>(o.progress_interval_s)) {
             for (auto& w : watches) {

@@ -22,6 +22,9 @@ struct FollowOptions {
     bool until_end = false;  ///< return once every followed run has published run.end
     bool quiet = false;      ///< no progress lines
     double progress_interval_s = 5;
+    /// A run silent this long (no message, no heartbeat) is marked interrupted in the store and,
+    /// with until_end, counts as ended.
+    double gone_after_s = store::Store::kDefaultGoneAfterS;
 };
 
 /// Follows every endpoint, writing what arrives into `store` (one transaction per batch, at most

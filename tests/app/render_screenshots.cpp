@@ -1,6 +1,8 @@
 // mwb-screenshots: renders each main view of the real app to docs/screenshots/*.png (1400×900):
 // the Designer with a preset, auto-configure's ranking, problems under their fields, Launch after a real local run, the
-// Monitor during and after that run, the History with two runs overlaid, and the Designer in the dark palette. The runs
+// Monitor during and after that run (with the crosshair), the History with two runs overlaid and grouped by learning
+// rate against their final loss, and the Designer and Monitor in the dark palette. Under Xvfb it is the UI check
+// (scripts/ui-check.sh): a real window, real runs, every view. The runs
 // are real, short mwb-train runs on the bundled corpus, recorded into a temporary store (the user's is never touched).
 //   mwb-screenshots [--designer-only] [OUTPUT_DIR]   (default: the source tree's docs/screenshots)
 #include "core/paths.h"
@@ -10,7 +12,9 @@
 #include "designer/designer_view.h"
 #include "designer/field_editor.h"
 #include "history/history_view.h"
+#include "history/scatter_plot.h"
 #include "launch/launch_view.h"
+#include "monitor/metric_charts.h"
 #include "monitor/monitor_view.h"
 #include "mwb/planner/presets.h"
 #include "shell/main_window.h"
@@ -168,7 +172,12 @@ int main(int argc, char** argv) {
 
     // two real runs: one process, then two data-parallel ranks under mpirun
     ok &= run_design(w, short_run(3e-3), 1, QStringLiteral("lr3e-3"), out, QStringLiteral("monitor-live.png"));
+    // the crosshair where the mouse would be: every chart's value at iteration 50
+    for (int c = 0; c < MetricCharts::ChartCount; ++c)
+        w.monitor()->charts()->chart(static_cast<MetricCharts::Chart>(c))->setCrosshair(50.0);
     ok &= save(&w, out, QStringLiteral("monitor.png"));
+    for (int c = 0; c < MetricCharts::ChartCount; ++c)
+        w.monitor()->charts()->chart(static_cast<MetricCharts::Chart>(c))->setCrosshair(std::nullopt);
     w.showTab(MainWindow::LaunchTab);
     ok &= save(&w, out, QStringLiteral("launch.png"));
     if (!find_mpirun().isEmpty())
@@ -188,6 +197,13 @@ int main(int argc, char** argv) {
     }
     settle(800);
     ok &= save(&w, out, QStringLiteral("history.png"));
+    // grouped by learning rate, the final loss against it
+    w.history()->setGroupKey(QStringLiteral("lr"));
+    for (auto* tabs : w.history()->findChildren<QTabWidget*>())
+        if (tabs->indexOf(w.history()->scatter()) >= 0) tabs->setCurrentWidget(w.history()->scatter());
+    w.history()->scatter()->setKey(QStringLiteral("lr"));
+    settle(500);
+    ok &= save(&w, out, QStringLiteral("history-scatter.png"));
 
     // the dark palette
     w.setTheme(Theme::Dark);

@@ -11,10 +11,13 @@
 #include "history/history_view.h"
 #include "history/run_filter_proxy.h"
 #include "history/run_list_model.h"
+#include "history/scatter_plot.h"
 #include "mwb/ipc/control_client.h"
 #include "mwb/store/store.h"
 
 #include <QAbstractItemModelTester>
+#include <QComboBox>
+#include <QLineEdit>
 #include <QSignalSpy>
 #include <QTableView>
 
@@ -110,6 +113,68 @@ private slots:
                       false);
         c_ = make_run(dir_ / "c", db_, test::tiny_run_args(dir_ / "c", 1000000), true);
         QVERIFY(!a_.uid.empty() && !b_.uid.empty() && !c_.uid.empty());
+    }
+
+    void settings_filter_group_scatter_and_export_every_metric() {
+        HistoryView view;
+        view.resize(1400, 900);
+        view.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&view));
+        view.setStoreFile(db_);
+        auto* filter = view.findChild<QLineEdit*>(QStringLiteral("historyFilter"));
+        QVERIFY(filter);
+        // a setting typed into the filter: only run b has hidden size 32
+        QTest::keyClicks(filter, QStringLiteral("hidden=32"));
+        QCOMPARE(view.proxy()->rowCount(), 1);
+        QCOMPARE(view.proxy()->data(view.proxy()->index(0, 0), RunListModel::UidRole).toString().toStdString(), b_.uid);
+        filter->clear();
+        QTest::keyClicks(filter, QStringLiteral("hidden_size>40 finished"));  // settings and words together
+        QCOMPARE(view.proxy()->rowCount(), 1);
+        QCOMPARE(view.proxy()->data(view.proxy()->index(0, 0), RunListModel::UidRole).toString().toStdString(), a_.uid);
+        filter->clear();
+        QCOMPARE(view.proxy()->rowCount(), 3);
+        // group by hidden size: a Group column, one colour per value in the overlay
+        QComboBox* group = view.groupChoice();
+        const int by_hidden = group->findData(QStringLiteral("hidden_size"));
+        QVERIFY2(by_hidden > 0, "hidden_size differs between the runs");
+        group->setCurrentIndex(by_hidden);
+        QVERIFY(!view.table()->isColumnHidden(RunListModel::Group));
+        view.selectRuns({a_.uid, b_.uid, c_.uid});
+        ComparePlot* plot = view.comparePlot();
+        QCOMPARE(plot->runCount(), 3);
+        std::map<std::string, QColor> colour;
+        for (int i = 0; i < plot->runCount(); ++i) colour[plot->runs()[i].uid] = plot->plot()->lineColor(i);
+        QCOMPARE(colour[a_.uid], colour[c_.uid]);  // both 64
+        QVERIFY(colour[a_.uid] != colour[b_.uid]);
+        QVERIFY(plot->plot()->chart()->legend()->isVisible());
+        // the scatter: final loss of each run against hidden_size, as the rows say
+        ScatterPlot* scatter = view.scatter();
+        scatter->setKey(QStringLiteral("hidden_size"));
+        QCOMPARE(scatter->key(), QString("hidden_size"));
+        QCOMPARE(scatter->points().size(), std::size_t{3});
+        QCOMPARE(scatter->points().x.front(), 32.0);
+        QCOMPARE(scatter->points().y.front(), last_of(b_, "lm_loss"));
+        scatter->plot()->refresh();
+        QVERIFY(scatter->plot()->pointsDrawn() >= 2);
+        // every metric of the selected runs, one row per step record
+        view.selectRuns({a_.uid});
+        const QString file = QString::fromStdString((dir_ / "all.csv").string());
+        QString error;
+        QVERIFY2(view.exportAllMetrics(file, &error), qPrintable(error));
+        QFile f(file);
+        QVERIFY(f.open(QIODevice::ReadOnly));
+        const QStringList lines = QString::fromUtf8(f.readAll()).split('\n', Qt::SkipEmptyParts);
+        const QStringList header = parse_csv_line(lines[0]);
+        QCOMPARE(header.mid(0, 3), (QStringList{"run", "name", "iteration"}));
+        const int loss_col = static_cast<int>(header.indexOf("lm_loss")), lr_col = static_cast<int>(header.indexOf("lr"));
+        QVERIFY(loss_col > 2 && lr_col > 2 && header.contains("tokens_per_sec"));
+        QCOMPARE(lines.size() - 1, static_cast<int>(a_.steps.size()));
+        for (std::size_t i = 0; i < a_.steps.size(); ++i) {
+            const QStringList row = parse_csv_line(lines[static_cast<int>(i) + 1]);
+            QCOMPARE(row[2].toLongLong(), a_.steps[i].body["iteration"].get<long long>());
+            QCOMPARE(row[loss_col].toDouble(), a_.steps[i].body["lm_loss"].get<double>());
+            QCOMPARE(row[lr_col].toDouble(), a_.steps[i].body["lr"].get<double>());
+        }
     }
 
     void the_models_pass_the_tester_and_list_every_run() {

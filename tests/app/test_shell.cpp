@@ -9,6 +9,7 @@
 #include "launch/launch_view.h"
 #include "monitor/monitor_view.h"
 #include "mwb/planner/presets.h"
+#include "mwb/store/store.h"
 #include "plot/plot_view.h"
 #include "shell/app_options.h"
 #include "shell/main_window.h"
@@ -138,7 +139,7 @@ private slots:
         const auto smoothed_loss_colour = [&] {
             for (PlotView* p : plots)
                 for (QAbstractSeries* series : p->chart()->series())
-                    if (series->name() == QStringLiteral("train (smoothed)"))
+                    if (series->name() == QStringLiteral("train"))
                         return static_cast<QLineSeries*>(series)->pen().color();
             return QColor();
         };
@@ -224,8 +225,15 @@ private slots:
         QTRY_VERIFY_WITH_TIMEOUT(!w.launch()->running(), 10000);
         // killed: the run could not say how it ended, so the app does
         QTRY_VERIFY_WITH_TIMEOUT(w.monitor()->liveRun()->traces().end.has_value(), 10000);
-        QCOMPARE(QString::fromStdString(w.monitor()->liveRun()->traces().end->status), QStringLiteral("crashed"));
+        const RunEnd end = *w.monitor()->liveRun()->traces().end;
+        QCOMPARE(QString::fromStdString(end.status), QStringLiteral("interrupted"));
+        QCOMPARE(QString::fromStdString(end.reason), QStringLiteral("killed by signal 9 (SIGKILL)"));  // said once
+        // and the store says so too (it stayed "running" before): History and mwb-record see it over
+        const std::string uid = w.monitor()->liveRun()->traces().run_id;
         w.monitor()->detach();
+        store::Store st(w.storeFile());
+        QCOMPARE(QString::fromStdString(st.run(uid)->status), QStringLiteral("interrupted"));
+        QCOMPARE(QString::fromStdString(st.run(uid)->reason), QStringLiteral("killed by signal 9 (SIGKILL)"));
     }
 
     void anEndedRunDoesNotEndTheNextOne() {

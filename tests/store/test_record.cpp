@@ -119,6 +119,31 @@ private slots:
         QCOMPARE(s.run(id)->status, "stopped");
     }
 
+    void a_killed_trainer_is_marked_interrupted_by_the_recorder() {
+        test::TempDir t;
+        const fs::path run = t / "run", db = t / "h.sqlite";
+        test::Child trainer;
+        trainer.start(test::trainer_exe(), test::tiny_run_args(run, 1000000));
+        QVERIFY(wait_for([&] { return fs::exists(run / "telemetry.json"); }));
+        const std::string id = run_id_of(run);
+        test::Child recorder;
+        recorder.start(exe("store", "mwb-record"), {"--store", q(db), "--until-end", "--gone-after", "2", q(run)});
+        QVERIFY(wait_for([&] { return stored(db, id) >= 20; }));
+        {
+            store::Store s(db);
+            QCOMPARE(s.run(id)->status, "running");  // heard from every second: not gone
+        }
+        trainer.signal(SIGKILL);
+        trainer.wait();
+        // no run.end will come: the recorder marks it after 2 s of silence, and --until-end returns
+        QCOMPARE(recorder.wait(30000), 0);
+        const QString out = recorder.output();
+        QVERIFY2(out.contains("marked interrupted"), qPrintable(out));
+        store::Store s(db);
+        QCOMPARE(s.run(id)->status, "interrupted");
+        QVERIFY2(s.run(id)->reason.rfind(store::Store::kSilentReason, 0) == 0, s.run(id)->reason.c_str());
+    }
+
     void a_killed_recorder_resumes_without_gaps_or_duplicates() {
         test::TempDir t;
         const fs::path run = t / "run", db = t / "h.sqlite";

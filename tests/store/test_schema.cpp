@@ -78,7 +78,7 @@ private slots:
             QCOMPARE(raw.user_version(), 1);
         }
         store::Store s(file);
-        QCOMPARE(s.database().user_version(), 2);
+        QCOMPARE(s.database().user_version(), store::kSchemaVersion);
         const auto runs = s.runs();
         QCOMPARE(runs.size(), std::size_t{2});
         QCOMPARE(runs[0].uid, kRunB);  // newest first
@@ -117,6 +117,46 @@ private slots:
             test::wire_message(kRunB, 41, "step", {{"iteration", 41}, {"mem_peak_bytes_max_rank", 7}}))));
         QCOMPARE(s.next_seq(kRunB), 42);
         QCOMPARE(s.series(kRunB, "mem_peak_bytes_max_rank").points, 1);
+        // Version 3 starts each run's last_seen at its newest step's time.
+        auto seen = s.database().prepare(
+            "SELECT r.last_seen, (SELECT max(time) FROM steps WHERE run = r.id) FROM runs r WHERE r.uid = ?");
+        seen.bind(1, kRunA);
+        QVERIFY(seen.step());
+        QCOMPARE(seen.real(0), seen.real(1));
+    }
+
+    void a_silent_or_gone_run_is_no_longer_running() {
+        test::TempDir t;
+        store::Store s(t / "h.sqlite");
+        const std::string a = "20260101-000000-a-00000001", b = "20260101-000000-b-00000002";
+        for (const auto& uid : {a, b})
+            QVERIFY(s.ingest(*ipc::parse_message(test::wire_message(uid, 0, "run.start", {{"config", {}}}))));
+        QCOMPARE(s.run(a)->status, "running");
+        s.note_alive(a, 1000);
+        s.note_alive(b, 1050);
+        // a is silent for 70 s at t = 1070, b for 20 s: only a goes
+        QCOMPARE(s.mark_silent_runs(1070, 60), std::vector<std::string>{a});
+        QCOMPARE(s.run(a)->status, "interrupted");
+        QVERIFY2(s.run(a)->reason.rfind(store::Store::kSilentReason, 0) == 0, s.run(a)->reason.c_str());
+        QCOMPARE(*s.run(a)->finished, 1000.0);
+        QCOMPARE(s.run(b)->status, "running");
+        // heard again (a network outage, not a death): running again
+        s.note_alive(a, 1080);
+        QCOMPARE(s.run(a)->status, "running");
+        QVERIFY(s.run(a)->reason.empty());
+        // a local process killed: interrupted by the app, once; a run that said how it ended keeps that
+        QVERIFY(s.mark_gone(b, "interrupted", "killed by signal 9 (SIGKILL)", 1090));
+        QCOMPARE(s.run(b)->status, "interrupted");
+        QCOMPARE(s.run(b)->reason, "killed by signal 9 (SIGKILL)");
+        QVERIFY(!s.mark_gone(b, "failed", "again", 1100));
+        QCOMPARE(s.run(b)->reason, "killed by signal 9 (SIGKILL)");
+        s.note_alive(b, 1110);  // only silence is undone by hearing from the run
+        QCOMPARE(s.run(b)->status, "interrupted");
+        QVERIFY(s.ingest(*ipc::parse_message(test::wire_message(a, 1, "run.end", {{"status", "finished"}}))));
+        QVERIFY(!s.mark_gone(a, "failed", "exit status 1", 1200));
+        QCOMPARE(s.run(a)->status, "finished");
+        QVERIFY(s.mark_silent_runs(5000, 60).empty());
+        QVERIFY(!error_of([&] { s.mark_gone(a, "finished", "", 1); }).isEmpty());
     }
 
     void two_processes_opening_an_old_file_migrate_it_once() {
@@ -124,7 +164,7 @@ private slots:
         const fs::path file = make_v1(t);
         store::Store a(file);
         store::Store b(file);
-        QCOMPARE(b.database().user_version(), 2);
+        QCOMPARE(b.database().user_version(), store::kSchemaVersion);
         QCOMPARE(b.runs().size(), std::size_t{2});
     }
 
@@ -136,7 +176,7 @@ private slots:
         db.exec("INSERT INTO runs (uid, tags) VALUES ('r', 'a,b,,a')");
         QCOMPARE(store::migrate(db), 1);
         QCOMPARE(db.scalar_int("SELECT count(*) FROM run_tags"), 2);
-        QCOMPARE(store::migrate(db), 2);  // nothing left to do
+        QCOMPARE(store::migrate(db), store::kSchemaVersion);  // nothing left to do
     }
 
     void newer_foreign_and_broken_files_are_refused() {
@@ -146,7 +186,7 @@ private slots:
             db.exec("PRAGMA user_version = 99");
         }
         QString err = error_of([&] { store::Store s(t / "future.sqlite"); });
-        QVERIFY2(err.contains("future.sqlite") && err.contains("schema version 99") && err.contains("up to 2"),
+        QVERIFY2(err.contains("future.sqlite") && err.contains("schema version 99") && err.contains("up to 3"),
                  qPrintable(err));
         {
             store::Database db(t / "foreign.sqlite");

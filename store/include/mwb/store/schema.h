@@ -3,6 +3,7 @@
 //   1  runs (tags as text), messages, steps, evals, events
 //   2  run_tags, memory (per rank), the step time breakdown and max-rank peak, step_blocks
 //      (downsampling), derived
+//   3  runs.last_seen (when a follower last heard from the run: marking runs whose process is gone)
 // A file newer than this build is refused rather than guessed at.
 #include "mwb/store/sqlite.h"
 
@@ -11,7 +12,7 @@
 
 namespace mwb::store {
 
-inline constexpr int kSchemaVersion = 2;
+inline constexpr int kSchemaVersion = 3;
 
 /// The SQL of migration `version` (1 creates the first schema); `version` in 1..kSchemaVersion.
 std::string_view migration_sql(int version);

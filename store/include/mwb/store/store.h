@@ -45,6 +45,22 @@ public:
     /// The first seq of run `uid` not stored yet (every seq below it is): where to resume.
     int64_t next_seq(const std::string& uid);
 
+    // ---- liveness (src/liveness.cpp) -------------------------------------------------------------
+    /// A follower heard from run `uid` at `now` (Unix seconds, this machine's clock): messages or
+    /// heartbeats. A run marked interrupted for its silence is running again.
+    void note_alive(const std::string& uid, double now);
+    /// The run's process is known to be gone without a run.end (a local process that crashed or was
+    /// killed): sets `status` ("interrupted" or "failed") and `reason` if the run is still "running".
+    /// Returns whether it changed anything.
+    bool mark_gone(const std::string& uid, const std::string& status, const std::string& reason, double now);
+    /// Every "running" run not heard from for more than `gone_after_s` before `now` becomes
+    /// "interrupted" with reason kSilentReason + the time; returns their uids.
+    std::vector<std::string> mark_silent_runs(double now, double gone_after_s);
+    /// The start of the reason mark_silent_runs() writes (note_alive() undoes only those).
+    static constexpr const char* kSilentReason = "no message from the run for ";
+    /// How long a run may be silent before followers call it gone (heartbeats come every second).
+    static constexpr double kDefaultGoneAfterS = 60;
+
     void set_name(const std::string& uid, const std::string& name);
     void set_notes(const std::string& uid, const std::string& notes);
     void add_tag(const std::string& uid, const std::string& tag);
@@ -91,6 +107,22 @@ private:
     std::set<std::pair<int64_t, int64_t>> dirty_;  // (run, block) with new steps since the last commit
     std::map<int64_t, int64_t> block_iters_;
     int depth_ = 0;  // open Transactions
+};
+
+/// A follower's side of liveness (the app's TelemetryWorker and mwb-record): call tick() from the
+/// receive loop; at most every gone_after / 4 (and 5 s) it notes the runs heard from since the last
+/// time and marks the silent ones (Store::mark_silent_runs), returning the runs it marked.
+class LivenessTicker {
+public:
+    explicit LivenessTicker(double gone_after_s = Store::kDefaultGoneAfterS) : gone_after_s_(gone_after_s) {}
+    /// `heard`: a message or heartbeat of `run_id` arrived since the last call.
+    std::vector<std::string> tick(Store& store, const std::string& run_id, bool heard, double now);
+    double gone_after_s() const { return gone_after_s_; }
+
+private:
+    double gone_after_s_;
+    double last_tick_ = 0;
+    std::set<std::string> heard_;
 };
 
 }  // namespace mwb::store
