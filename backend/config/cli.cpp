@@ -52,7 +52,6 @@ const auto kMegatronFlags = std::to_array<MegatronFlag>({
     NO_EFFECT("--no-create-attention-mask-in-dataloader", 0, "the causal mask is applied inside attention"),
     NO_EFFECT("--dataloader-type", 1, "samples are read in Megatron-LM's single (sequential) order"),
     NO_EFFECT("--num-dataset-builder-threads", 1, "sample indices are built by one thread and cached"),
-    NO_EFFECT("--tiktoken-pattern", 1, "no TikTokenizer here"),
     NO_EFFECT("--profile", 0, "no profiler hooks; per-phase times are in metrics.jsonl"),
     NO_EFFECT("--profile-step-start", 1, "no profiler hooks; per-phase times are in metrics.jsonl"),
     NO_EFFECT("--profile-step-end", 1, "no profiler hooks; per-phase times are in metrics.jsonl"),
@@ -111,8 +110,6 @@ const auto kMegatronFlags = std::to_array<MegatronFlag>({
     UNSUPPORTED("--full-validation", 0, "validation reads eval_iters global batches"),
     UNSUPPORTED("--skip-train", 0, "evaluation without training"),
     UNSUPPORTED("--iterations-to-skip", -1, "skipping iterations"),
-    UNSUPPORTED("--tokenizer-model", 1, "SentencePiece/Hugging Face tokenizers; use GPT2BPETokenizer, ByteTokenizer "
-                                        "or NullTokenizer"),
 });
 
 #undef ALIAS
