@@ -81,6 +81,16 @@ bool World::all_agree(bool mine) const {
     return all != 0;
 }
 
+double World::node_sum(double mine) const {
+    if (!mpi_ || size_ == 1) return mine;
+    MPI_Comm node = MPI_COMM_NULL;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node);
+    double sum = mine;
+    MPI_Allreduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, node);
+    MPI_Comm_free(&node);
+    return sum;
+}
+
 void World::abort(int code) {
     if (mpi_ && size_ > 1) MPI_Abort(MPI_COMM_WORLD, code);
     std::exit(code);

@@ -28,6 +28,9 @@ public:
     bool uses_mpi() const { return mpi_; }
     /// True when every rank passes true (collective over the world).
     bool all_agree(bool mine) const;
+    /// Σ of `mine` over the ranks of this rank's node (collective over the world): what the ranks
+    /// sharing one host's memory need together.
+    double node_sum(double mine) const;
     /// Ends every rank consistently (MPI_Abort when ranks cannot agree), for fatal errors.
     [[noreturn]] void abort(int code);
 

@@ -24,7 +24,7 @@ struct TrainerInputs {
     std::unique_ptr<data::SampleSource> valid;  ///< may be null (no evaluation)
     std::string data_description;
     /// Set from a signal handler (or a test) to stop after the current iteration, saving a checkpoint.
-    /// Rank 0's flag decides for every rank.
+    /// Any rank's flag stops every rank at the same iteration.
     const std::atomic<bool>* stop_requested = nullptr;
     /// Print a progress line every log interval (mwb-train's rank 0 does; tests need not).
     bool print_progress = true;
