@@ -1,0 +1,145 @@
+// Multi-rank runs under failure, as real `mpirun` processes: a signal to any one rank (or the one that
+// Slurm and mpirun forward, SIGUSR1) stops every rank at the same iteration with one checkpoint; the
+// run directory ends gap-free. Times to exit are printed for docs/reliability.md.
+#include "support/fixtures.h"
+#include "support/trainer_process.h"
+
+#include <QElapsedTimer>
+#include <QProcess>
+#include <QtTest>
+
+#include <signal.h>
+
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+namespace fs = std::filesystem;
+using namespace mwb::test;
+
+namespace {
+
+/// `mpirun -np N mwb-train ...` logging to a file.
+struct MpiRun {
+    Child child;
+    void start(int ranks, const QStringList& args) {
+        QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+        env.insert("OMPI_ALLOW_RUN_AS_ROOT", "1");
+        env.insert("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+        env.insert("OMPI_MCA_rmaps_base_oversubscribe", "1");
+        env.insert("OMPI_MCA_btl_vader_single_copy_mechanism", "none");
+        env.insert("OMPI_MCA_btl", "self,vader");
+        child.p.setProcessEnvironment(env);
+        child.start(MWB_MPIEXEC, QStringList{"-np", QString::number(ranks), trainer_exe()} + args);
+    }
+    /// The pid of world rank `rank` (a child of mpirun whose environment says so); 0 when not yet started.
+    pid_t rank_pid(int rank) const {
+        const auto parent = static_cast<pid_t>(child.p.processId());
+        for (const auto& e : fs::directory_iterator("/proc")) {
+            const std::string name = e.path().filename().string();
+            if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+            std::ifstream stat(e.path() / "stat");
+            std::string pid, comm, state;
+            long ppid = 0;
+            if (!(stat >> pid >> comm >> state >> ppid) || ppid != parent) continue;
+            std::ifstream environ(e.path() / "environ", std::ios::binary);
+            const std::string vars{std::istreambuf_iterator<char>(environ), {}};
+            if (vars.find("OMPI_COMM_WORLD_RANK=" + std::to_string(rank) + '\0') != std::string::npos)
+                return static_cast<pid_t>(std::stol(name));
+        }
+        return 0;
+    }
+};
+
+std::vector<nlohmann::json> records(const fs::path& file, const std::string& topic) {
+    std::vector<nlohmann::json> out;
+    std::ifstream in(file);
+    std::string line;
+    while (std::getline(in, line)) {
+        const auto j = nlohmann::json::parse(line, nullptr, false);
+        if (!j.is_discarded() && j["topic"] == topic) out.push_back(j);
+    }
+    return out;
+}
+
+/// Waits until the run has logged `n` iterations (false when it ended before).
+bool wait_for_steps(const fs::path& run_dir, std::size_t n, const QProcess& p, int ms = 60000) {
+    QElapsedTimer t;
+    t.start();
+    while (t.elapsed() < ms && p.state() != QProcess::NotRunning) {
+        if (records(run_dir / "metrics.jsonl", "step").size() >= n) return true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+}
+
+/// The run ended interrupted at iteration k with one checkpoint of k behind latest, and step records
+/// 1..k without a gap.
+void expect_stopped_with_one_checkpoint(const fs::path& run_dir, const fs::path& ckpt) {
+    const auto ends = records(run_dir / "events.jsonl", "run.end");
+    QCOMPARE(ends.size(), std::size_t{1});
+    QCOMPARE(ends[0]["status"], "interrupted");
+    const int64_t k = ends[0]["iteration"].get<int64_t>();
+    const auto steps = records(run_dir / "metrics.jsonl", "step");
+    QCOMPARE(static_cast<int64_t>(steps.size()), k);
+    for (int64_t i = 0; i < k; ++i) QCOMPARE(steps[static_cast<std::size_t>(i)]["iteration"].get<int64_t>(), i + 1);
+    std::ifstream latest(ckpt / "latest");
+    std::string name;
+    latest >> name;
+    char want[32];
+    std::snprintf(want, sizeof want, "iter_%07lld", static_cast<long long>(k));
+    QCOMPARE(name, std::string(want));
+    int folders = 0;
+    for (const auto& e : fs::directory_iterator(ckpt)) folders += e.is_directory();
+    QCOMPARE(folders, 1);
+}
+
+/// The tiny model, endless, one sample per micro-batch (any data-parallel size up to 4 divides the batch).
+QStringList args(const fs::path& run_dir) { return tiny_run_args(run_dir, 100000) << "--micro-batch-size" << "1"; }
+
+}  // namespace
+
+class TestReliabilityParallel : public QObject {
+    Q_OBJECT
+private slots:
+    void a_signal_to_one_rank_stops_every_rank_at_one_iteration_data() {
+        QTest::addColumn<int>("signal");
+        QTest::addColumn<int>("rank");
+        QTest::newRow("SIGTERM to rank 1 of 2") << int(SIGTERM) << 1;
+        QTest::newRow("SIGUSR1 to rank 2 of 4") << int(SIGUSR1) << 2;
+    }
+    void a_signal_to_one_rank_stops_every_rank_at_one_iteration() {
+        QFETCH(int, signal);
+        QFETCH(int, rank);
+        TempDir t;
+        MpiRun mpi;
+        const int ranks = rank + 2 - rank % 2;
+        mpi.start(ranks, args(t / "run") << "--save" << qpath(t / "ckpt"));
+        QVERIFY2(wait_for_steps(t / "run", 3, mpi.child.p), qPrintable(mpi.child.output()));
+        const pid_t pid = mpi.rank_pid(rank);
+        QVERIFY(pid > 0);
+        QElapsedTimer clock;
+        clock.start();
+        ::kill(pid, signal);
+        QCOMPARE(mpi.child.wait(60000), 130);
+        qInfo("all %d ranks exited %lld ms after the signal to rank %d", ranks, clock.elapsed(), rank);
+        expect_stopped_with_one_checkpoint(t / "run", t / "ckpt");
+    }
+
+    void sigusr1_to_mpirun_reaches_every_rank() {
+        // mpirun forwards SIGUSR1 (and Slurm sends it before the time limit): checkpoint, exit 130.
+        TempDir t;
+        MpiRun mpi;
+        mpi.start(2, args(t / "run") << "--save" << qpath(t / "ckpt"));
+        QVERIFY2(wait_for_steps(t / "run", 3, mpi.child.p), qPrintable(mpi.child.output()));
+        QElapsedTimer clock;
+        clock.start();
+        mpi.child.signal(SIGUSR1);
+        QCOMPARE(mpi.child.wait(60000), 130);
+        qInfo("mpirun exited %lld ms after SIGUSR1", clock.elapsed());
+        expect_stopped_with_one_checkpoint(t / "run", t / "ckpt");
+    }
+};
+
+QTEST_APPLESS_MAIN(TestReliabilityParallel)
+#include "test_reliability.moc"
