@@ -14,6 +14,7 @@ packages=(
   qt6-base-dev libqt6opengl6-dev qt6-charts-dev libqt6sql6-sqlite
   xvfb xauth fonts-dejavu-core
   bible-kjv bible-kjv-text
+  slurm-wlm munge
 )
 
 missing=()
