@@ -108,6 +108,7 @@ void RunDir::write_run_json(const nlohmann::json& run) { write_file_atomic(path_
 nlohmann::json RunDir::publish(std::string_view topic, nlohmann::json fields) {
     // Envelope first, then the topic's fields in their own order (readable files; receivers must not
     // depend on key order).
+    const std::lock_guard<std::mutex> lock(mutex_);
     nlohmann::ordered_json msg = {{"schema", kTelemetrySchema}, {"topic", topic}, {"run_id", run_id_},
                                   {"seq", next_seq_++},         {"time", unix_time()}};
     for (auto& [key, value] : fields.items()) msg[key] = value;

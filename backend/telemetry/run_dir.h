@@ -12,6 +12,7 @@
 
 #include <cstdio>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <string_view>
 
@@ -50,6 +51,7 @@ private:
     std::FILE* metrics_ = nullptr;
     std::FILE* events_ = nullptr;
     Forwarder forward_;
+    std::mutex mutex_;  // the hung-rank watchdog publishes from its own thread
 };
 
 }  // namespace mwb

@@ -214,8 +214,14 @@ int main(int argc, char** argv) {
         // mpirun forwards to every rank: checkpoint at the next iteration boundary and exit (130).
         for (const int sig : {SIGINT, SIGTERM, SIGUSR1}) std::signal(sig, on_signal);
 
+        world.start_watchdog(cfg.parallel.distributed_timeout_minutes * 60);
         mwb::ParallelContext par(world, cfg.parallel);
         std::unique_ptr<mwb::RunDir> run_dir = leader ? std::make_unique<mwb::RunDir>(cfg.logging.run_dir, "gpt") : nullptr;
+        if (run_dir)  // the watchdog's diagnosis is recorded before it aborts every rank
+            world.set_watchdog_report([dir = run_dir.get()](const std::string& why) {
+                dir->publish("event", {{"kind", "watchdog_timeout"}, {"reason", why}});
+                dir->publish("run.end", {{"status", "failed"}, {"reason", why}});
+            });
         // ---- telemetry wiring (ipc) ----
         // Rank 0 publishes every run-directory message over ZeroMQ (PUB, plus "everything since seq N"
         // for late subscribers) and takes control requests (docs/protocol.md). The bound endpoints are

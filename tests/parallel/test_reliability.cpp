@@ -1,6 +1,7 @@
 // Multi-rank runs under failure, as real `mpirun` processes: a signal to any one rank (or the one that
 // Slurm and mpirun forward, SIGUSR1) stops every rank at the same iteration with one checkpoint; the
-// run directory ends gap-free. Times to exit are printed for docs/reliability.md.
+// run directory ends gap-free. A hung rank (SIGSTOP) is found by the watchdog, named in an event, and
+// every rank exits non-zero in bounded time. Times to exit are printed for docs/reliability.md.
 #include "support/fixtures.h"
 #include "support/trainer_process.h"
 
@@ -138,6 +139,69 @@ private slots:
         QCOMPARE(mpi.child.wait(60000), 130);
         qInfo("mpirun exited %lld ms after SIGUSR1", clock.elapsed());
         expect_stopped_with_one_checkpoint(t / "run", t / "ckpt");
+    }
+
+    void a_dead_rank_ends_every_rank() {
+        // SIGKILL (the OOM killer, a node lost): mpirun sees the rank die and ends the others.
+        TempDir t;
+        MpiRun mpi;
+        mpi.start(2, args(t / "run") << "--save" << qpath(t / "ckpt") << "--save-interval" << "5");
+        QVERIFY2(wait_for_steps(t / "run", 7, mpi.child.p), qPrintable(mpi.child.output()));
+        const pid_t pid = mpi.rank_pid(1);
+        QVERIFY(pid > 0);
+        QElapsedTimer clock;
+        clock.start();
+        ::kill(pid, SIGKILL);
+        const int code = mpi.child.wait(60000);
+        qInfo("all ranks exited %d %lld ms after rank 1 was killed", code, clock.elapsed());
+        QVERIFY(code != 0 && code != -1);
+        QVERIFY(clock.elapsed() < 20000);
+        // What was saved stays loadable: latest names a complete checkpoint.
+        std::ifstream latest(t / "ckpt" / "latest");
+        std::string name;
+        latest >> name;
+        QVERIFY(fs::exists(t / "ckpt" / name / "metadata.json"));
+    }
+
+    void a_hung_rank_is_named_and_every_rank_exits_in_bounded_time_data() {
+        QTest::addColumn<int>("ranks");
+        QTest::addColumn<int>("hung");
+        QTest::newRow("rank 1 of 2 stopped") << 2 << 1;
+        QTest::newRow("rank 2 of 4 stopped") << 4 << 2;
+        QTest::newRow("rank 0 of 2 stopped") << 2 << 0;
+    }
+    void a_hung_rank_is_named_and_every_rank_exits_in_bounded_time() {
+        QFETCH(int, ranks);
+        QFETCH(int, hung);
+        TempDir t;
+        MpiRun mpi;
+        const double timeout_s = 3;
+        mpi.start(ranks, args(t / "run") << "--distributed-timeout-minutes" << QString::number(timeout_s / 60));
+        QVERIFY2(wait_for_steps(t / "run", 3, mpi.child.p), qPrintable(mpi.child.output()));
+        const pid_t pid = mpi.rank_pid(hung);
+        QVERIFY(pid > 0);
+        QElapsedTimer clock;
+        clock.start();
+        ::kill(pid, SIGSTOP);  // a hung rank: it neither computes nor answers
+        const int code = mpi.child.wait(60000);
+        const qint64 ms = clock.elapsed();
+        qInfo("all %d ranks exited %d %lld ms after rank %d stopped (timeout %.0f s)", ranks, code, ms, hung, timeout_s);
+        QVERIFY2(code != 0 && code != -1, qPrintable(mpi.child.output()));
+        QVERIFY(ms < 4 * timeout_s * 1000 + 5000);
+        const QString out = mpi.child.output();
+        if (hung != 0) {
+            // Rank 0 names it, on stderr and in the run directory.
+            const QString named = QString("rank %1 sent no heartbeat").arg(hung);
+            QVERIFY2(out.contains(named), qPrintable(out));
+            const auto events = records(t / "run/events.jsonl", "event");
+            QVERIFY(!events.empty());
+            QCOMPARE(events.back()["kind"], "watchdog_timeout");
+            QVERIFY(QString::fromStdString(events.back()["reason"].get<std::string>()).contains(named));
+            QCOMPARE(records(t / "run/events.jsonl", "run.end").back()["status"], "failed");
+        } else {
+            // Rank 0 itself hung: the others time out on their own and say what they waited in.
+            QVERIFY2(out.contains("rank 0 has not ended the run (is rank 0 stalled?)"), qPrintable(out));
+        }
     }
 };
 
