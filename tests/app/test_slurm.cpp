@@ -10,6 +10,7 @@
 #include "mwb/ipc/curve.h"
 #include "mwb/store/store.h"
 #include "support/fixtures.h"
+#include "support/jsonl.h"
 
 #include <QElapsedTimer>
 #include <QProcess>
@@ -21,6 +22,7 @@
 #include <thread>
 
 using namespace mwb;
+using test::jsonl_records;
 using namespace mwb::app;
 namespace fs = std::filesystem;
 
@@ -46,16 +48,6 @@ QString slurm(const fs::path& conf, const QString& program, const QStringList& a
     return out.isNull() ? QStringLiteral("") : out;  // empty, not null: it succeeded
 }
 
-std::vector<nlohmann::json> records(const fs::path& file, const std::string& topic) {
-    std::vector<nlohmann::json> out;
-    std::ifstream in(file);
-    std::string line;
-    while (std::getline(in, line)) {
-        const auto j = nlohmann::json::parse(line, nullptr, false);
-        if (!j.is_discarded() && j["topic"] == topic) out.push_back(j);
-    }
-    return out;
-}
 
 /// A field of `scontrol show job` ("JobState", "Restarts").
 QString job_field(const fs::path& conf, const QString& job, const QString& field) {
@@ -141,12 +133,12 @@ private slots:
             return all;
         };
         // Signalled mid-run, as #SBATCH --signal=USR1@N does before the time limit.
-        QVERIFY2(wait_until([&] { return records(run_dir / "metrics.jsonl", "step").size() >= 10; }, 30000),
+        QVERIFY2(wait_until([&] { return jsonl_records(run_dir / "metrics.jsonl", "step", true).size() >= 10; }, 30000),
                  log().c_str());
         QElapsedTimer clock;
         clock.start();
         QVERIFY(!slurm(conf, "scancel", {"--signal=USR1", job}).isNull());
-        QVERIFY2(wait_until([&] { return !records(run_dir / "events.jsonl", "run.end").empty(); }, 30000), log().c_str());
+        QVERIFY2(wait_until([&] { return !jsonl_records(run_dir / "events.jsonl", "run.end", true).empty(); }, 30000), log().c_str());
         qInfo("checkpointed and stopped %lld ms after scancel --signal=USR1", clock.elapsed());
         // The script requeues the job; the same script resumes from the checkpoint and finishes. Slurm
         // holds a requeued job for two minutes (BeginTime); the test lets it start at once.
@@ -160,7 +152,7 @@ private slots:
         QVERIFY(!slurm(conf, "scontrol", {"update", "JobId=" + job, "StartTime=now"}).isNull());
         QVERIFY2(wait_until([&] {
                      return job_field(conf, job, "JobState") == "COMPLETED" &&
-                            records(run_dir / "events.jsonl", "run.end").size() == 2;
+                            jsonl_records(run_dir / "events.jsonl", "run.end", true).size() == 2;
                  }, 45000),
                  qPrintable(job_field(conf, job, "JobState") + "\n" + QString::fromStdString(log()) + "\n" +
                             QString::fromStdString(events_text())));
@@ -168,17 +160,17 @@ private slots:
         QCOMPARE(job_field(conf, job, "Restarts"), QStringLiteral("1"));
         QCOMPARE(job_field(conf, job, "ExitCode"), QStringLiteral("0:0"));
 
-        const auto ends = records(run_dir / "events.jsonl", "run.end");
+        const auto ends = jsonl_records(run_dir / "events.jsonl", "run.end", true);
         QVERIFY2(ends.size() == 2, log().c_str());
         QCOMPARE(ends[0]["status"], "interrupted");
         QCOMPARE(ends[1]["status"], "finished");
         const int64_t k = ends[0]["iteration"].get<int64_t>();
         QVERIFY(k >= 10 && k < kIterations);
         bool loaded = false;
-        for (const auto& e : records(run_dir / "events.jsonl", "event"))
+        for (const auto& e : jsonl_records(run_dir / "events.jsonl", "event", true))
             loaded |= e["kind"] == "checkpoint_loaded" && e["iteration"] == k;
         QVERIFY2(loaded, "the requeued job did not resume from the signalled checkpoint");
-        const auto steps = records(run_dir / "metrics.jsonl", "step");
+        const auto steps = jsonl_records(run_dir / "metrics.jsonl", "step", true);
         QCOMPARE(static_cast<int64_t>(steps.size()), int64_t{kIterations});
         for (int64_t i = 0; i < kIterations; ++i) QCOMPARE(steps[static_cast<std::size_t>(i)]["iteration"].get<int64_t>(), i + 1);
         QVERIFY(log().find("requeueing job " + job.toStdString()) != std::string::npos);

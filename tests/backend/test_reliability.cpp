@@ -2,6 +2,7 @@
 // is refused before anything is allocated or created; an unwritable --save is refused at the start;
 // a process killed (SIGKILL) at each phase of a checkpoint replacement leaves the old or the new
 // checkpoint behind `latest`, and the next run continues bit-identically (docs/reliability.md).
+#include "support/jsonl.h"
 #include "support/trainer_process.h"
 
 #include "train/memory_fit.h"
@@ -34,16 +35,6 @@ Result run(const QStringList& args, const QString& crash_at = {}) {
     return r;
 }
 
-std::vector<nlohmann::json> records(const fs::path& file, const std::string& topic) {
-    std::vector<nlohmann::json> out;
-    std::ifstream in(file);
-    std::string line;
-    while (std::getline(in, line)) {
-        auto j = nlohmann::json::parse(line);
-        if (j["topic"] == topic) out.push_back(j);
-    }
-    return out;
-}
 
 nlohmann::json numbers(const nlohmann::json& r) { return {r["iteration"], r["lm_loss"], r["grad_norm"]}; }
 
@@ -117,10 +108,10 @@ private slots:
         // never interrupted.
         const Result next = run(args("next", 6) << "--load" << ckpt << "--save" << ckpt);
         QVERIFY2(next.code == 0, qPrintable(next.err));
-        const auto loaded = records(t / "next/events.jsonl", "event").front();
+        const auto loaded = jsonl_records(t / "next/events.jsonl", "event").front();
         QCOMPARE(loaded["kind"], "checkpoint_loaded");
         QCOMPARE(loaded["iteration"], 4);
-        const auto ref = records(t / "whole/metrics.jsonl", "step"), got = records(t / "next/metrics.jsonl", "step");
+        const auto ref = jsonl_records(t / "whole/metrics.jsonl", "step"), got = jsonl_records(t / "next/metrics.jsonl", "step");
         QCOMPARE(got.size(), std::size_t{2});
         for (std::size_t i = 0; i < 2; ++i) QCOMPARE(numbers(got[i]), numbers(ref[i + 4]));
         for (const auto& e : fs::directory_iterator(t / "ckpt"))

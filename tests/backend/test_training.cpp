@@ -3,6 +3,7 @@
 // with the file named), interruption, and the run directory's records.
 #include "support/child_process.h"
 #include "support/fixtures.h"
+#include "support/jsonl.h"
 
 #include "checkpoint/checkpoint.h"
 #include "config/validate.h"
@@ -20,6 +21,7 @@
 #include <functional>
 
 using namespace mwb;
+using test::jsonl_records;
 namespace fs = std::filesystem;
 
 namespace {
@@ -85,16 +87,6 @@ RunStatus run(Config c, const fs::path& run_dir, const std::atomic<bool>* stop =
     return train(std::move(in), dir);
 }
 
-std::vector<nlohmann::json> records(const fs::path& file, const std::string& topic) {
-    std::vector<nlohmann::json> out;
-    std::ifstream in(file);
-    std::string line;
-    while (std::getline(in, line)) {
-        auto j = nlohmann::json::parse(line);
-        if (j["topic"] == topic) out.push_back(j);
-    }
-    return out;
-}
 
 /// The deterministic part of a step record (timings and memory vary, the rest must not).
 nlohmann::json numbers(const nlohmann::json& r) {
@@ -130,7 +122,7 @@ private slots:
         Config c = tiny_config();
         QCOMPARE(run(c, t.path()), RunStatus::Finished);
         for (const char* f : {"run.json", "metrics.jsonl", "events.jsonl"}) QVERIFY(fs::exists(t / f));
-        const auto steps = records(t / "metrics.jsonl", "step");
+        const auto steps = jsonl_records(t / "metrics.jsonl", "step");
         QCOMPARE(steps.size(), std::size_t{6});
         for (const char* key : {"schema", "run_id", "seq", "time", "iteration", "consumed_tokens", "lm_loss", "lr",
                                 "grad_norm", "loss_scale", "iteration_time_s", "tokens_per_sec", "tflops_per_device",
@@ -138,8 +130,8 @@ private slots:
             QVERIFY2(steps.back().contains(key), key);
         QCOMPARE(steps.back()["consumed_tokens"].get<int64_t>(), int64_t{6 * 4 * 16});
         QVERIFY(steps.back()["mfu"].is_null());  // no peak configured
-        QCOMPARE(records(t / "metrics.jsonl", "eval").size(), std::size_t{2});  // iterations 3 and 6
-        const auto ends = records(t / "events.jsonl", "run.end");
+        QCOMPARE(jsonl_records(t / "metrics.jsonl", "eval").size(), std::size_t{2});  // iterations 3 and 6
+        const auto ends = jsonl_records(t / "events.jsonl", "run.end");
         QCOMPARE(ends.size(), std::size_t{1});
         QCOMPARE(ends[0]["status"], "finished");
         // One sequence across both files, without gaps.
@@ -163,7 +155,7 @@ private slots:
         c.training.train_iters = 2;
         c.logging.peak_tflops_per_device = 0.5;
         QCOMPARE(run(c, t.path()), RunStatus::Finished);
-        const auto last = records(t / "metrics.jsonl", "step").back();
+        const auto last = jsonl_records(t / "metrics.jsonl", "step").back();
         QVERIFY(std::abs(last["mfu"].get<double>() - last["tflops_per_device"].get<double>() / 0.5) < 1e-12);
     }
 
@@ -178,9 +170,9 @@ private slots:
         cfg.logging.save = (c / "ckpt").string();
         cfg.logging.threads = 1;
         QCOMPARE(run(cfg, c.path()), RunStatus::Finished);
-        const auto ra = records(a / "metrics.jsonl", "step");
+        const auto ra = jsonl_records(a / "metrics.jsonl", "step");
         for (const fs::path& other : {b.path(), c.path()}) {
-            const auto ro = records(other / "metrics.jsonl", "step");
+            const auto ro = jsonl_records(other / "metrics.jsonl", "step");
             QCOMPARE(ro.size(), ra.size());
             for (std::size_t i = 0; i < ra.size(); ++i) QCOMPARE(numbers(ro[i]), numbers(ra[i]));
             QVERIFY(bytes_of(a / "ckpt/iter_0000006/tp00_pp00.bin") ==
@@ -200,8 +192,8 @@ private slots:
         r.logging.load = (whole / "ckpt/iter_0000003").string();
         r.logging.save = (part / "ckpt").string();
         QCOMPARE(run(r, part.path()), RunStatus::Finished);
-        const auto full = records(whole / "metrics.jsonl", "step");
-        const auto resumed = records(part / "metrics.jsonl", "step");
+        const auto full = jsonl_records(whole / "metrics.jsonl", "step");
+        const auto resumed = jsonl_records(part / "metrics.jsonl", "step");
         QCOMPARE(resumed.size(), std::size_t{3});
         for (std::size_t i = 0; i < 3; ++i) QCOMPARE(numbers(resumed[i]), numbers(full[i + 3]));
         QVERIFY(bytes_of(whole / "ckpt/iter_0000006/tp00_pp00.bin") == bytes_of(part / "ckpt/iter_0000006/tp00_pp00.bin"));
@@ -274,15 +266,15 @@ private slots:
         c.logging.load = (t / "ckpt").string();
         c.logging.save = (t / "ckpt").string();
         QCOMPARE(run(c, t / "first"), RunStatus::Finished);
-        auto events = records(t / "first/events.jsonl", "event");
+        auto events = jsonl_records(t / "first/events.jsonl", "event");
         QCOMPARE(events.front()["kind"], "checkpoint_not_found");
-        QCOMPARE(records(t / "first/metrics.jsonl", "step").front()["iteration"], 1);
+        QCOMPARE(jsonl_records(t / "first/metrics.jsonl", "step").front()["iteration"], 1);
         c.training.train_iters = 4;  // the requeued job: the same flags continue from iteration 2
         QCOMPARE(run(c, t / "second"), RunStatus::Finished);
-        events = records(t / "second/events.jsonl", "event");
+        events = jsonl_records(t / "second/events.jsonl", "event");
         QCOMPARE(events.front()["kind"], "checkpoint_loaded");
         QCOMPARE(events.front()["iteration"], 2);
-        QCOMPARE(records(t / "second/metrics.jsonl", "step").front()["iteration"], 3);
+        QCOMPARE(jsonl_records(t / "second/metrics.jsonl", "step").front()["iteration"], 3);
     }
 
     void checkpoint_of_another_vocabulary_is_refused_before_loading() {
@@ -366,7 +358,7 @@ private slots:
         c.training.train_iters = 4;
         c.logging.save_interval = 2;
         QCOMPARE(run(c, t / "resumed"), RunStatus::Finished);
-        QCOMPARE(records(t / "resumed/events.jsonl", "event").front()["iteration"], 2);
+        QCOMPARE(jsonl_records(t / "resumed/events.jsonl", "event").front()["iteration"], 2);
         // The next save cleaned up: the moved checkpoint is back, no temporary is left.
         std::vector<std::string> names;
         for (const auto& e : fs::directory_iterator(t / "ckpt")) names.push_back(e.path().filename().string());
@@ -404,7 +396,7 @@ private slots:
             QVERIFY2(!e.path().filename().string().starts_with("."), e.path().c_str());
         QVERIFY(!fs::exists(t / "ckpt/iter_0000003"));
         QCOMPARE(bytes_of(t / "ckpt/latest"), latest);
-        QCOMPARE(records(t / "full/events.jsonl", "run.end").back()["status"], "failed");
+        QCOMPARE(jsonl_records(t / "full/events.jsonl", "run.end").back()["status"], "failed");
     }
 
     void control_requests_apply_at_iteration_boundaries() {
@@ -426,11 +418,11 @@ private slots:
         QCOMPARE(control.replies[3].second["iteration"], 3);
         QCOMPARE(control.replies[5].second["iteration"], 4);
         for (const auto& [id, r] : control.replies) QVERIFY(r["ok"].get<bool>());
-        QCOMPARE(records(t / "events.jsonl", "run.end").back()["status"], "stopped");
-        QCOMPARE(records(t / "metrics.jsonl", "step").back()["iteration"], 4);
+        QCOMPARE(jsonl_records(t / "events.jsonl", "run.end").back()["status"], "stopped");
+        QCOMPARE(jsonl_records(t / "metrics.jsonl", "step").back()["iteration"], 4);
         QCOMPARE(bytes_of(t / "checkpoints/latest"), std::string("iter_0000004\n"));  // stop checkpoints
         int applied = 0;
-        for (const auto& e : records(t / "events.jsonl", "event")) applied += e["kind"] == "control_applied";
+        for (const auto& e : jsonl_records(t / "events.jsonl", "event")) applied += e["kind"] == "control_applied";
         QCOMPARE(applied, 4);
     }
 
@@ -441,7 +433,7 @@ private slots:
         std::atomic<bool> stop{true};
         QCOMPARE(run(c, t / "run", &stop), RunStatus::Interrupted);
         QCOMPARE(bytes_of(t / "ckpt/latest"), std::string("iter_0000001\n"));
-        const auto ends = records(t / "run/events.jsonl", "run.end");
+        const auto ends = jsonl_records(t / "run/events.jsonl", "run.end");
         QCOMPARE(ends.back()["status"], "interrupted");
     }
 };

@@ -3,6 +3,7 @@
 // run directory ends gap-free. A hung rank (SIGSTOP) is found by the watchdog, named in an event, and
 // every rank exits non-zero in bounded time. Times to exit are printed for docs/reliability.md.
 #include "support/fixtures.h"
+#include "support/jsonl.h"
 #include "support/trainer_process.h"
 
 #include <QElapsedTimer>
@@ -52,23 +53,13 @@ struct MpiRun {
     }
 };
 
-std::vector<nlohmann::json> records(const fs::path& file, const std::string& topic) {
-    std::vector<nlohmann::json> out;
-    std::ifstream in(file);
-    std::string line;
-    while (std::getline(in, line)) {
-        const auto j = nlohmann::json::parse(line, nullptr, false);
-        if (!j.is_discarded() && j["topic"] == topic) out.push_back(j);
-    }
-    return out;
-}
 
 /// Waits until the run has logged `n` iterations (false when it ended before).
 bool wait_for_steps(const fs::path& run_dir, std::size_t n, const QProcess& p, int ms = 60000) {
     QElapsedTimer t;
     t.start();
     while (t.elapsed() < ms && p.state() != QProcess::NotRunning) {
-        if (records(run_dir / "metrics.jsonl", "step").size() >= n) return true;
+        if (jsonl_records(run_dir / "metrics.jsonl", "step", true).size() >= n) return true;
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     return false;
@@ -77,11 +68,11 @@ bool wait_for_steps(const fs::path& run_dir, std::size_t n, const QProcess& p, i
 /// The run ended interrupted at iteration k with one checkpoint of k behind latest, and step records
 /// 1..k without a gap.
 void expect_stopped_with_one_checkpoint(const fs::path& run_dir, const fs::path& ckpt) {
-    const auto ends = records(run_dir / "events.jsonl", "run.end");
+    const auto ends = jsonl_records(run_dir / "events.jsonl", "run.end", true);
     QCOMPARE(ends.size(), std::size_t{1});
     QCOMPARE(ends[0]["status"], "interrupted");
     const int64_t k = ends[0]["iteration"].get<int64_t>();
-    const auto steps = records(run_dir / "metrics.jsonl", "step");
+    const auto steps = jsonl_records(run_dir / "metrics.jsonl", "step", true);
     QCOMPARE(static_cast<int64_t>(steps.size()), k);
     for (int64_t i = 0; i < k; ++i) QCOMPARE(steps[static_cast<std::size_t>(i)]["iteration"].get<int64_t>(), i + 1);
     std::ifstream latest(ckpt / "latest");
@@ -193,11 +184,11 @@ private slots:
             // Rank 0 names it, on stderr and in the run directory.
             const QString named = QString("rank %1 sent no heartbeat").arg(hung);
             QVERIFY2(out.contains(named), qPrintable(out));
-            const auto events = records(t / "run/events.jsonl", "event");
+            const auto events = jsonl_records(t / "run/events.jsonl", "event", true);
             QVERIFY(!events.empty());
             QCOMPARE(events.back()["kind"], "watchdog_timeout");
             QVERIFY(QString::fromStdString(events.back()["reason"].get<std::string>()).contains(named));
-            QCOMPARE(records(t / "run/events.jsonl", "run.end").back()["status"], "failed");
+            QCOMPARE(jsonl_records(t / "run/events.jsonl", "run.end", true).back()["status"], "failed");
         } else {
             // Rank 0 itself hung: the others time out on their own and say what they waited in.
             QVERIFY2(out.contains("rank 0 has not ended the run (is rank 0 stalled?)"), qPrintable(out));
