@@ -4,22 +4,33 @@
 #
 #   scripts/gpu-check.sh bundle [BUILD_DIR]   here (CUDA build machine): build mwb-gpu-check and
 #       mwb-gpu-bench in BUILD_DIR (default build-gpu-bundle; configured with MWB_NATIVE=OFF, so the
-#       binaries run on any x86-64 processor), then gather them and
-#       the shared libraries they need that the bare device image lacks (ldd; not glibc, not the CUDA
-#       libraries the image has) plus the sources' carried headers for the fallback build, into the
-#       git-ignored folder gpu-bundle/ — name it in the device tool's `carry`.
-#   scripts/gpu-check.sh [run] [--quick] [--dry-run]   on the device machine: run the CUDA op checks
-#       (each in a process of its own: `scripts/gpu-check.sh checks BIN`),
-#       then GPT-2 124M (seq 1024) and a 1.3B model (24 layers, hidden 2048, seq 2048) in our engine
-#       (mwb-gpu-bench) and in PyTorch (benchmarks/gpu/torch_gpt_gpu.py). Under $OUT (default
-#       ./gpu-check-out): op-checks.log, benchmarks.log, results.jsonl and summary.md (the machine, the
-#       table and each step's exit code), which is also printed last. PYTHON overrides python3.
+#       binaries run on any x86-64 processor), then gather them and the shared libraries they need
+#       that the bare device image lacks (ldd; not glibc, not the CUDA libraries the image has) plus
+#       the carried headers for the fallback build into the git-ignored folder gpu-bundle/ — name it
+#       in the device tool's `carry`. Fails when bundle + working tree exceed the 64 MiB carry limit.
+#   scripts/gpu-check.sh [run] [--quick] [--dry-run]   on the device machine: the CUDA op checks
+#       (each in a process of its own: `scripts/gpu-check.sh checks BIN`), the attention
+#       micro-benchmark (4×16×2048×128 bf16, and Llama-3.2-1B's grouped 4×32×2048×64 with 8 groups)
+#       in mwb-gpu-bench and PyTorch SDPA, then GPT-2 124M (seq 1024) and a 1.3B model (24 layers,
+#       hidden 2048, seq 2048) in mwb-gpu-bench and PyTorch (benchmarks/gpu/torch_gpt_gpu.py).
+#       Every step is time-boxed and the whole run stays inside GPU_CHECK_BUDGET seconds (default
+#       360): a step that would overrun it gets the time left, a step with under 10 s left is skipped
+#       and says so. Under $OUT (default ./gpu-check-out): machine.txt, steps.log (each step's whole
+#       log, appended the moment it ends), status.txt, results.jsonl, summary.md (printed last; its
+#       last lines are one table). `--dry-run` walks every step here without a GPU: the commands,
+#       their limits, the programs they need, the check list; OUT defaults to a temp folder then.
+#       PYTHON overrides python3 (PyTorch); MWB_GPU_CHECK and MWB_GPU_BENCH the mwb programs (default
+#       gpu-bundle/bin/mwb-gpu-check and gpu-bundle/bin/mwb-gpu-bench). The bundled libraries are on
+#       the library path of the mwb programs only, never of PyTorch, which loads its own
+#       cuBLAS/cuDNN/NCCL. NCCL_DEBUG=WARN.
 #
-# If the bundled binaries cannot start there (a library missing), the op checks are rebuilt there
-# from sources with nvcc/g++ and the bundle's headers and libraries (fallback_build below).
+# If the bundled mwb-gpu-check cannot start there (a library missing), it is rebuilt there from
+# sources with nvcc/g++ and the bundle's headers and libraries (fallback_build below), as a step of
+# its own inside the budget.
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
 bundle="$here/gpu-bundle"
+carry_limit_mib=64
 
 usage() {
     awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
@@ -53,19 +64,31 @@ make_bundle() {
     local cblas=/usr/include/x86_64-linux-gnu/openblas-openmp
     [ -f "$cblas/cblas.h" ] || cblas=/usr/include
     cp "$cblas"/cblas.h "$cblas"/openblas_config.h "$bundle/include/" 2>/dev/null || true
-    du -sh "$bundle"
-    local mb
-    mb=$(du -sm "$bundle" | cut -f1)
-    [ "$mb" -lt 60 ] || echo "gpu-check: warning: the bundle is ${mb} MiB; carry allows 64 MiB with the working tree" >&2
+    check_carry_size
     echo "gpu-check: bundle ready in $bundle (carry: [\"gpu-bundle\"])"
 }
 
+# What travels to the device machine: the working tree (tracked and untracked-not-ignored files) and
+# the carried bundle, together at most 64 MiB.
+check_carry_size() {
+    local tree_bytes bundle_bytes total_mib
+    tree_bytes=$(cd "$here" && git ls-files -z -co --exclude-standard | xargs -0 -r du -cb 2>/dev/null | tail -n 1 | cut -f1)
+    bundle_bytes=$(du -sb "$bundle" | cut -f1)
+    total_mib=$(( (tree_bytes + bundle_bytes + 1048575) / 1048576 ))
+    echo "gpu-check: bundle $(( bundle_bytes / 1048576 )) MiB + working tree $(( tree_bytes / 1048576 )) MiB = ${total_mib} MiB of the ${carry_limit_mib} MiB carry limit"
+    if [ "$total_mib" -gt "$carry_limit_mib" ]; then
+        echo "gpu-check: too large to travel: shrink the bundle (strip the binaries, drop a library the image has)" >&2
+        exit 1
+    fi
+}
+
 # ---- run (on the device machine) -------------------------------------------------------------------
-library_path() {
-    # The bundle first, then the image's CUDA toolkit and PyTorch's nvidia-* wheel libraries.
+# The library path of the mwb programs: the bundle first, then the image's CUDA toolkit and
+# PyTorch's nvidia-* wheel libraries (cuBLAS, NCCL where the toolkit lacks them).
+mwb_library_path() {
     local dirs="$bundle/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib"
     local wheels
-    wheels=$(python3 - 2>/dev/null <<'PY'
+    wheels=$("${PYTHON:-python3}" - 2>/dev/null <<'PY'
 import glob, os, site
 roots = site.getsitepackages() + [site.getusersitepackages()]
 libs = sorted({os.path.dirname(p) for r in roots for p in glob.glob(os.path.join(r, "nvidia", "**", "lib*.so*"), recursive=True)})
@@ -75,118 +98,213 @@ PY
     echo "$dirs${wheels:+:$wheels}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 }
 
+# Runs an mwb program (or a script that runs only mwb programs) with the bundle's libraries: a
+# program (env), so that `timeout` can run it.
+mwb_env() { env LD_LIBRARY_PATH="$MWB_LIBRARY_PATH" "$@"; }
+
 fallback_build() {
-    # The op checks from sources: kernels (CPU twins + CUDA) and the check library, without CMake's
+    # mwb-gpu-check from sources: kernels (CPU twins + CUDA) and the check library, without CMake's
     # dependency discovery (no Qt, MPI or ZeroMQ there). Needs the bundle's headers and libraries.
-    local out="$1/fallback" inc="-I$here/kernels/include -I$bundle/include -I/usr/local/cuda/include"
+    local out="$1/fallback" inc=(-I"$here/kernels/include" -I"$bundle/include" -I/usr/local/cuda/include)
     mkdir -p "$out"
     echo "gpu-check: fallback build of mwb-gpu-check in $out"
-    local objs=() f
-    for f in "$here"/kernels/src/error.cpp "$here"/kernels/src/tensor.cpp "$here"/kernels/src/ops.cpp \
-             "$here"/kernels/cpu/*.cpp "$here"/kernels/cuda/device_probe.cpp "$here"/kernels/cuda/runtime.cpp \
-             "$here"/kernels/cuda/gemm.cpp "$here"/tests/kernels/cuda/cuda_op_checks.cpp \
-             "$here"/tests/kernels/cuda/mwb_gpu_check.cpp; do
-        g++ -std=c++20 -O3 -fopenmp -Wno-stringop-overflow -DMWB_WITH_CUDA=1 -DMWB_GPU_CHECK_NO_MODEL -DFMT_HEADER_ONLY $inc -c "$f" -o "$out/$(basename "$f").o" || return 1
-        objs+=("$out/$(basename "$f").o")
+    local srcs=("$here"/kernels/src/error.cpp "$here"/kernels/src/tensor.cpp "$here"/kernels/src/ops.cpp
+                "$here"/kernels/cpu/*.cpp "$here"/kernels/cuda/device_probe.cpp "$here"/kernels/cuda/runtime.cpp
+                "$here"/kernels/cuda/gemm.cpp "$here"/tests/kernels/cuda/cuda_op_checks.cpp
+                "$here"/tests/kernels/cuda/mwb_gpu_check.cpp "$here"/kernels/cuda/*.cu)
+    # All translation units at once (16 cores there): one compiler per file.
+    local f pids=()
+    for f in "${srcs[@]}"; do
+        case "$f" in
+            *.cu) nvcc -std=c++17 -O3 -gencode arch=compute_90,code=sm_90 --expt-relaxed-constexpr \
+                      -DMWB_WITH_CUDA=1 -DFMT_HEADER_ONLY "${inc[@]}" -c "$f" -o "$out/$(basename "$f").o" & ;;
+            *) g++ -std=c++20 -O3 -fopenmp -Wno-stringop-overflow -DMWB_WITH_CUDA=1 -DMWB_GPU_CHECK_NO_MODEL \
+                   -DFMT_HEADER_ONLY "${inc[@]}" -c "$f" -o "$out/$(basename "$f").o" & ;;
+        esac
+        pids+=($!)
     done
-    for f in "$here"/kernels/cuda/*.cu; do
-        nvcc -std=c++17 -O3 -gencode arch=compute_90,code=sm_90 --expt-relaxed-constexpr -DMWB_WITH_CUDA=1 \
-            -DFMT_HEADER_ONLY $inc -c "$f" -o "$out/$(basename "$f").o" || return 1
-        objs+=("$out/$(basename "$f").o")
-    done
+    local p failed=0
+    for p in "${pids[@]}"; do wait "$p" || failed=1; done
+    [ "$failed" = 0 ] || return 1
     local cudalib
     cudalib=$(dirname "$(find /usr/local/cuda/ -name 'libcublasLt.so*' 2>/dev/null | head -1)")
-    g++ -fopenmp "${objs[@]}" -o "$out/mwb-gpu-check" -L"$bundle/lib" -l:libopenblas.so.0 -L"$cudalib" \
+    g++ -fopenmp "$out"/*.o -o "$out/mwb-gpu-check" -L"$bundle/lib" -l:libopenblas.so.0 -L"$cudalib" \
         -lcudart -lcublas -lcublasLt || return 1
     echo "$out/mwb-gpu-check"
 }
 
-run_step() {  # name seconds command...: runs with a time limit, log in $WORK/name.log, status recorded
+now() { date +%s; }
+
+# run_step NAME LIMIT COMMAND...: COMMAND time-boxed to LIMIT seconds (less when the run's budget
+# has less left), its whole log appended to $OUT/steps.log and its JSON lines to
+# $OUT/results.jsonl the moment it ends, "NAME rc=N seconds=S" to $OUT/status.txt.
+run_step() {
     local name=$1 limit=$2
     shift 2
-    echo "== $name (limit ${limit}s): $*"
+    local left=$(( deadline - $(now) ))
     if [ "$dry_run" = 1 ]; then
-        echo "dry run" >"$WORK/$name.log"
+        planned=$(( planned + limit ))
+        echo "== $name (limit ${limit}s; ${planned}s planned of ${budget}s): $*"
+        local prog=$1
+        [ "$prog" = env ] && prog=$3
+        if command -v "$prog" >/dev/null 2>&1 || [ -x "$prog" ]; then
+            echo "   program: $prog"
+        else
+            echo "   program: $prog (not here: on the device machine it comes from the bundle or the fallback build)"
+        fi
+        echo "$name dry-run" >>"$OUT/status.txt"
         return 0
     fi
-    timeout "$limit" "$@" >"$WORK/$name.log" 2>&1
-    local rc=$?
-    echo "$name rc=$rc" >>"$WORK/status.txt"
+    if [ "$left" -lt 10 ]; then
+        echo "== $name: skipped (${left}s of the ${budget}s budget left)"
+        echo "$name skipped (budget)" >>"$OUT/status.txt"
+        return 124
+    fi
+    [ "$limit" -gt "$left" ] && limit=$left
+    echo "== $name (limit ${limit}s): $*"
+    local t0 rc
+    t0=$(now)
+    timeout -k 5 "$limit" "$@" >"$WORK/$name.log" 2>&1
+    rc=$?
+    local secs=$(( $(now) - t0 ))
+    { echo "===== $name: rc=$rc in ${secs}s (limit ${limit}s): $*"; cat "$WORK/$name.log"; echo; } >>"$OUT/steps.log"
+    grep '^{' "$WORK/$name.log" | sed "s/^{/{\"step\": \"$name\", /" >>"$OUT/results.jsonl"
+    echo "$name rc=$rc seconds=$secs" >>"$OUT/status.txt"
     tail -n 25 "$WORK/$name.log"
     return $rc
 }
 
 run_all() {
     local quick=$1
-    OUT="${OUT:-$here/gpu-check-out}"
+    if [ -z "${OUT:-}" ]; then
+        if [ "$dry_run" = 1 ]; then OUT=$(mktemp -d); else OUT="$here/gpu-check-out"; fi
+    fi
     mkdir -p "$OUT"
-    # Work files in a scratch folder; $OUT gets at most 8 files (what the device tool brings back).
+    rm -f "$OUT/steps.log" "$OUT/status.txt" "$OUT/results.jsonl" "$OUT/summary.md"
+    : >"$OUT/status.txt"
+    : >"$OUT/results.jsonl"
     WORK=$(mktemp -d)
-    : >"$WORK/status.txt"
-    : >"$WORK/results.jsonl"
-    export LD_LIBRARY_PATH
-    LD_LIBRARY_PATH=$(library_path)
-    export OMP_NUM_THREADS="${OMP_NUM_THREADS:-16}" PYTHONUNBUFFERED=1
-    { date -u; nvidia-smi -L 2>&1; nvcc --version 2>&1 | tail -n 1; "${PYTHON:-python3}" -c 'import torch; print("torch", torch.__version__)' 2>&1; } \
-        | tee "$WORK/machine.txt"
+    deadline=$(( $(now) + budget ))
+    planned=0
+    export NCCL_DEBUG=WARN OMP_NUM_THREADS="${OMP_NUM_THREADS:-16}" PYTHONUNBUFFERED=1
+    MWB_LIBRARY_PATH=$(mwb_library_path)
+    local py="${PYTHON:-python3}"
+    { date -u; echo "budget ${budget}s"; nvidia-smi -L 2>&1; nvcc --version 2>&1 | tail -n 1
+      timeout 30 "$py" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1; } \
+        | tee "$OUT/machine.txt"
 
-    local check="$bundle/bin/mwb-gpu-check" bench="$bundle/bin/mwb-gpu-bench"
-    if [ "$dry_run" = 0 ]; then
-        if [ ! -x "$check" ] || ldd "$check" | grep -q 'not found'; then
-            [ -x "$check" ] && ldd "$check" | grep 'not found' | tee "$OUT/missing-libraries.txt"
-            check=$(fallback_build "$WORK" 2>&1 | tee "$OUT/fallback.log" | tail -n 1)
-            [ -x "$check" ] || { echo "gpu-check: no runnable mwb-gpu-check (see fallback.log)"; check=""; }
+    local check="${MWB_GPU_CHECK:-$bundle/bin/mwb-gpu-check}" bench="${MWB_GPU_BENCH:-$bundle/bin/mwb-gpu-bench}"
+    if [ "$dry_run" = 1 ]; then
+        # The check list from whichever mwb-gpu-check is at hand (it lists without a GPU).
+        local lister=$check
+        [ -x "$lister" ] || lister="$here/build/tests/kernels/mwb-gpu-check"
+        if [ -x "$lister" ]; then
+            echo "checks ($lister --list): $(mwb_env "$lister" --list | tr '\n' ' ')"
+        else
+            echo "checks: no mwb-gpu-check here to list them (build it, or scripts/gpu-check.sh bundle)"
         fi
-        if [ ! -x "$bench" ] || ldd "$bench" | grep -q 'not found'; then
-            [ -x "$bench" ] && ldd "$bench" | grep 'not found' | tee -a "$OUT/missing-libraries.txt"
+        for s in torch_attention_gpu.py torch_gpt_gpu.py; do
+            if "$py" "$here/benchmarks/gpu/$s" --help >/dev/null 2>&1; then echo "$s --help: ok ($py)"
+            else echo "$s --help: fails with $py (PyTorch missing here? PYTHON=/usr/bin/python3)"; fi
+        done
+        [ -x "$check" ] || run_step fallback-build 150 "$here/scripts/gpu-check.sh" fallback "$WORK"
+    else
+        if [ ! -x "$check" ] || mwb_env ldd "$check" | grep -q 'not found'; then
+            [ -x "$check" ] && mwb_env ldd "$check" | grep 'not found' | tee "$OUT/missing-libraries.txt"
+            run_step fallback-build 150 "$here/scripts/gpu-check.sh" fallback "$WORK"
+            check="$WORK/fallback/mwb-gpu-check"
+            [ -x "$check" ] || { echo "gpu-check: no runnable mwb-gpu-check (see steps.log)"; check=""; }
+        fi
+        if [ ! -x "$bench" ] || mwb_env ldd "$bench" | grep -q 'not found'; then
+            [ -x "$bench" ] && mwb_env ldd "$bench" | grep 'not found' | tee -a "$OUT/missing-libraries.txt"
             echo "gpu-check: mwb-gpu-bench cannot start here (see missing-libraries.txt): its rows are 'not run'"
             bench=""
         fi
     fi
 
-    # Step limits add up to 520 s, so the whole script ends inside one 600 s device call.
-    [ -n "$check" ] && run_step op-checks 120 "$here/scripts/gpu-check.sh" checks "$check"
+    local lib=(env LD_LIBRARY_PATH="$MWB_LIBRARY_PATH")  # before an mwb program: the bundle's libraries
+    [ -n "$check" ] && run_step op-checks 100 "${lib[@]}" "$here/scripts/gpu-check.sh" checks "$check"
+
+    # The attention core alone: name, then the shape as both programs take it.
+    local shapes=("attention-mha --batch 4 --heads 16 --seq 2048 --head-dim 128"
+                  "attention-gqa --batch 4 --heads 32 --groups 8 --seq 2048 --head-dim 64")
+    [ "$quick" = 1 ] && shapes=("${shapes[0]}")
+    local shape name
+    for shape in "${shapes[@]}"; do
+        read -r name shape <<<"$shape"
+        # shellcheck disable=SC2086
+        [ -n "$bench" ] && run_step "mwb-$name" 20 "${lib[@]}" "$bench" attention $shape
+        # shellcheck disable=SC2086
+        run_step "torch-$name" 30 "$py" "$here/benchmarks/gpu/torch_attention_gpu.py" $shape
+    done
 
     # name layers hidden heads seq micro-batch iters limit-mwb limit-torch: GPT-2 124M and a 1.3B model
     # (GPT-3 XL shape).
-    local models=("gpt2-124m 12 768 12 1024 8 5 90 70" "gpt-1.3b 24 2048 16 2048 4 3 150 90")
-    [ "$quick" = 1 ] && models=("gpt2-124m 12 768 12 1024 8 3 90 70")
-    local m name L H A S B I TM TT
+    local models=("gpt2-124m 12 768 12 1024 8 5 60 50" "gpt-1.3b 24 2048 16 2048 4 3 90 70")
+    [ "$quick" = 1 ] && models=("gpt2-124m 12 768 12 1024 8 3 60 50")
+    local m L H A S B I TM TT
     for m in "${models[@]}"; do
         read -r name L H A S B I TM TT <<<"$m"
         local args=(--layers "$L" --hidden "$H" --heads "$A" --seq "$S" --micro-batch "$B" --vocab 50304
                     --iters "$I" --warmup 1 --label "$name")
-        [ -n "$bench" ] && { run_step "mwb-$name" "$TM" "$bench" "${args[@]}" --storage bf16; grep '^{' "$WORK/mwb-$name.log" >>"$WORK/results.jsonl"; }
-        run_step "torch-$name" "$TT" "${PYTHON:-python3}" "$here/benchmarks/gpu/torch_gpt_gpu.py" "${args[@]}"
-        grep '^{' "$WORK/torch-$name.log" >>"$WORK/results.jsonl"
+        [ -n "$bench" ] && run_step "mwb-$name" "$TM" "${lib[@]}" "$bench" "${args[@]}" --storage bf16
+        run_step "torch-$name" "$TT" "$py" "$here/benchmarks/gpu/torch_gpt_gpu.py" "${args[@]}"
     done
-    [ -f "$WORK/op-checks.log" ] && cp "$WORK/op-checks.log" "$OUT/"
-    cp "$WORK/results.jsonl" "$OUT/"
-    for f in "$WORK"/mwb-*.log "$WORK"/torch-*.log; do
-        [ -f "$f" ] && { echo "===== $(basename "$f")"; cat "$f"; }
-    done >"$OUT/benchmarks.log"
+    [ "$dry_run" = 1 ] && echo "dry run into $OUT: ${planned}s of step limits planned; the ${budget}s budget gives the last steps less (or skips them) if the first ran to their limits"
     summary
     rm -rf "$WORK"
 }
 
 summary() {
-    python3 - "$WORK" <<'PY' | tee "$OUT/summary.md"
-import json, os, sys
-work = sys.argv[1]
+    "${PYTHON_SUMMARY:-python3}" - "$OUT" <<'PY' | tee "$OUT/summary.md"
+import json, os, re, sys
+out = sys.argv[1]
 print("```")
-print(open(os.path.join(work, "machine.txt")).read().strip())
+print(open(os.path.join(out, "machine.txt")).read().strip())
 print("```")
 print()
-rows = [json.loads(l) for l in open(os.path.join(work, "results.jsonl")) if l.strip().startswith("{")]
-status = open(os.path.join(work, "status.txt")).read().split("\n")
-print("| model | engine | tokens/s | model TFLOP/s | MFU (vs measured bf16 peak) | bf16 peak TFLOP/s | peak memory GiB |")
-print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
-for r in rows:
+rows = {}
+for line in open(os.path.join(out, "results.jsonl")):
+    if line.strip().startswith("{"):
+        r = json.loads(line)
+        rows[r["step"]] = r
+status = [s.split(" ", 1) for s in open(os.path.join(out, "status.txt")).read().split("\n") if s]
+checks = None
+log = os.path.join(out, "steps.log")
+if os.path.exists(log):
+    m = re.findall(r"^(\d+) checks \(one process each\), (\d+) failed", open(log).read(), re.M)
+    if m:
+        checks = f"{int(m[-1][0]) - int(m[-1][1])} of {m[-1][0]} passed"
+
+
+def figures(r):
+    if r.get("label") == "attention":
+        return (f"fwd {r['fwd_tflops']:.1f} TFLOP/s ({r['fwd_ms']:.2f} ms), "
+                f"bwd {r['bwd_tflops']:.1f} TFLOP/s ({r['bwd_ms']:.2f} ms)")
     mem = r.get("peak_allocated_bytes")
-    print(f"| {r['label']} | {r['engine']} | {r['tokens_per_s']:.0f} | {r['model_tflops']:.1f} | "
-          f"{(r['mfu'] or 0) * 100:.1f}% | {r['peak_bf16_tflops']:.0f} | {mem / 2**30 if mem else float('nan'):.1f} |")
-print()
-print("step exit codes: " + ", ".join(s for s in status if s))
+    return (f"{r['tokens_per_s']:.0f} tokens/s, {r['model_tflops']:.1f} model TFLOP/s, MFU "
+            f"{(r['mfu'] or 0) * 100:.1f}% of {r['peak_bf16_tflops']:.0f} measured, "
+            f"peak {mem / 2**30 if mem else float('nan'):.1f} GiB")
+
+
+def what(step, r):
+    if r and r.get("label") == "attention":
+        g = f" (G {r['groups']})" if r["groups"] != r["heads"] else ""
+        return f"attention {r['batch']}×{r['heads']}{g}×{r['seq']}×{r['head_dim']}"
+    return step.split("-", 1)[1] if "-" in step else step
+
+
+print("| step | what | exit | result |")
+print("| --- | --- | --- | --- |")
+for step, st in status:
+    r = rows.get(step)
+    if step == "op-checks":
+        result = checks or "no summary line (see steps.log)"
+    elif r:
+        result = figures(r)
+    else:
+        result = "not measured (see steps.log)"
+    print(f"| {step} | {'CUDA ops vs CPU twins' if step == 'op-checks' else what(step, r)} | {st} | {result} |")
 PY
 }
 
@@ -194,16 +312,16 @@ PY
 # (an illegal address, say) costs that check only, not the ones after it. Exit 0 when all pass.
 run_checks() {
     local bin=$1 name rc failed=0 total=0
-    printf '%-20s %-6s %-10s %-10s %s\n' check result error tolerance "worst output"
+    printf '%-28s %-6s %-10s %-10s %s\n' check result error tolerance "worst output"
     for name in $("$bin" --list); do
         total=$((total + 1))
-        timeout 60 "$bin" "$name" >"$WORK_CHECK" 2>&1
+        timeout -k 5 45 "$bin" "$name" >"$WORK_CHECK" 2>&1
         rc=$?
         [ "$rc" = 77 ] && { cat "$WORK_CHECK"; return 77; }
         if [ "$rc" = 0 ] || [ "$rc" = 1 ]; then
             sed -n '2p' "$WORK_CHECK"
         else
-            printf '%-20s %-6s exit %s: %s\n' "$name" CRASH "$rc" "$(tail -n 1 "$WORK_CHECK")"
+            printf '%-28s %-6s exit %s: %s\n' "$name" CRASH "$rc" "$(tail -n 1 "$WORK_CHECK")"
         fi
         [ "$rc" = 0 ] || failed=$((failed + 1))
     done
@@ -215,6 +333,7 @@ dry_run=0
 quick=0
 mode=run
 build_dir=""
+budget=${GPU_CHECK_BUDGET:-360}
 for a in "$@"; do
     case "$a" in
         bundle) mode=bundle ;;
@@ -224,12 +343,14 @@ for a in "$@"; do
         --dry-run) dry_run=1 ;;
         -h|--help) usage 0 ;;
         -*) echo "gpu-check: unknown option $a" >&2; usage 2 ;;
-        *) if { [ "$mode" = bundle ] || [ "$mode" = checks ]; } && [ -z "$build_dir" ]; then build_dir=$a
+        fallback) mode=fallback ;;
+        *) if { [ "$mode" = bundle ] || [ "$mode" = checks ] || [ "$mode" = fallback ]; } && [ -z "$build_dir" ]; then build_dir=$a
            else echo "gpu-check: unexpected argument $a" >&2; usage 2; fi ;;
     esac
 done
 case "$mode" in
     bundle) make_bundle ${build_dir:+"$build_dir"} ;;
     checks) WORK_CHECK=$(mktemp); run_checks "$build_dir"; rc=$?; rm -f "$WORK_CHECK"; exit $rc ;;
+    fallback) fallback_build "$build_dir" ;;  # a step of run: the folder for the objects
     run) run_all "$quick" ;;
 esac

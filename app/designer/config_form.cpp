@@ -16,12 +16,26 @@ namespace mwb::app {
 
 namespace {
 
-const std::vector<std::string_view> kModel = {
-    "num_layers",      "hidden_size",   "num_attention_heads",
-    "ffn_hidden_size", "seq_length",    "max_position_embeddings",
-    "vocab_size",      "normalization", "untie_embeddings_and_output_weights"};
-const std::vector<std::string_view> kModelDetails = {"make_vocab_size_divisible_by", "layernorm_epsilon",
-                                                     "hidden_dropout", "attention_dropout", "init_method_std"};
+const std::vector<std::string_view> kModel = {"num_layers",
+                                              "hidden_size",
+                                              "num_attention_heads",
+                                              "group_query_attention",
+                                              "num_query_groups",
+                                              "ffn_hidden_size",
+                                              "swiglu",
+                                              "seq_length",
+                                              "max_position_embeddings",
+                                              "position_embedding_type",
+                                              "vocab_size",
+                                              "normalization",
+                                              "add_bias_linear",
+                                              "untie_embeddings_and_output_weights"};
+// Rotary position embedding: used with position_embedding_type rope.
+const std::vector<std::string_view> kRope = {"rotary_base", "rotary_percent", "rotary_interleaved", "use_rope_scaling",
+                                             "rope_scaling_factor"};
+const std::vector<std::string_view> kModelDetails = {
+    "kv_channels",       "add_qkv_bias",   "make_vocab_size_divisible_by", "layernorm_epsilon", "hidden_dropout",
+    "attention_dropout", "init_method_std"};
 const std::vector<std::string_view> kParallel = {
     "tensor_model_parallel_size",   "sequence_parallel",
     "pipeline_model_parallel_size", "num_layers_per_virtual_pipeline_stage",
@@ -83,6 +97,7 @@ ConfigForm::ConfigForm(QWidget* parent) : QWidget(parent) {
     addSection(tr("Recomputation and precision"), kMemory);
     addSection(tr("Training schedule and optimizer"), kTraining);
     addSection(tr("Data"), kData);
+    addSection(tr("Rotary position embedding (RoPE)"), kRope, true);
     addSection(tr("Model details"), kModelDetails, true);
     addSection(tr("fp16 loss scaling"), kLossScale, true);
     addSection(tr("Run, checkpoints and telemetry"), kRun, true);

@@ -13,8 +13,20 @@ namespace mwb {
 struct ModelConfig {
     int num_layers = 0;                        ///< transformer layers
     int hidden_size = 0;                     ///< model width h
-    int num_attention_heads = 0;               ///< heads a; hidden_size must divide by it
-    int ffn_hidden_size = 0;                   ///< MLP width; 0 = 4·hidden_size
+    int num_attention_heads = 0;               ///< heads a; hidden_size must divide by it (unless kv_channels)
+    bool group_query_attention = false;        ///< key/value heads shared by groups of query heads
+    int num_query_groups = 1;                  ///< G key/value heads with group_query_attention (1 = multi-query)
+    int kv_channels = 0;                       ///< head dim d; 0 = hidden_size / num_attention_heads
+    int ffn_hidden_size = 0;                   ///< MLP width (per branch with swiglu); 0 = Megatron's default
+    bool swiglu = false;                       ///< gated MLP: fc1 gives [gate | up], silu(gate)·up goes to fc2
+    bool add_bias_linear = true;               ///< biases in QKV, projection, fc1, fc2 (--disable-bias-linear: off)
+    bool add_qkv_bias = false;                 ///< bias on QKV even without add_bias_linear (Qwen2)
+    std::string position_embedding_type = "learned_absolute";  ///< learned_absolute | rope | none
+    int64_t rotary_base = 10000;               ///< RoPE theta
+    double rotary_percent = 1.0;               ///< fraction of each head's dims that RoPE rotates
+    bool rotary_interleaved = false;           ///< GPT-J pairs (2i, 2i+1) instead of rotate-half (i, i+R/2)
+    bool use_rope_scaling = false;             ///< Llama 3.1's frequency scaling of RoPE
+    double rope_scaling_factor = 8.0;          ///< its factor (low/high frequency factors 1 and 4, context 8192)
     int seq_length = 0;                      ///< tokens per sample s
     int max_position_embeddings = 0;           ///< rows of the position table; 0 = seq_length
     int vocab_size = 0;                        ///< tokenizer vocabulary (NullTokenizer); 0 = from the tokenizer

@@ -39,7 +39,17 @@ std::vector<std::string> resolve(Config& c, int world_size, int64_t tokenizer_vo
     std::vector<std::string> notes;
     auto& m = c.model;
     auto& t = c.training;
-    if (m.ffn_hidden_size == 0) m.ffn_hidden_size = 4 * m.hidden_size;
+    // Megatron-LM's defaults: a SwiGLU MLP keeps the 4h MLP's parameter count (2/3 of 8h, rounded down
+    // to a multiple of 64); without grouped-query attention every query head has its own K/V head.
+    if (m.ffn_hidden_size == 0) m.ffn_hidden_size = m.swiglu ? (8 * m.hidden_size / 3) / 64 * 64 : 4 * m.hidden_size;
+    if (!m.group_query_attention) {
+        if (m.num_query_groups != 1 && m.num_query_groups != m.num_attention_heads)
+            notes.push_back(fmt::format("num_query_groups ({}) has no effect without group_query_attention: every "
+                                        "query head gets its own key/value head",
+                                        m.num_query_groups));
+        m.num_query_groups = m.num_attention_heads;
+    }
+    if (m.kv_channels == 0 && m.num_attention_heads > 0) m.kv_channels = m.hidden_size / m.num_attention_heads;
     if (m.max_position_embeddings == 0) m.max_position_embeddings = m.seq_length;
     if (tokenizer_vocab > 0 && c.data.tokenizer_type != "NullTokenizer") m.vocab_size = static_cast<int>(tokenizer_vocab);
     const int tp_pp = std::max(1, c.parallel.tensor_model_parallel_size) * std::max(1, c.parallel.pipeline_model_parallel_size);
@@ -68,15 +78,37 @@ std::vector<ConfigIssue> validate(const Config& c, int world_size) {
     ck.require(m.num_attention_heads >= 1, "num_attention_heads", "num_attention_heads must be at least 1 (got {})",
                m.num_attention_heads);
     ck.require(m.seq_length >= 1, "seq_length", "seq_length must be at least 1 (got {})", m.seq_length);
-    if (m.hidden_size >= 1 && m.num_attention_heads >= 1)
+    if (m.hidden_size >= 1 && m.num_attention_heads >= 1 && m.kv_channels == m.hidden_size / m.num_attention_heads)
         ck.require(m.hidden_size % m.num_attention_heads == 0, "num_attention_heads",
-                   "hidden_size ({}) must be divisible by num_attention_heads ({})", m.hidden_size,
+                   "hidden_size ({}) must be divisible by num_attention_heads ({}), or set kv_channels", m.hidden_size,
                    m.num_attention_heads);
+    ck.require(m.kv_channels >= 1, "kv_channels", "kv_channels must be at least 1 (got {})", m.kv_channels);
+    ck.require(m.num_query_groups >= 1, "num_query_groups", "num_query_groups must be at least 1 (got {})",
+               m.num_query_groups);
+    if (m.num_query_groups >= 1 && m.num_attention_heads >= 1)
+        ck.require(m.num_attention_heads % m.num_query_groups == 0, "num_query_groups",
+                   "num_attention_heads ({}) must be divisible by num_query_groups ({})", m.num_attention_heads,
+                   m.num_query_groups);
+    const bool rope = m.position_embedding_type == "rope";
+    ck.require(m.rotary_percent > 0 && m.rotary_percent <= 1, "rotary_percent",
+               "rotary_percent must be in (0, 1] (got {})", m.rotary_percent);
+    if (rope && m.kv_channels >= 1 && m.rotary_percent > 0 && m.rotary_percent <= 1) {
+        const int rotary_dim = static_cast<int>(m.kv_channels * m.rotary_percent);
+        ck.require(rotary_dim >= 2 && rotary_dim % 2 == 0, "rotary_percent",
+                   "RoPE rotates kv_channels ({}) x rotary_percent ({}) = {} dims of each head, which must be even "
+                   "and at least 2",
+                   m.kv_channels, m.rotary_percent, rotary_dim);
+    }
+    ck.require(m.rotary_base >= 1, "rotary_base", "rotary_base must be at least 1 (got {})", m.rotary_base);
+    ck.require(!m.use_rope_scaling || rope, "use_rope_scaling",
+               "use_rope_scaling needs position_embedding_type rope (got {})", m.position_embedding_type);
+    ck.require(m.rope_scaling_factor >= 1, "rope_scaling_factor", "rope_scaling_factor must be at least 1 (got {})",
+               m.rope_scaling_factor);
     ck.require(m.ffn_hidden_size >= 1, "ffn_hidden_size", "ffn_hidden_size must be at least 1 (got {})",
                m.ffn_hidden_size);
-    ck.require(m.max_position_embeddings >= m.seq_length, "max_position_embeddings",
-               "max_position_embeddings ({}) must be at least seq_length ({})", m.max_position_embeddings,
-               m.seq_length);
+    ck.require(m.position_embedding_type == "none" || m.max_position_embeddings >= m.seq_length,
+               "max_position_embeddings", "max_position_embeddings ({}) must be at least seq_length ({}) with {} positions",
+               m.max_position_embeddings, m.seq_length, m.position_embedding_type);
     ck.require(model_vocab_size(c) >= 2, "vocab_size", "the vocabulary must hold at least 2 ids (got {}); set vocab_size for NullTokenizer",
                model_vocab_size(c));
     ck.require(m.make_vocab_size_divisible_by >= 1, "make_vocab_size_divisible_by",
@@ -104,6 +136,11 @@ std::vector<ConfigIssue> validate(const Config& c, int world_size) {
             ck.require(m.num_attention_heads % tp == 0, "num_attention_heads",
                        "num_attention_heads ({}) must be divisible by tensor_model_parallel_size ({})",
                        m.num_attention_heads, tp);
+        if (m.num_query_groups >= 1)
+            ck.require(m.num_query_groups % tp == 0, "num_query_groups",
+                       "num_query_groups ({}) must be divisible by tensor_model_parallel_size ({}): each tensor-parallel "
+                       "rank holds whole key/value heads",
+                       m.num_query_groups, tp);
         if (m.ffn_hidden_size >= 1)
             ck.require(m.ffn_hidden_size % tp == 0, "ffn_hidden_size",
                        "ffn_hidden_size ({}) must be divisible by tensor_model_parallel_size ({})", m.ffn_hidden_size,

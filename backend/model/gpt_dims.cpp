@@ -11,7 +11,20 @@ GptDims GptDims::from_config(const Config& c) {
     d.layers = c.model.num_layers;
     d.hidden = c.model.hidden_size;
     d.heads = c.model.num_attention_heads;
+    // Without group_query_attention every head is its own group, whatever num_query_groups says.
+    d.groups = c.model.group_query_attention ? c.model.num_query_groups : c.model.num_attention_heads;
+    d.kv_channels = c.model.kv_channels;
     d.ffn = c.model.ffn_hidden_size;
+    d.swiglu = c.model.swiglu;
+    d.linear_bias = c.model.add_bias_linear;
+    d.qkv_bias = c.model.add_qkv_bias;
+    const std::string& pos = c.model.position_embedding_type;
+    d.positions = pos == "rope" ? Positions::Rope : pos == "none" ? Positions::None : Positions::Learned;
+    d.rotary_dim = static_cast<int64_t>(static_cast<double>(d.head_dim()) * c.model.rotary_percent);
+    d.rotary_base = static_cast<double>(c.model.rotary_base);
+    d.rotary_interleaved = c.model.rotary_interleaved;
+    d.rope_scaling = c.model.use_rope_scaling;
+    d.rope_scaling_factor = c.model.rope_scaling_factor;
     d.seq = c.model.seq_length;
     d.micro_batch = c.training.micro_batch_size;
     d.vocab = padded_vocab_size(c);
@@ -63,7 +76,9 @@ bool RecomputePolicy::stores_all(int64_t l) const {
     return uniform ? false : l >= num_layers;
 }
 
-int64_t RecomputePolicy::chunk_begin(int64_t l) const { return uniform ? l / num_layers * num_layers : l; }
+int64_t RecomputePolicy::chunk_begin(int64_t l) const {
+    return uniform ? l / num_layers * num_layers : l;
+}
 
 int64_t RecomputePolicy::chunk_end(int64_t l, int64_t layers) const {
     return uniform ? std::min(layers, chunk_begin(l) + num_layers) : l + 1;

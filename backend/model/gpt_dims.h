@@ -7,13 +7,27 @@
 
 namespace mwb {
 
-/// B = micro batch, S = sequence, H = hidden, A = heads, D = head dim, F = MLP width,
-/// V = padded vocabulary, L = layers, N = S·B rows of every activation.
+/// B = micro batch, S = sequence, H = hidden, A = heads, G = key/value groups, D = head dim,
+/// F = MLP width (per branch with SwiGLU), V = padded vocabulary, L = layers, N = S·B rows of every
+/// activation, R = rotary dims of each head.
 struct GptDims {
+    enum class Positions { Learned, Rope, None };
+
     int64_t layers = 0;       // L
     int64_t hidden = 0;       // H
     int64_t heads = 0;        // A
+    int64_t groups = 0;       // G; 0 = A (multi-head)
+    int64_t kv_channels = 0;  // D; 0 = H / A
     int64_t ffn = 0;          // F
+    bool swiglu = false;      // fc1 is (2F, H) = [gate | up], silu(gate)·up feeds fc2
+    bool linear_bias = true;  // biases of qkv, proj, fc1, fc2
+    bool qkv_bias = false;    // bias of qkv even without linear_bias
+    Positions positions = Positions::Learned;
+    int64_t rotary_dim = 0;  // R (RoPE)
+    double rotary_base = 10000;
+    bool rotary_interleaved = false;
+    bool rope_scaling = false;  // Llama 3.1's frequency scaling
+    double rope_scaling_factor = 8;
     int64_t seq = 0;          // S
     int64_t micro_batch = 0;  // B
     int64_t vocab = 0;        // V (padded)
@@ -25,7 +39,14 @@ struct GptDims {
     float attention_dropout = 0;
     float init_std = 0.02f;
 
-    int64_t head_dim() const { return hidden / heads; }
+    int64_t head_dim() const { return kv_channels > 0 ? kv_channels : hidden / heads; }
+    int64_t kv_groups() const { return groups > 0 ? groups : heads; }
+    /// Rows of the qkv weight: G·(A/G + 2)·D.
+    int64_t qkv_rows() const { return (heads + 2 * kv_groups()) * head_dim(); }
+    /// Rows of fc1: 2F with SwiGLU, else F.
+    int64_t fc1_rows() const { return swiglu ? 2 * ffn : ffn; }
+    bool has_qkv_bias() const { return linear_bias || qkv_bias; }
+    bool learned_positions() const { return positions == Positions::Learned; }
     int64_t rows() const { return seq * micro_batch; }
     /// From a resolved configuration (single rank: the whole model).
     static GptDims from_config(const Config& config);

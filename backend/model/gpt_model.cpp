@@ -2,6 +2,7 @@
 
 #include "model/init.h"
 #include "model/norm.h"
+#include "model/rope.h"
 #include "mwb/kernels/device_runtime.h"
 #include "mwb/kernels/error.h"
 #include "parallel/self_communicator.h"
@@ -13,15 +14,22 @@ namespace mwb {
 
 GptModel::GptModel(const GptDims& dims, const RecomputePolicy& recompute, DType storage, OpContext& ctx,
                    Allocator& alloc)
-    : d_(dims), partition_(ModelPartition::whole(dims)), self_tp_(std::make_unique<SelfCommunicator>("tp")),
+    : d_(dims),
+      partition_(ModelPartition::whole(dims)),
+      self_tp_(std::make_unique<SelfCommunicator>("tp")),
       self_sp_(std::make_unique<SelfCommunicator>("sp")),
-      own_tp_(std::make_unique<TensorParallel>(*self_tp_, *self_sp_, *self_tp_, false, ctx)), tp_(*own_tp_), recompute_(recompute),
-      storage_(storage), ctx_(ctx), alloc_(alloc) {
+      own_tp_(std::make_unique<TensorParallel>(*self_tp_, *self_sp_, *self_tp_, false, ctx)),
+      tp_(*own_tp_),
+      recompute_(recompute),
+      storage_(storage),
+      ctx_(ctx),
+      alloc_(alloc) {
     build(1);
 }
 
 GptModel::GptModel(const GptDims& dims, const ModelPartition& partition, TensorParallel& tp,
-                   const RecomputePolicy& recompute, DType storage, OpContext& ctx, Allocator& alloc, int64_t arena_shards)
+                   const RecomputePolicy& recompute, DType storage, OpContext& ctx, Allocator& alloc,
+                   int64_t arena_shards)
     : d_(dims), partition_(partition), tp_(tp), recompute_(recompute), storage_(storage), ctx_(ctx), alloc_(alloc) {
     build(arena_shards);
 }
@@ -30,12 +38,16 @@ GptModel::~GptModel() = default;
 
 void GptModel::build(int64_t arena_shards) {
     const int t = tp_.size(), r = tp_.rank();
-    MWB_CHECK(d_.layers >= 1 && d_.hidden >= 1 && d_.heads >= 1 && d_.hidden % d_.heads == 0 && d_.seq >= 1 &&
-                  d_.micro_batch >= 1 && d_.vocab >= 2 && d_.max_positions >= d_.seq && d_.ffn >= 1 &&
-                  d_.vocab % t == 0 && !partition_.chunks.empty(),
+    MWB_CHECK(d_.layers >= 1 && d_.hidden >= 1 && d_.heads >= 1 && d_.head_dim() >= 1 &&
+                  d_.heads % d_.kv_groups() == 0 && d_.seq >= 1 && d_.micro_batch >= 1 && d_.vocab >= 2 &&
+                  (!d_.learned_positions() || d_.max_positions >= d_.seq) && d_.ffn >= 1 && d_.vocab % t == 0 &&
+                  (d_.positions != GptDims::Positions::Rope ||
+                   (d_.rotary_dim >= 2 && d_.rotary_dim % 2 == 0 && d_.rotary_dim <= d_.head_dim())) &&
+                  !partition_.chunks.empty(),
               "GptModel: inconsistent sizes (L={} H={} A={} F={} S={} B={} V={} P={}, tensor-parallel {})", d_.layers,
               d_.hidden, d_.heads, d_.ffn, d_.seq, d_.micro_batch, d_.vocab, d_.max_positions, t);
-    MWB_CHECK(alloc_.device() == ctx_.device, "GptModel: the allocator ({}) and the op context ({}) are on different devices",
+    MWB_CHECK(alloc_.device() == ctx_.device,
+              "GptModel: the allocator ({}) and the op context ({}) are on different devices",
               device_name(alloc_.device()), device_name(ctx_.device));
     local_rows_ = tp_.local_seq(d_.seq) * d_.micro_batch;
     vocab_local_ = d_.vocab / t;
@@ -43,9 +55,13 @@ void GptModel::build(int64_t arena_shards) {
     const bool sp = tp_.sequence_parallel();
 
     if (partition_.embedding) {
-        wte_ = layout_.add_split("embedding.word_embeddings.weight", {d_.vocab, d_.hidden}, 0, t, r, true);
-        wpe_ = layout_.add("embedding.position_embeddings.weight", {d_.max_positions, d_.hidden}, true);
-        layout_.mark_sequence_parallel(wpe_, sp);
+        wte_ = layout_.add_split("embedding.word_embeddings.weight", ParamRole::WordEmbedding, {d_.vocab, d_.hidden}, 0,
+                                 t, r);
+        if (d_.learned_positions()) {
+            wpe_ = layout_.add("embedding.position_embeddings.weight", ParamRole::PositionEmbedding,
+                               {d_.max_positions, d_.hidden});
+            layout_.mark_sequence_parallel(wpe_, sp);
+        }
     }
     for (const auto& chunk : partition_.chunks)
         for (int64_t l = chunk.first_layer; l < chunk.end_layer; ++l) {
@@ -53,20 +69,21 @@ void GptModel::build(int64_t arena_shards) {
             layer_ids_.push_back(l);
         }
     if (partition_.head) {
-        lnf_w_ = layout_.add("decoder.final_layernorm.weight", {d_.hidden}, false);
+        lnf_w_ = layout_.add("decoder.final_layernorm.weight", ParamRole::NormWeight, {d_.hidden});
         layout_.mark_sequence_parallel(lnf_w_, sp);
         if (!d_.rmsnorm) {
-            lnf_b_ = layout_.add("decoder.final_layernorm.bias", {d_.hidden}, false);
+            lnf_b_ = layout_.add("decoder.final_layernorm.bias", ParamRole::NormBias, {d_.hidden});
             layout_.mark_sequence_parallel(lnf_b_, sp);
         }
         if (!d_.tied_output) {
-            out_w_ = layout_.add_split("output_layer.weight", {d_.vocab, d_.hidden}, 0, t, r, true);
+            out_w_ = layout_.add_split("output_layer.weight", ParamRole::OutputWeight, {d_.vocab, d_.hidden}, 0, t, r);
         } else if (partition_.embedding) {
             out_w_ = wte_;
         } else {
             // Pipeline > 1 with tied weights: the last stage keeps its own copy of the word embedding,
             // initialised identically and kept in sync by summing gradients with the first stage's.
-            out_w_ = layout_.add_split("embedding.word_embeddings.weight", {d_.vocab, d_.hidden}, 0, t, r, true);
+            out_w_ = layout_.add_split("embedding.word_embeddings.weight", ParamRole::WordEmbedding,
+                                       {d_.vocab, d_.hidden}, 0, t, r);
             layout_.mark_tied_copy(out_w_);
         }
     }
@@ -78,12 +95,17 @@ void GptModel::build(int64_t arena_shards) {
     ops::fill(ctx_, grads_.view(), 0.0f);
     AttentionParams ap;
     ap.num_heads = static_cast<int>(d_.heads / t);
+    ap.num_query_groups = static_cast<int>(d_.kv_groups() / t);
     ap.batch = static_cast<int>(d_.micro_batch);
     const int64_t ws_bytes = ops::attention_workspace_bytes(ctx_.device, ap, d_.seq, ops::num_threads());
     attention_workspace_ = Buffer(alloc_, MemCategory::Workspace, (ws_bytes + 3) / 4);
+    if (d_.positions == GptDims::Positions::Rope && !layer_ids_.empty()) build_rope_tables();
 
+    const bool rope = !rope_cos_.empty();
+    const TensorView cos = rope ? rope_cos_.view({d_.seq, d_.rotary_dim / 2}) : TensorView{};
+    const TensorView sin = rope ? rope_sin_.view({d_.seq, d_.rotary_dim / 2}) : TensorView{};
     for (int64_t l : layer_ids_) {
-        layers_.emplace_back(d_, tp_, l);
+        layers_.emplace_back(d_, tp_, l, cos, sin);
         w_.push_back(TransformerLayer::params(layout_, params_.view(), l, d_));
         g_.push_back(TransformerLayer::params(layout_, grads_.view(), l, d_));
     }
@@ -95,18 +117,36 @@ std::size_t GptModel::layer_slot(int64_t global_layer) const {
     return static_cast<std::size_t>(it - layer_ids_.begin());
 }
 
+void GptModel::build_rope_tables() {
+    // Once per run in float64, then rounded to the activation precision like any stored activation.
+    const int64_t half = d_.rotary_dim / 2;
+    rope_cos_ = Buffer(alloc_, MemCategory::Workspace, d_.seq * half);
+    rope_sin_ = Buffer(alloc_, MemCategory::Workspace, d_.seq * half);
+    std::vector<float> cos(static_cast<std::size_t>(d_.seq * half)), sin(cos.size());
+    rotary_tables(d_, d_.seq, cos.data(), sin.data());
+    if (alloc_.device() == Device::CPU) {
+        std::copy(cos.begin(), cos.end(), rope_cos_.f32());
+        std::copy(sin.begin(), sin.end(), rope_sin_.f32());
+    } else {
+        device::copy_to_device(rope_cos_.data(), cos.data(), d_.seq * half * 4);
+        device::copy_to_device(rope_sin_.data(), sin.data(), d_.seq * half * 4);
+    }
+    const ModelRuntime rt = runtime(0, 0, false);
+    rt.store(rope_cos_.view());
+    rt.store(rope_sin_.view());
+}
+
 void GptModel::init_weights(uint64_t seed) {
     const float out_std = d_.init_std / std::sqrt(2.0f * static_cast<float>(d_.layers));
     for (std::size_t i = 0; i < layout_.size(); ++i) {
         const ParamInfo& p = layout_[i];
         const TensorView v = layout_.view(params_.view(), i);
-        const bool is_norm = p.name.find("layernorm") != std::string::npos;
-        if (p.name.ends_with(".bias")) {
+        if (role_is_bias(p.role)) {
             ops::fill(ctx_, v, 0.0f);
-        } else if (is_norm) {
+        } else if (p.role == ParamRole::NormWeight) {
             ops::fill(ctx_, v, 1.0f);
         } else {
-            const bool output_proj = p.name.ends_with("linear_proj.weight") || p.name.ends_with("linear_fc2.weight");
+            const bool output_proj = role_is_output_projection(p.role);
             if (v.device == Device::CPU) {
                 normal_init_slice(v, p, seed, output_proj ? out_std : d_.init_std);
             } else {
@@ -123,7 +163,9 @@ void GptModel::init_weights(uint64_t seed) {
     ops::round_to(ctx_, params_.view(), storage_);
 }
 
-void GptModel::zero_grads() { ops::fill(ctx_, grads_.view(), 0.0f); }
+void GptModel::zero_grads() {
+    ops::fill(ctx_, grads_.view(), 0.0f);
+}
 
 ModelRuntime GptModel::runtime(uint64_t seed, uint64_t stream_base, bool training) {
     return ModelRuntime{ctx_, alloc_, storage_, seed, stream_base, training};
@@ -137,7 +179,8 @@ void GptModel::prepare_inputs(MicroState& st, const int32_t* tokens, bool want_i
     if (want_targets) st.targets = Buffer(alloc_, MemCategory::Data, S * B, DType::I32);
     // On a GPU the ids are laid out on the host first, then uploaded.
     const bool on_device = alloc_.device() != Device::CPU;
-    std::vector<int32_t> host_ids(on_device && want_ids ? S * B : 0), host_targets(on_device && want_targets ? S * B : 0);
+    std::vector<int32_t> host_ids(on_device && want_ids ? S * B : 0),
+        host_targets(on_device && want_targets ? S * B : 0);
     int32_t* ids = want_ids ? (on_device ? host_ids.data() : st.ids.i32()) : nullptr;
     int32_t* targets = want_targets ? (on_device ? host_targets.data() : st.targets.i32()) : nullptr;
     for (int64_t s = 0; s < S; ++s) {
@@ -168,8 +211,9 @@ void GptModel::embed(ModelRuntime& rt, const MicroState& st, Buffer& x0) {
         ops::embedding_forward(ctx_, partial.view({N, H}), st.ids.view(), wte, vocab_start_);
         tp_.reduce_rows(partial.view({N, H}), x0.view({R, H}));
     }
-    ops::position_embedding_forward(ctx_, x0.view({R / d_.micro_batch, d_.micro_batch, H}),
-                                    layout_.view(params_.view(), wpe_), s_begin);
+    if (d_.learned_positions())
+        ops::position_embedding_forward(ctx_, x0.view({R / d_.micro_batch, d_.micro_batch, H}),
+                                        layout_.view(params_.view(), wpe_), s_begin);
     const TensorView x = x0.view({R, H});
     ops::dropout_forward(ctx_, x, x, rt.dropout(d_.hidden_dropout), rt.rng(-1, DropoutSite::Embedding),
                          s_begin * d_.micro_batch * H);
@@ -181,8 +225,10 @@ void GptModel::embed_backward(ModelRuntime& rt, const MicroState& st, const Tens
     const int64_t s_begin = tp_.seq_begin(d_.seq);
     ops::dropout_backward(ctx_, d, d, rt.dropout(d_.hidden_dropout), rt.rng(-1, DropoutSite::Embedding),
                           s_begin * d_.micro_batch * H);
-    ops::position_embedding_backward(ctx_, layout_.view(grads_.view(), wpe_),
-                                     make_view(d.data, DType::F32, {R / d_.micro_batch, d_.micro_batch, H}, d.device), s_begin);
+    if (d_.learned_positions())
+        ops::position_embedding_backward(
+            ctx_, layout_.view(grads_.view(), wpe_),
+            make_view(d.data, DType::F32, {R / d_.micro_batch, d_.micro_batch, H}, d.device), s_begin);
     Buffer full = tp_.sequence_parallel() ? rt.workspace(N * H) : Buffer{};
     const TensorView d_full = tp_.sequence_parallel() ? full.view({N, H}) : d;
     tp_.gather_rows(d, d_full);
@@ -284,8 +330,9 @@ ForwardResult GptModel::forward(int chunk, const MicroBatch& mb, Buffer input) {
     if (has_embedding) {
         embed(rt, st, st.acts[0].input);
     } else {
-        MWB_CHECK(input.numel() == local_rows_ * d_.hidden, "forward: chunk {} needs an input of {} x {}, got {} elements",
-                  chunk, local_rows_, d_.hidden, input.numel());
+        MWB_CHECK(input.numel() == local_rows_ * d_.hidden,
+                  "forward: chunk {} needs an input of {} x {}, got {} elements", chunk, local_rows_, d_.hidden,
+                  input.numel());
         st.acts[0].input = std::move(input);
     }
     // A fully recomputed layer keeps its input only at the start of its recompute chunk; evaluation
@@ -302,7 +349,8 @@ ForwardResult GptModel::forward(int chunk, const MicroBatch& mb, Buffer input) {
     ForwardResult result;
     if (has_head) {
         if (mb.training) st.grad = rt.workspace(local_rows_ * d_.hidden);
-        result.loss = head(rt, st, out, mb.grad_scale, mb.training ? st.grad.view({local_rows_, d_.hidden}) : TensorView{});
+        result.loss =
+            head(rt, st, out, mb.grad_scale, mb.training ? st.grad.view({local_rows_, d_.hidden}) : TensorView{});
         out.reset();
     } else {
         result.output = std::move(out);
@@ -359,7 +407,8 @@ double GptModel::forward_backward(const int32_t* tokens, float grad_scale, uint6
 }
 
 double GptModel::evaluate(const int32_t* tokens) {
-    MWB_CHECK(num_chunks() == 1 && partition_.embedding && partition_.head, "evaluate needs the whole model on this rank");
+    MWB_CHECK(num_chunks() == 1 && partition_.embedding && partition_.head,
+              "evaluate needs the whole model on this rank");
     MicroBatch mb;
     mb.tokens = tokens;
     mb.training = false;

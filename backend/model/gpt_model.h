@@ -1,8 +1,9 @@
 #pragma once
-// GPT as in GPT-2/GPT-3 and Megatron-LM's GPTModel: token + learned position embeddings, L pre-LN
-// transformer layers, a final norm, and an output layer tied to the word embedding (or untied),
-// trained with softmax cross-entropy. This is the part one rank holds: its tensor-parallel slice of
-// its pipeline stage's model chunks. Parameters and gradients live in one arena each.
+// GPT as in GPT-2/GPT-3 and Megatron-LM's GPTModel: token + learned position embeddings (or rotary
+// positions applied inside attention, or none), L pre-LN transformer layers (GPT's or the Llama
+// family's: RoPE, SwiGLU, grouped-query attention, no biases), a final norm, and an output layer tied
+// to the word embedding (or untied), trained with softmax cross-entropy. This is the part one rank holds: its
+// tensor-parallel slice of its pipeline stage's model chunks. Parameters and gradients live in one arena each.
 //
 // Forward and backward run per (chunk, micro-batch) so that pipeline schedules can interleave them;
 // what a micro-batch keeps between its forward and its backward lives here until its backward.
@@ -26,9 +27,9 @@ struct MicroBatch {
     int64_t id = 0;                   ///< this rank's micro-batch number within the iteration (keys the saved state)
     const int32_t* tokens = nullptr;  ///< (B, S+1) row-major; needed by chunks with the embedding or the head
     uint64_t seed = 0;
-    uint64_t stream_base = 0;         ///< micro_batch_stream() of the global micro-batch (dropout masks)
-    float grad_scale = 1;             ///< the loss gradient is multiplied by this (loss scale / micro-batches)
-    bool training = true;             ///< false: no dropout, nothing kept for backward
+    uint64_t stream_base = 0;  ///< micro_batch_stream() of the global micro-batch (dropout masks)
+    float grad_scale = 1;      ///< the loss gradient is multiplied by this (loss scale / micro-batches)
+    bool training = true;      ///< false: no dropout, nothing kept for backward
 };
 
 struct ForwardResult {
@@ -60,8 +61,9 @@ public:
     /// fp32 gradient accumulators ("main grads"), same layout as params().
     TensorView grads() const { return grads_.view(); }
 
-    /// Megatron-LM's init: N(0, std) weights, N(0, std/sqrt(2L)) for the two output projections of
-    /// each layer, zero biases, unit norm weights — each shard drawing its part of the global tensor.
+    /// Megatron-LM's init, by parameter role: N(0, std) weights, N(0, std/sqrt(2L)) for the two output
+    /// projections of each layer, zero biases, unit norm weights — each shard drawing its part of the
+    /// global tensor.
     void init_weights(uint64_t seed);
     void zero_grads();
 
@@ -92,6 +94,7 @@ private:
     };
 
     void build(int64_t arena_shards);
+    void build_rope_tables();
     ModelRuntime runtime(uint64_t seed, uint64_t stream_base, bool training);
     void prepare_inputs(MicroState& st, const int32_t* tokens, bool ids, bool targets);
     void embed(ModelRuntime& rt, const MicroState& st, Buffer& x0);
@@ -116,6 +119,7 @@ private:
     ParamLayout layout_;
     Buffer params_, grads_;
     Buffer attention_workspace_;
+    Buffer rope_cos_, rope_sin_;      // (S, R/2) with RoPE, at the storage precision
     std::vector<int64_t> layer_ids_;  // global index of each layer this rank holds, in chunk order
     std::vector<TransformerLayer> layers_;
     std::vector<LayerParams> w_, g_;

@@ -1,6 +1,7 @@
 #include "model/init.h"
 
 #include "model/runtime.h"
+#include "mwb/kernels/error.h"
 #include "mwb/kernels/philox.h"
 
 #include <cmath>
@@ -39,11 +40,15 @@ namespace mwb {
 
 void normal_init_slice(const TensorView& local, const ParamInfo& p, uint64_t seed, float std) {
     const uint64_t stream = tensor_stream(p.name);
-    if (p.split_dim <= 0) {  // replicated, or rows [split_begin, ...): one contiguous global range
+    if (p.split_dim <= 0) {  // replicated, or rows [split_begin, ...) of each block: contiguous global ranges
         const int64_t row = p.shape.size() == 2 ? p.shape[1] : 1;
-        normal_init(local, seed, stream, std, p.split_begin * row);
+        const int64_t block_rows = p.shape[0] / p.split_blocks, block_global = p.global_shape[0] / p.split_blocks;
+        for (int k = 0; k < p.split_blocks; ++k)
+            normal_init(make_view(local.f32() + k * block_rows * row, DType::F32, {block_rows * row}), seed, stream,
+                        std, (k * block_global + p.split_begin) * row);
         return;
     }
+    MWB_CHECK(p.split_blocks == 1, "parameter {}: blocks are only split along dimension 0", p.name);
     const int64_t rows = p.shape[0], cols = p.shape[1], global_cols = p.global_shape[1];
     for (int64_t r = 0; r < rows; ++r)
         normal_init(make_view(local.f32() + r * cols, DType::F32, {cols}), seed, stream, std,

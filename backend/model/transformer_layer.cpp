@@ -2,13 +2,16 @@
 
 #include "mwb/kernels/error.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
 namespace mwb {
 
 namespace {
-std::string layer_prefix(int64_t index) { return "decoder.layers." + std::to_string(index) + "."; }
+std::string layer_prefix(int64_t index) {
+    return "decoder.layers." + std::to_string(index) + ".";
+}
 }  // namespace
 
 void LayerActivations::drop_intermediates() {
@@ -19,60 +22,87 @@ void LayerActivations::drop_intermediates() {
     residual2.reset();
     ln2.reset();
     fc1.reset();
-    gelu.reset();
+    act.reset();
 }
 
-TransformerLayer::TransformerLayer(const GptDims& dims, const TensorParallel& tp, int64_t index)
-    : d_(dims), index_(index), tp_size_(tp.size()), tp_rank_(tp.rank()), rows_(dims.rows()),
-      local_rows_(tp.local_seq(dims.seq) * dims.micro_batch), seq_begin_(tp.seq_begin(dims.seq)),
-      heads_(dims.heads / tp.size()), width_(dims.hidden / tp.size()), ffn_(dims.ffn / tp.size()) {
-    MWB_CHECK(dims.heads % tp.size() == 0 && dims.ffn % tp.size() == 0 &&
+TransformerLayer::TransformerLayer(const GptDims& dims, const TensorParallel& tp, int64_t index, TensorView rope_cos,
+                                   TensorView rope_sin)
+    : d_(dims),
+      index_(index),
+      tp_size_(tp.size()),
+      tp_rank_(tp.rank()),
+      rows_(dims.rows()),
+      local_rows_(tp.local_seq(dims.seq) * dims.micro_batch),
+      seq_begin_(tp.seq_begin(dims.seq)),
+      heads_(dims.heads / tp.size()),
+      groups_(dims.kv_groups() / tp.size()),
+      qkv_width_(dims.qkv_rows() / tp.size()),
+      width_(dims.heads * dims.head_dim() / tp.size()),
+      ffn_(dims.ffn / tp.size()),
+      fc1_width_(dims.fc1_rows() / tp.size()),
+      rope_cos_(rope_cos),
+      rope_sin_(rope_sin) {
+    MWB_CHECK(dims.heads % tp.size() == 0 && dims.kv_groups() % tp.size() == 0 && dims.ffn % tp.size() == 0 &&
                   (!tp.sequence_parallel() || dims.seq % tp.size() == 0),
-              "layer {}: {} heads, MLP width {} and sequence {} do not split over {} tensor-parallel ranks", index,
-              dims.heads, dims.ffn, dims.seq, tp.size());
+              "layer {}: {} heads, {} key/value groups, MLP width {} and sequence {} do not split over {} "
+              "tensor-parallel ranks",
+              index, dims.heads, dims.kv_groups(), dims.ffn, dims.seq, tp.size());
+    MWB_CHECK(dims.positions != GptDims::Positions::Rope || (!rope_cos.empty() && !rope_sin.empty()),
+              "layer {}: RoPE needs the model's cos/sin tables", index);
 }
 
 void TransformerLayer::add_params(ParamLayout& layout, int64_t index, const GptDims& d, int t, int r,
                                   bool sequence_parallel) {
     const std::string p = layer_prefix(index);
-    const int64_t H = d.hidden, F = d.ffn;
+    const int64_t H = d.hidden, F = d.ffn, AD = d.heads * d.head_dim(), F1 = d.fc1_rows();
+    const int fc1_blocks = d.swiglu ? 2 : 1;  // [gate | up]: each rank holds its part of both
     // Norms are replicated; under sequence parallelism each rank sees only its positions, so their
     // gradients are partial sums to be all-reduced over the tensor-parallel group.
-    const auto norm = [&](const std::string& name) {
-        const std::size_t i = layout.add(p + name, {H}, false);
+    const auto norm = [&](const std::string& name, ParamRole role) {
+        const std::size_t i = layout.add(p + name, role, {H});
         layout.mark_sequence_parallel(i, sequence_parallel && t > 1);
     };
-    norm("input_layernorm.weight");
-    if (!d.rmsnorm) norm("input_layernorm.bias");
-    layout.add_split(p + "self_attention.linear_qkv.weight", {3 * H, H}, 0, t, r, true);
-    layout.add_split(p + "self_attention.linear_qkv.bias", {3 * H}, 0, t, r, false);
-    layout.add_split(p + "self_attention.linear_proj.weight", {H, H}, 1, t, r, true);
-    layout.add(p + "self_attention.linear_proj.bias", {H}, false);
-    norm("pre_mlp_layernorm.weight");
-    if (!d.rmsnorm) norm("pre_mlp_layernorm.bias");
-    layout.add_split(p + "mlp.linear_fc1.weight", {F, H}, 0, t, r, true);
-    layout.add_split(p + "mlp.linear_fc1.bias", {F}, 0, t, r, false);
-    layout.add_split(p + "mlp.linear_fc2.weight", {H, F}, 1, t, r, true);
-    layout.add(p + "mlp.linear_fc2.bias", {H}, false);
+    norm("input_layernorm.weight", ParamRole::NormWeight);
+    if (!d.rmsnorm) norm("input_layernorm.bias", ParamRole::NormBias);
+    // qkv rows are G groups of (A/G + 2)·D: a contiguous split gives each rank G/t whole groups.
+    layout.add_split(p + "self_attention.linear_qkv.weight", ParamRole::QkvWeight, {d.qkv_rows(), H}, 0, t, r);
+    if (d.has_qkv_bias())
+        layout.add_split(p + "self_attention.linear_qkv.bias", ParamRole::QkvBias, {d.qkv_rows()}, 0, t, r);
+    layout.add_split(p + "self_attention.linear_proj.weight", ParamRole::ProjWeight, {H, AD}, 1, t, r);
+    if (d.linear_bias) layout.add(p + "self_attention.linear_proj.bias", ParamRole::ProjBias, {H});
+    norm("pre_mlp_layernorm.weight", ParamRole::NormWeight);
+    if (!d.rmsnorm) norm("pre_mlp_layernorm.bias", ParamRole::NormBias);
+    layout.add_split(p + "mlp.linear_fc1.weight", ParamRole::Fc1Weight, {F1, H}, 0, t, r, fc1_blocks);
+    if (d.linear_bias) layout.add_split(p + "mlp.linear_fc1.bias", ParamRole::Fc1Bias, {F1}, 0, t, r, fc1_blocks);
+    layout.add_split(p + "mlp.linear_fc2.weight", ParamRole::Fc2Weight, {H, F}, 1, t, r);
+    if (d.linear_bias) layout.add(p + "mlp.linear_fc2.bias", ParamRole::Fc2Bias, {H});
 }
 
 LayerParams TransformerLayer::params(const ParamLayout& layout, const TensorView& arena, int64_t index,
                                      const GptDims& d) {
     const std::string p = layer_prefix(index);
     const auto v = [&](const char* name) { return layout.view(arena, layout.index_of(p + name)); };
-    const auto norm_bias = [&](const char* name) { return d.rmsnorm ? TensorView{} : v(name); };
+    const auto maybe = [&](bool present, const char* name) { return present ? v(name) : TensorView{}; };
     return LayerParams{v("input_layernorm.weight"),
-                       norm_bias("input_layernorm.bias"),
+                       maybe(!d.rmsnorm, "input_layernorm.bias"),
                        v("self_attention.linear_qkv.weight"),
-                       v("self_attention.linear_qkv.bias"),
+                       maybe(d.has_qkv_bias(), "self_attention.linear_qkv.bias"),
                        v("self_attention.linear_proj.weight"),
-                       v("self_attention.linear_proj.bias"),
+                       maybe(d.linear_bias, "self_attention.linear_proj.bias"),
                        v("pre_mlp_layernorm.weight"),
-                       norm_bias("pre_mlp_layernorm.bias"),
+                       maybe(!d.rmsnorm, "pre_mlp_layernorm.bias"),
                        v("mlp.linear_fc1.weight"),
-                       v("mlp.linear_fc1.bias"),
+                       maybe(d.linear_bias, "mlp.linear_fc1.bias"),
                        v("mlp.linear_fc2.weight"),
-                       v("mlp.linear_fc2.bias")};
+                       maybe(d.linear_bias, "mlp.linear_fc2.bias")};
+}
+
+void TransformerLayer::residual_add(ModelRuntime& rt, const TensorView& out, const TensorView& residual,
+                                    const TensorView& branch, const TensorView& bias, float p, RngStream rng) const {
+    if (bias.empty())
+        ops::dropout_add_forward(rt.ctx, out, residual, branch, p, rng, residual_offset());
+    else
+        ops::bias_dropout_add_forward(rt.ctx, out, residual, branch, bias, p, rng, residual_offset());
 }
 
 TensorView TransformerLayer::saved_view(const ModelRuntime& rt, const Buffer& saved) const {
@@ -84,6 +114,7 @@ TensorView TransformerLayer::saved_view(const ModelRuntime& rt, const Buffer& sa
 AttentionParams TransformerLayer::attention_params(const ModelRuntime& rt) const {
     AttentionParams p;
     p.num_heads = static_cast<int>(heads_);
+    p.num_query_groups = static_cast<int>(groups_);
     p.head_offset = static_cast<int>(tp_rank_ * heads_);
     p.total_heads = static_cast<int>(d_.heads);
     p.batch = static_cast<int>(d_.micro_batch);
@@ -100,19 +131,24 @@ void TransformerLayer::forward(ModelRuntime& rt, TensorParallel& tp, const Layer
     const TensorView x = a.input.view({R, H});
     const bool sp = tp.sequence_parallel();
     Buffer gathered = sp ? rt.workspace(N * H) : Buffer{};  // a norm output gathered to all N rows
-    Buffer branch = rt.workspace(N * H);                      // row-parallel output before the reduction
+    Buffer branch = rt.workspace(N * H);                    // row-parallel output before the reduction
     const TensorView br = branch.view({N, H});
 
     // Attention block.
     norm_forward(rt, d_, a.ln1, x, w.ln1_w, w.ln1_b);
     const TensorView ln1_full = sp ? gathered.view({N, H}) : a.ln1.out.view({N, H});
     tp.gather_rows(a.ln1.out.view({R, H}), ln1_full);
-    a.qkv = rt.activation(N * 3 * width_);
-    const TensorView qkv = a.qkv.view({S, B, 3 * width_});
+    a.qkv = rt.activation(N * qkv_width_);
+    const TensorView qkv = a.qkv.view({S, B, qkv_width_});
     ops::linear_forward(rt.ctx, qkv, ln1_full, w.qkv_w, w.qkv_b);
     rt.store(qkv);
 
     const AttentionParams ap = attention_params(rt);
+    if (!rope_cos_.empty()) {  // kept rotated: backward (and selective recompute) never rotates again
+        ops::rope_forward(rt.ctx, qkv, rope_cos_, rope_sin_, ap, static_cast<int>(d_.rotary_dim), d_.rotary_interleaved,
+                          0);
+        rt.store(qkv);
+    }
     Buffer probs = rt.activation(ops::attention_saved_elements(rt.ctx.device, ap, S));
     a.context = rt.activation(N * width_);
     const TensorView context = a.context.view({S, B, width_});
@@ -127,28 +163,29 @@ void TransformerLayer::forward(ModelRuntime& rt, TensorParallel& tp, const Layer
     tp.reduce_rows(br, reduced);
     a.residual2 = rt.activation(R * H);
     const TensorView x2 = a.residual2.view({R, H});
-    ops::bias_dropout_add_forward(rt.ctx, x2, x, reduced, w.proj_b, p_hidden,
-                                  rt.rng(index_, DropoutSite::AttentionOutput), residual_offset());
+    residual_add(rt, x2, x, reduced, w.proj_b, p_hidden, rt.rng(index_, DropoutSite::AttentionOutput));
     rt.store(x2);
 
     // MLP block.
     norm_forward(rt, d_, a.ln2, x2, w.ln2_w, w.ln2_b);
     const TensorView ln2_full = sp ? gathered.view({N, H}) : a.ln2.out.view({N, H});
     tp.gather_rows(a.ln2.out.view({R, H}), ln2_full);
-    a.fc1 = rt.activation(N * ffn_);
-    const TensorView fc1 = a.fc1.view({N, ffn_});
+    a.fc1 = rt.activation(N * fc1_width_);
+    const TensorView fc1 = a.fc1.view({N, fc1_width_});
     ops::linear_forward(rt.ctx, fc1, ln2_full, w.fc1_w, w.fc1_b);
     rt.store(fc1);
-    a.gelu = rt.activation(N * ffn_);
-    const TensorView gelu = a.gelu.view({N, ffn_});
-    ops::gelu_forward(rt.ctx, gelu, fc1);
-    rt.store(gelu);
-    ops::linear_forward(rt.ctx, br, gelu, w.fc2_w, {});
+    a.act = rt.activation(N * ffn_);
+    const TensorView act = a.act.view({N, ffn_});
+    if (d_.swiglu)
+        ops::swiglu_forward(rt.ctx, act, fc1);
+    else
+        ops::gelu_forward(rt.ctx, act, fc1);
+    rt.store(act);
+    ops::linear_forward(rt.ctx, br, act, w.fc2_w, {});
     tp.reduce_rows(br, reduced);
     out = rt.activation(R * H);
     const TensorView y = out.view({R, H});
-    ops::bias_dropout_add_forward(rt.ctx, y, x2, reduced, w.fc2_b, p_hidden,
-                                  rt.rng(index_, DropoutSite::MlpOutput), residual_offset());
+    residual_add(rt, y, x2, reduced, w.fc2_b, p_hidden, rt.rng(index_, DropoutSite::MlpOutput));
     rt.store(y);
 
     if (!keep) a.drop_intermediates();
@@ -159,10 +196,12 @@ void TransformerLayer::backward(ModelRuntime& rt, TensorParallel& tp, const Laye
     const int64_t N = rows_, R = local_rows_, H = d_.hidden, S = d_.seq, B = d_.micro_batch;
     const float p_hidden = rt.dropout(d_.hidden_dropout);
     const bool sp = tp.sequence_parallel();
-    Buffer branch_local = rt.workspace(R * H);            // gradient of a row-parallel output, local rows
+    Buffer branch_local = rt.workspace(R * H);  // gradient of a row-parallel output, local rows
     Buffer branch_full = sp ? rt.workspace(N * H) : Buffer{};
     Buffer gathered = sp ? rt.workspace(N * H) : Buffer{};  // a norm output gathered again
-    Buffer grad_h = rt.workspace(N * H);                  // gradient of a column-parallel input, partial
+    // Gradient of a column-parallel input, partial; also holds the unused output of a selective recompute
+    // (N, A·D/t), which exceeds N·H only when kv_channels makes A·D > t·H.
+    Buffer grad_h = rt.workspace(N * std::max(H, width_));
     Buffer grad_local = sp ? rt.workspace(R * H) : Buffer{};  // ... reduced to local rows (in place without SP)
     const TensorView dbl = branch_local.view({R, H});
     const TensorView dbr = sp ? branch_full.view({N, H}) : dbl;
@@ -173,21 +212,26 @@ void TransformerLayer::backward(ModelRuntime& rt, TensorParallel& tp, const Laye
         return gathered.view({N, H});
     };
 
-    // MLP block: out = x2 + dropout(fc2(gelu(fc1(ln2(x2)))) + b).
+    // MLP block: out = x2 + dropout(fc2(act(fc1(ln2(x2)))) + b).
     ops::dropout_backward(rt.ctx, dbl, d, p_hidden, rt.rng(index_, DropoutSite::MlpOutput), residual_offset());
     tp.gather_rows(dbl, dbr);
     {
         Buffer grad_f = rt.workspace(N * ffn_);
         const TensorView df = grad_f.view({N, ffn_});
-        ops::linear_backward(rt.ctx, df, g.fc2_w, g.fc2_b, dbr, a.gelu.view({N, ffn_}), w.fc2_w);
+        ops::linear_backward(rt.ctx, df, g.fc2_w, g.fc2_b, dbr, a.act.view({N, ffn_}), w.fc2_w);
         rt.store(df);
-        ops::gelu_backward(rt.ctx, df, df, a.fc1.view({N, ffn_}));
-        rt.store(df);
-        ops::linear_backward(rt.ctx, dh, g.fc1_w, g.fc1_b, df, full_rows(a.ln2), w.fc1_w);
+        Buffer grad_fc1 = d_.swiglu ? rt.workspace(N * fc1_width_) : Buffer{};  // GELU: in place
+        const TensorView dfc1 = d_.swiglu ? grad_fc1.view({N, fc1_width_}) : df;
+        if (d_.swiglu)
+            ops::swiglu_backward(rt.ctx, dfc1, df, a.fc1.view({N, fc1_width_}));
+        else
+            ops::gelu_backward(rt.ctx, df, df, a.fc1.view({N, ffn_}));
+        rt.store(dfc1);
+        ops::linear_backward(rt.ctx, dh, g.fc1_w, g.fc1_b, dfc1, full_rows(a.ln2), w.fc1_w);
     }
     tp.reduce_rows(dh, dhl);
     rt.store(dhl);
-    a.gelu.reset();
+    a.act.reset();
     a.fc1.reset();
     norm_backward(rt, d_, d, g.ln2_w, g.ln2_b, dhl, a.residual2.view({R, H}), a.ln2, w.ln2_w, true);
     a.ln2.reset();
@@ -202,7 +246,7 @@ void TransformerLayer::backward(ModelRuntime& rt, TensorParallel& tp, const Laye
     rt.store(dctx);
     a.context.reset();
 
-    const TensorView qkv = a.qkv.view({S, B, 3 * width_});
+    const TensorView qkv = a.qkv.view({S, B, qkv_width_});
     const AttentionParams ap = attention_params(rt);
     if (a.probs.empty()) {
         // Selective recompute: the attention core runs again (same dropout stream, so the same
@@ -212,13 +256,18 @@ void TransformerLayer::backward(ModelRuntime& rt, TensorParallel& tp, const Laye
                                saved_view(rt, a.probs), qkv, attention_workspace, ap);
     }
     {
-        Buffer grad_qkv = rt.workspace(N * 3 * width_);
-        const TensorView dqkv = grad_qkv.view({S, B, 3 * width_});
+        Buffer grad_qkv = rt.workspace(N * qkv_width_);
+        const TensorView dqkv = grad_qkv.view({S, B, qkv_width_});
         ops::attention_backward(rt.ctx, dqkv, reshaped(dctx, {S, B, width_}), qkv, saved_view(rt, a.probs),
                                 attention_workspace, ap);
         rt.store(dqkv);
         a.probs.reset();
-        ops::linear_backward(rt.ctx, dh, g.qkv_w, g.qkv_b, reshaped(dqkv, {N, 3 * width_}), full_rows(a.ln1), w.qkv_w);
+        if (!rope_cos_.empty()) {
+            ops::rope_backward(rt.ctx, dqkv, rope_cos_, rope_sin_, ap, static_cast<int>(d_.rotary_dim),
+                               d_.rotary_interleaved, 0);
+            rt.store(dqkv);
+        }
+        ops::linear_backward(rt.ctx, dh, g.qkv_w, g.qkv_b, reshaped(dqkv, {N, qkv_width_}), full_rows(a.ln1), w.qkv_w);
     }
     tp.reduce_rows(dh, dhl);
     rt.store(dhl);

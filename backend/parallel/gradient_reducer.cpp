@@ -29,7 +29,7 @@ void GradientReducer::reduce() {
     // Tied word embedding on two pipeline stages: both copies get the sum of their gradients.
     if (tied_ && par_.embedding().size() > 1)
         for (const ParamInfo& p : layout_)
-            if (p.name == "embedding.word_embeddings.weight") par_.embedding().all_reduce_sum(g + p.offset, p.numel);
+            if (p.role == ParamRole::WordEmbedding) par_.embedding().all_reduce_sum(g + p.offset, p.numel);
 
     const int dp = par_.dp_size();
     if (dp == 1) return;

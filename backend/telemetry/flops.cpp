@@ -2,16 +2,28 @@
 
 #include "config/validate.h"
 
+#include <algorithm>
+
 namespace mwb {
+
+LayerFlops layer_forward_flops(const ModelConfig& m) {
+    const double h = m.hidden_size, a = m.num_attention_heads, G = m.num_query_groups, d = m.kv_channels;
+    const double f = m.ffn_hidden_size, s = m.seq_length;
+    const double mlp_matrices = m.swiglu ? 3 : 2;  // fc1 is h -> 2f with SwiGLU
+    LayerFlops r;
+    r.gemm = 2 * h * (a + 2 * G) * d + 2 * a * d * h + 2 * mlp_matrices * h * f;
+    r.attention = 4 * s * a * d;
+    return r;
+}
 
 FlopCounts flops_per_iteration(const Config& c) {
     const double T = static_cast<double>(c.training.global_batch_size) * c.model.seq_length;
-    const double L = c.model.num_layers, h = c.model.hidden_size, f = c.model.ffn_hidden_size, s = c.model.seq_length;
+    const double L = c.model.num_layers, h = c.model.hidden_size;
     const double V = static_cast<double>(padded_vocab_size(c));
-    const double layer_fwd = 8 * h * h + 4 * h * f + 4 * s * h;  // per token
+    const LayerFlops layer = layer_forward_flops(c.model);
     const double head_fwd = 2 * h * V;
     FlopCounts r;
-    r.model = 3 * T * (L * layer_fwd + head_fwd);
+    r.model = 3 * T * (L * layer.total() + head_fwd);
     r.hardware = r.model;
     const std::string& g = c.training.recompute_granularity;
     if (g == "full") {
@@ -22,11 +34,12 @@ FlopCounts flops_per_iteration(const Config& c) {
                                   : c.model.num_layers / pp;
         const double recomputed_layers =
             c.training.recompute_method == "block"
-                ? static_cast<double>(std::min(c.training.recompute_num_layers, per_chunk)) * (c.model.num_layers / per_chunk)
+                ? static_cast<double>(std::min(c.training.recompute_num_layers, per_chunk)) *
+                      (c.model.num_layers / per_chunk)
                 : L;
-        r.hardware += T * recomputed_layers * layer_fwd;
+        r.hardware += T * recomputed_layers * layer.total();
     } else if (g == "selective") {
-        r.hardware += T * L * 4 * s * h;
+        r.hardware += T * L * layer.attention;
     }
     return r;
 }

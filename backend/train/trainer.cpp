@@ -591,17 +591,27 @@ private:
             for (std::size_t i = 0; i < layout.size(); ++i) {
                 const ParamInfo& p = layout[i];
                 float* data = layout.view(s.views[k], i).f32();
-                CheckpointTensor c;
-                c.name = prefixes[k] + p.name;
-                c.global_shape = p.global_shape;
-                c.shape = p.shape;
-                c.split_dim = p.split_dim;
-                c.split_begin = p.split_begin;
-                c.data = data;
-                c.dest = data;
-                c.save = !p.tied_copy && (p.split_dim >= 0 || par_.coord().tp == 0);
-                c.padded_rows = p.name == "embedding.word_embeddings.weight" || p.name == "output_layer.weight";
-                t.push_back(std::move(c));
+                // A slice of several blocks (SwiGLU's [gate | up]) is saved as one piece per block, each
+                // with its place in the global tensor, so any layout can load it.
+                const int64_t row = p.shape.size() == 2 ? p.shape[1] : 1;
+                for (const auto& [begin, len] : layout.slice_blocks(i)) {
+                    CheckpointTensor c;
+                    c.name = prefixes[k] + p.name;
+                    c.global_shape = p.global_shape;
+                    c.shape = p.shape;
+                    c.split_dim = p.split_dim;
+                    c.split_begin = p.split_begin;
+                    if (p.split_blocks > 1) {
+                        c.shape[0] = len;
+                        c.split_begin = begin;
+                    }
+                    c.data = data;
+                    c.dest = data;
+                    c.save = !p.tied_copy && (p.split_dim >= 0 || par_.coord().tp == 0);
+                    c.padded_rows = role_is_vocabulary(p.role);
+                    t.push_back(std::move(c));
+                    data += len * row;
+                }
             }
         return t;
     }
@@ -656,8 +666,11 @@ private:
     /// and the vocabulary (padded rows may differ with the tensor-parallel size, the ids may not).
     void check_compatible(const nlohmann::json& saved, const fs::path& dir) const {
         const nlohmann::json now = to_json(cfg_);
-        for (const char* key : {"num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size",
-                                "max_position_embeddings", "normalization", "untie_embeddings_and_output_weights"}) {
+        for (const char* key :
+             {"num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "max_position_embeddings",
+              "normalization", "untie_embeddings_and_output_weights", "num_query_groups", "kv_channels", "swiglu",
+              "add_bias_linear", "add_qkv_bias", "position_embedding_type", "rotary_base", "rotary_percent",
+              "rotary_interleaved", "use_rope_scaling", "rope_scaling_factor"}) {
             if (!saved.contains(key)) continue;
             MWB_CHECK(saved[key] == now[key], "checkpoint '{}' was saved by a model with {} {}, this run has {}",
                       dir.string(), key, saved[key].dump(), now[key].dump());

@@ -1,11 +1,13 @@
 // mwb-gpu-bench: training throughput of the engine's own model on one GPU — GptModel + AdamW on the
 // CUDA ops, device memory through the caching Allocator — and the bf16 matrix peak it is measured
-// against. Prints one JSON line: tokens/s, model TFLOP/s, MFU, peak memory.
+// against. Prints one JSON line: tokens/s, model TFLOP/s, MFU, peak memory. `mwb-gpu-bench attention`
+// times the attention core alone (attention_bench.cpp).
 //
 // Precision, as it is today: weights and activations are stored rounded to --storage (bf16 emulated
 // in fp32 arrays, as on the CPU); with bf16 storage the GEMMs convert their (bf16-valued) inputs and
 // run on bf16 tensor cores, with fp32 storage they run in fp32 (TF32 unless --no-tf32); attention is
 // the fp32 flash-style kernel. The JSON says so in "precision".
+#include "attention_bench.h"
 #include "model/gpt_model.h"
 #include "optim/optimizer.h"
 
@@ -41,7 +43,8 @@ struct Args {
     const bool help = std::strcmp(why, "help") == 0;
     if (!help) std::fprintf(stderr, "mwb-gpu-bench: %s\n", why);
     std::fprintf(help ? stdout : stderr,
-                 "usage: mwb-gpu-bench [--layers L] [--hidden H] [--heads A] [--seq S] "
+                 "usage: mwb-gpu-bench attention --help\n"
+                 "       mwb-gpu-bench [--layers L] [--hidden H] [--heads A] [--seq S] "
                  "[--micro-batch B] [--vocab V] [--iters N] [--warmup N] [--storage bf16|fp32] [--no-tf32] [--deterministic] "
                  "[--peak-tflops X] [--label NAME]\n");
     std::exit(help ? 0 : 2);
@@ -115,6 +118,7 @@ double measure_bf16_peak_tflops() {
 }  // namespace
 
 int main(int argc, char** argv) {
+    if (argc > 1 && std::strcmp(argv[1], "attention") == 0) return bench::run_attention_bench(argc - 1, argv + 1);
     const Args a = parse(argc, argv);
     const DeviceReport r = probe_devices();
     if (r.cuda_devices == 0) {

@@ -13,7 +13,9 @@ constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kCubic = 0.044715f;
 
 /// 1 + tanh(u) = 2 / (1 + e^{-2u}), without the cancellation of 1 + tanh for negative u.
-inline float one_plus_tanh(float u) { return 2.0f / (1.0f + exp_approx(-2.0f * u)); }
+inline float one_plus_tanh(float u) {
+    return 2.0f / (1.0f + exp_approx(-2.0f * u));
+}
 }  // namespace
 
 void gelu_forward(OpContext&, TensorView out, TensorView x) {
@@ -29,8 +31,8 @@ void gelu_forward(OpContext&, TensorView out, TensorView x) {
 }
 
 void gelu_backward(OpContext&, TensorView dx, TensorView dout, TensorView x) {
-    MWB_CHECK(dx.numel() == x.numel() && dout.numel() == x.numel(), "gelu_backward: dx={} dout={} x={}",
-              dx.describe(), dout.describe(), x.describe());
+    MWB_CHECK(dx.numel() == x.numel() && dout.numel() == x.numel(), "gelu_backward: dx={} dout={} x={}", dx.describe(),
+              dout.describe(), x.describe());
     const float *px = x.f32(), *pd = dout.f32();
     float* pdx = dx.f32();
     const int64_t n = x.numel();
@@ -38,13 +40,63 @@ void gelu_backward(OpContext&, TensorView dx, TensorView dout, TensorView x) {
     for (int64_t i = 0; i < n; ++i) {
         const float v = px[i];
         const float e = exp_approx(-2.0f * kSqrt2OverPi * (v + kCubic * v * v * v));
-        const float opt = 2.0f / (1.0f + e);          // 1 + tanh(u)
-        const float omt = 2.0f / (1.0f + 1.0f / e);    // 1 - tanh(u) = 2e / (1 + e), also for e = 0 or inf
+        const float opt = 2.0f / (1.0f + e);         // 1 + tanh(u)
+        const float omt = 2.0f / (1.0f + 1.0f / e);  // 1 - tanh(u) = 2e / (1 + e), also for e = 0 or inf
         // 1 - t² is exactly 0 in float for |v| > ~10; clamping v in that term keeps v·du finite there
         // (else x² overflows from |x| ~ 1.8e19 and 0·inf = NaN) without changing any finite result.
         const float vc = std::min(std::max(v, -16.0f), 16.0f);
         const float du = kSqrt2OverPi * (1.0f + 3.0f * kCubic * vc * vc);
         pdx[i] = pd[i] * (0.5f * opt + 0.5f * vc * (opt * omt) * du);
+    }
+}
+
+}  // namespace mwb::cpu
+
+// SwiGLU (Shazeer 2020): rows of x are [gate (F) | up (F)], out = silu(gate)·up.
+namespace mwb::cpu {
+
+namespace {
+inline float sigmoid(float g) {
+    return 1.0f / (1.0f + exp_approx(-g));
+}
+
+int64_t check_swiglu(const char* op, const TensorView& x, const TensorView& out) {
+    MWB_CHECK(x.ndim >= 1 && x.dim(x.ndim - 1) % 2 == 0 && out.numel() * 2 == x.numel() &&
+                  out.dim(out.ndim - 1) * 2 == x.dim(x.ndim - 1),
+              "{}: x {} must be (N, 2F) for an (N, F) output {}", op, x.describe(), out.describe());
+    return out.dim(out.ndim - 1);
+}
+}  // namespace
+
+void swiglu_forward(OpContext&, TensorView out, TensorView x) {
+    const int64_t F = check_swiglu("swiglu_forward", x, out), rows = out.numel() / F;
+    const float* px = x.f32();
+    float* po = out.f32();
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < rows; ++n) {
+        const float *gate = px + n * 2 * F, *up = gate + F;
+        float* o = po + n * F;
+#pragma omp simd
+        for (int64_t i = 0; i < F; ++i) o[i] = gate[i] * sigmoid(gate[i]) * up[i];
+    }
+}
+
+void swiglu_backward(OpContext&, TensorView dx, TensorView dout, TensorView x) {
+    const int64_t F = check_swiglu("swiglu_backward", x, dout), rows = dout.numel() / F;
+    MWB_CHECK(dx.numel() == x.numel(), "swiglu_backward: dx {} for x {}", dx.describe(), x.describe());
+    const float *px = x.f32(), *pd = dout.f32();
+    float* pdx = dx.f32();
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < rows; ++n) {
+        const float *gate = px + n * 2 * F, *up = gate + F, *d = pd + n * F;
+        float *dgate = pdx + n * 2 * F, *dup = dgate + F;
+#pragma omp simd
+        for (int64_t i = 0; i < F; ++i) {
+            const float g = gate[i], s = sigmoid(g), silu = g * s;
+            // silu'(g) = s·(1 + g·(1 - s))
+            dgate[i] = d[i] * up[i] * (s * (1.0f + g * (1.0f - s)));
+            dup[i] = d[i] * silu;
+        }
     }
 }
 

@@ -1,8 +1,10 @@
-// Causal multi-head self-attention core on the CPU: per (batch, head), scaled q·kᵀ, causal softmax,
-// dropout, ×v, and the exact backward. Work is tiled in row blocks of kTile so that only the lower
-// triangle (plus the diagonal tiles) is ever multiplied. (b, h) pairs run in parallel; OpenBLAS runs
-// single-threaded inside the parallel region, so every GEMM is sequential and results are the same
-// for any thread count.
+// Causal self-attention core on the CPU (multi-head, grouped-query and multi-query): per (batch, query
+// head), scaled q·kᵀ, causal softmax, dropout, ×v, and the exact backward. Query heads of one group read
+// their group's K and V in place (never expanded). Work is tiled in row blocks of kTile so that only the
+// lower triangle (plus the diagonal tiles) is ever multiplied. Forward runs (b, head) pairs in parallel,
+// backward (b, group) pairs, so each group's dk and dv sum over its query heads in a fixed order without
+// sharing writes. OpenBLAS runs single-threaded inside the parallel region, so every GEMM is sequential
+// and results are the same for any thread count.
 #include "cpu_ops.h"
 #include "dropout_mask.h"
 #include "vec_math.h"
@@ -21,31 +23,36 @@ namespace {
 constexpr int64_t kTile = 64;
 
 struct HeadGeometry {
-    int64_t S, B, A, D;
-    int64_t ld_qkv() const { return B * A * 3 * D; }
+    int64_t S, B, A, G, D;  // G key/value groups of A/G query heads
+    int64_t per_group() const { return A / G; }
+    int64_t group_width() const { return (A / G + 2) * D; }  // [q_0 … q_(A/G-1) | k | v]
+    int64_t ld_qkv() const { return B * G * group_width(); }
     int64_t ld_out() const { return B * A * D; }
-    // Offsets of q, k, v (S×D matrices with leading dimension ld_qkv) of head h of sequence b.
-    int64_t q(int64_t b, int64_t h) const { return b * A * 3 * D + h * 3 * D; }
-    int64_t k(int64_t b, int64_t h) const { return q(b, h) + D; }
-    int64_t v(int64_t b, int64_t h) const { return q(b, h) + 2 * D; }
+    // Offsets of q, k, v (S×D matrices with leading dimension ld_qkv) of query head h of sequence b;
+    // k and v are those of h's group.
+    int64_t group(int64_t b, int64_t h) const { return b * G * group_width() + h / per_group() * group_width(); }
+    int64_t q(int64_t b, int64_t h) const { return group(b, h) + h % per_group() * D; }
+    int64_t k(int64_t b, int64_t h) const { return group(b, h) + per_group() * D; }
+    int64_t v(int64_t b, int64_t h) const { return k(b, h) + D; }
     int64_t o(int64_t b, int64_t h) const { return b * A * D + h * D; }
 };
 
 HeadGeometry check_shapes(const char* op, const TensorView& qkv, const TensorView& out, const TensorView& probs,
                           const AttentionParams& p) {
-    MWB_CHECK(qkv.ndim == 3 && p.num_heads > 0 && p.batch > 0 && qkv.dim(1) == p.batch &&
-                  qkv.dim(2) % (3 * p.num_heads) == 0,
-              "{}: qkv {} must be (S, B={}, A·3·D) with A={}", op, qkv.describe(), p.batch, p.num_heads);
-    HeadGeometry g{qkv.dim(0), qkv.dim(1), p.num_heads, qkv.dim(2) / (3 * p.num_heads)};
-    MWB_CHECK(out.numel() == g.S * g.B * g.A * g.D, "{}: out {} must be (S={}, B={}, A·D={})", op, out.describe(),
-              g.S, g.B, g.A * g.D);
+    MWB_CHECK(p.num_heads > 0 && p.groups() > 0 && p.num_heads % p.groups() == 0,
+              "{}: {} query heads do not split into {} key/value groups", op, p.num_heads, p.groups());
+    MWB_CHECK(qkv.ndim == 3 && p.batch > 0 && qkv.dim(1) == p.batch && qkv.dim(2) % p.qkv_heads() == 0,
+              "{}: qkv {} must be (S, B={}, G·(A/G+2)·D) with A={}, G={}", op, qkv.describe(), p.batch, p.num_heads,
+              p.groups());
+    HeadGeometry g{qkv.dim(0), qkv.dim(1), p.num_heads, p.groups(), qkv.dim(2) / p.qkv_heads()};
+    MWB_CHECK(out.numel() == g.S * g.B * g.A * g.D, "{}: out {} must be (S={}, B={}, A·D={})", op, out.describe(), g.S,
+              g.B, g.A * g.D);
     MWB_CHECK(probs.numel() == g.B * g.A * g.S * g.S, "{}: probs {} must be (B={}, A={}, S={}, S={})", op,
               probs.describe(), g.B, g.A, g.S, g.S);
     MWB_CHECK(p.head_offset >= 0 && p.head_offset + p.num_heads <= p.total_heads,
               "{}: heads [{}, {}) outside the layer's {} heads", op, p.head_offset, p.head_offset + p.num_heads,
               p.total_heads);
-    MWB_CHECK(p.dropout_p >= 0.0f && p.dropout_p < 1.0f, "{}: attention dropout {} must be in [0, 1)", op,
-              p.dropout_p);
+    MWB_CHECK(p.dropout_p >= 0.0f && p.dropout_p < 1.0f, "{}: attention dropout {} must be in [0, 1)", op, p.dropout_p);
     return g;
 }
 
@@ -155,65 +162,69 @@ void attention_backward(OpContext&, TensorView dqkv, TensorView dout, TensorView
     float* dbase = dqkv.f32();
     const bool dropout = p.dropout_p > 0.0f;
     const DropoutDraw draw(p.rng, p.dropout_p);
-    const int64_t pairs = g.B * g.A;
     const int ld = static_cast<int>(g.ld_qkv()), ldo = static_cast<int>(g.ld_out()), S = static_cast<int>(g.S),
               D = static_cast<int>(g.D);
 
     const int threads = check_workspace("attention_backward", workspace, p, g.S);
+    const int64_t group_pairs = g.B * g.G;
 #pragma omp parallel num_threads(threads)
     {
         float* scratch = thread_scratch(workspace, g.S);
-        float* Pd = scratch;             // dropout(P), S×S
+        float* Pd = scratch;              // dropout(P), S×S
         float* dS = scratch + g.S * g.S;  // dP, then the score gradient, S×S
 #pragma omp for schedule(static)
-        for (int64_t pair = 0; pair < pairs; ++pair) {
-            const int64_t b = pair / g.A, h = pair % g.A;
-            const float *q = base + g.q(b, h), *k = base + g.k(b, h), *v = base + g.v(b, h);
-            float *dq = dbase + g.q(b, h), *dk = dbase + g.k(b, h), *dv = dbase + g.v(b, h);
-            const float* dO = pd + g.o(b, h);
-            const float* P = pp + pair * g.S * g.S;
+        for (int64_t pair = 0; pair < group_pairs; ++pair) {
+            const int64_t b = pair / g.G, first_head = pair % g.G * g.per_group();
+            for (int64_t h = first_head; h < first_head + g.per_group(); ++h) {
+                // The group's first query head writes dk and dv, the others add to them.
+                const float beta_kv = h == first_head ? 0.0f : 1.0f;
+                const float *q = base + g.q(b, h), *k = base + g.k(b, h), *v = base + g.v(b, h);
+                float *dq = dbase + g.q(b, h), *dk = dbase + g.k(b, h), *dv = dbase + g.v(b, h);
+                const float* dO = pd + g.o(b, h);
+                const float* P = pp + (b * g.A + h) * g.S * g.S;
 
-            for (int64_t r0 = 0; r0 < g.S; r0 += kTile) {
-                const int64_t r1 = std::min(g.S, r0 + kTile);
-                const int rows = static_cast<int>(r1 - r0), width = static_cast<int>(r1);
-                if (dropout)
-                    for (int64_t i = r0; i < r1; ++i)
-                        dropped_row(Pd + i * g.S, P + i * g.S, i, r1, &draw, mask_row_index(g, p, b, h, i));
-                // dPd[r0:r1, 0:r1] = dO[r0:r1] · v[0:r1]ᵀ
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, width, D, 1.0f, dO + r0 * ldo, ldo, v, ld,
-                            0.0f, dS + r0 * g.S, S);
-                for (int64_t i = r0; i < r1; ++i) {
-                    float* row = dS + i * g.S;
-                    const float* prow = P + i * g.S;
-                    if (dropout) {
-                        float mult[kTile * 64];  // multipliers of one row, in pieces
-                        for (int64_t j0 = 0; j0 <= i; j0 += kTile * 64) {
-                            const int64_t len = std::min<int64_t>(kTile * 64, i + 1 - j0);
-                            draw.multipliers(mask_row_index(g, p, b, h, i) + static_cast<uint64_t>(j0), len, mult);
+                for (int64_t r0 = 0; r0 < g.S; r0 += kTile) {
+                    const int64_t r1 = std::min(g.S, r0 + kTile);
+                    const int rows = static_cast<int>(r1 - r0), width = static_cast<int>(r1);
+                    if (dropout)
+                        for (int64_t i = r0; i < r1; ++i)
+                            dropped_row(Pd + i * g.S, P + i * g.S, i, r1, &draw, mask_row_index(g, p, b, h, i));
+                    // dPd[r0:r1, 0:r1] = dO[r0:r1] · v[0:r1]ᵀ
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, width, D, 1.0f, dO + r0 * ldo, ldo, v,
+                                ld, 0.0f, dS + r0 * g.S, S);
+                    for (int64_t i = r0; i < r1; ++i) {
+                        float* row = dS + i * g.S;
+                        const float* prow = P + i * g.S;
+                        if (dropout) {
+                            float mult[kTile * 64];  // multipliers of one row, in pieces
+                            for (int64_t j0 = 0; j0 <= i; j0 += kTile * 64) {
+                                const int64_t len = std::min<int64_t>(kTile * 64, i + 1 - j0);
+                                draw.multipliers(mask_row_index(g, p, b, h, i) + static_cast<uint64_t>(j0), len, mult);
 #pragma omp simd
-                            for (int64_t j = 0; j < len; ++j) row[j0 + j] *= mult[j];
+                                for (int64_t j = 0; j < len; ++j) row[j0 + j] *= mult[j];
+                            }
                         }
-                    }
-                    float dot = 0;
+                        float dot = 0;
 #pragma omp simd reduction(+ : dot)
-                    for (int64_t j = 0; j <= i; ++j) dot += prow[j] * row[j];
+                        for (int64_t j = 0; j <= i; ++j) dot += prow[j] * row[j];
 #pragma omp simd
-                    for (int64_t j = 0; j <= i; ++j) row[j] = p.softmax_scale * prow[j] * (row[j] - dot);
-                    std::fill(row + i + 1, row + r1, 0.0f);
+                        for (int64_t j = 0; j <= i; ++j) row[j] = p.softmax_scale * prow[j] * (row[j] - dot);
+                        std::fill(row + i + 1, row + r1, 0.0f);
+                    }
+                    // dq[r0:r1] = dS[r0:r1, 0:r1] · k[0:r1]
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, width, 1.0f, dS + r0 * g.S, S, k,
+                                ld, 0.0f, dq + r0 * ld, ld);
                 }
-                // dq[r0:r1] = dS[r0:r1, 0:r1] · k[0:r1]
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, width, 1.0f, dS + r0 * g.S, S, k, ld,
-                            0.0f, dq + r0 * ld, ld);
-            }
-            const float* A = dropout ? Pd : P;
-            for (int64_t c0 = 0; c0 < g.S; c0 += kTile) {
-                const int64_t c1 = std::min(g.S, c0 + kTile);
-                const int cols = static_cast<int>(c1 - c0), depth = static_cast<int>(g.S - c0);
-                // dv[c0:c1] = Pd[c0:S, c0:c1]ᵀ · dO[c0:S];  dk[c0:c1] = dS[c0:S, c0:c1]ᵀ · q[c0:S]
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, D, depth, 1.0f, A + c0 * g.S + c0, S,
-                            dO + c0 * ldo, ldo, 0.0f, dv + c0 * ld, ld);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, D, depth, 1.0f, dS + c0 * g.S + c0, S,
-                            q + c0 * ld, ld, 0.0f, dk + c0 * ld, ld);
+                const float* A = dropout ? Pd : P;
+                for (int64_t c0 = 0; c0 < g.S; c0 += kTile) {
+                    const int64_t c1 = std::min(g.S, c0 + kTile);
+                    const int cols = static_cast<int>(c1 - c0), depth = static_cast<int>(g.S - c0);
+                    // dv[c0:c1] (+)= Pd[c0:S, c0:c1]ᵀ · dO[c0:S];  dk[c0:c1] (+)= dS[c0:S, c0:c1]ᵀ · q[c0:S]
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, D, depth, 1.0f, A + c0 * g.S + c0, S,
+                                dO + c0 * ldo, ldo, beta_kv, dv + c0 * ld, ld);
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, D, depth, 1.0f, dS + c0 * g.S + c0, S,
+                                q + c0 * ld, ld, beta_kv, dk + c0 * ld, ld);
+                }
             }
         }
     }

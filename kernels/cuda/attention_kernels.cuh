@@ -4,19 +4,22 @@
 // test_kernels_attention_emulated executes these kernels with host threads for CUDA threads and a
 // barrier for __syncthreads (tests/kernels/cuda_emulation.h) and compares them with the CPU op, in CI,
 // where there is no GPU.
+#include "mwb/kernels/ops.h"
 #include "mwb/kernels/philox.h"
 
 #include <cstdint>
 
 namespace mwb::cuda::attention {
 
-
 constexpr int kRows = 64;  // query (or key) rows per block, one per thread
 constexpr int kTile = 32;  // keys (or queries) per shared-memory tile
 
+/// One call's shapes: S positions, B sequences, A query heads in G key/value groups of A/G (G = A:
+/// multi-head attention), head dim D. A qkv row (s, b) holds per group [q_g0 … q_g(A/G−1) | k_g | v_g].
 struct Geometry {
-    int64_t S, B, A, D;
-    int64_t ld_qkv, ld_out;
+    int64_t S, B, A, G, D;
+    int64_t ld_qkv, ld_out;  // floats from position s to s + 1: B·(A + 2G)·D and B·A·D
+    int per_group;           // A/G (head indices in 32-bit arithmetic: no 64-bit divisions on the device)
     int total_heads, head_offset;
     float scale;
     RngStream rng;
@@ -25,14 +28,58 @@ struct Geometry {
     int dropout;
 };
 
+/// The kernels' geometry of one call (ops_attention.cu has validated the tensors); host code.
+inline Geometry make_geometry(int64_t S, int64_t D, const AttentionParams& p) {
+    Geometry g{};
+    g.S = S;
+    g.B = p.batch;
+    g.A = p.num_heads;
+    g.G = p.groups();
+    g.D = D;
+    g.ld_qkv = g.B * (g.A + 2 * g.G) * D;
+    g.ld_out = g.B * g.A * D;
+    g.per_group = static_cast<int>(g.A / g.G);
+    g.total_heads = p.total_heads;
+    g.head_offset = p.head_offset;
+    g.scale = p.softmax_scale;
+    g.rng = p.rng;
+    g.threshold = dropout_keep_threshold(p.dropout_p);
+    g.keep_scale = p.dropout_p < 1.0f ? 1.0f / (1.0f - p.dropout_p) : 0.0f;
+    g.dropout = p.dropout_p > 0.0f;
+    return g;
+}
+
 __device__ __forceinline__ int tile_len(int64_t remaining) {
     return static_cast<int>(remaining < kTile ? remaining : kTile);
 }
-__device__ __forceinline__ int64_t qkv_offset(const Geometry& g, int64_t s, int64_t b, int64_t h) {
-    return s * g.ld_qkv + b * g.A * 3 * g.D + h * 3 * g.D;
+/// The key/value group of query head h.
+__device__ __forceinline__ int group_of(const Geometry& g, int64_t h) { return static_cast<int>(h) / g.per_group; }
+/// Offsets in position 0 of qkv (add s·ld_qkv for position s) of sequence b's query head h and of
+/// group grp's key and value heads.
+__device__ __forceinline__ int64_t q_column(const Geometry& g, int64_t b, int64_t h) {
+    const int q = static_cast<int>(h), head = (q / g.per_group) * (g.per_group + 2) + q % g.per_group;
+    return (b * (g.A + 2 * g.G) + head) * g.D;
 }
-__device__ __forceinline__ int64_t out_offset(const Geometry& g, int64_t s, int64_t b, int64_t h) {
-    return s * g.ld_out + b * g.A * g.D + h * g.D;
+__device__ __forceinline__ int64_t k_column(const Geometry& g, int64_t b, int64_t grp) {
+    const int head = static_cast<int>(grp) * (g.per_group + 2) + g.per_group;
+    return (b * (g.A + 2 * g.G) + head) * g.D;
+}
+__device__ __forceinline__ int64_t v_column(const Geometry& g, int64_t b, int64_t grp) {
+    return k_column(g, b, grp) + g.D;
+}
+/// The same for head h of the (S, B, A·D) output (and its gradient).
+__device__ __forceinline__ int64_t out_column(const Geometry& g, int64_t b, int64_t h) { return (b * g.A + h) * g.D; }
+/// Rows [first, first + kTile) of two D-wide heads, a (row stride lda) and b (ldb), into shared tiles
+/// (zeros past S), by the block's kRows threads.
+template <int D>
+__device__ __forceinline__ void stage_tiles(float (*ta)[D], const float* a, int64_t lda, float (*tb)[D], const float* b,
+                                            int64_t ldb, int64_t first, int64_t S) {
+    for (int e = threadIdx.x; e < kTile * D; e += kRows) {
+        const int r = e / D, d = e % D;
+        const int64_t row = first + r;
+        ta[r][d] = row < S ? a[row * lda + d] : 0.0f;
+        tb[r][d] = row < S ? b[row * ldb + d] : 0.0f;
+    }
 }
 __device__ __forceinline__ float mask_mult(const Geometry& g, int64_t b, int64_t h, int64_t i, int64_t j) {
     if (!g.dropout) return 1.0f;
@@ -40,6 +87,8 @@ __device__ __forceinline__ float mask_mult(const Geometry& g, int64_t b, int64_t
     return dropout_keep(g.rng, idx, g.threshold) ? g.keep_scale : 0.0f;
 }
 
+/// Per query row i of head h: out_i = Σ_j softmax_j(scale·q_i·k_j)·mask_ij·v_j over j <= i, with the
+/// group's K/V tiles staged in shared memory; lse_i saved for backward.
 template <int D>
 __global__ void __launch_bounds__(kRows) k_attn_fwd(float* out, float* lse, const float* qkv, Geometry g) {
     __shared__ float ks[kTile][D];
@@ -48,8 +97,10 @@ __global__ void __launch_bounds__(kRows) k_attn_fwd(float* out, float* lse, cons
     const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRows;
     const int64_t i = row0 + threadIdx.x;
     const bool active = i < g.S;
+    const float* kcol = qkv + k_column(g, b, group_of(g, h));
+    const float* vcol = qkv + v_column(g, b, group_of(g, h));
     float q[D], acc[D];
-    const float* qi = qkv + qkv_offset(g, active ? i : 0, b, h);
+    const float* qi = qkv + (active ? i : 0) * g.ld_qkv + q_column(g, b, h);
 #pragma unroll
     for (int d = 0; d < D; ++d) {
         q[d] = active ? qi[d] : 0.0f;
@@ -59,13 +110,7 @@ __global__ void __launch_bounds__(kRows) k_attn_fwd(float* out, float* lse, cons
     const int64_t last = min(g.S, row0 + kRows);  // keys this block needs: [0, last)
     for (int64_t k0 = 0; k0 < last; k0 += kTile) {
         __syncthreads();
-        for (int e = threadIdx.x; e < kTile * D; e += kRows) {
-            const int jj = e / D, d = e % D;
-            const int64_t j = k0 + jj;
-            const float* kj = qkv + qkv_offset(g, j < g.S ? j : 0, b, h);
-            ks[jj][d] = j < g.S ? kj[D + d] : 0.0f;
-            vs[jj][d] = j < g.S ? kj[2 * D + d] : 0.0f;
-        }
+        stage_tiles<D>(ks, kcol, g.ld_qkv, vs, vcol, g.ld_qkv, k0, g.S);
         __syncthreads();
         if (!active) continue;
         const int jmax = tile_len(i - k0 + 1);
@@ -85,13 +130,13 @@ __global__ void __launch_bounds__(kRows) k_attn_fwd(float* out, float* lse, cons
     }
     if (!active) return;
     const float inv = 1.0f / l;
-    float* oi = out + out_offset(g, i, b, h);
+    float* oi = out + i * g.ld_out + out_column(g, b, h);
 #pragma unroll
     for (int d = 0; d < D; ++d) oi[d] = acc[d] * inv;
     lse[pair * g.S + i] = m + logf(l);
 }
 
-/// Per query row: delta = dO·O (O recomputed), then dq = Σ_j dS_ij·k_j.
+/// Per query row of head h: delta = dO·O (O recomputed), then dq = Σ_j dS_ij·k_j (the group's keys).
 template <int D>
 __global__ void __launch_bounds__(kRows) k_attn_bwd_dq(float* dqkv, float* delta, const float* dout, const float* qkv,
                                                        const float* lse, Geometry g) {
@@ -101,9 +146,11 @@ __global__ void __launch_bounds__(kRows) k_attn_bwd_dq(float* dqkv, float* delta
     const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRows;
     const int64_t i = row0 + threadIdx.x;
     const bool active = i < g.S;
+    const float* kcol = qkv + k_column(g, b, group_of(g, h));
+    const float* vcol = qkv + v_column(g, b, group_of(g, h));
     float q[D], dO[D], acc[D];
-    const float* qi = qkv + qkv_offset(g, active ? i : 0, b, h);
-    const float* doi = dout + out_offset(g, active ? i : 0, b, h);
+    const float* qi = qkv + (active ? i : 0) * g.ld_qkv + q_column(g, b, h);
+    const float* doi = dout + (active ? i : 0) * g.ld_out + out_column(g, b, h);
 #pragma unroll
     for (int d = 0; d < D; ++d) {
         q[d] = active ? qi[d] : 0.0f;
@@ -116,13 +163,7 @@ __global__ void __launch_bounds__(kRows) k_attn_bwd_dq(float* dqkv, float* delta
     for (int pass = 0; pass < 2; ++pass) {
         for (int64_t k0 = 0; k0 < last; k0 += kTile) {
             __syncthreads();
-            for (int e = threadIdx.x; e < kTile * D; e += kRows) {
-                const int jj = e / D, d = e % D;
-                const int64_t j = k0 + jj;
-                const float* kj = qkv + qkv_offset(g, j < g.S ? j : 0, b, h);
-                ks[jj][d] = j < g.S ? kj[D + d] : 0.0f;
-                vs[jj][d] = j < g.S ? kj[2 * D + d] : 0.0f;
-            }
+            stage_tiles<D>(ks, kcol, g.ld_qkv, vs, vcol, g.ld_qkv, k0, g.S);
             __syncthreads();
             if (!active) continue;
             const int jmax = tile_len(i - k0 + 1);
@@ -156,73 +197,77 @@ __global__ void __launch_bounds__(kRows) k_attn_bwd_dq(float* dqkv, float* delta
     }
     if (!active) return;
     delta[pair * g.S + i] = dlt;
-    float* dqi = dqkv + qkv_offset(g, i, b, h);
+    float* dqi = dqkv + i * g.ld_qkv + q_column(g, b, h);
 #pragma unroll
     for (int d = 0; d < D; ++d) dqi[d] = acc[d];
 }
 
-/// Per key row j: dv = Σ_{i≥j} p·mult·dO_i, dk = Σ_{i≥j} dS_ij·q_i.
+/// Per key row j of group grp (blockIdx.y = b·G + grp): dv = Σ_h Σ_{i≥j} p·mult·dO_i and
+/// dk = Σ_h Σ_{i≥j} dS_ij·q_i over the group's query heads h in order, so K and V are read once per
+/// group and the group's sum needs no atomics.
 template <int D>
 __global__ void __launch_bounds__(kRows) k_attn_bwd_dkv(float* dqkv, const float* delta, const float* dout,
                                                         const float* qkv, const float* lse, Geometry g) {
     __shared__ float qs[kTile][D];
     __shared__ float dos[kTile][D];
     __shared__ float ls[kTile], dls[kTile];
-    const int64_t pair = blockIdx.y, b = pair / g.A, h = pair % g.A;
+    const int64_t b = blockIdx.y / g.G, grp = blockIdx.y % g.G, per_group = g.per_group;
     const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRows;
     const int64_t j = row0 + threadIdx.x;
     const bool active = j < g.S;
     float k[D], v[D], dk[D], dv[D];
-    const float* base = qkv + qkv_offset(g, active ? j : 0, b, h);
+    const float* kj = qkv + (active ? j : 0) * g.ld_qkv + k_column(g, b, grp);
+    const float* vj = qkv + (active ? j : 0) * g.ld_qkv + v_column(g, b, grp);
 #pragma unroll
     for (int d = 0; d < D; ++d) {
-        k[d] = active ? base[D + d] : 0.0f;
-        v[d] = active ? base[2 * D + d] : 0.0f;
+        k[d] = active ? kj[d] : 0.0f;
+        v[d] = active ? vj[d] : 0.0f;
         dk[d] = 0.0f;
         dv[d] = 0.0f;
     }
-    for (int64_t q0 = row0; q0 < g.S; q0 += kTile) {
-        __syncthreads();
-        for (int e = threadIdx.x; e < kTile * D; e += kRows) {
-            const int ii = e / D, d = e % D;
-            const int64_t i = q0 + ii;
-            qs[ii][d] = i < g.S ? qkv[qkv_offset(g, i, b, h) + d] : 0.0f;
-            dos[ii][d] = i < g.S ? dout[out_offset(g, i, b, h) + d] : 0.0f;
-        }
-        for (int ii = threadIdx.x; ii < kTile; ii += kRows) {
-            const int64_t i = q0 + ii;
-            ls[ii] = i < g.S ? lse[pair * g.S + i] : 0.0f;
-            dls[ii] = i < g.S ? delta[pair * g.S + i] : 0.0f;
-        }
-        __syncthreads();
-        if (!active) continue;
-        const int iend = tile_len(g.S - q0);
-        for (int ii = 0; ii < iend; ++ii) {
-            const int64_t i = q0 + ii;
-            if (i < j) continue;
-            float dot = 0.0f, dpd = 0.0f;
-#pragma unroll
-            for (int d = 0; d < D; ++d) {
-                dot += qs[ii][d] * k[d];
-                dpd += dos[ii][d] * v[d];
+    for (int64_t h = grp * per_group; h < (grp + 1) * per_group; ++h) {
+        const int64_t pair = b * g.A + h;
+        const float* qcol = qkv + q_column(g, b, h);
+        const float* docol = dout + out_column(g, b, h);
+        for (int64_t q0 = row0; q0 < g.S; q0 += kTile) {
+            __syncthreads();
+            stage_tiles<D>(qs, qcol, g.ld_qkv, dos, docol, g.ld_out, q0, g.S);
+            for (int ii = threadIdx.x; ii < kTile; ii += kRows) {
+                const int64_t i = q0 + ii;
+                ls[ii] = i < g.S ? lse[pair * g.S + i] : 0.0f;
+                dls[ii] = i < g.S ? delta[pair * g.S + i] : 0.0f;
             }
-            const float p = expf(g.scale * dot - ls[ii]);
-            const float mult = mask_mult(g, b, h, i, j);
-            const float ds = g.scale * p * (dpd * mult - dls[ii]);
-            const float pd = p * mult;
+            __syncthreads();
+            if (!active) continue;
+            const int iend = tile_len(g.S - q0);
+            for (int ii = 0; ii < iend; ++ii) {
+                const int64_t i = q0 + ii;
+                if (i < j) continue;
+                float dot = 0.0f, dpd = 0.0f;
 #pragma unroll
-            for (int d = 0; d < D; ++d) {
-                dv[d] += pd * dos[ii][d];
-                dk[d] += ds * qs[ii][d];
+                for (int d = 0; d < D; ++d) {
+                    dot += qs[ii][d] * k[d];
+                    dpd += dos[ii][d] * v[d];
+                }
+                const float p = expf(g.scale * dot - ls[ii]);
+                const float mult = mask_mult(g, b, h, i, j);
+                const float ds = g.scale * p * (dpd * mult - dls[ii]);
+                const float pd = p * mult;
+#pragma unroll
+                for (int d = 0; d < D; ++d) {
+                    dv[d] += pd * dos[ii][d];
+                    dk[d] += ds * qs[ii][d];
+                }
             }
         }
     }
     if (!active) return;
-    float* dbase = dqkv + qkv_offset(g, j, b, h);
+    float* dkj = dqkv + j * g.ld_qkv + k_column(g, b, grp);
+    float* dvj = dqkv + j * g.ld_qkv + v_column(g, b, grp);
 #pragma unroll
     for (int d = 0; d < D; ++d) {
-        dbase[D + d] = dk[d];
-        dbase[2 * D + d] = dv[d];
+        dkj[d] = dk[d];
+        dvj[d] = dv[d];
     }
 }
 

@@ -94,25 +94,15 @@ struct TcBackwardShared {
     }
 };
 
-/// rows [row0, row0 + n) of part `part` (0 q, 1 k, 2 v) of head (b, h), as bf16 (zeros past S).
+/// Rows [row0, row0 + n) of the D columns at `col` of a (S, ld) tensor (a head of qkv or of the
+/// output gradient), as bf16 (zeros past S).
 template <int D>
-__device__ __forceinline__ void tc_load_rows(bf16* dst, const float* qkv, const Geometry& g, int64_t b, int64_t h,
-                                             int64_t row0, int n, int part) {
+__device__ __forceinline__ void tc_load_rows(bf16* dst, const float* col, int64_t ld, const Geometry& g, int64_t row0,
+                                             int n) {
     for (int e = threadIdx.x; e < n * D; e += kTcThreads) {
         const int r = e / D, d = e % D;
         const int64_t row = row0 + r;
-        dst[e] = __float2bfloat16(row < g.S ? qkv[qkv_offset(g, row, b, h) + part * D + d] : 0.0f);
-    }
-}
-
-/// The same for the (S, B, A·D) output-gradient tensor.
-template <int D>
-__device__ __forceinline__ void tc_load_out_rows(bf16* dst, const float* dout, const Geometry& g, int64_t b, int64_t h,
-                                                 int64_t row0, int n) {
-    for (int e = threadIdx.x; e < n * D; e += kTcThreads) {
-        const int r = e / D, d = e % D;
-        const int64_t row = row0 + r;
-        dst[e] = __float2bfloat16(row < g.S ? dout[out_offset(g, row, b, h) + d] : 0.0f);
+        dst[e] = __float2bfloat16(row < g.S ? col[row * ld + d] : 0.0f);
     }
 }
 
@@ -164,15 +154,17 @@ __global__ void __launch_bounds__(kTcThreads) k_attn_fwd_tc(float* out, float* l
     const int r = lane / 2, half = lane % 2;
     const int64_t i = row0 + warp * 16 + r;
     const bool active = i < g.S;
+    const float* kcol = qkv + k_column(g, b, group_of(g, h));
+    const float* vcol = qkv + v_column(g, b, group_of(g, h));
 
-    tc_load_rows<D>(qs, qkv, g, b, h, row0, kTcRows, 0);
+    tc_load_rows<D>(qs, qkv + q_column(g, b, h), g.ld_qkv, g, row0, kTcRows);
     for (int e = lane; e < 16 * D; e += 32) os[e] = 0.0f;
     float m = -INFINITY, l = 0.0f;  // the same in both lanes of a row
     const int64_t last = min(g.S, row0 + kTcRows);  // keys the block needs: [0, last)
     for (int64_t k0 = 0; k0 < last; k0 += kTcTile) {
         __syncthreads();
-        tc_load_rows<D>(ks, qkv, g, b, h, k0, kTcTile, 1);
-        tc_load_rows<D>(vs, qkv, g, b, h, k0, kTcTile, 2);
+        tc_load_rows<D>(ks, kcol, g.ld_qkv, g, k0, kTcTile);
+        tc_load_rows<D>(vs, vcol, g.ld_qkv, g, k0, kTcTile);
         __syncthreads();
         tc_rows_times_tile_t<D>(ss, qs + warp * 16 * D, ks);
         __syncwarp();
@@ -216,7 +208,7 @@ __global__ void __launch_bounds__(kTcThreads) k_attn_fwd_tc(float* out, float* l
     }
     if (!active) return;
     const float inv = 1.0f / l;
-    float* oi = out + out_offset(g, i, b, h);
+    float* oi = out + i * g.ld_out + out_column(g, b, h);
     for (int d = half * (D / 2); d < (half + 1) * (D / 2); ++d) oi[d] = os[r * D + d] * inv;
     if (half == 0) lse[pair * g.S + i] = m + logf(l);
 }
@@ -237,9 +229,11 @@ __global__ void __launch_bounds__(kTcThreads) k_attn_bwd_dq_tc(float* dqkv, floa
     const int64_t i = row0 + warp * 16 + r;
     const bool active = i < g.S;
     const float L_i = active ? lse[pair * g.S + i] : 0.0f;
+    const float* kcol = qkv + k_column(g, b, group_of(g, h));
+    const float* vcol = qkv + v_column(g, b, group_of(g, h));
 
-    tc_load_rows<D>(qs, qkv, g, b, h, row0, kTcRows, 0);
-    tc_load_out_rows<D>(dos, dout, g, b, h, row0, kTcRows);
+    tc_load_rows<D>(qs, qkv + q_column(g, b, h), g.ld_qkv, g, row0, kTcRows);
+    tc_load_rows<D>(dos, dout + out_column(g, b, h), g.ld_out, g, row0, kTcRows);
     FragAcc dq[D / 16];
     for (int c = 0; c < D / 16; ++c) wmma::fill_fragment(dq[c], 0.0f);
     float delta_i = 0.0f;
@@ -247,8 +241,8 @@ __global__ void __launch_bounds__(kTcThreads) k_attn_bwd_dq_tc(float* dqkv, floa
     for (int pass = 0; pass < 2; ++pass) {
         for (int64_t k0 = 0; k0 < last; k0 += kTcTile) {
             __syncthreads();
-            tc_load_rows<D>(ks, qkv, g, b, h, k0, kTcTile, 1);
-            tc_load_rows<D>(vs, qkv, g, b, h, k0, kTcTile, 2);
+            tc_load_rows<D>(ks, kcol, g.ld_qkv, g, k0, kTcTile);
+            tc_load_rows<D>(vs, vcol, g.ld_qkv, g, k0, kTcTile);
             __syncthreads();
             tc_rows_times_tile_t<D>(ss, qs + warp * 16 * D, ks);
             tc_rows_times_tile_t<D>(dps, dos + warp * 16 * D, vs);
@@ -271,19 +265,20 @@ __global__ void __launch_bounds__(kTcThreads) k_attn_bwd_dq_tc(float* dqkv, floa
     for (int c = 0; c < D / 16; ++c) wmma::store_matrix_sync(stage + c * 16, dq[c], D, wmma::mem_row_major);
     __syncwarp();
     if (!active) return;
-    float* dqi = dqkv + qkv_offset(g, i, b, h);
+    float* dqi = dqkv + i * g.ld_qkv + q_column(g, b, h);
     for (int d = half * (D / 2); d < (half + 1) * (D / 2); ++d) dqi[d] = stage[r * D + d];
     if (half == 0) delta[pair * g.S + i] = delta_i;
 }
 
-/// dk and dv per key row j: over the query tiles from j's own down, dv += (P∘mask)ᵀ·dO and
-/// dk += dSᵀ·Q.
+/// dk and dv per key row j of group grp (blockIdx.y = b·G + grp): for each of the group's query heads
+/// in order, over the query tiles from j's own down, dv += (P∘mask)ᵀ·dO and dk += dSᵀ·Q. K and V are
+/// read once per group; the sum over the group's heads stays in the fragments (no atomics).
 template <int D>
 __global__ void __launch_bounds__(kTcThreads) k_attn_bwd_dkv_tc(float* dqkv, const float* delta, const float* dout,
                                                                  const float* qkv, const float* lse, Geometry g) {
     MWB_DYNAMIC_SHARED(smem);
     const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-    const int64_t pair = blockIdx.y, b = pair / g.A, h = pair % g.A;
+    const int64_t b = blockIdx.y / g.G, grp = blockIdx.y % g.G, per_group = g.per_group;
     const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kTcRows;
     const TcBackwardShared<D> sh(smem, warp);
     bf16 *kb = sh.rows_a, *vb = sh.rows_b, *qt = sh.tile_a, *dot = sh.tile_b, *pt = sh.p, *dst = sh.ds;
@@ -292,50 +287,56 @@ __global__ void __launch_bounds__(kTcThreads) k_attn_bwd_dkv_tc(float* dqkv, con
     const int64_t j = row0 + warp * 16 + r;
     const bool active = j < g.S;
 
-    tc_load_rows<D>(kb, qkv, g, b, h, row0, kTcRows, 1);
-    tc_load_rows<D>(vb, qkv, g, b, h, row0, kTcRows, 2);
+    tc_load_rows<D>(kb, qkv + k_column(g, b, grp), g.ld_qkv, g, row0, kTcRows);
+    tc_load_rows<D>(vb, qkv + v_column(g, b, grp), g.ld_qkv, g, row0, kTcRows);
     FragAcc dk[D / 16], dv[D / 16];
     for (int c = 0; c < D / 16; ++c) {
         wmma::fill_fragment(dk[c], 0.0f);
         wmma::fill_fragment(dv[c], 0.0f);
     }
-    for (int64_t q0 = row0; q0 < g.S; q0 += kTcTile) {  // queries i >= j only: tiles from the block's own
-        __syncthreads();
-        tc_load_rows<D>(qt, qkv, g, b, h, q0, kTcTile, 0);
-        tc_load_out_rows<D>(dot, dout, g, b, h, q0, kTcTile);
-        for (int e = threadIdx.x; e < kTcTile; e += kTcThreads) {
-            const int64_t q = q0 + e;
-            lse_t[e] = q < g.S ? lse[pair * g.S + q] : 0.0f;
-            delta_t[e] = q < g.S ? delta[pair * g.S + q] : 0.0f;
+    for (int64_t h = grp * per_group; h < (grp + 1) * per_group; ++h) {
+        const int64_t pair = b * g.A + h;
+        const float* qcol = qkv + q_column(g, b, h);
+        const float* docol = dout + out_column(g, b, h);
+        for (int64_t q0 = row0; q0 < g.S; q0 += kTcTile) {  // queries i >= j only: tiles from the block's own
+            __syncthreads();
+            tc_load_rows<D>(qt, qcol, g.ld_qkv, g, q0, kTcTile);
+            tc_load_rows<D>(dot, docol, g.ld_out, g, q0, kTcTile);
+            for (int e = threadIdx.x; e < kTcTile; e += kTcThreads) {
+                const int64_t q = q0 + e;
+                lse_t[e] = q < g.S ? lse[pair * g.S + q] : 0.0f;
+                delta_t[e] = q < g.S ? delta[pair * g.S + q] : 0.0f;
+            }
+            __syncthreads();
+            tc_rows_times_tile_t<D>(st, kb + warp * 16 * D, qt);   // Sᵀ: keys × queries
+            tc_rows_times_tile_t<D>(dpt, vb + warp * 16 * D, dot); // dPᵀ = V·dOᵀ
+            __syncwarp();
+            for (int ii = half * kTcHalf; ii < (half + 1) * kTcHalf; ++ii) {
+                const int64_t q = q0 + ii;
+                const bool on = active && q < g.S && j <= q;
+                const float p = on ? expf(g.scale * st[r * kTcTile + ii] - lse_t[ii]) : 0.0f;
+                const float mk = on ? mask_mult(g, b, h, q, j) : 0.0f;
+                pt[r * kTcTile + ii] = __float2bfloat16(p * mk);
+                dst[r * kTcTile + ii] = __float2bfloat16(g.scale * p * (dpt[r * kTcTile + ii] * mk - delta_t[ii]));
+            }
+            __syncwarp();
+            tc_accumulate<D>(dv, pt, dot);
+            tc_accumulate<D>(dk, dst, qt);
         }
-        __syncthreads();
-        tc_rows_times_tile_t<D>(st, kb + warp * 16 * D, qt);   // Sᵀ: keys × queries
-        tc_rows_times_tile_t<D>(dpt, vb + warp * 16 * D, dot); // dPᵀ = V·dOᵀ
-        __syncwarp();
-        for (int ii = half * kTcHalf; ii < (half + 1) * kTcHalf; ++ii) {
-            const int64_t q = q0 + ii;
-            const bool on = active && q < g.S && j <= q;
-            const float p = on ? expf(g.scale * st[r * kTcTile + ii] - lse_t[ii]) : 0.0f;
-            const float mk = on ? mask_mult(g, b, h, q, j) : 0.0f;
-            pt[r * kTcTile + ii] = __float2bfloat16(p * mk);
-            dst[r * kTcTile + ii] = __float2bfloat16(g.scale * p * (dpt[r * kTcTile + ii] * mk - delta_t[ii]));
-        }
-        __syncwarp();
-        tc_accumulate<D>(dv, pt, dot);
-        tc_accumulate<D>(dk, dst, qt);
     }
     __syncthreads();  // every warp is done with the tiles the stage overwrites
-    float* dbase = dqkv + qkv_offset(g, active ? j : 0, b, h);
+    float* dkj = dqkv + (active ? j : 0) * g.ld_qkv + k_column(g, b, grp);
+    float* dvj = dqkv + (active ? j : 0) * g.ld_qkv + v_column(g, b, grp);
     const int d0 = half * (D / 2), d1 = (half + 1) * (D / 2);
     for (int c = 0; c < D / 16; ++c) wmma::store_matrix_sync(stage + c * 16, dk[c], D, wmma::mem_row_major);
     __syncwarp();
     if (active)
-        for (int d = d0; d < d1; ++d) dbase[D + d] = stage[r * D + d];
+        for (int d = d0; d < d1; ++d) dkj[d] = stage[r * D + d];
     __syncwarp();
     for (int c = 0; c < D / 16; ++c) wmma::store_matrix_sync(stage + c * 16, dv[c], D, wmma::mem_row_major);
     __syncwarp();
     if (active)
-        for (int d = d0; d < d1; ++d) dbase[2 * D + d] = stage[r * D + d];
+        for (int d = d0; d < d1; ++d) dvj[d] = stage[r * D + d];
 }
 
 }  // namespace mwb::cuda::attention

@@ -36,6 +36,12 @@ void rmsnorm_backward(OpContext& ctx, TensorView dx, TensorView dw, TensorView d
 
 void gelu_forward(OpContext& ctx, TensorView out, TensorView x);
 void gelu_backward(OpContext& ctx, TensorView dx, TensorView dout, TensorView x);
+void swiglu_forward(OpContext& ctx, TensorView out, TensorView x);
+void swiglu_backward(OpContext& ctx, TensorView dx, TensorView dout, TensorView x);
+void rope_forward(OpContext& ctx, TensorView qkv, TensorView cos, TensorView sin, const AttentionParams& p,
+                  int rotary_dim, bool interleaved, int64_t position_offset);
+void rope_backward(OpContext& ctx, TensorView dqkv, TensorView cos, TensorView sin, const AttentionParams& p,
+                   int rotary_dim, bool interleaved, int64_t position_offset);
 
 void dropout_forward(OpContext& ctx, TensorView out, TensorView x, float p, RngStream rng, int64_t element_offset);
 void dropout_backward(OpContext& ctx, TensorView dx, TensorView dout, float p, RngStream rng, int64_t element_offset);

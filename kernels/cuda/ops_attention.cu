@@ -5,7 +5,10 @@
 // ((b·total_heads + head)·S + i)·S + j), so masks match the CPU op bit for bit.
 //
 // One thread owns one query row (forward, dq) or one key row (dk, dv) and keeps its D-vectors in
-// registers; K/V (or Q/dO) tiles are shared by the block. No atomics: every sum has a fixed order,
+// registers; K/V (or Q/dO) tiles are shared by the block. Grouped-query attention: forward and dq
+// blocks belong to a query head and read its group's K/V in place; a dk/dv block belongs to a group
+// and walks the group's query heads in order, so K/V are never expanded and dk/dv of a group are summed
+// in registers. No atomics: every sum has a fixed order,
 // so results are bit-identical run to run. Head dims 16, 32, 64, 80, 96, 128 and 160 are instantiated
 // (the kernels themselves: attention_kernels.cuh). bf16 runs use the tensor-core kernels of
 // attention_tc_kernels.cuh instead (same contract).
@@ -25,16 +28,13 @@ Geometry geometry(const char* op, const TensorView& qkv, const TensorView& out, 
     require(op, "qkv", qkv, DType::F32);
     require(op, "out/dout", out, DType::F32);
     require(op, "probs (log-sum-exp)", lse, DType::F32);
-    MWB_CHECK(qkv.ndim == 3 && p.num_heads > 0 && p.batch > 0 && qkv.dim(1) == p.batch &&
-                  qkv.dim(2) % (3 * p.num_heads) == 0,
-              "{}: qkv {} must be (S, B={}, A·3·D) with A={}", op, qkv.describe(), p.batch, p.num_heads);
-    Geometry g{};
-    g.S = qkv.dim(0);
-    g.B = qkv.dim(1);
-    g.A = p.num_heads;
-    g.D = qkv.dim(2) / (3 * p.num_heads);
-    g.ld_qkv = g.B * g.A * 3 * g.D;
-    g.ld_out = g.B * g.A * g.D;
+    MWB_CHECK(p.num_heads > 0 && p.num_query_groups >= 0 && p.num_heads % p.groups() == 0,
+              "{}: num_query_groups {} must divide the {} query heads", op, p.num_query_groups, p.num_heads);
+    const int64_t heads = p.qkv_heads();  // A query + G key + G value heads per position and sequence
+    MWB_CHECK(qkv.ndim == 3 && p.batch > 0 && qkv.dim(1) == p.batch && qkv.dim(2) % heads == 0,
+              "{}: qkv {} must be (S, B={}, (A+2G)·D) with A={} query heads in G={} groups", op, qkv.describe(),
+              p.batch, p.num_heads, p.groups());
+    const Geometry g = make_geometry(qkv.dim(0), qkv.dim(2) / heads, p);
     MWB_CHECK(out.numel() == g.S * g.B * g.A * g.D, "{}: out {} must be (S={}, B={}, A·D={})", op, out.describe(), g.S,
               g.B, g.A * g.D);
     MWB_CHECK(lse.numel() == g.B * g.A * g.S,
@@ -47,18 +47,13 @@ Geometry geometry(const char* op, const TensorView& qkv, const TensorView& out, 
               p.dropout_p);
     MWB_CHECK(g.D == 16 || g.D == 32 || g.D == 64 || g.D == 80 || g.D == 96 || g.D == 128 || g.D == 160,
               "{}: head dim {} has no CUDA kernel (16, 32, 64, 80, 96, 128 or 160)", op, g.D);
-    g.total_heads = p.total_heads;
-    g.head_offset = p.head_offset;
-    g.scale = p.softmax_scale;
-    g.rng = p.rng;
-    g.threshold = dropout_keep_threshold(p.dropout_p);
-    g.keep_scale = p.dropout_p < 1.0f ? 1.0f / (1.0f - p.dropout_p) : 0.0f;
-    g.dropout = p.dropout_p > 0.0f;
     return g;
 }
 
-dim3 grid_of(const Geometry& g) {
-    return dim3(static_cast<unsigned>((g.S + kRows - 1) / kRows), static_cast<unsigned>(g.B * g.A));
+/// Blocks of `rows` positions per (sequence, query head): forward and dq; per (sequence, key/value
+/// group) with `per_group`: dk/dv.
+dim3 grid_of(const Geometry& g, int rows, bool per_group = false) {
+    return dim3(static_cast<unsigned>((g.S + rows - 1) / rows), static_cast<unsigned>(g.B * (per_group ? g.G : g.A)));
 }
 
 /// The opt-in shared memory a block may use on this device.
@@ -85,10 +80,6 @@ void allow_smem(Kernel kernel, int bytes) {
     MWB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
 
-dim3 tc_grid_of(const Geometry& g) {
-    return dim3(static_cast<unsigned>((g.S + kTcRows - 1) / kTcRows), static_cast<unsigned>(g.B * g.A));
-}
-
 template <int D>
 void forward_d(const OpContext& ctx, float* out, float* lse, const float* qkv, const Geometry& g) {
     const cudaStream_t s = stream_of(ctx);
@@ -96,10 +87,10 @@ void forward_d(const OpContext& ctx, float* out, float* lse, const float* qkv, c
         constexpr int bytes = TcForwardSmem<D>::bytes;
         static const bool allowed = (allow_smem(k_attn_fwd_tc<D>, bytes), true);
         (void)allowed;
-        k_attn_fwd_tc<D><<<tc_grid_of(g), kTcThreads, bytes, s>>>(out, lse, qkv, g);
+        k_attn_fwd_tc<D><<<grid_of(g, kTcRows), kTcThreads, bytes, s>>>(out, lse, qkv, g);
         return;
     }
-    k_attn_fwd<D><<<grid_of(g), kRows, 0, s>>>(out, lse, qkv, g);
+    k_attn_fwd<D><<<grid_of(g, kRows), kRows, 0, s>>>(out, lse, qkv, g);
 }
 
 template <int D>
@@ -110,12 +101,12 @@ void backward_d(const OpContext& ctx, float* dqkv, float* delta, const float* do
         constexpr int bytes = TcBackwardSmem<D>::bytes;
         static const bool allowed = (allow_smem(k_attn_bwd_dq_tc<D>, bytes), allow_smem(k_attn_bwd_dkv_tc<D>, bytes), true);
         (void)allowed;
-        k_attn_bwd_dq_tc<D><<<tc_grid_of(g), kTcThreads, bytes, s>>>(dqkv, delta, dout, qkv, lse, g);
-        k_attn_bwd_dkv_tc<D><<<tc_grid_of(g), kTcThreads, bytes, s>>>(dqkv, delta, dout, qkv, lse, g);
+        k_attn_bwd_dq_tc<D><<<grid_of(g, kTcRows), kTcThreads, bytes, s>>>(dqkv, delta, dout, qkv, lse, g);
+        k_attn_bwd_dkv_tc<D><<<grid_of(g, kTcRows, true), kTcThreads, bytes, s>>>(dqkv, delta, dout, qkv, lse, g);
         return;
     }
-    k_attn_bwd_dq<D><<<grid_of(g), kRows, 0, s>>>(dqkv, delta, dout, qkv, lse, g);
-    k_attn_bwd_dkv<D><<<grid_of(g), kRows, 0, s>>>(dqkv, delta, dout, qkv, lse, g);
+    k_attn_bwd_dq<D><<<grid_of(g, kRows), kRows, 0, s>>>(dqkv, delta, dout, qkv, lse, g);
+    k_attn_bwd_dkv<D><<<grid_of(g, kRows, true), kRows, 0, s>>>(dqkv, delta, dout, qkv, lse, g);
 }
 
 }  // namespace

@@ -17,12 +17,7 @@ namespace mwb::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
-
-int blocks_for(int64_t n, int threads = kThreads) {
-    const int64_t b = (n + threads - 1) / threads;
-    return static_cast<int>(b < 1 ? 1 : (b > 65535LL * 32 ? 65535LL * 32 : b));
-}
+constexpr int kThreads = kElementwiseThreads;
 
 const float* cf(const TensorView& t) { return static_cast<const float*>(t.data); }
 float* mf(const TensorView& t) { return static_cast<float*>(t.data); }

@@ -27,6 +27,14 @@ namespace mwb::cuda {
 
 inline cudaStream_t stream_of(const OpContext& ctx) { return static_cast<cudaStream_t>(ctx.stream); }
 
+/// Threads per block of the elementwise kernels, and the blocks of a grid-stride loop over n items
+/// (at least 1; capped where grid-stride loops take over).
+constexpr int kElementwiseThreads = 256;
+inline int blocks_for(int64_t n, int threads = kElementwiseThreads) {
+    const int64_t b = (n + threads - 1) / threads;
+    return static_cast<int>(b < 1 ? 1 : (b > 65535LL * 32 ? 65535LL * 32 : b));
+}
+
 /// Raises launch errors of the kernel just queued (asynchronous faults surface at synchronize()).
 void check_launch(const char* op);
 

@@ -94,6 +94,18 @@ void gelu_forward(OpContext& ctx, TensorView out, TensorView x) { MWB_DISPATCH(g
 void gelu_backward(OpContext& ctx, TensorView dx, TensorView dout, TensorView x) {
     MWB_DISPATCH(gelu_backward, ctx, dx, dout, x);
 }
+void swiglu_forward(OpContext& ctx, TensorView out, TensorView x) { MWB_DISPATCH(swiglu_forward, ctx, out, x); }
+void swiglu_backward(OpContext& ctx, TensorView dx, TensorView dout, TensorView x) {
+    MWB_DISPATCH(swiglu_backward, ctx, dx, dout, x);
+}
+void rope_forward(OpContext& ctx, TensorView qkv, TensorView cos, TensorView sin, const AttentionParams& p,
+                  int rotary_dim, bool interleaved, int64_t position_offset) {
+    MWB_DISPATCH(rope_forward, ctx, qkv, cos, sin, p, rotary_dim, interleaved, position_offset);
+}
+void rope_backward(OpContext& ctx, TensorView dqkv, TensorView cos, TensorView sin, const AttentionParams& p,
+                   int rotary_dim, bool interleaved, int64_t position_offset) {
+    MWB_DISPATCH(rope_backward, ctx, dqkv, cos, sin, p, rotary_dim, interleaved, position_offset);
+}
 
 void dropout_forward(OpContext& ctx, TensorView out, TensorView x, float p, RngStream rng, int64_t element_offset) {
     MWB_DISPATCH(dropout_forward, ctx, out, x, p, rng, element_offset);

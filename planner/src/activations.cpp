@@ -22,28 +22,28 @@ LayerBytes layer_bytes(const ModelShape& m, const Layout& l, const Precision& p,
         b.input = rows_rep * m.h * e;
         b.ln1_out = rows_rep * m.h * e;
         b.ln1_stats = rows_rep * stat;
-        b.qkv = rows * 3 * (m.h / t) * e;
+        b.qkv = rows * (m.qkv_width() / t) * e;  // after RoPE (applied in place)
         b.probs = m.b * heads * m.s * m.s * e;
-        b.context = rows * (m.h / t) * e;
+        b.context = rows * (m.q_width() / t) * e;
         b.residual2 = rows_rep * m.h * e;
         b.ln2_out = rows_rep * m.h * e;
         b.ln2_stats = rows_rep * stat;
-        b.fc1 = rows * (m.f / t) * e;
-        b.gelu = rows * (m.f / t) * e;
+        b.fc1 = rows * (m.fc1_width() / t) * e;  // SwiGLU: gate and up
+        b.gelu = rows * (m.f / t) * e;           // GELU or SwiGLU output
         return b;
     }
     // Korthikanti et al. 2022, section 4.1, with 16-bit activations (2 bytes) and 1-byte masks.
     const int64_t e = 2;
-    b.input = rows_rep * m.h * e;           // LayerNorm 1 input: 2sbh
-    b.ln1_out = rows_rep * m.h * e;         // QKV input: 2sbh
-    b.qkv = rows * 3 * (m.h / t) * e;       // Q, K (4sbh) and V (2sbh)
-    b.probs = m.b * heads * m.s * m.s * 5;  // softmax 2as²b + dropout mask as²b + dropped 2as²b
-    b.context = rows * (m.h / t) * e;       // projection input: 2sbh
-    b.residual2 = rows_rep * m.h * e;       // LayerNorm 2 input: 2sbh
-    b.masks = 2 * rows_rep * m.h;           // attention- and MLP-output dropout masks: sbh each
-    b.ln2_out = rows_rep * m.h * e;         // fc1 input: 2sbh
-    b.fc1 = rows * (m.f / t) * e;           // GELU input: 8sbh with f = 4h
-    b.gelu = rows * (m.f / t) * e;          // fc2 input: 8sbh
+    b.input = rows_rep * m.h * e;              // LayerNorm 1 input: 2sbh
+    b.ln1_out = rows_rep * m.h * e;            // QKV input: 2sbh
+    b.qkv = rows * (m.qkv_width() / t) * e;    // Q, K (4sbh) and V (2sbh); with G groups (2a + 4G)·d·sb
+    b.probs = m.b * heads * m.s * m.s * 5;     // softmax 2as²b + dropout mask as²b + dropped 2as²b
+    b.context = rows * (m.q_width() / t) * e;  // projection input: 2sbh
+    b.residual2 = rows_rep * m.h * e;          // LayerNorm 2 input: 2sbh
+    b.masks = 2 * rows_rep * m.h;              // attention- and MLP-output dropout masks: sbh each
+    b.ln2_out = rows_rep * m.h * e;            // fc1 input: 2sbh
+    b.fc1 = rows * (m.fc1_width() / t) * e;    // GELU input: 8sbh with f = 4h (SwiGLU: gate and up, 4sbf)
+    b.gelu = rows * (m.f / t) * e;             // fc2 input: 8sbh
     return b;
 }
 
@@ -66,14 +66,19 @@ WorkspaceBytes workspace_bytes(const ModelShape& m, const Layout& l, const Preci
     const int64_t rows = m.s * m.b, rows_rep = l.sp ? rows / t : rows;
     WorkspaceBytes w;
     w.full = rows * m.h * e;
+    w.grad_input = rows * std::max(m.h, m.q_width() / t) * e;
     w.local = rows_rep * m.h * e;
     w.grad_f = rows * (m.f / t) * e;
-    w.grad_ctx = rows * (m.h / t) * e;
-    w.grad_qkv = rows * 3 * (m.h / t) * e;
+    w.grad_fc1 = m.swiglu ? rows * (m.fc1_width() / t) * e : 0;
+    w.grad_ctx = rows * (m.q_width() / t) * e;
+    w.grad_qkv = rows * (m.qkv_width() / t) * e;
     w.loss_stats = 4 * rows * p.statistic;
     w.row_max = t > 1 ? rows * p.statistic : 0;
     // The CPU attention kernel keeps 2 s×s fp32 rows of scratch per thread (kernels/cpu/attention.cpp).
     w.persistent = d.emulated_16bit ? int64_t{std::max(1, d.threads)} * 2 * m.s * m.s * 4 : d.workspace_bytes;
+    // Every rank holds layers, so every rank builds the tables (GptModel::build_rope_tables).
+    w.rope_tables = 2 * m.s * (m.rotary_dim / 2) * 4;
+    w.persistent += w.rope_tables;
     return w;
 }
 

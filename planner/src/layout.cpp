@@ -15,9 +15,19 @@ ModelShape ModelShape::from(const Config& c) {
     m.s = c.model.seq_length;
     m.b = c.training.micro_batch_size;
     m.V = padded_vocab_size(c);
-    m.P = c.model.max_position_embeddings;
+    m.V_unpadded = model_vocab_size(c);
+    const bool learned = c.model.position_embedding_type == "learned_absolute";
+    const bool rope = c.model.position_embedding_type == "rope";
+    m.P = learned ? c.model.max_position_embeddings : 0;
+    m.G = c.model.num_query_groups;
+    m.d = c.model.kv_channels;
     m.tied = !c.model.untie_embeddings_and_output_weights;
     m.rmsnorm = c.model.normalization == "RMSNorm";
+    m.swiglu = c.model.swiglu;
+    m.bias = c.model.add_bias_linear;
+    m.qkv_bias = c.model.add_bias_linear || c.model.add_qkv_bias;
+    m.rotary_dim = rope ? static_cast<int64_t>(c.model.kv_channels * c.model.rotary_percent) : 0;
+    m.layer_flops = layer_forward_flops(c.model);
     return m;
 }
 

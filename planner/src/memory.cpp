@@ -95,10 +95,11 @@ void forward_layer(Tracker& t, const Shapes& x, bool keep, bool store_probs) {
 void backward_layer(Tracker& t, const Shapes& x, bool probs_kept) {
     const LayerBytes& b = x.b;
     const WorkspaceBytes& w = x.w;
-    const int64_t held = w.local + w.full + (x.sp ? 2 * w.full + w.local : 0);
+    const int64_t held = w.local + w.grad_input + (x.sp ? 2 * w.full + w.local : 0);
     t.ws(held);  // output gradient (local rows [, full rows]), [gathered norm output,] input gradient [, local]
     t.ws(w.grad_f);
-    t.ws(-w.grad_f);
+    t.ws(w.grad_fc1);  // SwiGLU: the gradient of gate and up
+    t.ws(-(w.grad_f + w.grad_fc1));
     t.act(-(b.gelu + b.fc1));
     t.act(-(b.ln2_out + b.ln2_stats + b.residual2 + b.masks));
     t.ws(w.grad_ctx);

@@ -20,19 +20,20 @@ struct Tally {
 };
 
 /// One transformer layer's tensors on a tensor-parallel rank (Megatron-core's split: QKV and fc1 by
-/// output rows, proj and fc2 by input columns; their biases and the norms are replicated).
+/// output rows — QKV by query groups, fc1's gate and up halves each — proj and fc2 by input columns;
+/// their biases and the norms are replicated).
 void add_layer(Tally& t, const ModelShape& m, int64_t tp) {
     const int64_t norm_params = m.rmsnorm ? 1 : 2;
     for (int64_t i = 0; i < norm_params; ++i) t.add(m.h);  // input_layernorm weight [, bias]
-    t.add(3 * m.h / tp * m.h);                             // linear_qkv.weight (3h/t, h)
-    t.add(3 * m.h / tp);                                   // linear_qkv.bias
-    t.add(m.h * (m.h / tp));                               // linear_proj.weight (h, h/t)
-    t.add(m.h);                                            // linear_proj.bias
+    t.add(m.qkv_width() / tp * m.h);                       // linear_qkv.weight ((a + 2G)·d/t, h)
+    if (m.qkv_bias) t.add(m.qkv_width() / tp);             // linear_qkv.bias
+    t.add(m.h * (m.q_width() / tp));                       // linear_proj.weight (h, a·d/t)
+    if (m.bias) t.add(m.h);                                // linear_proj.bias
     for (int64_t i = 0; i < norm_params; ++i) t.add(m.h);  // pre_mlp_layernorm
-    t.add(m.f / tp * m.h);                                 // linear_fc1.weight (f/t, h)
-    t.add(m.f / tp);                                       // linear_fc1.bias
+    t.add(m.fc1_width() / tp * m.h);                       // linear_fc1.weight (f/t or 2f/t, h)
+    if (m.bias) t.add(m.fc1_width() / tp);                 // linear_fc1.bias
     t.add(m.h * (m.f / tp));                               // linear_fc2.weight (h, f/t)
-    t.add(m.h);                                            // linear_fc2.bias
+    if (m.bias) t.add(m.h);                                // linear_fc2.bias
 }
 
 }  // namespace
@@ -58,6 +59,7 @@ ParameterCounts count_parameters(const ModelShape& m, const Layout& l) {
     c.output_layer = m.tied ? 0 : m.V * m.h;
     c.final_norm = m.rmsnorm ? m.h : 2 * m.h;
     c.total = c.embedding + m.L * c.per_layer + c.final_norm + c.output_layer;
+    c.vocabulary_padding = (m.V - m.V_unpadded) * m.h * (m.tied ? 1 : 2);
 
     const int64_t tp = l.tp;
     for (int r = 0; r < l.pp; ++r) {
@@ -67,8 +69,8 @@ ParameterCounts count_parameters(const ModelShape& m, const Layout& l) {
         s.embedding = r == 0;
         s.head = r == l.pp - 1;
         if (s.embedding) {
-            t.add(m.V / tp * m.h);  // word embeddings, vocab-parallel (V/t, h)
-            t.add(m.P * m.h);       // position embeddings, replicated
+            t.add(m.V / tp * m.h);          // word embeddings, vocab-parallel (V/t, h)
+            if (m.P > 0) t.add(m.P * m.h);  // learned position embeddings, replicated
         }
         Tally layer;
         add_layer(layer, m, tp);

@@ -10,10 +10,16 @@ namespace mwb::planner {
 
 namespace {
 
-constexpr std::array<std::string_view, 19> kLayoutFields = {"cluster",
+constexpr std::array<std::string_view, 25> kLayoutFields = {"cluster",
                                                             "num_layers",
                                                             "hidden_size",
                                                             "num_attention_heads",
+                                                            "num_query_groups",
+                                                            "kv_channels",
+                                                            "rotary_percent",
+                                                            "rotary_base",
+                                                            "use_rope_scaling",
+                                                            "rope_scaling_factor",
                                                             "ffn_hidden_size",
                                                             "seq_length",
                                                             "max_position_embeddings",

@@ -87,13 +87,26 @@ nlohmann::json to_json(const Plan& p) {
     if (!p.estimated) return j;
     j["layout"] = layout_json(p);
     const ModelShape& m = p.model;
-    j["model"] = {
-        {"num_layers", m.L}, {"hidden_size", m.h},       {"num_attention_heads", m.a},     {"ffn_hidden_size", m.f},
-        {"seq_length", m.s}, {"padded_vocab_size", m.V}, {"max_position_embeddings", m.P}, {"tied", m.tied}};
+    j["model"] = {{"num_layers", m.L},
+                  {"hidden_size", m.h},
+                  {"num_attention_heads", m.a},
+                  {"ffn_hidden_size", m.f},
+                  {"seq_length", m.s},
+                  {"padded_vocab_size", m.V},
+                  {"max_position_embeddings", m.P},
+                  {"tied", m.tied},
+                  {"vocab_size", m.V_unpadded},
+                  {"num_query_groups", m.G},
+                  {"kv_channels", m.d},
+                  {"swiglu", m.swiglu},
+                  {"add_bias_linear", m.bias},
+                  {"qkv_bias", m.qkv_bias},
+                                    {"rotary_dim", m.rotary_dim}};
     nlohmann::json stages = nlohmann::json::array();
     for (const StageParameters& s : p.parameters.stages)
         stages.push_back({{"parameters", s.parameters}, {"arena_elements", s.arena_elements}, {"layers", s.layers}});
     j["parameters"] = {{"total", p.parameters.total},
+                       {"unpadded", p.parameters.unpadded()},
                        {"per_layer", p.parameters.per_layer},
                        {"embedding", p.parameters.embedding},
                        {"output_layer", p.parameters.output_layer},

@@ -81,6 +81,23 @@ void issues_and_notes(std::string& out, const Plan& p) {
     for (const std::string& n : p.notes) out += fmt::format("note: {}\n", n);
 }
 
+/// 8030261248 -> "8,030,261,248": a count to compare with a published one digit by digit.
+std::string digits_grouped(int64_t n) {
+    std::string d = std::to_string(n < 0 ? -n : n), out;
+    for (std::size_t i = 0; i < d.size(); ++i) {
+        if (i > 0 && (d.size() - i) % 3 == 0) out += ',';
+        out += d[i];
+    }
+    return n < 0 ? "-" + out : out;
+}
+
+/// "32 heads", or "32 heads (8 key/value groups, head dim 128)" when they differ from GPT's.
+std::string describe_attention(const ModelShape& m) {
+    if (m.G == m.a && m.d * m.a == m.h) return fmt::format("{} heads", m.a);
+    if (m.G == m.a) return fmt::format("{} heads (head dim {})", m.a, m.d);
+    return fmt::format("{} heads ({} key/value group{}, head dim {})", m.a, m.G, m.G == 1 ? "" : "s", m.d);
+}
+
 }  // namespace
 
 std::string format_bytes(double b) {
@@ -114,9 +131,17 @@ std::string text_report(const Plan& p) {
     const ModelShape& m = p.model;
     const Layout& l = p.layout;
     const auto& t = p.config.training;
+    const auto& mc = p.config.model;
     out += fmt::format(
-        "model    {} layers, hidden {}, {} heads, ffn {}, seq {}, vocab {} (padded {}), {} embeddings, {}\n", m.L, m.h,
-        m.a, m.f, m.s, model_vocab_size(p.config), m.V, m.tied ? "tied" : "untied", p.config.model.normalization);
+        "model    {} layers, hidden {}, {}, {}ffn {}, seq {}, vocab {} (padded {}), {} embeddings, {}, {}{}\n", m.L,
+        m.h, describe_attention(m), m.swiglu ? "SwiGLU " : "", m.f, m.s, model_vocab_size(p.config), m.V,
+        m.tied ? "tied" : "untied", mc.normalization,
+        mc.position_embedding_type == "rope"               ? fmt::format("RoPE (base {})", mc.rotary_base)
+        : mc.position_embedding_type == "learned_absolute" ? std::string("learned positions")
+                                                           : std::string("no positions"),
+        !m.qkv_bias ? ", no biases"
+        : !m.bias   ? ", QKV bias only"
+                    : "");
     out += fmt::format("layout   {} (world {}), {}, micro-batch {} × {} micro-batches × DP {} = global batch {}\n",
                        describe_layout(p), l.world,
                        l.vp > 1 ? fmt::format("interleaved 1F1B, {} chunks per rank", l.vp) : "1F1B", l.micro_batch,
@@ -128,10 +153,13 @@ std::string text_report(const Plan& p) {
                        c.device.emulated_16bit && p.precision.half ? " (emulated in fp32)" : "",
                        p.options.accounting == Accounting::Engine ? "mwb-train allocates them"
                                                                   : "Megatron-LM (Korthikanti et al. 2022)");
-    out += fmt::format("params   {} total ({} per layer), {} on the most loaded rank\n",
-                       format_count(static_cast<double>(p.parameters.total)),
-                       format_count(static_cast<double>(p.parameters.per_layer)),
-                       format_count(static_cast<double>(p.parameters.max_per_rank())));
+    const ParameterCounts& pc = p.parameters;
+    out += fmt::format(
+        "params   {} total ({}{}), {} per layer, {} on the most loaded rank\n",
+        format_count(static_cast<double>(pc.unpadded())), digits_grouped(pc.unpadded()),
+        pc.vocabulary_padding > 0 ? fmt::format("; {} with the vocabulary padded to {}", digits_grouped(pc.total), m.V)
+                                  : "",
+        format_count(static_cast<double>(pc.per_layer)), format_count(static_cast<double>(pc.max_per_rank())));
 
     const bool small = p.most_loaded().peak_total < (int64_t{1} << 30);
     const double unit = small ? 1024.0 * 1024 : 1024.0 * 1024 * 1024;

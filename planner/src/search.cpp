@@ -111,7 +111,10 @@ SearchResult search(const Config& base, const Cluster& cluster, const SearchOpti
     };
 
     for (int tp : divisors(world)) {
-        if (tp > max_tp || m.num_attention_heads % tp != 0 || m.ffn_hidden_size % tp != 0) continue;
+        // Each tensor-parallel rank holds whole heads, whole key/value groups and equal MLP slices.
+        if (tp > max_tp || m.num_attention_heads % tp != 0 || m.ffn_hidden_size % tp != 0 ||
+            m.num_query_groups % tp != 0)
+            continue;
         for (int pp : divisors(world / tp)) {
             if (m.num_layers % pp != 0) continue;
             const int dp = world / (tp * pp);

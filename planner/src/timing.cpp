@@ -6,14 +6,14 @@ namespace mwb::planner {
 
 double stage_microbatch_flops(const ModelShape& m, const Layout& l, int stage) {
     const double tokens = static_cast<double>(m.s * m.b);
-    const double h = m.h, f = m.f, s = m.s;
-    const double layer_fwd = 8 * h * h + 4 * h * f + 4 * s * h;  // per token
+    const double h = m.h;
+    const double layer_fwd = m.layer_flops.total();  // per token
     const double layers = l.layers_per_stage;
     double flops = 3 * tokens * layers * layer_fwd;
     if (l.recompute == Recompute::FullUniform) flops += tokens * layers * layer_fwd;
     if (l.recompute == Recompute::FullBlock)
         flops += tokens * std::min(l.recompute_num_layers, l.layers_per_chunk) * l.vp * layer_fwd;
-    if (l.recompute == Recompute::Selective) flops += tokens * layers * 4 * s * h;
+    if (l.recompute == Recompute::Selective) flops += tokens * layers * m.layer_flops.attention;
     if (stage == l.pp - 1) flops += 3 * tokens * 2 * h * static_cast<double>(m.V);
     return flops / l.tp;
 }

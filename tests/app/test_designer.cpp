@@ -16,6 +16,8 @@
 #include "mwb/planner/presets.h"
 
 #include <QCheckBox>
+#include <QComboBox>
+#include <QGroupBox>
 #include <QLabel>
 #include <QLineEdit>
 #include <QProcess>
@@ -189,6 +191,31 @@ private slots:
         QString error;
         QVERIFY(!d.loadPreset(QStringLiteral("no-such-model"), &error));
         QVERIFY2(error.contains(QStringLiteral("gpt3-175b")), qPrintable(error));  // the error lists the presets
+    }
+
+    // The Llama-family fields have editors in named sections (none is left to "Other"), the Llama
+    // presets are offered and load with their published parameter count, and a problem with one of
+    // the new fields is shown under it.
+    void llamaFieldsAndPresets() {
+        DesignerView d;
+        d.show();
+        for (const char* f : {"group_query_attention", "num_query_groups", "kv_channels", "swiglu", "add_bias_linear",
+                              "add_qkv_bias", "position_embedding_type", "rotary_base", "rotary_percent",
+                              "rotary_interleaved", "use_rope_scaling", "rope_scaling_factor"}) {
+            FieldEditor* e = d.form()->editor(QString::fromLatin1(f));
+            QVERIFY2(e, f);
+            QGroupBox* box = nullptr;
+            for (QWidget* w = e; w && !box; w = w->parentWidget()) box = qobject_cast<QGroupBox*>(w);
+            QVERIFY2(box && box->title() != QStringLiteral("Other"), f);
+        }
+        auto* presets = d.findChild<QComboBox*>(QStringLiteral("presets"));
+        QVERIFY(presets && presets->findData(QStringLiteral("llama-3.1-8b")) >= 0);
+        QVERIFY(d.loadPreset(QStringLiteral("llama-3.1-8b")));
+        QCOMPARE(d.plan().parameters.unpadded(), int64_t{8'030'261'248});
+        spin(d, "num_query_groups")->setValue(3);
+        d.replan();
+        const QString shown = issue_text(d, "num_query_groups");
+        QVERIFY2(shown.contains(QStringLiteral("must be divisible by num_query_groups (3)")), qPrintable(shown));
     }
 
     void autoConfigureRanksAndApplies() {

@@ -1,6 +1,6 @@
-// The whole model against PyTorch: for the fixtures made by tests/reference/make_gpt_reference.py
-// (an independent float64 torch implementation), the loss, every parameter's gradient, and the
-// parameters after one clipped AdamW step must match.
+// The whole model against PyTorch: for the fixtures made by tests/reference/make_gpt_reference.py and
+// make_llama_reference.py (independent float64 torch implementations of GPT and of the Llama block),
+// the loss, every parameter's gradient, and the parameters after one clipped AdamW step must match.
 #include "support/fixtures.h"
 #include "support/reference.h"
 
@@ -33,6 +33,20 @@ Case make_case(const nlohmann::json& c) {
     k.dims.tied_output = !c["untie_embeddings_and_output_weights"].get<bool>();
     k.dims.rmsnorm = c["normalization"] == "RMSNorm";
     k.dims.norm_eps = c["layernorm_epsilon"];
+    // Llama-family fields (absent from the GPT fixtures: GPT's values).
+    k.dims.groups = c.value("num_query_groups", 0);
+    k.dims.kv_channels = c.value("kv_channels", 0);
+    k.dims.swiglu = c.value("swiglu", false);
+    k.dims.linear_bias = c.value("add_bias_linear", true);
+    k.dims.qkv_bias = c.value("add_qkv_bias", false);
+    if (c.value("position_embedding_type", std::string("learned_absolute")) == "rope") {
+        k.dims.positions = GptDims::Positions::Rope;
+        k.dims.rotary_dim =
+            static_cast<int64_t>(static_cast<double>(k.dims.head_dim()) * c["rotary_percent"].get<double>());
+        k.dims.rotary_base = c["rotary_base"];
+        k.dims.rope_scaling = c["use_rope_scaling"];
+        k.dims.rope_scaling_factor = c["rope_scaling_factor"];
+    }
     k.training.lr = c["lr"];
     k.training.adam_beta1 = c["adam_beta1"];
     k.training.adam_beta2 = c["adam_beta2"];
@@ -52,6 +66,10 @@ private slots:
         QTest::addColumn<QString>("fixture");
         QTest::newRow("tied LayerNorm") << "gpt_reference_tied_layernorm.json";
         QTest::newRow("untied RMSNorm, 2 micro-batches") << "gpt_reference_untied_rmsnorm_accum.json";
+        QTest::newRow("Llama: GQA 2 of 4 heads, scaled RoPE, SwiGLU, no biases")
+            << "llama_reference_gqa_rope_scaled.json";
+        QTest::newRow("Llama: MQA, QKV bias, head dim 12, half rotary, 2 micro-batches")
+            << "llama_reference_mqa_qkv_bias.json";
     }
     void matches_pytorch() {
         QFETCH(QString, fixture);
@@ -73,7 +91,8 @@ private slots:
         const int64_t per_micro = k.dims.micro_batch * (k.dims.seq + 1);
         double loss = 0;
         for (int64_t m = 0; m < k.micro_batches; ++m)
-            loss += model.forward_backward(tokens.data() + m * per_micro, 1.0f / static_cast<float>(k.micro_batches), 0, 0);
+            loss +=
+                model.forward_backward(tokens.data() + m * per_micro, 1.0f / static_cast<float>(k.micro_batches), 0, 0);
         loss /= static_cast<double>(k.micro_batches);
         const double ref_loss = fx["loss"];
         QVERIFY2(std::abs(loss - ref_loss) <= 1e-5 * std::abs(ref_loss),
@@ -85,9 +104,9 @@ private slots:
             const TensorView g = layout.view(model.grads(), layout.index_of(t["name"]));
             const std::vector<float> got(g.f32(), g.f32() + g.numel());
             const double err = test::normwise_error(got, ref);
-            QVERIFY2(err < 1e-5, qPrintable(QString("gradient of %1: normwise error %2")
-                                                .arg(QString::fromStdString(t["name"]))
-                                                .arg(err)));
+            QVERIFY2(err < 1e-5,
+                     qPrintable(
+                         QString("gradient of %1: normwise error %2").arg(QString::fromStdString(t["name"])).arg(err)));
         }
 
         // One clipped AdamW step (decay on weights, none on biases and norms), as torch.optim.AdamW.

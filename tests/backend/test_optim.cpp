@@ -30,6 +30,20 @@ GptDims small_dims(int64_t micro_batch) {
     return d;
 }
 
+/// The same size as a Llama-family model: RoPE, SwiGLU, 2 key/value groups, RMSNorm, no biases, untied.
+GptDims small_llama_dims(int64_t micro_batch) {
+    GptDims d = small_dims(micro_batch);
+    d.groups = 2;
+    d.ffn = 48;
+    d.swiglu = true;
+    d.linear_bias = false;
+    d.positions = GptDims::Positions::Rope;
+    d.rotary_dim = 8;
+    d.rmsnorm = true;
+    d.tied_output = false;
+    return d;
+}
+
 std::vector<int32_t> random_tokens(int64_t samples, int64_t seq, int64_t vocab, uint32_t seed) {
     std::mt19937 gen(seed);
     std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(vocab - 1));
@@ -52,7 +66,7 @@ private slots:
         for (const char* style : {"linear", "cosine", "constant"}) {
             t.lr_decay_style = style;
             const LrSchedule s(t);
-            QCOMPARE(s.lr(0), 0.0);        // Megatron's first iteration trains at lr 0 when warming up
+            QCOMPARE(s.lr(0), 0.0);  // Megatron's first iteration trains at lr 0 when warming up
             QCOMPARE(s.lr(5), 5e-4);
             QCOMPARE(s.lr(10), 1e-3);
             if (std::string(style) == "constant") {
@@ -79,21 +93,21 @@ private slots:
         t.hysteresis = 2;
         LossScaler s(t);
         QVERIFY(s.dynamic());
-        s.update(true);                 // first overflow: hysteresis absorbs it
+        s.update(true);  // first overflow: hysteresis absorbs it
         QCOMPARE(s.scale(), 1024.0);
-        s.update(true);                 // second: halve
+        s.update(true);  // second: halve
         QCOMPARE(s.scale(), 512.0);
-        s.update(true);                 // hysteresis is not restored until the scale grows
+        s.update(true);  // hysteresis is not restored until the scale grows
         QCOMPARE(s.scale(), 256.0);
         s.update(false);
         s.update(false);
         QCOMPARE(s.scale(), 256.0);
-        s.update(false);                // 3 clean iterations: double
+        s.update(false);  // 3 clean iterations: double
         QCOMPARE(s.scale(), 512.0);
         s.update(true);
-        QCOMPARE(s.scale(), 512.0);     // hysteresis restored by the growth
+        QCOMPARE(s.scale(), 512.0);  // hysteresis restored by the growth
         for (int i = 0; i < 10; ++i) s.update(true);
-        QCOMPARE(s.scale(), 64.0);      // floor
+        QCOMPARE(s.scale(), 64.0);  // floor
         const auto state = s.state();
         LossScaler restored(t);
         restored.load_state(state);
@@ -127,11 +141,17 @@ private slots:
         QVERIFY(std::equal(before.begin(), before.end(), model.params().f32()));
     }
 
+    void fp16_loss_scale_overflow_is_detected_end_to_end_data() {
+        QTest::addColumn<bool>("llama");
+        QTest::newRow("GPT") << false;
+        QTest::newRow("Llama") << true;
+    }
     void fp16_loss_scale_overflow_is_detected_end_to_end() {
         // A loss scale of 2^40 overflows fp16 (max 65504) in the emulated activation gradients.
+        QFETCH(bool, llama);
         OpContext ctx;
         Allocator alloc;
-        const GptDims d = small_dims(2);
+        const GptDims d = llama ? small_llama_dims(2) : small_dims(2);
         GptModel model(d, RecomputePolicy{}, DType::F16, ctx, alloc);
         model.init_weights(3);
         TrainingConfig t;
@@ -145,8 +165,14 @@ private slots:
         QVERIFY(!opt.step(1e-3, 1024.0).skipped);
     }
 
+    void bf16_weights_are_bf16_and_close_to_fp32_data() {
+        QTest::addColumn<bool>("llama");
+        QTest::newRow("GPT") << false;
+        QTest::newRow("Llama") << true;
+    }
     void bf16_weights_are_bf16_and_close_to_fp32() {
-        const GptDims d = small_dims(2);
+        QFETCH(bool, llama);
+        const GptDims d = llama ? small_llama_dims(2) : small_dims(2);
         const auto tokens = random_tokens(d.micro_batch, d.seq, d.vocab, 5);
         OpContext ctx;
         Allocator alloc;
@@ -168,8 +194,8 @@ private slots:
         QVERIFY(!opt.step(1e-3, 1.0).skipped);
         for (int64_t i = 0; i < bf16.params().numel(); ++i) {
             const float w = bf16.params().f32()[i];
-            QCOMPARE(round_to_bf16(w), w);                          // model weights stay bf16
-            QCOMPARE(round_to_bf16(opt.master().f32()[i]), w);      // and are the rounded master weights
+            QCOMPARE(round_to_bf16(w), w);                      // model weights stay bf16
+            QCOMPARE(round_to_bf16(opt.master().f32()[i]), w);  // and are the rounded master weights
         }
     }
 

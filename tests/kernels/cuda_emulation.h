@@ -1,8 +1,8 @@
 #pragma once
 // The CUDA execution model on host threads, for kernels written as plain CUDA C++ without runtime
-// calls (kernels/cuda/attention_kernels.cuh, attention_tc_kernels.cuh): each block runs as blockDim
-// std::threads that meet at a std::barrier for __syncthreads (and a per-warp one for __syncwarp and
-// __shfl_xor_sync),
+// calls (kernels/cuda/attention_kernels.cuh, attention_tc_kernels.cuh, rope_swiglu_kernels.cuh): each
+// block runs as blockDim std::threads that meet at a std::barrier for __syncthreads (and a per-warp one
+// for __syncwarp and __shfl_xor_sync), blockDim and gridDim are the launch's,
 // __shared__ arrays become function statics and dynamic shared memory one buffer (blocks run one after
 // another, so one block owns them at a time). Slow, but it executes the kernels' own source — index
 // math, tiling, barriers, numerics — on CPUs, where CI runs.
@@ -33,6 +33,7 @@ struct Dim3 {
     unsigned x = 0, y = 0, z = 0;
 };
 inline thread_local Dim3 thread_index, block_index;
+inline Dim3 block_dim, grid_dim;  // of the running launch
 inline std::barrier<>* block_barrier = nullptr;
 inline std::vector<std::unique_ptr<std::barrier<>>> warp_barriers;
 inline std::vector<uint64_t> shuffle_slots;  // one per thread of the block, for __shfl_xor_sync
@@ -43,6 +44,8 @@ inline std::vector<unsigned char> dynamic_shared;
 template <class Kernel>
 void launch(unsigned grid_x, unsigned grid_y, int threads, const Kernel& kernel, std::size_t shared_bytes = 0) {
     dynamic_shared.assign(shared_bytes, 0xCD);  // not zero: kernels must not rely on fresh shared memory
+    block_dim = {static_cast<unsigned>(threads), 1, 1};
+    grid_dim = {grid_x, grid_y, 1};
     for (unsigned by = 0; by < grid_y; ++by)
         for (unsigned bx = 0; bx < grid_x; ++bx) {
             std::barrier<> barrier(threads);
@@ -65,6 +68,8 @@ void launch(unsigned grid_x, unsigned grid_y, int threads, const Kernel& kernel,
 
 #define threadIdx ::mwb::emulation::thread_index
 #define blockIdx ::mwb::emulation::block_index
+#define blockDim ::mwb::emulation::block_dim
+#define gridDim ::mwb::emulation::grid_dim
 #define __global__
 #define __device__
 #define __host__

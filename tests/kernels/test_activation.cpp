@@ -1,5 +1,6 @@
 // GELU (GPT-2's tanh approximation): forward against the float64 formula, backward against central finite
-// differences of it, and saturation at large |x| without NaN.
+// differences of it, and saturation at large |x| without NaN. SwiGLU (silu(gate)·up over rows [gate | up])
+// likewise against float64 and finite differences.
 #include "support/qt_checks.h"
 #include "support/reference.h"
 
@@ -36,6 +37,11 @@ std::vector<float> gelu_inputs() {
     auto x = random_floats(4099, 1, -6.0f, 6.0f);
     for (float v : {0.0f, -0.0f, 1e-6f, -1e-6f, -0.75179f, -0.7518f, -0.75f, 1.0f, -1.0f}) x.push_back(v);
     return x;
+}
+
+/// silu(g)·u = g·u / (1 + e^-g) in float64.
+double swiglu_ref(double g, double u) {
+    return g * u / (1.0 + std::exp(-g));
 }
 
 }  // namespace
@@ -102,6 +108,35 @@ private slots:
                 wrong << QStringLiteral("gelu'(%1) = %2").arg(double(x[i])).arg(double(dx[i]));
         }
         QVERIFY2(wrong.isEmpty(), qPrintable(wrong.join(", ")));
+    }
+
+    void swiglu_matches_float64_and_finite_differences() {
+        const int64_t N = 37, F = 53;  // rows [gate (F) | up (F)]
+        auto x = random_floats(N * 2 * F, 3, -8.0f, 8.0f);
+        auto dout = random_floats(N * F, 4, -2.0f, 2.0f);
+        std::vector<float> out(N * F, std::nanf("")), dx(N * 2 * F, std::nanf(""));
+        OpContext ctx;
+        ops::swiglu_forward(ctx, view_f32(out.data(), {N, F}), view_f32(x.data(), {N, 2 * F}));
+        ops::swiglu_backward(ctx, view_f32(dx.data(), {N, 2 * F}), view_f32(dout.data(), {N, F}),
+                             view_f32(x.data(), {N, 2 * F}));
+        std::vector<double> ref(N * F), dref(N * 2 * F);
+        const double h = 1e-6;
+        for (int64_t n = 0; n < N; ++n)
+            for (int64_t i = 0; i < F; ++i) {
+                const double g = x[n * 2 * F + i], u = x[n * 2 * F + F + i], d = dout[n * F + i];
+                ref[n * F + i] = swiglu_ref(g, u);
+                dref[n * 2 * F + i] = d * (swiglu_ref(g + h, u) - swiglu_ref(g - h, u)) / (2 * h);
+                dref[n * 2 * F + F + i] = d * (swiglu_ref(g, u + h) - swiglu_ref(g, u - h)) / (2 * h);
+            }
+        // exp_approx (a few ulp) and three float products: ~1e-7 relative; near zero (g ≈ 0 or u ≈ 0)
+        // absolute, hence the floor of 1.
+        MWB_VERIFY_ERROR(max_rel_error(out, ref, 1.0), 1e-6);
+        MWB_VERIFY_ERROR(max_rel_error(dx, dref, 1.0), 1e-5);
+        QVERIFY_THROWS_EXCEPTION(
+            mwb::Error, ops::swiglu_forward(ctx, view_f32(out.data(), {N, F - 1}), view_f32(x.data(), {N, 2 * F})));
+        QVERIFY_THROWS_EXCEPTION(
+            mwb::Error, ops::swiglu_backward(ctx, view_f32(dx.data(), {N, 2 * F - 2}), view_f32(dout.data(), {N, F}),
+                                             view_f32(x.data(), {N, 2 * F})));
     }
 
     void mismatched_shapes_throw() {

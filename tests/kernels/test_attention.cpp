@@ -1,6 +1,8 @@
 // Causal self-attention core against a naive float64 implementation (scale, causal mask, softmax, dropout
 // with masks drawn from the documented global index), gradients of q, k, v against central finite
-// differences of it, tensor-parallel head shards against the whole layer, and thread-count invariance.
+// differences of it, tensor-parallel head shards against the whole layer, and thread-count invariance;
+// grouped-query and multi-query attention (G < A key/value heads) against the same float64 reference
+// reading each query head's group, and against multi-head attention on K/V heads repeated per query head.
 #include "support/child_process.h"
 #include "support/qt_checks.h"
 #include "support/reference.h"
@@ -27,13 +29,18 @@ struct Shape {
     int64_t S, B, A, D;
     int head_offset = 0, total_heads = 0;  // total_heads 0: A
     float p = 0;
+    int64_t G = 0;  // key/value groups; 0: A (multi-head)
 
-    int64_t qkv_size() const { return S * B * A * 3 * D; }
+    int64_t groups() const { return G ? G : A; }
+    int64_t per_group() const { return A / groups(); }
+    int64_t qkv_width() const { return (A + 2 * groups()) * D; }
+    int64_t qkv_size() const { return S * B * qkv_width(); }
     int64_t out_size() const { return S * B * A * D; }
     int64_t probs_size() const { return B * A * S * S; }
     AttentionParams params() const {
         AttentionParams ap;
         ap.num_heads = int(A);
+        ap.num_query_groups = int(G);
         ap.head_offset = head_offset;
         ap.total_heads = total_heads ? total_heads : int(A);
         ap.batch = int(B);
@@ -42,8 +49,14 @@ struct Shape {
         ap.rng = RngStream{2024, 11};
         return ap;
     }
-    // Element offsets in qkv (S, B, A·3·D) with per-head [q | k | v], out (S, B, A·D), probs (B, A, S, S).
-    int64_t q(int64_t i, int64_t b, int64_t h) const { return (i * B + b) * A * 3 * D + h * 3 * D; }
+    // Element offsets in qkv (S, B, G·(A/G+2)·D) with per group [q_0 … q_(A/G-1) | k | v], out (S, B, A·D),
+    // probs (B, A, S, S); k and v of query head h are those of its group h / (A/G).
+    int64_t group(int64_t i, int64_t b, int64_t h) const {
+        return (i * B + b) * qkv_width() + h / per_group() * (per_group() + 2) * D;
+    }
+    int64_t q(int64_t i, int64_t b, int64_t h) const { return group(i, b, h) + h % per_group() * D; }
+    int64_t k(int64_t i, int64_t b, int64_t h) const { return group(i, b, h) + per_group() * D; }
+    int64_t v(int64_t i, int64_t b, int64_t h) const { return k(i, b, h) + D; }
     int64_t o(int64_t i, int64_t b, int64_t h) const { return (i * B + b) * A * D + h * D; }
     int64_t pr(int64_t b, int64_t h, int64_t i, int64_t j) const { return ((b * A + h) * S + i) * S + j; }
 };
@@ -82,7 +95,7 @@ Ref attention_ref(const std::vector<double>& qkv, const Shape& s, const std::vec
                 double mx = -INFINITY;
                 for (int64_t j = 0; j <= i; ++j) {
                     double dot = 0;
-                    for (int64_t d = 0; d < s.D; ++d) dot += qkv[s.q(i, b, h) + d] * qkv[s.q(j, b, h) + s.D + d];
+                    for (int64_t d = 0; d < s.D; ++d) dot += qkv[s.q(i, b, h) + d] * qkv[s.k(j, b, h) + d];
                     row[j] = scale * dot;
                     mx = std::max(mx, row[j]);
                 }
@@ -92,7 +105,7 @@ Ref attention_ref(const std::vector<double>& qkv, const Shape& s, const std::vec
                     const double prob = row[j] / sum;
                     r.probs[s.pr(b, h, i, j)] = prob;
                     const double w = prob * mult[s.pr(b, h, i, j)];
-                    for (int64_t d = 0; d < s.D; ++d) r.out[s.o(i, b, h) + d] += w * qkv[s.q(j, b, h) + 2 * s.D + d];
+                    for (int64_t d = 0; d < s.D; ++d) r.out[s.o(i, b, h) + d] += w * qkv[s.v(j, b, h) + d];
                 }
             }
     return r;
@@ -109,23 +122,25 @@ Run run_attention(const Shape& s, std::vector<float>& qkv, std::vector<float>& d
           std::vector<float>(s.qkv_size(), std::nanf(""))};
     std::vector<float> ws(ops::attention_workspace_bytes(ap, s.S, ops::num_threads()) / sizeof(float) + 1);
     OpContext ctx;
-    const TensorView qkv_v = view_f32(qkv.data(), {s.S, s.B, s.A * 3 * s.D});
+    const TensorView qkv_v = view_f32(qkv.data(), {s.S, s.B, s.qkv_width()});
     const TensorView probs_v = view_f32(r.probs.data(), {s.B, s.A, s.S, s.S});
     const TensorView ws_v = view_f32(ws.data(), {int64_t(ws.size())});
     ops::attention_forward(ctx, view_f32(r.out.data(), {s.S, s.B, s.A * s.D}), probs_v, qkv_v, ws_v, ap);
-    ops::attention_backward(ctx, view_f32(r.dqkv.data(), {s.S, s.B, s.A * 3 * s.D}),
+    ops::attention_backward(ctx, view_f32(r.dqkv.data(), {s.S, s.B, s.qkv_width()}),
                             view_f32(dout.data(), {s.S, s.B, s.A * s.D}), qkv_v, probs_v, ws_v, ap);
     return r;
 }
 
-/// The q, k or v part (which = 0, 1, 2) of a qkv-shaped tensor.
+/// The q (which = 0, every query head), k or v part (1, 2: one head per group) of a qkv-shaped tensor.
 template <class T>
 std::vector<T> part(const std::vector<T>& qkv, const Shape& s, int which) {
     std::vector<T> v;
     for (int64_t i = 0; i < s.S; ++i)
         for (int64_t b = 0; b < s.B; ++b)
-            for (int64_t h = 0; h < s.A; ++h)
-                for (int64_t d = 0; d < s.D; ++d) v.push_back(qkv[s.q(i, b, h) + which * s.D + d]);
+            for (int64_t h = 0; h < s.A; h += which == 0 ? 1 : s.per_group()) {
+                const int64_t at = which == 0 ? s.q(i, b, h) : which == 1 ? s.k(i, b, h) : s.v(i, b, h);
+                for (int64_t d = 0; d < s.D; ++d) v.push_back(qkv[at + d]);
+            }
     return v;
 }
 
@@ -156,6 +171,11 @@ private slots:
         QTest::newRow("S130_B1_A1_D3_dropout") << Shape{130, 1, 1, 3, 0, 0, 0.1f};
         // A tensor-parallel shard: heads 1..2 of 4, so masks come from global heads 1 and 2.
         QTest::newRow("S9_B2_A2_D4_heads1of4_dropout") << Shape{9, 2, 2, 4, 1, 4, 0.5f};
+        // Grouped-query (2 groups of 2 query heads) and multi-query (1 group of 3) attention.
+        QTest::newRow("S7_B2_A4_D3_G2") << Shape{7, 2, 4, 3, 0, 0, 0, 2};
+        QTest::newRow("S7_B2_A4_D3_G2_dropout") << Shape{7, 2, 4, 3, 0, 0, 0.3f, 2};
+        QTest::newRow("S70_B1_A3_D4_G1_dropout") << Shape{70, 1, 3, 4, 0, 0, 0.2f, 1};
+        QTest::newRow("S9_B1_A2_D4_G1_heads2of4") << Shape{9, 1, 2, 4, 2, 4, 0.5f, 1};
     }
     void matches_float64_and_finite_differences() {
         QFETCH(Shape, shape);
@@ -220,19 +240,71 @@ private slots:
 
     void results_do_not_depend_on_threads() {
         // 3 row tiles, 6 (b, h) pairs: uneven for 4 threads, and 1 vs 2 vs 3 vs 4 must agree bit for bit.
-        const Shape s{130, 2, 3, 8, 0, 0, 0.1f};
-        auto qkv = random_floats(s.qkv_size(), 7), dout = random_floats(s.out_size(), 8);
-        const auto run = [&](int threads) {
-            mwb::test::ScopedThreads t(threads);
-            Run r = run_attention(s, qkv, dout);
-            r.out.insert(r.out.end(), r.probs.begin(), r.probs.end());
-            r.out.insert(r.out.end(), r.dqkv.begin(), r.dqkv.end());
-            return r.out;
-        };
-        const auto one = run(1);
-        for (int threads : {2, 3, 4}) {
-            const auto other = run(threads);
-            MWB_VERIFY_BITWISE(other, one);
+        // Grouped-query too: 3 (b, group) pairs in backward.
+        for (const Shape& s : {Shape{130, 2, 3, 8, 0, 0, 0.1f}, Shape{130, 3, 4, 8, 0, 0, 0.1f, 1}}) {
+            auto qkv = random_floats(s.qkv_size(), 7), dout = random_floats(s.out_size(), 8);
+            const auto run = [&](int threads) {
+                mwb::test::ScopedThreads t(threads);
+                Run r = run_attention(s, qkv, dout);
+                r.out.insert(r.out.end(), r.probs.begin(), r.probs.end());
+                r.out.insert(r.out.end(), r.dqkv.begin(), r.dqkv.end());
+                return r.out;
+            };
+            const auto one = run(1);
+            for (int threads : {2, 3, 4}) {
+                const auto other = run(threads);
+                MWB_VERIFY_BITWISE(other, one);
+            }
+        }
+    }
+
+    void grouped_query_equals_multi_head_on_repeated_kv() {
+        // GQA is MHA whose K/V heads are the group's, repeated per query head (how the published
+        // reference code computes it). Built that way, MHA must give the same out and probs, bit for bit
+        // (the same GEMMs on the same values), and dq; dk and dv of a group are the sum over its query
+        // heads of MHA's (summed in head order: float addition of the same terms, compared to 1e-6).
+        const Shape gqa{70, 2, 6, 4, 0, 0, 0.3f, 2}, mha{70, 2, 6, 4, 0, 0, 0.3f, 0};
+        auto qkv = random_floats(gqa.qkv_size(), 21), dout = random_floats(gqa.out_size(), 22);
+        std::vector<float> rep(mha.qkv_size());
+        for (int64_t i = 0; i < gqa.S; ++i)
+            for (int64_t b = 0; b < gqa.B; ++b)
+                for (int64_t h = 0; h < gqa.A; ++h)
+                    for (int64_t d = 0; d < gqa.D; ++d) {
+                        rep[mha.q(i, b, h) + d] = qkv[gqa.q(i, b, h) + d];
+                        rep[mha.k(i, b, h) + d] = qkv[gqa.k(i, b, h) + d];
+                        rep[mha.v(i, b, h) + d] = qkv[gqa.v(i, b, h) + d];
+                    }
+        const Run g = run_attention(gqa, qkv, dout), m = run_attention(mha, rep, dout);
+        MWB_VERIFY_BITWISE(g.out, m.out);
+        MWB_VERIFY_BITWISE(g.probs, m.probs);
+        MWB_VERIFY_BITWISE(part(g.dqkv, gqa, 0), part(m.dqkv, mha, 0));
+        std::vector<double> dk(part(g.dqkv, gqa, 1).size(), 0.0), dv(dk.size(), 0.0);
+        for (int64_t i = 0; i < gqa.S; ++i)
+            for (int64_t b = 0; b < gqa.B; ++b)
+                for (int64_t h = 0; h < gqa.A; ++h)
+                    for (int64_t d = 0; d < gqa.D; ++d) {
+                        const int64_t at = ((i * gqa.B + b) * gqa.groups() + h / gqa.per_group()) * gqa.D + d;
+                        dk[at] += m.dqkv[mha.k(i, b, h) + d];
+                        dv[at] += m.dqkv[mha.v(i, b, h) + d];
+                    }
+        MWB_VERIFY_ERROR(normwise_error(part(g.dqkv, gqa, 1), dk), 1e-6);
+        MWB_VERIFY_ERROR(normwise_error(part(g.dqkv, gqa, 2), dv), 1e-6);
+    }
+
+    void grouped_query_shards_match_the_whole_layer() {
+        // 4 groups of 2 query heads over 2 tensor-parallel ranks: rank r holds groups [2r, 2r + 2), i.e.
+        // query heads [4r, 4r + 4) (head_offset 4r) and a contiguous block of qkv columns.
+        const Shape whole{33, 2, 8, 4, 0, 8, 0.3f, 4};
+        auto qkv = random_floats(whole.qkv_size(), 23), dout = random_floats(whole.out_size(), 24);
+        const Run all = run_attention(whole, qkv, dout);
+        const int64_t w = whole.qkv_width(), half = w / 2;
+        for (int rank = 0; rank < 2; ++rank) {
+            const Shape s{33, 2, 4, 4, 4 * rank, 8, 0.3f, 2};
+            auto qkv_r = columns(qkv, w, rank * half, (rank + 1) * half);
+            auto dout_r = columns(dout, 8 * 4, rank * 4 * 4, (rank + 1) * 4 * 4);
+            const Run got = run_attention(s, qkv_r, dout_r);
+            MWB_VERIFY_BITWISE(got.out, columns(all.out, 8 * 4, rank * 4 * 4, (rank + 1) * 4 * 4));
+            MWB_VERIFY_BITWISE(got.dqkv, columns(all.dqkv, w, rank * half, (rank + 1) * half));
         }
     }
 
@@ -258,6 +330,9 @@ private slots:
         QVERIFY_THROWS_EXCEPTION(mwb::Error, fwd(out_v, probs_v, qkv_v, bad));
         bad = ap;
         bad.dropout_p = 1.0f;
+        QVERIFY_THROWS_EXCEPTION(mwb::Error, fwd(out_v, probs_v, qkv_v, bad));
+        bad = ap;
+        bad.num_query_groups = 3;  // 2 heads do not split into 3 groups
         QVERIFY_THROWS_EXCEPTION(mwb::Error, fwd(out_v, probs_v, qkv_v, bad));
         QVERIFY_THROWS_EXCEPTION(mwb::Error,
                                  ops::attention_backward(ctx, view_f32(big.data(), {8, 2, 25}), out_v, qkv_v, probs_v,

@@ -1,9 +1,11 @@
 // The CUDA attention kernels (kernels/cuda/attention_kernels.cuh, and the tensor-core ones of
 // attention_tc_kernels.cuh), executed on the CPU by cuda_emulation.h, against the CPU op: forward output
 // and backward dqkv within the tolerances the GPU checks use (fp32 kernels 1e-5 and 5e-5 normwise; the
-// bf16 tensor-core kernels, on bf16-valued inputs, 5e-3 where the GPU check allows 1e-2), with and without dropout (the same Philox
-// masks), a tensor-parallel head offset, every instantiated head dim, and sequence lengths around the
-// blocks and tiles. Outputs start as sentinels, so an element the kernels never write fails. No GPU.
+// bf16 tensor-core kernels, on bf16-valued inputs, 5e-3 where the GPU check allows 1e-2), with and
+// without dropout (the same Philox masks), a tensor-parallel head offset, every instantiated head dim,
+// sequence lengths around the blocks and tiles, and grouped-query attention (G = A/2, G = 1). The CPU
+// reference always runs multi-head attention on K/V expanded per query head, its dk/dv summed per group
+// (for G = A, the CPU op itself). Outputs start as sentinels, so an element the kernels never write fails. No GPU.
 #include "cuda_emulation.h"
 
 #include "attention_kernels.cuh"
@@ -44,73 +46,101 @@ struct Errors {
     double out = 0, dqkv = 0;
 };
 
-template <int D>
-Errors compare(int64_t S, int64_t B, int64_t A, float dropout, int head_offset, int total_heads,
-               bool tensor_cores = false) {
-    AttentionParams p;
-    p.num_heads = static_cast<int>(A);
-    p.head_offset = head_offset;
-    p.total_heads = total_heads;
-    p.batch = static_cast<int>(B);
-    p.softmax_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-    p.dropout_p = dropout;
-    p.rng = RngStream{2024, 11};
-    const int64_t qkv_n = S * B * A * 3 * D, out_n = S * B * A * D;
-    std::vector<float> qkv = uniform(qkv_n, 100, -2, 2);
-    const std::vector<float> dout = uniform(out_n, 101, -1, 1);
-    if (tensor_cores)  // a bf16 run's activations: bf16 values in fp32 arrays
-        for (float& x : qkv) x = round_to_bf16(x);
+struct Case {
+    int64_t S, B, A;
+    int64_t G = 0;  // key/value groups; 0: G = A (multi-head)
+    float dropout = 0.0f;
+    int head_offset = 0, total_heads = 0;  // 0: total_heads = A
+};
 
-    // The CPU op.
+/// The CPU reference of a grouped qkv (S, B, G·(A/G + 2)·D): K/V expanded into a multi-head qkv
+/// (S, B, A·3·D) with every query head's own copy of its group's k and v, the CPU op's multi-head
+/// attention on it, and its dk/dv summed back over each group's heads — independent of any grouped code.
+template <int D>
+void cpu_reference(std::vector<float>& out, std::vector<float>& dqkv, const std::vector<float>& qkv,
+                   const std::vector<float>& dout, int64_t S, AttentionParams p) {
+    const int64_t B = p.batch, A = p.num_heads, G = p.groups(), per = A / G;
+    const int64_t grouped_row = B * (A + 2 * G) * D, mha_row = B * A * 3 * D;
+    const auto q_at = [&](int64_t b, int64_t h) { return (b * (A + 2 * G) + (h / per) * (per + 2) + h % per) * D; };
+    const auto k_at = [&](int64_t b, int64_t grp) { return (b * (A + 2 * G) + grp * (per + 2) + per) * D; };
+    // fn(grouped index, multi-head index) for every element of the multi-head qkv.
+    const auto each = [&](const auto& fn) {
+        for (int64_t s = 0; s < S; ++s)
+            for (int64_t b = 0; b < B; ++b)
+                for (int64_t h = 0; h < A; ++h)
+                    for (int64_t part = 0; part < 3; ++part) {
+                        const int64_t col = part == 0 ? q_at(b, h) : k_at(b, h / per) + (part - 1) * D;
+                        const int64_t from = s * grouped_row + col;
+                        const int64_t to = s * mha_row + (b * A + h) * 3 * D + part * D;
+                        for (int64_t d = 0; d < D; ++d) fn(from + d, to + d);
+                    }
+    };
+    std::vector<float> mha(static_cast<std::size_t>(S * mha_row));
+    each([&](int64_t grouped, int64_t multi) { mha[multi] = qkv[grouped]; });
+    p.num_query_groups = 0;
     OpContext cpu;
-    std::vector<float> out(static_cast<std::size_t>(out_n)), dqkv(static_cast<std::size_t>(qkv_n));
+    std::vector<float> mha_d(mha.size());
     std::vector<float> probs(static_cast<std::size_t>(ops::attention_saved_elements(Device::CPU, p, S)));
-    std::vector<float> ws(static_cast<std::size_t>(ops::attention_workspace_bytes(Device::CPU, p, S, ops::num_threads()) / 4 + 1));
+    const int64_t ws_bytes = ops::attention_workspace_bytes(Device::CPU, p, S, ops::num_threads());
+    std::vector<float> ws(static_cast<std::size_t>(ws_bytes / 4 + 1));
     const auto view = [](const std::vector<float>& v, std::initializer_list<int64_t> shape) {
         return make_view(const_cast<float*>(v.data()), DType::F32, shape);
     };
     const auto flat = [&](const std::vector<float>& v) { return view(v, {static_cast<int64_t>(v.size())}); };
-    ops::attention_forward(cpu, view(out, {S, B, A * D}), flat(probs), view(qkv, {S, B, A * 3 * D}), flat(ws), p);
-    ops::attention_backward(cpu, view(dqkv, {S, B, A * 3 * D}), view(dout, {S, B, A * D}), view(qkv, {S, B, A * 3 * D}),
-                            flat(probs), flat(ws), p);
+    out.assign(static_cast<std::size_t>(S * B * A * D), 0.0f);
+    ops::attention_forward(cpu, view(out, {S, B, A * D}), flat(probs), view(mha, {S, B, A * 3 * D}), flat(ws), p);
+    ops::attention_backward(cpu, view(mha_d, {S, B, A * 3 * D}), view(dout, {S, B, A * D}),
+                            view(mha, {S, B, A * 3 * D}), flat(probs), flat(ws), p);
+    dqkv.assign(qkv.size(), 0.0f);
+    each([&](int64_t grouped, int64_t multi) { dqkv[grouped] += mha_d[multi]; });
+}
 
-    // The CUDA kernels, as ops_attention.cu launches them.
-    att::Geometry g{};
-    g.S = S;
-    g.B = B;
-    g.A = A;
-    g.D = D;
-    g.ld_qkv = B * A * 3 * D;
-    g.ld_out = B * A * D;
-    g.total_heads = total_heads;
-    g.head_offset = head_offset;
-    g.scale = p.softmax_scale;
-    g.rng = p.rng;
-    g.threshold = dropout_keep_threshold(dropout);
-    g.keep_scale = 1.0f / (1.0f - dropout);
-    g.dropout = dropout > 0.0f;
+template <int D>
+Errors compare(const Case& c, bool tensor_cores = false) {
+    const int64_t S = c.S, B = c.B, A = c.A, G = c.G > 0 ? c.G : c.A;
+    AttentionParams p;
+    p.num_heads = static_cast<int>(A);
+    p.num_query_groups = static_cast<int>(c.G);
+    p.head_offset = c.head_offset;
+    p.total_heads = c.total_heads > 0 ? c.total_heads : static_cast<int>(A);
+    p.batch = static_cast<int>(B);
+    p.softmax_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+    p.dropout_p = c.dropout;
+    p.rng = RngStream{2024, 11};
+    const int64_t qkv_n = S * B * (A + 2 * G) * D, out_n = S * B * A * D;
+    std::vector<float> qkv = uniform(qkv_n, 100, -2, 2);
+    const std::vector<float> dout = uniform(out_n, 101, -1, 1);
+    if (tensor_cores)  // a bf16 run's activations: bf16 values in fp32 arrays
+        for (float& x : qkv) x = round_to_bf16(x);
+    std::vector<float> out, dqkv;
+    cpu_reference<D>(out, dqkv, qkv, dout, S, p);
+
+    // The CUDA kernels, as ops_attention.cu launches them: forward and dq per (sequence, query head),
+    // dk/dv per (sequence, key/value group).
+    const att::Geometry g = att::make_geometry(S, D, p);
     std::vector<float> gout(out.size(), -7.0f), gdqkv(dqkv.size(), -7.0f);
     std::vector<float> lse(static_cast<std::size_t>(B * A * S), -7.0f), delta(lse.size(), -7.0f);
-    const auto grid_y = static_cast<unsigned>(B * A);
+    const auto heads_y = static_cast<unsigned>(B * A), groups_y = static_cast<unsigned>(B * G);
     if (tensor_cores) {
         const auto grid_x = static_cast<unsigned>((S + att::kTcRows - 1) / att::kTcRows);
         const int threads = att::kTcThreads;
-        emulation::launch(grid_x, grid_y, threads, [&] { att::k_attn_fwd_tc<D>(gout.data(), lse.data(), qkv.data(), g); },
+        emulation::launch(grid_x, heads_y, threads,
+                          [&] { att::k_attn_fwd_tc<D>(gout.data(), lse.data(), qkv.data(), g); },
                           att::TcForwardSmem<D>::bytes);
-        emulation::launch(grid_x, grid_y, threads, [&] {
+        emulation::launch(grid_x, heads_y, threads, [&] {
             att::k_attn_bwd_dq_tc<D>(gdqkv.data(), delta.data(), dout.data(), qkv.data(), lse.data(), g);
         }, att::TcBackwardSmem<D>::bytes);
-        emulation::launch(grid_x, grid_y, threads, [&] {
+        emulation::launch(grid_x, groups_y, threads, [&] {
             att::k_attn_bwd_dkv_tc<D>(gdqkv.data(), delta.data(), dout.data(), qkv.data(), lse.data(), g);
         }, att::TcBackwardSmem<D>::bytes);
         return {normwise(gout, out), normwise(gdqkv, dqkv)};
     }
     const auto grid_x = static_cast<unsigned>((S + att::kRows - 1) / att::kRows);
-    emulation::launch(grid_x, grid_y, att::kRows, [&] { att::k_attn_fwd<D>(gout.data(), lse.data(), qkv.data(), g); });
-    emulation::launch(grid_x, grid_y, att::kRows, [&] {
+    emulation::launch(grid_x, heads_y, att::kRows, [&] { att::k_attn_fwd<D>(gout.data(), lse.data(), qkv.data(), g); });
+    emulation::launch(grid_x, heads_y, att::kRows, [&] {
         att::k_attn_bwd_dq<D>(gdqkv.data(), delta.data(), dout.data(), qkv.data(), lse.data(), g);
     });
-    emulation::launch(grid_x, grid_y, att::kRows, [&] {
+    emulation::launch(grid_x, groups_y, att::kRows, [&] {
         att::k_attn_bwd_dkv<D>(gdqkv.data(), delta.data(), dout.data(), qkv.data(), lse.data(), g);
     });
     return {normwise(gout, out), normwise(gdqkv, dqkv)};
@@ -136,35 +166,45 @@ class TestAttentionEmulated : public QObject {
 private slots:
     void every_head_dim_matches_the_cpu_op() {
         // S = 70: two 64-row blocks, the second mostly idle; three 32-key tiles, the last partial.
-        check(compare<16>(70, 2, 2, 0.0f, 0, 2), "D 16");
-        check(compare<32>(70, 1, 2, 0.0f, 0, 2), "D 32");
-        check(compare<64>(70, 1, 2, 0.0f, 0, 2), "D 64");
-        check(compare<80>(70, 1, 1, 0.0f, 0, 1), "D 80");
-        check(compare<96>(70, 1, 1, 0.0f, 0, 1), "D 96");
-        check(compare<128>(70, 1, 1, 0.0f, 0, 1), "D 128");
-        check(compare<160>(70, 1, 1, 0.0f, 0, 1), "D 160");
+        check(compare<16>({70, 2, 2, 0, 0.0f, 0, 2}), "D 16");
+        check(compare<32>({70, 1, 2, 0, 0.0f, 0, 2}), "D 32");
+        check(compare<64>({70, 1, 2, 0, 0.0f, 0, 2}), "D 64");
+        check(compare<80>({70, 1, 1, 0, 0.0f, 0, 1}), "D 80");
+        check(compare<96>({70, 1, 1, 0, 0.0f, 0, 1}), "D 96");
+        check(compare<128>({70, 1, 1, 0, 0.0f, 0, 1}), "D 128");
+        check(compare<160>({70, 1, 1, 0, 0.0f, 0, 1}), "D 160");
     }
 
     void dropout_draws_the_cpu_masks() {
         // Heads 2..3 of 6 (a tensor-parallel rank's share): mask indices use the global head.
-        check(compare<16>(65, 2, 2, 0.25f, 2, 6), "D 16, dropout 0.25, heads 2-3 of 6");
-        check(compare<64>(96, 2, 2, 0.1f, 0, 2), "D 64, dropout 0.1");
-        check(compare<128>(40, 1, 2, 0.1f, 1, 4), "D 128, dropout 0.1, heads 1-2 of 4");
+        check(compare<16>({65, 2, 2, 0, 0.25f, 2, 6}), "D 16, dropout 0.25, heads 2-3 of 6");
+        check(compare<64>({96, 2, 2, 0, 0.1f, 0, 2}), "D 64, dropout 0.1");
+        check(compare<128>({40, 1, 2, 0, 0.1f, 1, 4}), "D 128, dropout 0.1, heads 1-2 of 4");
     }
 
     void tensor_core_kernels_match_the_cpu_op_in_bf16() {
         // S = 130: three 64-row blocks and 64-key tiles, the last one partial.
-        check_bf16(compare<64>(130, 1, 2, 0.0f, 0, 2, true), "tensor cores, D 64");
-        check_bf16(compare<16>(70, 2, 2, 0.25f, 2, 6, true), "tensor cores, D 16, dropout 0.25, heads 2-3 of 6");
-        check_bf16(compare<128>(65, 1, 1, 0.1f, 0, 1, true), "tensor cores, D 128, dropout 0.1");
-        check_bf16(compare<80>(33, 1, 1, 0.0f, 0, 1, true), "tensor cores, D 80");
-        check_bf16(compare<96>(1, 1, 1, 0.0f, 0, 1, true), "tensor cores, D 96, S 1");
-        check_bf16(compare<160>(64, 1, 1, 0.0f, 0, 1, true), "tensor cores, D 160");
+        check_bf16(compare<64>({130, 1, 2, 0, 0.0f, 0, 2}, true), "tensor cores, D 64");
+        check_bf16(compare<16>({70, 2, 2, 0, 0.25f, 2, 6}, true), "tensor cores, D 16, dropout 0.25, heads 2-3 of 6");
+        check_bf16(compare<128>({65, 1, 1, 0, 0.1f, 0, 1}, true), "tensor cores, D 128, dropout 0.1");
+        check_bf16(compare<80>({33, 1, 1, 0, 0.0f, 0, 1}, true), "tensor cores, D 80");
+        check_bf16(compare<96>({1, 1, 1, 0, 0.0f, 0, 1}, true), "tensor cores, D 96, S 1");
+        check_bf16(compare<160>({64, 1, 1, 0, 0.0f, 0, 1}, true), "tensor cores, D 160");
+    }
+
+    void grouped_query_attention_matches_the_expanded_cpu_op() {
+        // G = A/2 (two query heads per group) and G = 1 (multi-query), against the CPU op on K/V
+        // expanded per query head with dk/dv summed per group; dropout masks on the global query head.
+        check(compare<32>({70, 2, 4, 2}), "GQA A 4 G 2, D 32");
+        check(compare<16>({65, 1, 4, 1, 0.2f, 2, 8}), "MQA A 4 G 1, D 16, dropout 0.2, heads 2-5 of 8");
+        check(compare<64>({33, 1, 3, 1}), "MQA A 3 G 1, D 64");
+        check_bf16(compare<64>({100, 1, 4, 2}, true), "tensor cores, GQA A 4 G 2, D 64");
+        check_bf16(compare<16>({70, 2, 4, 1, 0.25f, 4, 8}, true), "tensor cores, MQA A 4 G 1, D 16, dropout 0.25");
     }
 
     void block_and_tile_edges() {
         for (int64_t S : {1, 31, 32, 33, 63, 64, 65, 129})
-            check(compare<32>(S, 1, 1, 0.1f, 0, 1), qPrintable(QString("D 32, S %1").arg(S)));
+            check(compare<32>({S, 1, 1, 0, 0.1f, 0, 1}), qPrintable(QString("D 32, S %1").arg(S)));
     }
 };
 

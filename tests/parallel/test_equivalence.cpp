@@ -6,12 +6,10 @@
 // ctest runs it twice: with MPI's point-to-point semantics, and with NCCL's (MWB_P2P_SEMANTICS=nccl,
 // test_parallel_equivalence_nccl_p2p), the message order the GPU path relies on.
 #include "layout_formulas.h"
+#include "mpi_runs.h"
 #include "support/fixtures.h"
 
-#include <QProcess>
 #include <QtTest>
-
-#include <fstream>
 
 namespace fs = std::filesystem;
 using namespace mwb::test;
@@ -41,36 +39,6 @@ QStringList layout_args(const LayoutSpec& l) {
     if (!l.recompute.empty()) a << "--recompute-granularity" << QString::fromStdString(l.recompute);
     if (l.recompute == "full") a << "--recompute-method" << "uniform" << "--recompute-num-layers" << QString::number(l.recompute_layers);
     return a;
-}
-
-/// Runs mwb-train (under mpirun when ranks > 1); returns its exit code, with its output in `log`.
-int run_train(int ranks, const QStringList& args, QString& log) {
-    QProcess p;
-    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
-    env.insert("OMPI_ALLOW_RUN_AS_ROOT", "1");
-    env.insert("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
-    env.insert("OMPI_MCA_rmaps_base_oversubscribe", "1");
-    env.insert("OMPI_MCA_btl_vader_single_copy_mechanism", "none");
-    env.insert("OMPI_MCA_btl", "self,vader");  // loopback only: shared memory between local processes
-    p.setProcessEnvironment(env);
-    p.setProcessChannelMode(QProcess::MergedChannels);
-    const QString train = QString::fromStdString((binary_dir() / "backend" / "mwb-train").string());
-    if (ranks == 1) p.start(train, args);
-    else p.start(MWB_MPIEXEC, QStringList{"-np", QString::number(ranks), train} + args);
-    if (!p.waitForFinished(240000)) p.kill();
-    log = p.readAll();
-    return p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
-}
-
-std::vector<nlohmann::json> records(const fs::path& dir, const std::string& topic) {
-    std::vector<nlohmann::json> out;
-    std::ifstream in(dir / "metrics.jsonl");
-    std::string line;
-    while (std::getline(in, line)) {
-        auto j = nlohmann::json::parse(line);
-        if (j["topic"] == topic) out.push_back(std::move(j));
-    }
-    return out;
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "mwb/planner/cluster.h"
 
 #include <array>
+#include <cstdint>
 
 namespace mwb::test {
 
@@ -77,6 +78,57 @@ inline void full_recompute(Config& c) {
 inline void selective_sp(Config& c) {
     c.training.recompute_granularity = "selective";
     c.parallel.sequence_parallel = true;
+}
+
+/// A Llama-family model as its authors published it: the fields of the Hugging Face config.json of
+/// the released checkpoint (layers, hidden_size, num_attention_heads, num_key_value_heads,
+/// intermediate_size, vocab_size, tie_word_embeddings, rope_theta, rope_scaling.factor,
+/// max_position_embeddings, rms_norm_eps, attention bias) and its parameter count as the Hub reports
+/// it from the checkpoint's safetensors (docs/planner.md, Presets).
+struct LlamaRow {
+    const char* preset;
+    int layers, hidden, heads, groups, ffn, vocab;
+    bool tied;
+    double rope_theta, rope_scaling;  ///< rope_scaling 0: none
+    int context;                      ///< max_position_embeddings
+    double eps;
+    bool qkv_bias;
+    int64_t parameters;  ///< published count
+    int nodes;           ///< DGX H100 nodes the preset's layout is planned for (mwb-plan search's choice)
+};
+
+inline constexpr std::array<LlamaRow, 9> kLlamaFamily = {{
+    {"llama-3.2-1b", 16, 2048, 32, 8, 8192, 128256, true, 500000, 32, 131072, 1e-5, false, 1'235'814'400, 1},
+    {"llama-3.2-3b", 28, 3072, 24, 8, 8192, 128256, true, 500000, 32, 131072, 1e-5, false, 3'212'749'824, 1},
+    {"llama-3.1-8b", 32, 4096, 32, 8, 14336, 128256, false, 500000, 8, 131072, 1e-5, false, 8'030'261'248, 1},
+    {"llama-3.1-70b", 80, 8192, 64, 8, 28672, 128256, false, 500000, 8, 131072, 1e-5, false, 70'553'706'496, 8},
+    {"llama-3.1-405b", 126, 16384, 128, 8, 53248, 128256, false, 500000, 8, 131072, 1e-5, false, 405'853'388'800, 112},
+    {"llama-2-7b", 32, 4096, 32, 32, 11008, 32000, false, 10000, 0, 4096, 1e-5, false, 6'738'415'616, 1},
+    {"mistral-7b-v0.1", 32, 4096, 32, 8, 14336, 32000, false, 10000, 0, 32768, 1e-5, false, 7'241'732'096, 1},
+    {"qwen2.5-7b", 28, 3584, 28, 4, 18944, 152064, false, 1000000, 0, 131072, 1e-6, true, 7'615'616'512, 1},
+    {"tinyllama-1.1b", 22, 2048, 32, 4, 5632, 32000, false, 10000, 0, 2048, 1e-5, false, 1'100'048'384, 1},
+}};
+
+/// The small model of the hand-computed multi-rank values: L = 4, h = 32, a = 4, f = 128, s = 16,
+/// micro-batch 2, global batch 8, vocabulary 128 ids (padded to 128 × TP), tied embeddings,
+/// LayerNorm, bf16.
+inline Config small_gpt(int tp, int pp) {
+    Config c;
+    c.model.num_layers = 4;
+    c.model.hidden_size = 32;
+    c.model.num_attention_heads = 4;
+    c.model.seq_length = 16;
+    c.model.vocab_size = 127;
+    c.data.tokenizer_type = "NullTokenizer";
+    c.data.mock_data = true;
+    c.parallel.tensor_model_parallel_size = tp;
+    c.parallel.pipeline_model_parallel_size = pp;
+    c.training.micro_batch_size = 2;
+    c.training.global_batch_size = 8;
+    c.training.bf16 = true;
+    c.training.lr = 1e-3;
+    c.training.train_iters = 1;
+    return c;
 }
 
 /// DGX A100 (80 GB) nodes holding `gpus` devices.

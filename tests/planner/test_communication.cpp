@@ -19,22 +19,7 @@ constexpr int TP = static_cast<int>(Group::TP), SP = static_cast<int>(Group::SP)
 constexpr int64_t X = 2048;
 
 Config tiny(int tp, int pp) {
-    Config c;
-    c.model.num_layers = 4;
-    c.model.hidden_size = 32;
-    c.model.num_attention_heads = 4;
-    c.model.seq_length = 16;
-    c.model.vocab_size = 127;
-    c.data.tokenizer_type = "NullTokenizer";
-    c.data.mock_data = true;
-    c.parallel.tensor_model_parallel_size = tp;
-    c.parallel.pipeline_model_parallel_size = pp;
-    c.training.micro_batch_size = 2;
-    c.training.global_batch_size = 8;
-    c.training.bf16 = true;
-    c.training.lr = 1e-3;
-    c.training.train_iters = 1;
-    return c;
+    return test::small_gpt(tp, pp);
 }
 
 Plan on(const Config& c, int gpus) {

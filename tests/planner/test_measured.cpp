@@ -2,6 +2,7 @@
 // category's current and peak bytes, the total peak (mem_peak_bytes), the parameter count and the
 // FLOPs per iteration must equal what mwb-train writes into metrics.jsonl, run.end and run.json —
 // exactly, for each recompute mode, fp32/bf16/fp16, micro/global batch, untied embeddings, RMSNorm.
+#include "measured.h"
 #include "support/fixtures.h"
 
 #include "config/config_io.h"
@@ -53,17 +54,6 @@ QStringList base_flags() {
             "cpu"};
 }
 
-/// Applies `--flag value` pairs (bools as a lone flag) the way mwb-train does, onto `c`.
-void apply_flags(Config& c, const QStringList& flags) {
-    for (int i = 0; i < flags.size(); ++i) {
-        const std::string flag = flags[i].toStdString();
-        const Field* f = find_config_field(flag.substr(2));
-        QVERIFY2(f, flag.c_str());
-        const bool has_value = i + 1 < flags.size() && !flags[i + 1].startsWith("--");
-        set_field(c, *f, has_value ? flags[++i].toStdString() : "");
-    }
-}
-
 nlohmann::json last_line(const std::filesystem::path& file, const char* topic) {
     std::ifstream in(file);
     std::string line;
@@ -109,6 +99,26 @@ private slots:
                            "--num-attention-heads", "8",       "--recompute-granularity", "full",
                            "--recompute-method",    "uniform", "--recompute-num-layers",  "3"};
         QTest::newRow("1 thread") << QStringList{"--threads", "1"};
+        // Llama family: grouped-query attention (2 key/value heads of 4), SwiGLU, RoPE, RMSNorm, no
+        // biases, untied output layer; and the variants that change what is stored or held.
+        const QStringList llama = test::llama_flags();
+        QTest::newRow("llama") << llama;
+        QTest::newRow("llama selective") << llama + QStringList{"--recompute-granularity", "selective"};
+        QTest::newRow("llama full uniform 1")
+            << llama + QStringList{"--recompute-granularity", "full", "--recompute-method", "uniform",
+                                   "--recompute-num-layers",  "1"};
+        QTest::newRow("llama bf16 full block 2")
+            << llama + QStringList{"--bf16", "--recompute-granularity", "full", "--recompute-method",
+                                   "block",  "--recompute-num-layers",  "2"};
+        QTest::newRow("llama MQA qkv bias rope scaling half rotary") << llama + QStringList{"--num-query-groups",
+                                                                                            "1",
+                                                                                            "--add-qkv-bias",
+                                                                                            "--use-rope-scaling",
+                                                                                            "--rotary-percent",
+                                                                                            "0.5",
+                                                                                            "--max-position-embeddings",
+                                                                                            "64"};
+        QTest::newRow("llama s128 kv_channels 16") << llama + QStringList{"--seq-length", "128", "--kv-channels", "16"};
     }
 
     void memory_flops_and_parameters_equal_mwb_train() {
@@ -122,8 +132,8 @@ private slots:
         QVERIFY(p.waitForFinished(120000));
         QVERIFY2(p.exitCode() == 0, p.readAll().constData());
 
-        Config c;              // the same flags onto Megatron-LM's defaults (the demo preset mwb-train starts from
-        apply_flags(c, args);  // differs only in fields that change no allocation)
+        Config c;  // the same flags onto Megatron-LM's defaults (the demo preset mwb-train starts from
+        test::apply_flags(c, args);  // differs only in fields that change no allocation)
         DeviceSpec cpu = find_device(device_catalogue(), "cpu");
         cpu.threads = c.logging.threads;
         const Plan plan_ = plan(c, make_cluster(cpu, 1, 1));

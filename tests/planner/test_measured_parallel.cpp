@@ -4,6 +4,7 @@
 // static categories are exact and the peaks are exact up to pipeline send buffers whose non-blocking
 // send completed earlier or later than the plan assumes (timing-dependent, more so on a loaded machine):
 // the measured peak is the prediction give or take a whole number of (s/t·b·h) fp32 buffers.
+#include "measured.h"
 #include "support/fixtures.h"
 
 #include "config/config_io.h"
@@ -55,16 +56,6 @@ QStringList model_flags() {
             "1",
             "--device",
             "cpu"};
-}
-
-void apply_flags(Config& c, const QStringList& flags) {
-    for (int i = 0; i < flags.size(); ++i) {
-        const std::string flag = flags[i].toStdString();
-        const Field* f = find_config_field(flag.substr(2));
-        QVERIFY2(f, flag.c_str());
-        const bool has_value = i + 1 < flags.size() && !flags[i + 1].startsWith("--");
-        set_field(c, *f, has_value ? flags[++i].toStdString() : "");
-    }
 }
 
 std::vector<nlohmann::json> records(const std::filesystem::path& file, const std::string& topic) {
@@ -123,6 +114,19 @@ private slots:
                                                                         "uniform",
                                                                         "--recompute-num-layers",
                                                                         "1"};
+        // Llama family (2 key/value groups of the 4 heads, SwiGLU, RoPE, RMSNorm, no biases, untied): each
+        // TP rank holds one key/value head; the same collectives, no position table.
+        const QStringList llama = test::llama_flags();
+        QTest::newRow("llama_tp2_sp") << 2 << llama + QStringList{T, "2", "--sequence-parallel"};
+        QTest::newRow("llama_tp2_pp2_dp2_sp_distopt_selective")
+            << 8 << llama + QStringList{T,
+                                        "2",
+                                        P,
+                                        "2",
+                                        "--sequence-parallel",
+                                        "--use-distributed-optimizer",
+                                        "--recompute-granularity",
+                                        "selective"};
     }
 
     void every_rank() {
@@ -147,7 +151,7 @@ private slots:
         QVERIFY2(proc.exitCode() == 0, proc.readAll().constData());
 
         Config c;
-        apply_flags(c, args);
+        test::apply_flags(c, args);
         DeviceSpec cpu = find_device(device_catalogue(), "cpu");
         cpu.threads = 1;
         const Plan p = plan(c, make_cluster(cpu, ranks, 1));

@@ -35,25 +35,11 @@ int64_t megatron_layer(const test::KorthikantiRow& r, bool sp, const char* recom
     return kept_layer_bytes(b, p.layout.recompute, true);
 }
 
-/// A small model for hand-computed multi-rank values: L = 4, h = 32, a = 4, f = 128, s = 16, b = 2,
-/// vocabulary 128 ids (padded to 128 × TP), tied embeddings, LayerNorm.
+/// test::small_gpt with or without the distributed optimizer, in bf16 or fp32.
 Config tiny(int tp, int pp, bool distributed_optimizer, bool bf16) {
-    Config c;
-    c.model.num_layers = 4;
-    c.model.hidden_size = 32;
-    c.model.num_attention_heads = 4;
-    c.model.seq_length = 16;
-    c.model.vocab_size = 127;
-    c.data.tokenizer_type = "NullTokenizer";
-    c.data.mock_data = true;
-    c.parallel.tensor_model_parallel_size = tp;
-    c.parallel.pipeline_model_parallel_size = pp;
+    Config c = test::small_gpt(tp, pp);
     c.parallel.use_distributed_optimizer = distributed_optimizer;
-    c.training.micro_batch_size = 2;
-    c.training.global_batch_size = 8;
     c.training.bf16 = bf16;
-    c.training.lr = 1e-3;
-    c.training.train_iters = 1;
     return c;
 }
 

@@ -1,5 +1,6 @@
 // mwb-plan as a user runs it, and the presets: every preset loads in mwb-plan, in the config library
 // (as mwb-train and the app load it) and, where one process can run it, in mwb-train itself.
+#include "published.h"
 #include "support/fixtures.h"
 
 #include "config/config_io.h"
@@ -30,8 +31,17 @@ Result plan(const QStringList& args) {
     return run(QString::fromStdString((mwb::test::binary_dir() / "planner" / "mwb-plan").string()), args);
 }
 
-const char* kPresets[] = {"gpt3-125m", "gpt3-350m", "gpt3-760m",   "gpt3-1.3b",   "gpt3-2.7b",    "gpt3-6.7b",
-                          "gpt3-13b",  "gpt3-175b", "mt-nlg-530b", "megatron-1t", "tiny-cpu-demo"};
+const char* kPresets[] = {"gpt3-125m",      "gpt3-350m",    "gpt3-760m",       "gpt3-1.3b",    "gpt3-2.7b",
+                          "gpt3-6.7b",      "gpt3-13b",     "gpt3-175b",       "mt-nlg-530b",  "megatron-1t",
+                          "tiny-cpu-demo",  "llama-3.2-1b", "llama-3.2-3b",    "llama-3.1-8b", "llama-3.1-70b",
+                          "llama-3.1-405b", "llama-2-7b",   "mistral-7b-v0.1", "qwen2.5-7b",   "tinyllama-1.1b"};
+
+/// The Llama-family row of a preset, or nullptr for the GPT ones.
+const mwb::test::LlamaRow* llama_row(const std::string& name) {
+    for (const auto& r : mwb::test::kLlamaFamily)
+        if (name == r.preset) return &r;
+    return nullptr;
+}
 
 }  // namespace
 
@@ -41,7 +51,11 @@ private slots:
     void every_preset_plans_and_fits_its_cluster() {
         for (const char* name : kPresets) {
             const bool cpu = std::string(name) == "tiny-cpu-demo";
-            const Result r = plan({"--preset", name, "--cluster", cpu ? "cpu" : "A100-80GB", "--json"});
+            // Llama-family presets: DGX H100 nodes, as many as their layout was chosen for.
+            const mwb::test::LlamaRow* llama = llama_row(name);
+            QStringList args = {"--preset", name, "--cluster", cpu ? "cpu" : llama ? "H100" : "A100-80GB", "--json"};
+            if (llama) args << "--nodes" << QString::number(llama->nodes);
+            const Result r = plan(args);
             QVERIFY2(r.code == 0, qPrintable(QString("%1: exit %2 %3 %4").arg(name).arg(r.code).arg(r.err, r.out)));
             const auto j = nlohmann::json::parse(r.out.toStdString());
             QVERIFY2(j["estimated"] && j["fits"] && j["runnable"], name);
@@ -87,6 +101,30 @@ private slots:
                     qPrintable(QString(name) + ": " + r.err));
             }
         }
+    }
+
+    // mwb-plan search finds layouts for every Llama-family preset on Hopper and Blackwell nodes.
+    void llama_presets_search_on_h100_h200_b200() {
+        for (const auto& row : mwb::test::kLlamaFamily)
+            for (const char* device : {"H100", "H200", "B200"}) {
+                const Result r = plan({"search", "--preset", row.preset, "--cluster", device, "--nodes",
+                                       QString::number(row.nodes), "--top", "3", "--json"});
+                const QString what = QString("%1 on %2: exit %3 %4").arg(row.preset, device).arg(r.code).arg(r.err);
+                QVERIFY2(r.code == 0, qPrintable(what));
+                const auto j = nlohmann::json::parse(r.out.toStdString());
+                QVERIFY2(!j["ranked"].empty(), qPrintable(what));
+                QVERIFY2(j["ranked"][0]["mfu"].get<double>() > 0.1 &&
+                             j["ranked"][0]["memory_peak_bytes"] <= j["ranked"][0]["memory_limit_bytes"],
+                         qPrintable(what));
+            }
+    }
+
+    // The published count, digit for digit, in the text report.
+    void llama_report_prints_the_published_count() {
+        const Result r = plan({"--preset", "llama-3.1-8b", "--cluster", "H100"});
+        QVERIFY2(r.out.contains("8,030,261,248") && r.out.contains("8 key/value groups") && r.out.contains("SwiGLU") &&
+                     r.out.contains("RoPE (base 500000)"),
+                 qPrintable(r.out));
     }
 
     void text_report_has_the_tables() {

@@ -1,5 +1,5 @@
 // CUDA ops against the CPU ops (their twins, themselves tested against float64 references) on random
-// inputs. Errors are normwise: max|gpu − cpu| / max|cpu| per output tensor. Tolerances: fp32 1e-5
+// inputs, Llama's (SwiGLU, RoPE, grouped-query attention) included. Errors are normwise: max|gpu − cpu| / max|cpu| per output tensor. Tolerances: fp32 1e-5
 // (5e-5 where long sums meet a different exp: attention backward), bf16 GEMM inputs 1e-2; dropout masks
 // and storage rounding bit for bit; deterministic mode bit-identical across two runs.
 #include "cuda_op_checks.h"
@@ -375,6 +375,77 @@ Compare check_gelu() {
     return cmp;
 }
 
+Compare check_swiglu() {
+    // F = 132: the 128-bit kernels; F = 7: the scalar ones. Saturated sigmoids at both ends and zero.
+    Compare cmp;
+    for (const int64_t F : {132, 7}) {
+        const int64_t N = 37;
+        std::vector<float> xv = random_floats(N * 2 * F, 82, -8, 8);
+        xv[0] = 30.0f;
+        xv[1] = -30.0f;
+        xv[2] = 0.0f;
+        Twin x(xv, {N, 2 * F}), out(std::vector<float>(N * F), {N, F}), dout(random_floats(N * F, 83), {N, F});
+        Twin dx(std::vector<float>(N * 2 * F), {N, 2 * F});
+        auto c = cpu_ctx(), g = gpu_ctx();
+        for (auto* ctx : {&c, &g}) {
+            const bool d = ctx == &g;
+            ops::swiglu_forward(*ctx, d ? out.gpu() : out.cpu(), d ? x.gpu() : x.cpu());
+            ops::swiglu_backward(*ctx, d ? dx.gpu() : dx.cpu(), d ? dout.gpu() : dout.cpu(), d ? x.gpu() : x.cpu());
+        }
+        cmp.twin(fmt::format("swiglu forward F={}", F), out);
+        cmp.twin(fmt::format("swiglu backward F={}", F), dx);
+    }
+    return cmp;
+}
+
+struct RopeCase {
+    int64_t S, B, A, G, D;
+    int rotary_dim;
+    bool interleaved;
+    int64_t offset;
+};
+
+Compare check_rope() {
+    // Multi-head, grouped and multi-query layouts; rotate-half and interleaved pairs; full and partial
+    // rotary dims (R/2 = 3: the scalar kernels); a position offset. Tables as Llama's, in float64.
+    const RopeCase cases[] = {{33, 2, 4, 4, 64, 64, false, 0},
+                              {33, 2, 4, 2, 64, 32, true, 7},
+                              {20, 3, 6, 1, 32, 6, false, 3},
+                              {17, 1, 8, 2, 128, 128, false, 100}};
+    Compare cmp;
+    for (const RopeCase& rc : cases) {
+        AttentionParams p;
+        p.num_heads = static_cast<int>(rc.A);
+        p.num_query_groups = static_cast<int>(rc.G);
+        p.total_heads = p.num_heads;
+        p.batch = static_cast<int>(rc.B);
+        const int64_t half = rc.rotary_dim / 2, rows = rc.S + rc.offset, n = rc.S * rc.B * (rc.A + 2 * rc.G) * rc.D;
+        std::vector<float> cv(static_cast<size_t>(rows * half)), sv(cv.size());
+        for (int64_t pos = 0; pos < rows; ++pos)
+            for (int64_t i = 0; i < half; ++i) {
+                const double angle = static_cast<double>(pos) * std::pow(10000.0, -2.0 * static_cast<double>(i) / rc.rotary_dim);
+                cv[static_cast<size_t>(pos * half + i)] = static_cast<float>(std::cos(angle));
+                sv[static_cast<size_t>(pos * half + i)] = static_cast<float>(std::sin(angle));
+            }
+        Twin cos_t(cv, {rows, half}), sin_t(sv, {rows, half});
+        const std::initializer_list<int64_t> shape = {rc.S, rc.B, (rc.A + 2 * rc.G) * rc.D};
+        Twin qkv(random_floats(n, 84, -2, 2), shape), dqkv(random_floats(n, 85, -2, 2), shape);
+        auto c = cpu_ctx(), g = gpu_ctx();
+        for (auto* ctx : {&c, &g}) {
+            const bool d = ctx == &g;
+            ops::rope_forward(*ctx, d ? qkv.gpu() : qkv.cpu(), d ? cos_t.gpu() : cos_t.cpu(), d ? sin_t.gpu() : sin_t.cpu(),
+                              p, rc.rotary_dim, rc.interleaved, rc.offset);
+            ops::rope_backward(*ctx, d ? dqkv.gpu() : dqkv.cpu(), d ? cos_t.gpu() : cos_t.cpu(),
+                               d ? sin_t.gpu() : sin_t.cpu(), p, rc.rotary_dim, rc.interleaved, rc.offset);
+        }
+        const std::string tag = fmt::format(" A={} G={} D={} R={}{} offset {}", rc.A, rc.G, rc.D, rc.rotary_dim,
+                                            rc.interleaved ? " interleaved" : "", rc.offset);
+        cmp.twin("rope forward" + tag, qkv);
+        cmp.twin("rope backward" + tag, dqkv);
+    }
+    return cmp;
+}
+
 Compare check_dropout_masks() {
     // Ones through dropout give the mask itself (0 or 1/(1-p), exact): bit for bit, at odd offsets.
     Compare cmp;
@@ -417,11 +488,14 @@ struct AttnCase {
     int64_t S, B, A, D;
     float p;
     int head_offset, total_heads;
+    int64_t G = 0;  // key/value groups (grouped-query attention); 0: G = A
+    int64_t groups() const { return G > 0 ? G : A; }
 };
 
 AttentionParams attn_params(const AttnCase& a) {
     AttentionParams p;
     p.num_heads = static_cast<int>(a.A);
+    p.num_query_groups = static_cast<int>(a.G);
     p.head_offset = a.head_offset;
     p.total_heads = a.total_heads;
     p.batch = static_cast<int>(a.B);
@@ -436,14 +510,15 @@ AttentionParams attn_params(const AttnCase& a) {
 /// bf16-valued inputs.
 void attention_case(Compare& cmp, const AttnCase& a, bool backward, bool tensor_cores = false) {
     const AttentionParams p = attn_params(a);
-    const int64_t qkv_n = a.S * a.B * a.A * 3 * a.D, out_n = a.S * a.B * a.A * a.D;
+    const int64_t row = (a.A + 2 * a.groups()) * a.D;  // qkv columns per position and sequence
+    const int64_t qkv_n = a.S * a.B * row, out_n = a.S * a.B * a.A * a.D;
     std::vector<float> qkv_values = random_floats(qkv_n, 100, -2, 2);
     if (tensor_cores)
         for (float& x : qkv_values) x = round_to_bf16(x);
-    Twin qkv(qkv_values, {a.S, a.B, a.A * 3 * a.D});
+    Twin qkv(qkv_values, {a.S, a.B, row});
     Twin out(std::vector<float>(out_n), {a.S, a.B, a.A * a.D});
     Twin dout(random_floats(out_n, 101), {a.S, a.B, a.A * a.D});
-    Twin dqkv(std::vector<float>(qkv_n), {a.S, a.B, a.A * 3 * a.D});
+    Twin dqkv(std::vector<float>(qkv_n), {a.S, a.B, row});
     const int threads = ops::num_threads();
     std::vector<float> probs(static_cast<size_t>(ops::attention_saved_elements(Device::CPU, p, a.S)));
     std::vector<float> ws(static_cast<size_t>(ops::attention_workspace_bytes(Device::CPU, p, a.S, threads) / 4 + 1));
@@ -456,7 +531,7 @@ void attention_case(Compare& cmp, const AttnCase& a, bool backward, bool tensor_
     const TensorView vw = view_f32(ws.data(), {static_cast<int64_t>(ws.size())});
     ops::attention_forward(c, out.cpu(), vp, qkv.cpu(), vw, p);
     ops::attention_forward(g, out.gpu(), lse.gpu(), qkv.gpu(), dws.gpu(), p);
-    const std::string tag = fmt::format(" S={} B={} A={} D={} p={}{}", a.S, a.B, a.A, a.D, a.p,
+    const std::string tag = fmt::format(" S={} B={} A={} G={} D={} p={}{}", a.S, a.B, a.A, a.groups(), a.D, a.p,
                                         tensor_cores ? " (tensor cores)" : "");
     cmp.twin("attention out" + tag, out);
     if (!backward) return;
@@ -495,6 +570,24 @@ Compare check_attention_tensor_cores() {
     attention_case(cmp, {257, 1, 2, 128, 0.1f, 1, 4}, true, true);
     attention_case(cmp, {65, 1, 1, 80, 0.0f, 0, 1}, true, true);
     attention_case(cmp, {64, 1, 1, 160, 0.0f, 0, 1}, true, true);
+    return cmp;
+}
+
+Compare check_attention_gqa() {
+    // Grouped-query (G = A/2, A/4) and multi-query (G = 1) attention, forward and backward, fp32 kernels.
+    Compare cmp;
+    attention_case(cmp, {77, 2, 4, 32, 0.0f, 0, 4, 2}, true);
+    attention_case(cmp, {100, 1, 8, 64, 0.1f, 8, 16, 2}, true);  // dropout, heads 8..15 of 16
+    attention_case(cmp, {65, 2, 4, 128, 0.0f, 0, 4, 1}, true);
+    attention_case(cmp, {70, 1, 6, 80, 0.0f, 0, 6, 3}, true);
+    return cmp;
+}
+
+Compare check_attention_gqa_tensor_cores() {
+    Compare cmp;
+    attention_case(cmp, {130, 1, 4, 64, 0.0f, 0, 4, 2}, true, true);
+    attention_case(cmp, {257, 2, 8, 128, 0.1f, 0, 8, 2}, true, true);
+    attention_case(cmp, {70, 1, 4, 16, 0.25f, 4, 8, 1}, true, true);
     return cmp;
 }
 
@@ -567,6 +660,19 @@ Compare check_deterministic() {
         ops::attention_backward(g, dqkv.gpu(), dout.gpu(), qkv.gpu(), lse.gpu(), ws.gpu(), p);
         outs.push_back(out.device_values());
         outs.push_back(dqkv.device_values());
+        {  // grouped-query attention: dk/dv summed over a group's heads, in order
+            const AttnCase q{96, 2, 4, 64, 0.1f, 0, 4, 2};
+            const AttentionParams pq = attn_params(q);
+            const int64_t row = (q.A + 2 * q.G) * q.D, n = q.S * q.B * row, on = q.S * q.B * q.A * q.D;
+            Twin gqkv(random_floats(n, 138), {q.S, q.B, row}), gdqkv(std::vector<float>(n), {q.S, q.B, row});
+            Twin gout(std::vector<float>(on), {q.S, q.B, q.A * q.D}), gdout(random_floats(on, 139), {q.S, q.B, q.A * q.D});
+            const int64_t ln = ops::attention_saved_elements(Device::CUDA, pq, q.S);
+            Twin glse(std::vector<float>(ln), {ln}), gws(std::vector<float>(ln), {ln});
+            ops::attention_forward(g, gout.gpu(), glse.gpu(), gqkv.gpu(), gws.gpu(), pq);
+            ops::attention_backward(g, gdqkv.gpu(), gdout.gpu(), gqkv.gpu(), glse.gpu(), gws.gpu(), pq);
+            outs.push_back(gout.device_values());
+            outs.push_back(gdqkv.device_values());
+        }
         const int64_t N = 1200, H = 96;
         Twin x(random_floats(N * H, 132), {N, H}), w(random_floats(H * H, 133), {H, H}), dy(random_floats(N * H, 134), {N, H});
         Twin dx(std::vector<float>(N * H), {N, H}), dw(std::vector<float>(H * H), {H, H}), db(std::vector<float>(H), {H});
@@ -607,11 +713,15 @@ const std::vector<std::pair<std::string, CheckDef>>& registry() {
         {"embedding", {check_embedding, 1e-5}},
         {"norms", {check_norms, 1e-5}},
         {"gelu", {check_gelu, 1e-5}},
+        {"swiglu", {check_swiglu, 1e-5}},
+        {"rope", {check_rope, 1e-5}},
         {"dropout_masks", {check_dropout_masks, 0.0}},
         {"dropout_add", {check_dropout_add, 1e-6}},
         {"attention_forward", {check_attention_forward, 1e-5}},
         {"attention_backward", {check_attention_backward, 5e-5}},
         {"attention_tensor_cores", {check_attention_tensor_cores, 1e-2}},
+        {"attention_gqa", {check_attention_gqa, 5e-5}},
+        {"attention_gqa_tensor_cores", {check_attention_gqa_tensor_cores, 1e-2}},
         {"cross_entropy", {check_cross_entropy, 1e-5}},
         {"adamw", {check_adamw, 1e-5}},
         {"deterministic", {check_deterministic, 0.0}},

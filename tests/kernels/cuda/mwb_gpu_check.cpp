@@ -53,11 +53,11 @@ int main(int argc, char** argv) {
         return 77;
     }
     int failed = 0;
-    std::printf("%-20s %-6s %-10s %-10s %s\n", "check", "result", "error", "tolerance", "worst output");
+    std::printf("%-28s %-6s %-10s %-10s %s\n", "check", "result", "error", "tolerance", "worst output");
     for (const auto& n : names) {
         const auto r = run_check(n);
         failed += !r.passed;
-        std::printf("%-20s %-6s %-10.3g %-10.3g %s\n", r.name.c_str(), r.passed ? "PASS" : "FAIL", r.error, r.tolerance,
+        std::printf("%-28s %-6s %-10.3g %-10.3g %s\n", r.name.c_str(), r.passed ? "PASS" : "FAIL", r.error, r.tolerance,
                     r.detail.c_str());
         std::fflush(stdout);
     }

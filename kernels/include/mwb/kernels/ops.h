@@ -33,13 +33,20 @@ struct OpContext {
 
 /// Shapes and randomness of the attention core of one layer on one rank.
 struct AttentionParams {
-    int num_heads = 1;         ///< A: heads held by this rank
+    int num_heads = 1;         ///< A: query heads held by this rank
+    /// G: key/value heads held by this rank, each shared by A/G query heads (grouped-query attention;
+    /// G = 1 is multi-query attention). 0 means G = A (multi-head attention).
+    int num_query_groups = 0;
     int head_offset = 0;       ///< global index of this rank's first head (for dropout masks)
     int total_heads = 1;       ///< heads of the whole layer
     int batch = 1;             ///< B
     float softmax_scale = 1;   ///< usually 1/sqrt(D)
     float dropout_p = 0;       ///< attention dropout on the probabilities
     RngStream rng;
+
+    int groups() const { return num_query_groups > 0 ? num_query_groups : num_heads; }
+    /// Columns of one qkv row per head dim: G groups of [A/G query heads | k | v].
+    int qkv_heads() const { return num_heads + 2 * groups(); }
 };
 
 /// One AdamW step's hyper-parameters.
@@ -113,6 +120,23 @@ void rmsnorm_backward(OpContext& ctx, TensorView dx, TensorView dw, TensorView d
 void gelu_forward(OpContext& ctx, TensorView out, TensorView x);
 /// dx = dout·gelu'(x); dx may alias dout.
 void gelu_backward(OpContext& ctx, TensorView dx, TensorView dout, TensorView x);
+/// SwiGLU (Shazeer 2020, as Megatron-LM's --swiglu): x (N, 2F) holds per row [gate | up] (each rank's
+/// fc1 shard holds its own gate and up halves); out (N, F) = silu(gate)·up, silu(g) = g·sigmoid(g).
+void swiglu_forward(OpContext& ctx, TensorView out, TensorView x);
+/// dx (N, 2F) = [dout·up·silu'(gate) | dout·silu(gate)] from dout (N, F) and the forward's x.
+void swiglu_backward(OpContext& ctx, TensorView dx, TensorView dout, TensorView x);
+
+// ---- rotary position embedding -----------------------------------------------------------------------
+/// Rotates, in place, the first `rotary_dim` (R, even, <= D) dims of every query and key head of
+/// qkv (S, B, G·(A/G + 2)·D) — the layout attention_forward reads; value heads are untouched. The
+/// token at sequence index s uses row s + position_offset of cos and sin (P, R/2), whose column i
+/// holds the angle of frequency i. Pairs: rotate-half (i, i + R/2) as GPT-NeoX/Llama by default,
+/// (2i, 2i + 1) as GPT-J when `interleaved`:  (a, b) -> (a·cos − b·sin, b·cos + a·sin).
+void rope_forward(OpContext& ctx, TensorView qkv, TensorView cos, TensorView sin, const AttentionParams& p,
+                  int rotary_dim, bool interleaved, int64_t position_offset);
+/// The backward of rope_forward on the gradient dqkv, in place (the transposed rotation).
+void rope_backward(OpContext& ctx, TensorView dqkv, TensorView cos, TensorView sin, const AttentionParams& p,
+                   int rotary_dim, bool interleaved, int64_t position_offset);
 
 // ---- dropout and residual ----------------------------------------------------------------------------
 /// out = x·mask/(1-p) where mask[i] = keep(rng, element_offset + i); out may alias x.
@@ -137,12 +161,15 @@ int64_t attention_workspace_bytes(Device device, const AttentionParams& p, int64
 /// (B, A, S, S); on CUDA, flash-attention style, only each row's log-sum-exp (B, A, S) — the S×S
 /// matrix is never stored in device memory and backward recomputes it tile by tile.
 int64_t attention_saved_elements(Device device, const AttentionParams& p, int64_t seq_len);
-/// Causal self-attention core. qkv (S, B, A·3·D) holds per head [q | k | v] (Megatron's layout);
-/// probs (B, A, S, S) receives softmax(mask(q·kᵀ·scale)) (kept for backward, or recomputed);
-/// out (S, B, A·D) = dropout(probs)·v.
+/// Causal self-attention core. qkv (S, B, G·(A/G + 2)·D) holds per key/value group g the group's
+/// A/G query heads, then its key and its value head: [q_g0 … q_g(A/G−1) | k_g | v_g] (Megatron's
+/// layout; with G = A this is [q | k | v] per head). Query head j reads group j / (A/G); K and V are
+/// read once per group, never expanded. probs (B, A, S, S) receives softmax(mask(q·kᵀ·scale)) (kept
+/// for backward, or recomputed); out (S, B, A·D) = dropout(probs)·v.
 void attention_forward(OpContext& ctx, TensorView out, TensorView probs, TensorView qkv, TensorView workspace,
                        const AttentionParams& p);
-/// dqkv (S, B, A·3·D) from dout (S, B, A·D), the forward's qkv and probs.
+/// dqkv (S, B, G·(A/G + 2)·D) from dout (S, B, A·D), the forward's qkv and probs; dk and dv of a
+/// group sum over its query heads.
 void attention_backward(OpContext& ctx, TensorView dqkv, TensorView dout, TensorView qkv, TensorView probs,
                         TensorView workspace, const AttentionParams& p);
 

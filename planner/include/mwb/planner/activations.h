@@ -30,8 +30,8 @@ struct LayerBytes {
     int64_t masks = 0;      ///< MegatronLM only: the two residual dropout masks (1 byte per element)
     int64_t ln2_out = 0;    ///< fc1 input
     int64_t ln2_stats = 0;
-    int64_t fc1 = 0;   ///< GELU input
-    int64_t gelu = 0;  ///< fc2 input
+    int64_t fc1 = 0;   ///< GELU input, or SwiGLU's gate and up (N, 2f/t)
+    int64_t gelu = 0;  ///< fc2 input: the GELU or SwiGLU output (N, f/t)
 
     /// Everything a layer keeps when it stores all (its output belongs to the next layer).
     int64_t all() const {
@@ -49,11 +49,16 @@ struct WorkspaceBytes {
         0;  ///< (N, h): pre-reduction row-parallel output, gathered norm output, column-parallel input gradient
     int64_t local = 0;   ///< (R, h): local rows of a gradient (received from the next stage, the head's, SP reductions)
     int64_t grad_f = 0;  ///< (N, f/t): gradient of the MLP hidden
-    int64_t grad_ctx = 0;    ///< (N, h/t): gradient of the attention context
-    int64_t grad_qkv = 0;    ///< (N, 3h/t): gradient of Q, K, V
+    int64_t grad_fc1 = 0;    ///< SwiGLU only: (N, 2f/t), gradient of the gate and up outputs
+    int64_t grad_ctx = 0;    ///< (N, a·d/t): gradient of the attention context
+    int64_t grad_qkv = 0;    ///< (N, (a + 2G)·d/t): gradient of Q, K, V
     int64_t loss_stats = 0;  ///< cross-entropy row max, Σexp, target logit, scale: 4N fp32
     int64_t row_max = 0;     ///< vocabulary-parallel: the global row max, N fp32
-    int64_t persistent = 0;  ///< allocated once: attention scratch (CPU: threads × 2s² fp32) or cuBLAS's
+    int64_t grad_input = 0;  ///< (N, max(h, a·d/t)): gradient of a column-parallel input (also receives the
+                             ///< unused output of a selective recompute)
+    int64_t rope_tables = 0;  ///< RoPE's cos and sin, (s, rotary_dim/2) fp32 each, allocated once per model
+    int64_t persistent = 0;   ///< allocated once: attention scratch (CPU: threads × 2s² fp32) or cuBLAS's,
+                              ///< and the RoPE tables
 };
 
 /// The last stage's head: final norm and logits.

@@ -3,17 +3,31 @@
 // of N ranks, and the bytes per element of each kind of tensor on the device.
 #include "config/config.h"
 #include "mwb/planner/cluster.h"
+#include "telemetry/flops.h"
 
 #include <cstdint>
 
 namespace mwb::planner {
 
-/// s = sequence, b = micro batch, h = hidden, a = heads, f = MLP width, L = layers, V = padded
-/// vocabulary, P = position-table rows (Korthikanti et al. 2022's letters).
+/// s = sequence, b = micro batch, h = hidden, a = heads, f = MLP width (per branch with SwiGLU),
+/// L = layers, V = padded vocabulary, P = learned position-table rows (Korthikanti et al. 2022's
+/// letters); G = key/value heads (= a without grouped-query attention), d = head dim (kv_channels).
 struct ModelShape {
     int64_t L = 0, h = 0, a = 0, f = 0, s = 0, b = 0, V = 0, P = 0;
-    bool tied = true;      ///< output layer shares the word embedding
-    bool rmsnorm = false;  ///< RMSNorm (no bias, no mean kept) instead of LayerNorm
+    int64_t G = 0, d = 0;
+    int64_t V_unpadded = 0;      ///< the tokenizer's vocabulary before Megatron-LM's padding
+    bool tied = true;            ///< output layer shares the word embedding
+    bool rmsnorm = false;        ///< RMSNorm (no bias, no mean kept) instead of LayerNorm
+    bool swiglu = false;         ///< gated MLP: fc1 is h -> 2f (gate and up), fc2 f -> h
+    bool bias = true;            ///< add_bias_linear: biases on QKV, projection, fc1, fc2
+    bool qkv_bias = true;        ///< a QKV bias (add_bias_linear or add_qkv_bias)
+    int64_t rotary_dim = 0;      ///< dims of each head RoPE rotates (kv_channels × rotary_percent), 0 without RoPE
+    LayerFlops layer_flops;      ///< forward FLOPs per token of one layer (telemetry/flops.h)
+
+    int64_t q_width() const { return a * d; }              ///< query heads × d: the projection's input
+    int64_t kv_width() const { return G * d; }             ///< key (or value) heads × d
+    int64_t qkv_width() const { return (a + 2 * G) * d; }  ///< QKV output columns
+    int64_t fc1_width() const { return swiglu ? 2 * f : f; }
     static ModelShape from(const Config& resolved);
 };
 

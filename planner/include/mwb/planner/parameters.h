@@ -22,12 +22,16 @@ struct StageParameters {
 };
 
 struct ParameterCounts {
-    int64_t total = 0;         ///< the whole model, unsharded; tied embeddings counted once
-    int64_t per_layer = 0;     ///< one transformer layer, unsharded: 12h² + 13h with f = 4h (LayerNorm)
-    int64_t embedding = 0;     ///< word (V·h) + position (P·h) embeddings
-    int64_t output_layer = 0;  ///< V·h when untied, else 0
+    int64_t total = 0;               ///< the whole model, unsharded, as the engine holds it (padded vocabulary);
+                                     ///< tied embeddings counted once
+    int64_t vocabulary_padding = 0;  ///< rows added by padding the vocabulary (V − V_unpadded) × h, per
+                                     ///< embedding matrix; total − this is the published count
+    int64_t per_layer = 0;           ///< one transformer layer, unsharded: 12h² + 13h with f = 4h (LayerNorm)
+    int64_t embedding = 0;           ///< word (V·h) + learned position (P·h) embeddings
+    int64_t output_layer = 0;        ///< V·h when untied, else 0
     int64_t final_norm = 0;
     std::vector<StageParameters> stages;  ///< one per pipeline stage (rank r holds chunks r, r+p, ...)
+    int64_t unpadded() const { return total - vocabulary_padding; }  ///< with the tokenizer's vocabulary
     int64_t max_per_rank() const;
     int64_t max_arena_elements() const;
 };

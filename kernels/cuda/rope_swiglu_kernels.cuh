@@ -1,0 +1,141 @@
+#pragma once
+// The SwiGLU and rotary-position-embedding kernels of ops_rope_swiglu.cu (contracts: ops.h). Both are
+// memory-bound and elementwise: grid-stride loops, each thread moving V floats per tensor with one
+// load and one store (128-bit for V = 4 when rows and pointers allow), fp32 arithmetic. Plain CUDA C++
+// without runtime calls, so that test_kernels_rope_swiglu_emulated runs this source on CPU threads
+// (tests/kernels/cuda_emulation.h) against float64 references, in CI, where there is no GPU.
+#include <cstdint>
+
+namespace mwb::cuda::rope_swiglu {
+
+/// V consecutive floats that move as one access (16 bytes for V = 4: ld/st.global.v4.f32).
+template <int V>
+struct alignas(4 * V) Floats {
+    float v[V];
+};
+template <int V>
+__device__ __forceinline__ Floats<V> load(const float* p) {
+    return *reinterpret_cast<const Floats<V>*>(p);
+}
+template <int V>
+__device__ __forceinline__ void store(float* p, const Floats<V>& x) {
+    *reinterpret_cast<Floats<V>*>(p) = x;
+}
+
+// Grid-stride loops over n items with index type I: uint32_t when n < 2^31 (the launcher's choice; a
+// stride of at most 2^29 then never wraps), whose divisions cost a fraction of 64-bit ones, else int64_t.
+template <class I>
+__device__ __forceinline__ I first_index() {
+    return static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
+}
+template <class I>
+__device__ __forceinline__ I grid_stride() {
+    return static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
+}
+
+__device__ __forceinline__ float sigmoid(float x) {
+    return 1.0f / (1.0f + expf(-x));
+}
+
+// ---- SwiGLU: x (rows, 2F) = [gate | up] per row ---------------------------------------------------------
+
+/// out (rows, F) = silu(gate)·up, silu(g) = g·sigmoid(g); a thread per V columns of a row.
+template <int V, class I>
+__global__ void k_swiglu_fwd(float* out, const float* x, int64_t rows, int64_t F) {
+    const I per_row = static_cast<I>(F / V), n = static_cast<I>(rows) * per_row;
+    for (I t = first_index<I>(); t < n; t += grid_stride<I>()) {
+        const int64_t r = t / per_row, c = static_cast<int64_t>(t % per_row) * V;
+        const Floats<V> gate = load<V>(x + r * 2 * F + c), up = load<V>(x + r * 2 * F + F + c);
+        Floats<V> o;
+#pragma unroll
+        for (int k = 0; k < V; ++k) o.v[k] = gate.v[k] * sigmoid(gate.v[k]) * up.v[k];
+        store<V>(out + r * F + c, o);
+    }
+}
+
+/// dx (rows, 2F) = [dout·up·silu'(gate) | dout·silu(gate)], silu'(g) = σ(g)·(1 + g·(1 − σ(g))). Each
+/// thread reads its gate and up before it writes, so dx may alias x.
+template <int V, class I>
+__global__ void k_swiglu_bwd(float* dx, const float* dout, const float* x, int64_t rows, int64_t F) {
+    const I per_row = static_cast<I>(F / V), n = static_cast<I>(rows) * per_row;
+    for (I t = first_index<I>(); t < n; t += grid_stride<I>()) {
+        const int64_t r = t / per_row, c = static_cast<int64_t>(t % per_row) * V;
+        const Floats<V> gate = load<V>(x + r * 2 * F + c), up = load<V>(x + r * 2 * F + F + c);
+        const Floats<V> d = load<V>(dout + r * F + c);
+        Floats<V> dgate, dup;
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+            const float g = gate.v[k], s = sigmoid(g);
+            dgate.v[k] = d.v[k] * up.v[k] * s * (1.0f + g * (1.0f - s));
+            dup.v[k] = d.v[k] * g * s;
+        }
+        store<V>(dx + r * 2 * F + c, dgate);
+        store<V>(dx + r * 2 * F + F + c, dup);
+    }
+}
+
+// ---- rotary position embedding ----------------------------------------------------------------------------
+
+/// One rope call: qkv (S, B, G·(A/G + 2)·D), tables (P, R/2); sign +1 rotates by the angle (forward),
+/// −1 by its negative (backward: the transposed rotation).
+struct RopeGeometry {
+    int64_t S, B, A, G, D;
+    int64_t R;                // rotated dims of each head (even, <= D)
+    int64_t position_offset;  // table row of sequence index 0
+    float sign;
+};
+
+/// Rotates V consecutive pairs (i0 … i0 + V − 1) of one query or key head per thread; value heads are
+/// skipped. Pairs: (i, i + R/2) (rotate-half) or (2i, 2i + 1) (`Interleaved`, GPT-J):
+/// (a, b) -> (a·cos − sign·b·sin, b·cos + sign·a·sin).
+template <int V, bool Interleaved, class I>
+__global__ void k_rope(float* qkv, const float* cos_table, const float* sin_table, RopeGeometry g) {
+    const int64_t half = g.R / 2;
+    // Per position and sequence: every query head and every key head, R/(2V) threads each.
+    const I per_head = static_cast<I>(half / V), per_group = static_cast<I>(g.A / g.G),
+            rotated = static_cast<I>(g.A + g.G);
+    const I n = static_cast<I>(g.S * g.B) * rotated * per_head;
+    for (I t = first_index<I>(); t < n; t += grid_stride<I>()) {
+        const I u = (t / per_head) % rotated, sb = t / (per_head * rotated);
+        const I grp = u / (per_group + 1), slot = u % (per_group + 1);  // slot A/G: the group's key
+        const int64_t i0 = static_cast<int64_t>(t % per_head) * V, s = sb / static_cast<I>(g.B);
+        float* head = qkv + (static_cast<int64_t>(sb) * (g.A + 2 * g.G) + grp * (per_group + 2) + slot) * g.D;
+        const int64_t row = (s + g.position_offset) * half + i0;
+        const Floats<V> c = load<V>(cos_table + row), sn = load<V>(sin_table + row);
+        if constexpr (Interleaved) {
+            const Floats<V> lo = load<V>(head + 2 * i0), hi = load<V>(head + 2 * i0 + V);
+            float x[2 * V];
+#pragma unroll
+            for (int k = 0; k < V; ++k) {
+                x[k] = lo.v[k];
+                x[V + k] = hi.v[k];
+            }
+#pragma unroll
+            for (int k = 0; k < V; ++k) {
+                const float a = x[2 * k], b = x[2 * k + 1];
+                x[2 * k] = a * c.v[k] - g.sign * b * sn.v[k];
+                x[2 * k + 1] = b * c.v[k] + g.sign * a * sn.v[k];
+            }
+            Floats<V> out_lo, out_hi;
+#pragma unroll
+            for (int k = 0; k < V; ++k) {
+                out_lo.v[k] = x[k];
+                out_hi.v[k] = x[V + k];
+            }
+            store<V>(head + 2 * i0, out_lo);
+            store<V>(head + 2 * i0 + V, out_hi);
+        } else {
+            const Floats<V> a = load<V>(head + i0), b = load<V>(head + half + i0);
+            Floats<V> ra, rb;
+#pragma unroll
+            for (int k = 0; k < V; ++k) {
+                ra.v[k] = a.v[k] * c.v[k] - g.sign * b.v[k] * sn.v[k];
+                rb.v[k] = b.v[k] * c.v[k] + g.sign * a.v[k] * sn.v[k];
+            }
+            store<V>(head + i0, ra);
+            store<V>(head + half + i0, rb);
+        }
+    }
+}
+
+}  // namespace mwb::cuda::rope_swiglu

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# scripts/gpu-check.sh --dry-run walks every step of the device run here, without a GPU: each step
+# named with its limit, the op checks listed by this build's mwb-gpu-check (the Llama ones included),
+# the bundled libraries on the library path of the mwb programs only, and the files it leaves in $OUT
+# (status per step, summary ending in its table).
+# usage: test_gpu_check_dry_run.sh REPO_ROOT MWB_GPU_CHECK MWB_GPU_BENCH
+set -u
+root=$1
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+log="$out/dry-run.txt"
+OUT="$out/run" MWB_GPU_CHECK=$2 MWB_GPU_BENCH=$3 GPU_CHECK_BUDGET=360 "$root/scripts/gpu-check.sh" --dry-run >"$log" 2>&1
+rc=$?
+fail() { echo "FAIL: $*"; cat "$log"; exit 1; }
+[ "$rc" = 0 ] || fail "exit status $rc"
+for step in op-checks mwb-attention-mha torch-attention-mha mwb-attention-gqa torch-attention-gqa \
+            mwb-gpt2-124m torch-gpt2-124m mwb-gpt-1.3b torch-gpt-1.3b; do
+    grep -q "^== $step (limit [0-9]*s" "$log" || fail "step $step not walked"
+    grep -q "^$step dry-run$" "$out/run/status.txt" || fail "step $step missing from status.txt"
+done
+for check in swiglu rope attention_gqa attention_gqa_tensor_cores deterministic model; do
+    grep -q "^checks (.*--list):.* $check " "$log" || fail "check $check not listed"
+done
+# mwb programs get the bundle's libraries, PyTorch never does.
+grep "^== mwb-" "$log" | grep -vq "LD_LIBRARY_PATH=.*gpu-bundle/lib" && fail "an mwb step without the bundle's libraries"
+grep "^== torch-" "$log" | grep -q "LD_LIBRARY_PATH" && fail "a PyTorch step with the bundle's libraries"
+grep -q "^== mwb-attention-mha .*attention --batch 4 --heads 16 --seq 2048 --head-dim 128" "$log" ||
+    fail "the attention micro-benchmark is not 4×16×2048×128"
+# The summary ends in one table, a row per step in run order.
+rows=$(awk '/^\| step \| what \| exit \| result \|$/ {t = 1; next} t && /^\| --- /{next} t {print $2}' "$out/run/summary.md" | tr '\n' ' ')
+[ "$rows" = "op-checks mwb-attention-mha torch-attention-mha mwb-attention-gqa torch-attention-gqa mwb-gpt2-124m torch-gpt2-124m mwb-gpt-1.3b torch-gpt-1.3b " ] ||
+    fail "summary table rows: '$rows'"
+tail -n 1 "$out/run/summary.md" | grep -q "^| torch-gpt-1.3b " || fail "summary.md does not end in its table"
+[ -s "$out/run/machine.txt" ] || fail "no machine.txt"
+echo "PASS: $(grep -c '^== ' "$log") steps walked"

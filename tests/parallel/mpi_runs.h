@@ -1,0 +1,49 @@
+#pragma once
+// Real mwb-train runs for the multi-rank suites: one process, or `mpirun -np N` on loopback, and the
+// records of its metrics.jsonl.
+#include "support/fixtures.h"
+
+#include <QProcess>
+#include <QString>
+#include <QStringList>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace mwb::test {
+
+/// Runs mwb-train (under mpirun when ranks > 1); returns its exit code, with its output in `log`.
+inline int run_train(int ranks, const QStringList& args, QString& log) {
+    QProcess p;
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert("OMPI_ALLOW_RUN_AS_ROOT", "1");
+    env.insert("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    env.insert("OMPI_MCA_rmaps_base_oversubscribe", "1");
+    env.insert("OMPI_MCA_btl_vader_single_copy_mechanism", "none");
+    env.insert("OMPI_MCA_btl", "self,vader");  // loopback only: shared memory between local processes
+    p.setProcessEnvironment(env);
+    p.setProcessChannelMode(QProcess::MergedChannels);
+    const QString train = QString::fromStdString((binary_dir() / "backend" / "mwb-train").string());
+    if (ranks == 1)
+        p.start(train, args);
+    else
+        p.start(MWB_MPIEXEC, QStringList{"-np", QString::number(ranks), train} + args);
+    if (!p.waitForFinished(240000)) p.kill();
+    log = p.readAll();
+    return p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
+}
+
+inline std::vector<nlohmann::json> records(const std::filesystem::path& dir, const std::string& topic) {
+    std::vector<nlohmann::json> out;
+    std::ifstream in(dir / "metrics.jsonl");
+    std::string line;
+    while (std::getline(in, line)) {
+        auto j = nlohmann::json::parse(line);
+        if (j["topic"] == topic) out.push_back(std::move(j));
+    }
+    return out;
+}
+
+}  // namespace mwb::test

@@ -1,0 +1,184 @@
+// 3D parallelism for a Llama-family model (RoPE with Llama 3.1 scaling on half of each head, SwiGLU,
+// grouped-query attention with 2 key/value groups of 4 heads, RMSNorm, no biases, untied output): real
+// `mpirun -np N mwb-train` processes on loopback. Under each layout the losses AND the gradient norms of
+// 20 iterations must match the single process to 1e-5 relative (a gradient summed where it should be
+// averaged, or a key/value head split wrongly, changes the norm even where Adam hides it from the
+// loss), and a checkpoint resharded TP2×PP2 -> TP1×PP1 -> TP2×PP2 continues with the same losses.
+#include "mpi_runs.h"
+#include "support/fixtures.h"
+
+#include <QtTest>
+
+namespace fs = std::filesystem;
+using namespace mwb::test;
+
+namespace {
+
+constexpr int kIterations = 20;
+
+QStringList model_args(const fs::path& run_dir) {
+    return {"--mock-data",
+            "--tokenizer-type",
+            "NullTokenizer",
+            "--vocab-size",
+            "255",
+            "--make-vocab-size-divisible-by",
+            "64",
+            "--num-layers",
+            "4",
+            "--hidden-size",
+            "32",
+            "--num-attention-heads",
+            "4",
+            "--group-query-attention",
+            "--num-query-groups",
+            "2",
+            "--swiglu",
+            "--ffn-hidden-size",
+            "48",
+            "--position-embedding-type",
+            "rope",
+            "--rotary-percent",
+            "0.5",
+            "--use-rope-scaling",
+            "--rotary-base",
+            "500000",
+            "--normalization",
+            "RMSNorm",
+            "--untie-embeddings-and-output-weights",
+            "--add-bias-linear",
+            "false",
+            "--seq-length",
+            "16",
+            "--micro-batch-size",
+            "2",
+            "--global-batch-size",
+            "8",
+            "--train-iters",
+            QString::number(kIterations),
+            "--lr",
+            "2e-3",
+            "--lr-warmup-iters",
+            "2",
+            "--log-interval",
+            "1",
+            "--eval-interval",
+            "0",
+            "--threads",
+            "1",
+            "--run-dir",
+            QString::fromStdString(run_dir.string())};
+}
+
+struct Step {
+    double loss, grad_norm;
+};
+
+std::vector<Step> steps_of(const fs::path& dir) {
+    std::vector<Step> s;
+    for (const auto& r : records(dir, "step")) s.push_back({r["lm_loss"], r["grad_norm"]});
+    return s;
+}
+
+}  // namespace
+
+class TestLlamaEquivalence : public QObject {
+    Q_OBJECT
+
+    TempDir tmp_;
+    std::vector<Step> reference_;  // the single process
+
+    /// steps[i] against reference_[first + i]: loss, and the gradient norm unless only losses are kept.
+    void check(const std::vector<Step>& steps, std::size_t first, std::size_t count, const QString& what) {
+        QCOMPARE(steps.size(), count);
+        for (std::size_t i = 0; i < count; ++i) {
+            const Step& want = reference_[first + i];
+            QVERIFY2(std::abs(steps[i].loss - want.loss) <= 1e-5 * std::abs(want.loss),
+                     qPrintable(QString("%1, iteration %2: loss %3, single process %4")
+                                    .arg(what)
+                                    .arg(first + i + 1)
+                                    .arg(steps[i].loss, 0, 'g', 12)
+                                    .arg(want.loss, 0, 'g', 12)));
+            QVERIFY2(std::abs(steps[i].grad_norm - want.grad_norm) <= 1e-5 * std::abs(want.grad_norm),
+                     qPrintable(QString("%1, iteration %2: gradient norm %3, single process %4")
+                                    .arg(what)
+                                    .arg(first + i + 1)
+                                    .arg(steps[i].grad_norm, 0, 'g', 12)
+                                    .arg(want.grad_norm, 0, 'g', 12)));
+        }
+    }
+
+private slots:
+    void initTestCase() {
+        QString log;
+        QVERIFY2(run_train(1, model_args(tmp_ / "single"), log) == 0, qPrintable(log));
+        reference_ = steps_of(tmp_ / "single");
+        QCOMPARE(static_cast<int>(reference_.size()), kIterations);
+    }
+
+    void layouts_match_single_process_data() {
+        QTest::addColumn<int>("ranks");
+        QTest::addColumn<QStringList>("layout");
+        QTest::newRow("tp2_sp") << 2 << QStringList{"--tensor-model-parallel-size", "2", "--sequence-parallel"};
+        QTest::newRow("tp2_full_recompute")
+            << 2 << QStringList{"--tensor-model-parallel-size", "2",       "--recompute-granularity", "full",
+                                "--recompute-method",           "uniform", "--recompute-num-layers",  "1"};
+        QTest::newRow("pp2_1f1b") << 2 << QStringList{"--pipeline-model-parallel-size", "2"};
+        QTest::newRow("pp2_interleaved") << 2
+                                         << QStringList{"--pipeline-model-parallel-size", "2",
+                                                        "--num-layers-per-virtual-pipeline-stage", "1"};
+        QTest::newRow("dp2_distopt") << 2 << QStringList{"--use-distributed-optimizer"};
+        QTest::newRow("tp2_pp2_dp2_sp_distopt_selective") << 8
+                                                          << QStringList{"--tensor-model-parallel-size",
+                                                                         "2",
+                                                                         "--pipeline-model-parallel-size",
+                                                                         "2",
+                                                                         "--sequence-parallel",
+                                                                         "--use-distributed-optimizer",
+                                                                         "--recompute-granularity",
+                                                                         "selective"};
+    }
+    void layouts_match_single_process() {
+        QFETCH(int, ranks);
+        QFETCH(QStringList, layout);
+        const fs::path dir = tmp_ / QTest::currentDataTag();
+        QString log;
+        QVERIFY2(run_train(ranks, model_args(dir) + layout, log) == 0, qPrintable(log));
+        check(steps_of(dir), 0, kIterations, QTest::currentDataTag());
+    }
+
+    void checkpoints_reshard_there_and_back() {
+        // TP2×PP2 trains 10 iterations and saves; TP1×PP1 loads it, trains 5 more and saves; TP2×PP2 loads
+        // that and finishes: every continued iteration equals the uninterrupted single process (the
+        // learning-rate schedule decays over 20 iterations throughout).
+        const QStringList tp2pp2{"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"};
+        const auto q = [](const fs::path& p) { return QString::fromStdString(p.string()); };
+        const fs::path a = tmp_ / "ckpt_tp2pp2", b = tmp_ / "ckpt_tp1pp1";
+        QString log;
+        QStringList first = model_args(tmp_ / "save") + tp2pp2;
+        first << "--train-iters"
+              << "10"
+              << "--lr-decay-iters"
+              << "20"
+              << "--save" << q(a);
+        QVERIFY2(run_train(4, first, log) == 0, qPrintable(log));
+        QVERIFY(fs::exists(a / "iter_0000010" / "tp01_pp01.bin"));
+
+        QStringList second = model_args(tmp_ / "resume_tp1pp1");
+        second << "--train-iters"
+               << "15"
+               << "--lr-decay-iters"
+               << "20"
+               << "--load" << q(a) << "--save" << q(b);
+        QVERIFY2(run_train(1, second, log) == 0, qPrintable(log));
+        check(steps_of(tmp_ / "resume_tp1pp1"), 10, 5, "TP2×PP2 -> TP1×PP1");
+
+        QStringList third = model_args(tmp_ / "resume_tp2pp2") + tp2pp2;
+        third << "--load" << q(b);
+        QVERIFY2(run_train(4, third, log) == 0, qPrintable(log));
+        check(steps_of(tmp_ / "resume_tp2pp2"), 15, 5, "TP1×PP1 -> TP2×PP2");
+    }
+};
+
+QTEST_GUILESS_MAIN(TestLlamaEquivalence)
+#include "test_llama_equivalence.moc"
