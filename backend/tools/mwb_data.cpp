@@ -3,6 +3,7 @@
 //   mwb-data info PREFIX ...
 //   mwb-data corpus [--tokenizer-type ...] [--write-text FILE]
 //   mwb-data bench-tokenizer [--tokenizer-type ...] [--workers 1,2] FILE
+//   mwb-data tokenize [--tokenizer-type ...] TEXT | --file FILE
 #include "config/config.h"
 #include "data/bundled_corpus.h"
 #include "data/indexed_dataset.h"
@@ -27,10 +28,19 @@ struct TokenizerArgs {
     DataConfig data;
     ModelConfig model;
     void add_to(CLI::App& app) {
-        app.add_option("--tokenizer-type", data.tokenizer_type, "ByteTokenizer | GPT2BPETokenizer | NullTokenizer")
+        app.add_option("--tokenizer-type", data.tokenizer_type,
+                       "ByteTokenizer | GPT2BPETokenizer | NullTokenizer | HuggingFaceTokenizer | "
+                       "SentencePieceTokenizer | TikTokenizer")
             ->capture_default_str();
         app.add_option("--vocab-file", data.vocab_file, "GPT-2 vocab.json (GPT2BPETokenizer)");
         app.add_option("--merge-file", data.merge_file, "GPT-2 merges.txt (GPT2BPETokenizer)");
+        app.add_option("--tokenizer-model", data.tokenizer_model,
+                       "tokenizer.json or its directory | tokenizer.model | tiktoken JSON ranks");
+        app.add_option("--tiktoken-pattern", data.tiktoken_pattern, "TikTokenizer pattern: v1 | v2")
+            ->capture_default_str();
+        app.add_option("--tiktoken-num-special-tokens", data.tiktoken_num_special_tokens,
+                       "TikTokenizer special ids before the first rank")
+            ->capture_default_str();
         app.add_option("--vocab-size", model.vocab_size, "ids without EOD (NullTokenizer)");
     }
     std::unique_ptr<Tokenizer> make() const { return make_tokenizer(data, model); }
@@ -82,12 +92,12 @@ int bench_tokenizer(const Tokenizer& tok, const std::string& file, std::vector<i
     const std::string text = read_file(file, std::size_t{1} << 34);
     const auto chunks = chunks_of(text, 64 * 1024);
     const double mb = static_cast<double>(text.size()) / 1e6;
-    fmt::print("bench-tokenizer: {} on {} ({:.2f} MB in {} chunks of ~64 KB, best of {} cold runs)\n", tok.name(), file,
-               mb, chunks.size(), repeat);
+    fmt::print("bench-tokenizer: {} on {} ({:.2f} MB in {} chunks of ~64 KB, median and best of {} cold runs)\n",
+               tok.name(), file, mb, chunks.size(), repeat);
     std::vector<std::vector<int32_t>> ids(chunks.size());
     int64_t tokens = 0;
     for (const int threads : workers) {
-        double best = 1e30;
+        std::vector<double> times;
         for (int r = 0; r < repeat; ++r) {
             // Fresh threads every run: their word caches start empty, as when preprocessing a new corpus.
             const auto t0 = std::chrono::steady_clock::now();
@@ -95,12 +105,14 @@ int bench_tokenizer(const Tokenizer& tok, const std::string& file, std::vector<i
                 ids[i].clear();
                 tok.encode(chunks[i], ids[i]);
             });
-            best = std::min(best, seconds_since(t0));
+            times.push_back(seconds_since(t0));
         }
+        std::sort(times.begin(), times.end());
+        const double median = times[times.size() / 2], best = times.front();
         tokens = 0;
         for (const auto& v : ids) tokens += static_cast<int64_t>(v.size());
-        fmt::print("  encode {} thread{}: {:8.2f} MB/s  ({} tokens, {:.2f} bytes/token)\n", threads,
-                   threads == 1 ? " " : "s", mb / best, tokens,
+        fmt::print("  encode {} thread{}: {:8.2f} MB/s median, {:8.2f} best  ({} tokens, {:.2f} bytes/token)\n",
+                   threads, threads == 1 ? " " : "s", mb / median, mb / best, tokens,
                    static_cast<double>(text.size()) / static_cast<double>(std::max<int64_t>(1, tokens)));
     }
     std::string back;
@@ -111,6 +123,25 @@ int bench_tokenizer(const Tokenizer& tok, const std::string& file, std::vector<i
     const bool same = back == text;
     fmt::print("  round trip: {}\n", same ? "decode(encode(text)) == text" : "MISMATCH");
     return same ? 0 : 1;
+}
+
+// Prints the tokenizer's sizes and special ids, then each id of the text with the bytes it stands for.
+void print_tokens(const Tokenizer& tok, const std::string& text) {
+    const std::vector<int32_t> ids = tok.encode(text);
+    fmt::print("{}: vocab_size {}, eod {}, bos {}, {} ids for {} bytes\n", tok.name(), tok.vocab_size(), tok.eod(),
+               tok.bos(), ids.size(), text.size());
+    for (const int32_t id : ids) {
+        std::string piece = tok.decode(std::span<const int32_t>(&id, 1));
+        std::string shown;
+        for (const char c : piece) {
+            const auto u = static_cast<unsigned char>(c);
+            if (u < 0x20 || u == 0x7F)
+                shown += fmt::format("\\x{:02x}", u);
+            else
+                shown.push_back(c);
+        }
+        fmt::print("{:>8}  '{}'\n", id, shown);
+    }
 }
 
 }  // namespace
@@ -155,6 +186,13 @@ int main(int argc, char** argv) {
     bench->add_option("--repeat", repeat, "Runs per thread count (the best is shown)")->capture_default_str();
     bench->add_option("file", bench_file, "Text file")->required()->check(CLI::ExistingFile);
 
+    auto* tokenize = app.add_subcommand("tokenize", "Show the ids of a text and what each stands for");
+    TokenizerArgs ttok;
+    std::string tokenize_text, tokenize_file;
+    ttok.add_to(*tokenize);
+    tokenize->add_option("text", tokenize_text, "Text to encode");
+    tokenize->add_option("--file", tokenize_file, "Encode this file instead")->check(CLI::ExistingFile);
+
     CLI11_PARSE(app, argc, argv);
     try {
         if (pre->parsed()) {
@@ -180,6 +218,8 @@ int main(int argc, char** argv) {
                 write_file_atomic(write_text, text);
             }
             fmt::print("{}\n", ensure_bundled_corpus(*tok));
+        } else if (tokenize->parsed()) {
+            print_tokens(*ttok.make(), tokenize_file.empty() ? tokenize_text : read_file(tokenize_file));
         } else if (bench->parsed()) {
             return bench_tokenizer(*btok.make(), bench_file, bench_workers, std::max(1, repeat));
         }

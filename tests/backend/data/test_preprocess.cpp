@@ -155,6 +155,18 @@ private slots:
         QVERIFY(p.waitForFinished(30000));
         QCOMPARE(p.exitCode(), 1);
         QVERIFY(QString::fromUtf8(p.readAllStandardError()).contains(dir.filePath("nothing.idx")));
+        // tokenize: the ids of a text and the bytes each stands for.
+        p.start(tool(), {"tokenize", "hi\n"});
+        QVERIFY(p.waitForFinished(30000));
+        QCOMPARE(p.exitCode(), 0);
+        const QString shown = QString::fromUtf8(p.readAllStandardOutput());
+        QVERIFY2(shown.contains("ByteTokenizer: vocab_size 257, eod 256") && shown.contains("     104  'h'") &&
+                     shown.contains("      10  '\\x0a'"),
+                 qPrintable(shown));
+        p.start(tool(), {"tokenize", "--tokenizer-type", "HuggingFaceTokenizer", "x"});
+        QVERIFY(p.waitForFinished(30000));
+        QCOMPARE(p.exitCode(), 1);
+        QVERIFY(QString::fromUtf8(p.readAllStandardError()).contains("tokenizer_model"));
     }
 };
 
