@@ -270,6 +270,13 @@ std::optional<fs::path> find_checkpoint(const fs::path& load) {
     MWB_FAIL("load: '{}' points to '{}', which has no metadata.json", marker.string(), dir.string());
 }
 
+fs::path resolve_checkpoint_dir(const fs::path& load) {
+    const std::optional<fs::path> dir = find_checkpoint(load);
+    MWB_CHECK(dir.has_value(), "load: '{}' holds no checkpoint (neither metadata.json nor a 'latest' marker)",
+              load.string());
+    return *dir;
+}
+
 namespace {
 
 nlohmann::json read_metadata(const fs::path& iteration_dir) {

@@ -68,6 +68,9 @@ fs::path save_checkpoint(const fs::path& dir, const CheckpointState& state, cons
 /// the run starts fresh, as Megatron-LM's); an error when `load` names an iteration folder that is not
 /// a checkpoint, or `latest` names one that is missing.
 std::optional<fs::path> find_checkpoint(const fs::path& load);
+/// find_checkpoint() where a checkpoint must exist (a conversion's input): an error naming `load` when
+/// there is none.
+fs::path resolve_checkpoint_dir(const fs::path& load);
 
 /// Reads and validates metadata.json of an iteration folder without touching the tensor files: the
 /// format, non-negative counts consistent with each other and with the folder's name.
