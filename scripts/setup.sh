@@ -17,6 +17,7 @@ packages=(
   xvfb xauth fonts-dejavu-core
   bible-kjv bible-kjv-text
   protobuf-compiler python3-protobuf python3-crcmod
+  slurm-wlm munge
 )
 # node + npm fetch the reference tokenizers; an image that ships its own Node.js (with npm) keeps it:
 # Debian's npm conflicts with such a nodejs.

@@ -5,6 +5,8 @@
 #include <QRegularExpression>
 
 #include <cstring>
+#include <algorithm>
+#include <cmath>
 
 namespace mwb::app {
 
@@ -70,8 +72,26 @@ bool local_launch(const LocalLaunchInputs& in, LocalLaunch& out, QString* error)
     return true;
 }
 
+QStringList slurm_warnings(const Config& config) {
+    QStringList w;
+    if (config.data.mock_data || config.data.data_path.empty())
+        w << QObject::tr("this design has no dataset: the job trains on mock data (random tokens). Set data_path "
+                         "(a Megatron-LM .bin/.idx prefix) for a real run.");
+    if (config.logging.save_interval > 0 || !config.logging.save.empty() || !config.logging.load.empty())
+        w << QObject::tr("the design's save/load settings are replaced by the job's checkpoint plan.");
+    return w;
+}
+
+int64_t planned_save_interval(const Config& config, const SlurmOptions& o) {
+    if (o.iteration_seconds <= 0) return 1000;
+    const double every = std::max(1, o.checkpoint_minutes) * 60.0 / o.iteration_seconds;
+    return std::clamp<int64_t>(static_cast<int64_t>(every), 1, std::max<int64_t>(1, config.training.train_iters));
+}
+
 QString slurm_script(const Config& config, const SlurmOptions& o) {
     const int world = o.nodes * o.gpus_per_node;
+    // SIGUSR1 this long before the limit: two iterations and a checkpoint's worth, at least signal_seconds.
+    const int signal_lead = std::max(o.signal_seconds, static_cast<int>(std::ceil(2 * o.iteration_seconds)) + 120);
     QString s;
     s += QStringLiteral("#!/bin/bash\n");
     const QString unit = o.gpus ? QStringLiteral("GPU") : QStringLiteral("CPU rank");
@@ -83,6 +103,8 @@ QString slurm_script(const Config& config, const SlurmOptions& o) {
              .arg(o.gpus_per_node)
              .arg(unit)
              .arg(o.gpus_per_node == 1 ? "" : "s");
+    const QStringList warnings = slurm_warnings(config);
+    for (const QString& w : warnings) s += QStringLiteral("# WARNING: %1\n").arg(w);
     s += QStringLiteral("#SBATCH --job-name=%1\n").arg(o.job_name);
     s += QStringLiteral("#SBATCH --nodes=%1\n").arg(o.nodes);
     s += QStringLiteral("#SBATCH --ntasks-per-node=%1\n").arg(o.gpus_per_node);
@@ -91,35 +113,52 @@ QString slurm_script(const Config& config, const SlurmOptions& o) {
     s += QStringLiteral("#SBATCH --time=%1\n").arg(o.time_limit);
     if (!o.partition.isEmpty()) s += QStringLiteral("#SBATCH --partition=%1\n").arg(o.partition);
     if (!o.account.isEmpty()) s += QStringLiteral("#SBATCH --account=%1\n").arg(o.account);
+    s += QStringLiteral("#SBATCH --exclusive\n");
+    s += QStringLiteral("#SBATCH --requeue\n");
+    s += QStringLiteral("#SBATCH --signal=USR1@%1\n").arg(signal_lead);
+    s += QStringLiteral("#SBATCH --open-mode=append\n");
     s += QStringLiteral("#SBATCH --output=%x-%j.out\n\n");
     s += QStringLiteral("set -euo pipefail\n");
-    s += QStringLiteral("RUN_DIR=\"%1/${SLURM_JOB_NAME}-${SLURM_JOB_ID}\"\n").arg(o.run_root);
-    s += QStringLiteral("KEYS=\"%1\"            # run.key_secret (this job's pair) and clients/*.key (who may watch)\n")
-             .arg(o.key_dir);
-    s += QStringLiteral("mkdir -p \"$RUN_DIR\"\n");
+    for (const QString& w : warnings) s += QStringLiteral("echo %1 >&2\n").arg(shell_quote(QStringLiteral("mwb: WARNING: ") + w));
+    s += QStringLiteral("# One run directory per job name, shared by every resubmission and requeue of it: the metrics\n"
+                        "# continue there and checkpoints/ is both --save and --load (empty at first: a fresh start).\n");
+    s += QStringLiteral("RUN_DIR=%1\n").arg(double_quote(o.run_root + QStringLiteral("/") + o.job_name));
+    s += QStringLiteral("CKPT=\"$RUN_DIR/checkpoints\"\n");
+    s += QStringLiteral("KEYS=%1            # run.key_secret (this job's pair) and clients/*.key (who may watch)\n")
+             .arg(double_quote(o.key_dir));
+    s += QStringLiteral("mkdir -p \"$CKPT\"\n");
     s += QStringLiteral("cat > \"$RUN_DIR/config.json\" <<'MWB_CONFIG'\n");
     s += QString::fromStdString(config_to_text(config));
     s += QStringLiteral("MWB_CONFIG\n\n");
     s += QStringLiteral(
-        "# Rank 0 runs on the first node and binds telemetry there (CURVE: encrypted, admitted keys only).\n");
+        "# Rank 0 runs on the first node and binds telemetry there (CURVE: encrypted, admitted keys only),\n"
+        "# on ports of this job's own: two jobs on one node don't collide.\n");
     s += QStringLiteral("HEAD=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)\n");
+    s += QStringLiteral("PORT=$((%1 + 3 * (SLURM_JOB_ID %% 1000)))\n").arg(o.port).replace(QStringLiteral("%%"), QStringLiteral("%"));
     s += QStringLiteral(
-             "echo \"mwb: telemetry tcp://$HEAD:%1  snapshots tcp://$HEAD:%2  control tcp://$HEAD:%3  run dir "
-             "$RUN_DIR\"\n\n")
-             .arg(o.port)
-             .arg(o.port + 1)
-             .arg(o.port + 2);
+        "echo \"mwb: telemetry tcp://$HEAD:$PORT  snapshots tcp://$HEAD:$((PORT + 1))  control "
+        "tcp://$HEAD:$((PORT + 2))  run dir $RUN_DIR\"\n\n");
     s += QStringLiteral("export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK\n");
+    s += QStringLiteral("# SIGUSR1 (sent %1 s before the time limit, or by scancel --signal=USR1) makes every rank\n"
+                        "# checkpoint at the next iteration and exit 130; the job then requeues itself and continues.\n")
+             .arg(signal_lead);
+    s += QStringLiteral("status=0\n");
     s += QStringLiteral("srun --mpi=%1 --kill-on-bad-exit=1 %2 \\\n").arg(o.mpi, double_quote(o.trainer));
     s += QStringLiteral("    --config \"$RUN_DIR/config.json\" --run-dir \"$RUN_DIR\" --device %1 \\\n")
              .arg(o.gpus ? QStringLiteral("cuda") : QStringLiteral("cpu"));
-    s += QStringLiteral("    --telemetry-endpoint tcp://0.0.0.0:%1 --telemetry-snapshot-endpoint tcp://0.0.0.0:%2 \\\n")
-             .arg(o.port)
-             .arg(o.port + 1);
-    s += QStringLiteral("    --control-endpoint tcp://0.0.0.0:%1 \\\n").arg(o.port + 2);
+    s += QStringLiteral("    --save \"$CKPT\" --load \"$CKPT\" --save-interval %1 \\\n").arg(planned_save_interval(config, o));
+    s += QStringLiteral("    --telemetry-endpoint \"tcp://0.0.0.0:$PORT\" --telemetry-snapshot-endpoint "
+                        "\"tcp://0.0.0.0:$((PORT + 1))\" \\\n");
+    s += QStringLiteral("    --control-endpoint \"tcp://0.0.0.0:$((PORT + 2))\" \\\n");
     if (config.logging.peak_tflops_per_device <= 0 && o.peak_tflops > 0)
         s += QStringLiteral("    --peak-tflops-per-device %1 \\\n").arg(o.peak_tflops, 0, 'g', 6);
-    s += QStringLiteral("    --curve-secret-key-file \"$KEYS/run.key_secret\" --curve-client-keys \"$KEYS/clients\"\n");
+    s += QStringLiteral(
+        "    --curve-secret-key-file \"$KEYS/run.key_secret\" --curve-client-keys \"$KEYS/clients\" || status=$?\n");
+    s += QStringLiteral("if [ \"$status\" -eq 130 ]; then\n");
+    s += QStringLiteral("    echo \"mwb: checkpointed on a signal; requeueing job $SLURM_JOB_ID to continue\"\n");
+    s += QStringLiteral("    scontrol requeue \"$SLURM_JOB_ID\"\n");
+    s += QStringLiteral("fi\n");
+    s += QStringLiteral("exit \"$status\"\n");
     return s;
 }
 
@@ -132,27 +171,21 @@ QString slurm_connection_details(const SlurmOptions& o) {
              "   Copy keys/run.key_secret to %1/run.key_secret on the cluster and keys/$USER.key into %1/clients/.\n")
              .arg(o.key_dir);
     s += QObject::tr(
-             "2. Submit: sbatch %1.sbatch   (the job output names the head node: \"mwb: telemetry tcp://HEAD:%2 "
-             "...\")\n")
+             "2. Submit: sbatch %1.sbatch   (the job output names the head node and the ports: \"mwb: telemetry "
+             "tcp://HEAD:PORT ...\", PORT = %2 + 3·(job id mod 1000)).\n"
+             "   Resubmit the same script to continue a finished or cancelled run from its last checkpoint.\n")
              .arg(o.job_name)
              .arg(o.port);
     s += QObject::tr(
-             "3. Watch it here: Attach, endpoint tcp://HEAD:%1, client key keys/$USER.key_secret, server key "
-             "keys/run.key.\n")
-             .arg(o.port);
-    s += QObject::tr("   Snapshot (%1) and control (%2) ports are learned from the run's heartbeats.\n")
-             .arg(o.port + 1)
-             .arg(o.port + 2);
+             "3. Watch it here: Attach, endpoint tcp://HEAD:PORT, client key keys/$USER.key_secret, server key "
+             "keys/run.key.\n");
+    s += QObject::tr("   Snapshot (PORT + 1) and control (PORT + 2) ports are learned from the run's heartbeats.\n");
     s += QObject::tr(
-             "   Behind a login node: ssh -N -L %1:HEAD:%1 -L %2:HEAD:%2 -L %3:HEAD:%3 LOGIN, then attach to\n"
-             "   tcp://127.0.0.1:%1 with the same keys (the job still requires CURVE).\n")
-             .arg(o.port)
-             .arg(o.port + 1)
-             .arg(o.port + 2);
+        "   Behind a login node: ssh -N -L PORT:HEAD:PORT -L PORT+1:HEAD:PORT+1 -L PORT+2:HEAD:PORT+2 LOGIN (the\n"
+        "   three numbers), then attach to tcp://127.0.0.1:PORT with the same keys (the job still requires CURVE).\n");
     s += QObject::tr(
-             "4. Headless, on the cluster: mwb-record --curve-key keys/$USER.key_secret --server-key keys/run.key "
-             "tcp://HEAD:%1\n")
-             .arg(o.port);
+        "4. Headless, on the cluster: mwb-record --curve-key keys/$USER.key_secret --server-key keys/run.key "
+        "tcp://HEAD:PORT\n");
     return s;
 }
 

@@ -43,14 +43,30 @@ struct SlurmOptions {
     QString trainer = QStringLiteral("mwb-train");        ///< path of mwb-train on the cluster
     QString run_root = QStringLiteral("$HOME/mwb-runs");
     QString key_dir = QStringLiteral("$HOME/.mwb/keys");  ///< run.key_secret and clients/ on the cluster
-    int port = 5555;                                      ///< telemetry; snapshots port + 1, control port + 2
+    /// Telemetry base port: the job binds port + 3·(job id mod 1000) (snapshots + 1, control + 2), so
+    /// jobs sharing a node don't collide; the job output names the ports.
+    int port = 5555;
     QString mpi = QStringLiteral("pmix");
     double peak_tflops = 0;  ///< per GPU, for MFU (--peak-tflops-per-device) when the config has none
+    /// The checkpoint plan. iteration_seconds: the planner's time per iteration (0: unknown); a
+    /// checkpoint about every checkpoint_minutes, and SIGUSR1 early enough before the time limit for
+    /// two iterations and a save (at least signal_seconds).
+    double iteration_seconds = 0;
+    int checkpoint_minutes = 30;
+    int signal_seconds = 300;
 };
 
 /// The sbatch script: resources, the configuration embedded as a heredoc, the head node's address,
-/// srun with one task per GPU, telemetry bound on all interfaces with CURVE.
+/// srun with one task per GPU, telemetry bound on all interfaces with CURVE, and a checkpoint plan: one
+/// run directory per job name that every resubmission shares, --save/--load in it (a first job starts
+/// fresh), --save-interval from the planned iteration time, SIGUSR1 before the time limit (mwb-train
+/// checkpoints and exits 130) and then a requeue that continues from that checkpoint.
 QString slurm_script(const Config& config, const SlurmOptions& o);
+/// What the user must know about a design before submitting it (e.g. that it trains on mock data);
+/// the script carries the same lines as comments and prints them.
+QStringList slurm_warnings(const Config& config);
+/// Iterations between checkpoints for a planned iteration time (a fixed 1000 when it is unknown).
+int64_t planned_save_interval(const Config& config, const SlurmOptions& o);
 /// What to do on each side to follow and control the job from this machine.
 QString slurm_connection_details(const SlurmOptions& o);
 

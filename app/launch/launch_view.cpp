@@ -375,6 +375,7 @@ SlurmOptions LaunchView::slurmOptions() const {
     o.gpus_per_node = std::max(1, cluster_.gpus_per_node);
     o.peak_tflops = device_peak_tflops(cluster_.device, config_);
     o.gpus = cluster_.device.name != "cpu";
+    if (plan_.estimated) o.iteration_seconds = plan_.time.iteration_s;  // the checkpoint plan's interval
     return o;
 }
 

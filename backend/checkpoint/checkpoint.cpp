@@ -2,6 +2,7 @@
 
 #include "core/mapped_file.h"
 #include "mwb/kernels/error.h"
+#include "parallel/communicator.h"
 #include "parallel/parallel_context.h"
 
 #include <fcntl.h>
@@ -10,6 +11,9 @@
 #include <xxhash.h>
 
 #include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 
@@ -93,6 +97,56 @@ Rect rect_of(const std::vector<int64_t>& global, const std::vector<int64_t>& sha
 
 std::string part_name(const RankCoordinates& c) { return fmt::format("tp{:02d}_pp{:02d}", c.tp, c.pp); }
 
+/// Test hook: MWB_CRASH_AT=<point> kills the process (SIGKILL, as the OOM killer or a node failure
+/// would) when it reaches that point of a save, so tests can check every phase (docs/reliability.md).
+void crash_point(const char* point) {
+    static const char* const at = std::getenv("MWB_CRASH_AT");
+    if (at && std::strcmp(at, point) == 0) std::raise(SIGKILL);
+}
+
+/// What interrupted saves leave in `dir`: temporary folders and marker files go; a checkpoint moved
+/// aside by an interrupted replacement (".iter_N.old" without "iter_N") is put back.
+void clean_interrupted_saves(const fs::path& dir) {
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+        const std::string name = entry.path().filename().string();
+        if (name.starts_with(".latest.tmp-") || (name.starts_with(".iter_") && name.ends_with(".tmp"))) {
+            fs::remove_all(entry.path(), ec);
+        } else if (name.starts_with(".iter_") && name.ends_with(".old")) {
+            const fs::path original = dir / name.substr(1, name.size() - 5);
+            if (fs::exists(original / "metadata.json")) fs::remove_all(entry.path(), ec);
+            else if (fs::exists(entry.path() / "metadata.json")) {
+                fs::remove_all(original, ec);
+                fs::rename(entry.path(), original, ec);
+            }
+        }
+    }
+}
+
+/// Puts the finished folder `tmp` at `final_dir`. Over an older checkpoint of the same iteration (which
+/// `latest` may name) the two are exchanged atomically where the file system can (renameat2); elsewhere
+/// (NFS, Lustre) the old one steps aside first, and find_checkpoint() reads it if the swap is cut short.
+void move_into_place(const fs::path& tmp, const fs::path& final_dir, const fs::path& old) {
+    if (!fs::exists(final_dir)) {
+        fs::rename(tmp, final_dir);
+        return;
+    }
+    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) == 0) {
+        crash_point("checkpoint.exchanged");
+        std::error_code ec;
+        fs::remove_all(tmp, ec);  // the old checkpoint now
+        return;
+    }
+    MWB_CHECK(errno == EINVAL || errno == ENOSYS || errno == ENOTSUP, "cannot replace '{}': {}", final_dir.string(),
+              std::strerror(errno));
+    std::error_code ec;
+    fs::remove_all(old, ec);
+    fs::rename(final_dir, old);
+    crash_point("checkpoint.old_moved");
+    fs::rename(tmp, final_dir);
+    fs::remove_all(old, ec);
+}
+
 }  // namespace
 
 std::string iteration_dir_name(int64_t iteration) { return fmt::format("iter_{:07d}", iteration); }
@@ -101,41 +155,66 @@ fs::path save_checkpoint(const fs::path& dir, const CheckpointState& state, cons
                          ParallelContext& par, bool writer) {
     const std::string name = iteration_dir_name(state.iteration);
     const fs::path tmp = dir / ("." + name + ".tmp");  // one name all ranks agree on
+    const fs::path final_dir = dir / name;
     const bool leader = par.world_rank() == 0;
-    std::error_code ec;
-    if (leader) {
-        fs::create_directories(dir, ec);
-        MWB_CHECK(!ec, "cannot create checkpoint directory '{}': {}", dir.string(), ec.message());
-        fs::remove_all(tmp, ec);  // left by a crash
-        fs::create_directories(tmp, ec);
-        MWB_CHECK(!ec, "cannot create '{}': {}", tmp.string(), ec.message());
-    }
-    par.world().barrier();
-
-    if (writer) {
-        const std::string part = part_name(par.coord());
-        nlohmann::json entries = nlohmann::json::array();
-        HashingWriter shard(tmp / (part + ".bin"));
-        for (const CheckpointTensor& t : tensors) {
-            if (!t.save) continue;
-            shard.pad_to(kAlign);
-            const int64_t bytes = numel_of(t.shape) * static_cast<int64_t>(sizeof(float));
-            entries.push_back({{"name", t.name}, {"global_shape", t.global_shape}, {"shape", t.shape},
-                               {"split_dim", t.split_dim}, {"split_begin", t.split_begin}, {"dtype", "f32"},
-                               {"file", part + ".bin"}, {"offset", shard.offset()}, {"bytes", bytes}});
-            shard.write(t.data, bytes);
-        }
-        const int64_t bytes = shard.offset();
-        const uint64_t hash = shard.finish();
-        const nlohmann::json part_meta = {
-            {"file", {{"name", part + ".bin"}, {"bytes", bytes}, {"xxh3_64", hex64(hash)}}}, {"tensors", entries}};
-        write_file_atomic(tmp / (part + ".json"), part_meta.dump());
-    }
-    par.world().barrier();
-
-    fs::path final_dir = dir / name;
-    if (leader) {
+    // Each phase ends with every rank learning whether any rank failed: then all fail together and
+    // rank 0 removes the partial folder (a full disk on one rank must not leave a .tmp or hang the rest).
+    std::string failure;
+    const auto attempt = [&failure](auto&& step) {
         try {
+            step();
+        } catch (const std::exception& e) {
+            failure = e.what();
+        }
+    };
+    const auto agree = [&] {
+        float failed = failure.empty() ? 0.0f : 1.0f;
+        par.world().all_reduce_max(&failed, 1);
+        if (failed == 0.0f) return;
+        if (leader) {
+            std::error_code ec;
+            fs::remove_all(tmp, ec);
+        }
+        MWB_FAIL("checkpoint of iteration {} not saved in '{}': {}", state.iteration, dir.string(),
+                 failure.empty() ? std::string("another rank failed to write its part") : failure);
+    };
+
+    if (leader)
+        attempt([&] {
+            std::error_code ec;
+            fs::create_directories(dir, ec);
+            MWB_CHECK(!ec, "cannot create checkpoint directory '{}': {}", dir.string(), ec.message());
+            clean_interrupted_saves(dir);
+            fs::create_directories(tmp, ec);
+            MWB_CHECK(!ec, "cannot create '{}': {}", tmp.string(), ec.message());
+        });
+    agree();
+
+    if (writer)
+        attempt([&] {
+            const std::string part = part_name(par.coord());
+            nlohmann::json entries = nlohmann::json::array();
+            HashingWriter shard(tmp / (part + ".bin"));
+            for (const CheckpointTensor& t : tensors) {
+                if (!t.save) continue;
+                shard.pad_to(kAlign);
+                const int64_t bytes = numel_of(t.shape) * static_cast<int64_t>(sizeof(float));
+                entries.push_back({{"name", t.name}, {"global_shape", t.global_shape}, {"shape", t.shape},
+                                   {"split_dim", t.split_dim}, {"split_begin", t.split_begin}, {"dtype", "f32"},
+                                   {"file", part + ".bin"}, {"offset", shard.offset()}, {"bytes", bytes}});
+                shard.write(t.data, bytes);
+            }
+            const int64_t bytes = shard.offset();
+            const uint64_t hash = shard.finish();
+            crash_point("checkpoint.shard_written");
+            const nlohmann::json part_meta = {
+                {"file", {{"name", part + ".bin"}, {"bytes", bytes}, {"xxh3_64", hex64(hash)}}}, {"tensors", entries}};
+            write_file_atomic(tmp / (part + ".json"), part_meta.dump());
+        });
+    agree();
+
+    if (leader)
+        attempt([&] {
             nlohmann::json files = nlohmann::json::array(), tensors_meta = nlohmann::json::array();
             for (const auto& entry : fs::directory_iterator(tmp)) {
                 if (entry.path().extension() != ".json") continue;
@@ -162,45 +241,47 @@ fs::path save_checkpoint(const fs::path& dir, const CheckpointState& state, cons
             };
             write_file_atomic(tmp / "metadata.json", meta.dump(1));
             sync_directory(tmp);
-            // Swap the finished folder into place; an older checkpoint of the same iteration goes first.
-            if (fs::exists(final_dir)) {
-                const fs::path old = dir / ("." + name + ".old");
-                fs::remove_all(old, ec);
-                fs::rename(final_dir, old);
-                fs::rename(tmp, final_dir);
-                fs::remove_all(old, ec);
-            } else {
-                fs::rename(tmp, final_dir);
-            }
+            crash_point("checkpoint.metadata_written");
+            move_into_place(tmp, final_dir, dir / ("." + name + ".old"));
             sync_directory(dir);
+            crash_point("checkpoint.renamed");
             write_file_atomic(dir / "latest", name + "\n");
             // Megatron-LM's tracker file beside our marker, so its tools find the iteration too.
             write_file_atomic(dir / "latest_checkpointed_iteration.txt", std::to_string(state.iteration));
-        } catch (...) {
-            fs::remove_all(tmp, ec);
-            throw;
-        }
-    }
-    par.world().barrier();
+            crash_point("checkpoint.latest_written");
+        });
+    agree();
     return final_dir;
 }
 
-fs::path resolve_checkpoint_dir(const fs::path& load) {
-    MWB_CHECK(fs::exists(load), "load: checkpoint path '{}' does not exist", load.string());
+std::optional<fs::path> find_checkpoint(const fs::path& load) {
     if (fs::exists(load / "metadata.json")) return load;
+    MWB_CHECK(!load.filename().string().starts_with("iter_"), "load: '{}' is not a checkpoint (it has no metadata.json)",
+              load.string());
+    MWB_CHECK(!fs::exists(load) || fs::is_directory(load), "load: '{}' is not a directory", load.string());
     const fs::path marker = load / "latest";
-    MWB_CHECK(fs::exists(marker), "load: '{}' holds neither metadata.json nor a 'latest' marker", load.string());
+    if (!fs::exists(marker)) return std::nullopt;  // nothing saved there yet
     std::string name = read_file(marker, 256);
     while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
     MWB_CHECK(name.starts_with("iter_") && name.find('/') == std::string::npos,
               "load: '{}' names '{}', expected iter_NNNNNNN", marker.string(), name);
     const fs::path dir = load / name;
-    MWB_CHECK(fs::exists(dir / "metadata.json"), "load: '{}' points to '{}', which has no metadata.json",
-              marker.string(), dir.string());
-    return dir;
+    if (fs::exists(dir / "metadata.json")) return dir;
+    // Killed while replacing it on a file system without an atomic exchange: the old one stepped aside.
+    if (const fs::path old = load / ("." + name + ".old"); fs::exists(old / "metadata.json")) return old;
+    MWB_FAIL("load: '{}' points to '{}', which has no metadata.json", marker.string(), dir.string());
 }
 
-CheckpointState load_checkpoint(const fs::path& iteration_dir, const std::vector<CheckpointTensor>& tensors) {
+fs::path resolve_checkpoint_dir(const fs::path& load) {
+    const std::optional<fs::path> dir = find_checkpoint(load);
+    MWB_CHECK(dir.has_value(), "load: '{}' holds no checkpoint (neither metadata.json nor a 'latest' marker)",
+              load.string());
+    return *dir;
+}
+
+namespace {
+
+nlohmann::json read_metadata(const fs::path& iteration_dir) {
     const fs::path meta_path = iteration_dir / "metadata.json";
     nlohmann::json meta;
     try {
@@ -208,12 +289,63 @@ CheckpointState load_checkpoint(const fs::path& iteration_dir, const std::vector
     } catch (const nlohmann::json::exception& e) {
         MWB_FAIL("checkpoint metadata '{}' is not valid JSON: {}", meta_path.string(), e.what());
     }
-    try {
-        MWB_CHECK(meta.value("format", "") == kFormat, "'{}' is not an mwb checkpoint (format \"{}\")", meta_path.string(),
-                  meta.value("format", ""));
-        MWB_CHECK(meta.at("version").get<int>() == kVersion, "'{}' has checkpoint version {}, this build reads {}",
-                  meta_path.string(), meta.at("version").get<int>(), kVersion);
+    MWB_CHECK(meta.is_object() && meta.value("format", "") == kFormat, "'{}' is not an mwb checkpoint (format \"{}\")",
+              meta_path.string(), meta.is_object() ? meta.value("format", "") : std::string());
+    return meta;
+}
 
+/// The scalar state of parsed metadata, every count checked (a negative iteration would make the run
+/// overwrite the checkpoints it came from).
+CheckpointState state_of(const nlohmann::json& meta, const fs::path& iteration_dir) {
+    const std::string where = (iteration_dir / "metadata.json").string();
+    MWB_CHECK(meta.at("version").get<int>() == kVersion, "'{}' has checkpoint version {}, this build reads {}", where,
+              meta.at("version").get<int>(), kVersion);
+    CheckpointState s;
+    s.iteration = meta.at("iteration").get<int64_t>();
+    s.consumed_samples = meta.at("consumed_samples").get<int64_t>();
+    s.optimizer_steps = meta.at("optimizer_steps").get<int64_t>();
+    s.skipped_iterations = meta.value("skipped_iterations", int64_t{0});
+    s.loss_scaler = meta.at("loss_scaler");
+    s.config = meta.value("config", nlohmann::json::object());
+    MWB_CHECK(s.iteration >= 0, "'{}': iteration is {}, expected 0 or more", where, s.iteration);
+    MWB_CHECK(s.consumed_samples >= 0, "'{}': consumed_samples is {}, expected 0 or more", where, s.consumed_samples);
+    MWB_CHECK(s.optimizer_steps >= 0 && s.optimizer_steps <= s.iteration,
+              "'{}': optimizer_steps is {}, expected 0 to the iteration ({})", where, s.optimizer_steps, s.iteration);
+    MWB_CHECK(s.skipped_iterations >= 0 && s.skipped_iterations <= s.iteration,
+              "'{}': skipped_iterations is {}, expected 0 to the iteration ({})", where, s.skipped_iterations,
+              s.iteration);
+    MWB_CHECK(s.consumed_samples >= s.iteration, "'{}': consumed_samples ({}) is below the iteration ({})", where,
+              s.consumed_samples, s.iteration);
+    MWB_CHECK(s.loss_scaler.is_object(), "'{}': loss_scaler is not an object", where);
+    MWB_CHECK(s.config.is_object(), "'{}': config is not an object", where);
+    // The folder's name is the iteration ("iter_N", or ".iter_N.old" moved aside by a replacement).
+    std::string folder = iteration_dir.filename().string();
+    if (folder.empty()) folder = iteration_dir.parent_path().filename().string();
+    if (folder.starts_with(".") && folder.ends_with(".old")) folder = folder.substr(1, folder.size() - 5);
+    if (folder.starts_with("iter_"))
+        MWB_CHECK(folder == iteration_dir_name(s.iteration), "'{}' records iteration {}, but its folder is {}", where,
+                  s.iteration, folder);
+    return s;
+}
+
+}  // namespace
+
+CheckpointState read_checkpoint_state(const fs::path& iteration_dir) {
+    const nlohmann::json meta = read_metadata(iteration_dir);
+    try {
+        return state_of(meta, iteration_dir);
+    } catch (const nlohmann::json::exception& e) {
+        MWB_FAIL("checkpoint metadata '{}' is missing or mistypes a field: {}", (iteration_dir / "metadata.json").string(),
+                 e.what());
+    }
+}
+
+CheckpointState load_checkpoint(const fs::path& iteration_dir, const std::vector<CheckpointTensor>& tensors,
+                                Communicator* group) {
+    const fs::path meta_path = iteration_dir / "metadata.json";
+    const nlohmann::json meta = read_metadata(iteration_dir);
+    try {
+        const CheckpointState state = state_of(meta, iteration_dir);
         std::map<std::string, nlohmann::json> file_meta;
         for (const auto& f : meta.at("files")) {
             const std::string name = f.at("name").get<std::string>();
@@ -222,7 +354,27 @@ CheckpointState load_checkpoint(const fs::path& iteration_dir, const std::vector
             file_meta.emplace(name, f);
         }
         std::multimap<std::string, nlohmann::json> entries;
-        for (const auto& e : meta.at("tensors")) entries.emplace(e.at("name").get<std::string>(), e);
+        for (const auto& e : meta.at("tensors")) {
+            const std::string file_name = e.at("file").get<std::string>();
+            MWB_CHECK(file_meta.count(file_name), "'{}': tensor {} lives in the unlisted file {}", meta_path.string(),
+                      e.at("name").get<std::string>(), file_name);
+            entries.emplace(e.at("name").get<std::string>(), e);
+        }
+
+        // Every saved tensor must belong to the model: the ranks together need each one.
+        std::vector<std::string> names;
+        for (auto it = entries.begin(); it != entries.end(); it = entries.upper_bound(it->first)) names.push_back(it->first);
+        std::vector<float> needed(names.size(), 0.0f);
+        for (const CheckpointTensor& t : tensors)
+            if (const auto at = std::lower_bound(names.begin(), names.end(), t.name); at != names.end() && *at == t.name)
+                needed[static_cast<std::size_t>(at - names.begin())] = 1.0f;
+        if (group && !needed.empty()) group->all_reduce_max(needed.data(), static_cast<int64_t>(needed.size()));
+        std::vector<std::string> unknown;
+        for (std::size_t i = 0; i < names.size(); ++i)
+            if (needed[i] == 0.0f) unknown.push_back(names[i]);
+        MWB_CHECK(unknown.empty(), "checkpoint '{}' holds {} tensor(s) this model does not have: {}",
+                  iteration_dir.string(), unknown.size(),
+                  fmt::join(unknown.begin(), unknown.begin() + std::min<std::ptrdiff_t>(3, std::ssize(unknown)), ", "));
 
         // Files are mapped and verified once, when first needed.
         std::map<std::string, std::unique_ptr<MappedFile>> files;
@@ -288,14 +440,7 @@ CheckpointState load_checkpoint(const fs::path& iteration_dir, const std::vector
                       iteration_dir.string(), copied, numel_of(t.shape), t.name);
         }
 
-        CheckpointState s;
-        s.iteration = meta.at("iteration").get<int64_t>();
-        s.consumed_samples = meta.at("consumed_samples").get<int64_t>();
-        s.optimizer_steps = meta.at("optimizer_steps").get<int64_t>();
-        s.skipped_iterations = meta.value("skipped_iterations", int64_t{0});
-        s.loss_scaler = meta.at("loss_scaler");
-        s.config = meta.value("config", nlohmann::json::object());
-        return s;
+        return state;
     } catch (const nlohmann::json::exception& e) {
         MWB_FAIL("checkpoint metadata '{}' is missing or mistypes a field: {}", meta_path.string(), e.what());
     }

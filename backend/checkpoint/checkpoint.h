@@ -7,7 +7,8 @@
 // Each tensor is stored once (by data-parallel rank 0 of its shard, replicated tensors by tensor-parallel
 // rank 0) with its place in the global tensor, so a loader with other TP/PP/DP sizes assembles its own
 // slices from whichever files hold them. The iteration folder is built under a temporary name and
-// renamed into place; files are checksummed (XXH3-64) and verified on load. Format: docs/checkpoint.md.
+// renamed into place (over an older one of the same iteration by an atomic exchange where the file system
+// has one); files are checksummed (XXH3-64) and verified on load. Format: docs/checkpoint.md.
 // Saving assumes the ranks share a file system (as Megatron-LM's checkpoints do).
 #include "core/files.h"
 #include "mwb/kernels/tensor.h"
@@ -15,11 +16,13 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace mwb {
 
+class Communicator;
 class ParallelContext;
 
 /// One tensor slice of this rank.
@@ -53,16 +56,31 @@ std::string iteration_dir_name(int64_t iteration);
 
 /// Collective over the world of `par`: writes the checkpoint of `state.iteration` under `dir`
 /// (replacing one of the same iteration) and then the `latest` marker. `writer`: this rank writes its
-/// tensors (data-parallel rank 0 of each shard). Returns the iteration folder.
+/// tensors (data-parallel rank 0 of each shard). Rank 0 first removes what interrupted saves left
+/// (temporary folders and marker files) and restores a checkpoint an interrupted replacement moved
+/// aside. A failure on any rank (a full disk) fails the save on every rank, removes the partial
+/// folder and leaves `latest` as it was. Returns the iteration folder.
 fs::path save_checkpoint(const fs::path& dir, const CheckpointState& state, const std::vector<CheckpointTensor>& tensors,
                          ParallelContext& par, bool writer);
 
 /// Resolves a --load argument: a checkpoint directory (follows `latest`) or one iteration folder.
+/// nullopt when the directory does not exist yet or holds no `latest` marker (nothing saved yet:
+/// the run starts fresh, as Megatron-LM's); an error when `load` names an iteration folder that is not
+/// a checkpoint, or `latest` names one that is missing.
+std::optional<fs::path> find_checkpoint(const fs::path& load);
+/// find_checkpoint() where a checkpoint must exist (a conversion's input): an error naming `load` when
+/// there is none.
 fs::path resolve_checkpoint_dir(const fs::path& load);
+
+/// Reads and validates metadata.json of an iteration folder without touching the tensor files: the
+/// format, non-negative counts consistent with each other and with the folder's name.
+CheckpointState read_checkpoint_state(const fs::path& iteration_dir);
 
 /// Reads metadata.json of an iteration folder, verifies the size and checksum of every file it reads,
 /// fills each tensor's `dest` from the saved slices (every element must be covered, global shapes must
-/// match, no saved tensor may be unknown to the model) and returns the state.
-CheckpointState load_checkpoint(const fs::path& iteration_dir, const std::vector<CheckpointTensor>& tensors);
+/// match) and returns the state. Every saved tensor must be one the model has: with `group` (the
+/// world; collective over it) among the tensors of any of its ranks, else among `tensors`.
+CheckpointState load_checkpoint(const fs::path& iteration_dir, const std::vector<CheckpointTensor>& tensors,
+                                Communicator* group = nullptr);
 
 }  // namespace mwb

@@ -46,6 +46,7 @@ struct ParallelConfig {
     int num_layers_per_virtual_pipeline_stage = 0;  ///< interleaved schedule; 0 = plain 1F1B
     bool use_distributed_optimizer = false;    ///< shard optimizer state across data-parallel ranks
     int64_t ddp_bucket_size = 0;               ///< gradient all-reduce bucket (elements); 0 = automatic
+    double distributed_timeout_minutes = 10;   ///< a collective or point-to-point wait this long ends the run
 };
 
 struct TrainingConfig {

@@ -74,6 +74,10 @@ const auto kFields = std::to_array<Field>({
     MWB_FIELD(parallel, use_distributed_optimizer, "Shard optimizer state and master weights across data-parallel ranks.",
               ""),
     MWB_FIELD(parallel, ddp_bucket_size, "Gradient reduction bucket, in elements; 0 chooses automatically.", ""),
+    MWB_FIELD(parallel, distributed_timeout_minutes,
+              "A rank that waits this long in a collective or point-to-point exchange, or sends no heartbeat for "
+              "this long, ends the run (every rank exits 124, naming the stalled rank).",
+              ""),
     // training
     MWB_FIELD(training, micro_batch_size, "Samples per micro-batch on each data-parallel rank.", ""),
     MWB_FIELD(training, global_batch_size,

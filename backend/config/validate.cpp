@@ -277,6 +277,9 @@ std::vector<ConfigIssue> validate(const Config& c, int world_size) {
     ck.require(p.num_layers_per_virtual_pipeline_stage >= 0, "num_layers_per_virtual_pipeline_stage",
                "num_layers_per_virtual_pipeline_stage must not be negative");
     ck.require(p.ddp_bucket_size >= 0, "ddp_bucket_size", "ddp_bucket_size must not be negative");
+    ck.require(std::isfinite(p.distributed_timeout_minutes) && p.distributed_timeout_minutes > 0,
+               "distributed_timeout_minutes", "distributed_timeout_minutes must be a positive number of minutes (got {})",
+               p.distributed_timeout_minutes);
 
     // batch
     ck.require(t.micro_batch_size >= 1, "micro_batch_size", "micro_batch_size must be at least 1 (got {})",

@@ -3,6 +3,7 @@
 #include "mwb/kernels/error.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 namespace mwb::data {
@@ -34,6 +35,7 @@ BlendedSampleSource::BlendedSampleSource(std::vector<std::unique_ptr<SampleSourc
     double sum = 0;
     for (std::size_t d = 0; d < sources_.size(); ++d) {
         MWB_CHECK(sources_[d], "blend: source {} is missing", d);
+        MWB_CHECK(std::isfinite(weights_[d]), "blend: weight {} of dataset {} is not a finite number", weights_[d], d);
         MWB_CHECK(weights_[d] >= 0, "blend: weight {} of dataset {} is negative", weights_[d], d);
         MWB_CHECK(sources_[d]->sample_tokens() == sources_[0]->sample_tokens(),
                   "blend: dataset {} has samples of {} tokens, dataset 0 of {}", d, sources_[d]->sample_tokens(),

@@ -140,7 +140,10 @@ DataBlend parse_data_path(const std::vector<std::string>& data_path) {
               "data_path: expected either prefixes only or weight/prefix pairs (\"0.3 a 0.7 b\"), got '{}'",
               fmt::join(words, " "));
     for (std::size_t i = 1; i < words.size(); i += 2) blend.prefixes.push_back(words[i]);
-    for (const double w : weights) MWB_CHECK(w >= 0, "data_path: weight {} is negative", w);
+    for (const double w : weights) {
+        MWB_CHECK(std::isfinite(w), "data_path: weight {} is not a finite number", w);
+        MWB_CHECK(w >= 0, "data_path: weight {} is negative", w);
+    }
     blend.weights = weights;
     return blend;
 }

@@ -133,6 +133,12 @@ void IndexedDataset::validate() {
                   bin, bin_size, i, len, dtype_name(dtype_), ptr);
         tokens_ += len;
     }
+    // Megatron-LM's builder writes the tokens back to back: the .bin holds exactly them. A dtype code
+    // that contradicts the data (int32 tokens read as uint16) shows as a size mismatch here.
+    MWB_CHECK(tokens_ * item == bin_size,
+              "'{}' is {} bytes, but '{}' records {} tokens of {} ({} bytes): the index's dtype code ({}) does not "
+              "match the data, or the files belong to different datasets",
+              bin, bin_size, idx, tokens_, dtype_name(dtype_), tokens_ * item, static_cast<int>(code));
 }
 
 uint64_t IndexedDataset::content_hash() const {

@@ -25,10 +25,11 @@ int count_of(int64_t n, const std::string& group) {
     return static_cast<int>(n);
 }
 
-/// Times a call and adds its bytes to the stats.
+/// Times a call, adds its bytes to the stats and tells the watchdog what this rank waits in.
 class Measure {
 public:
-    Measure(CommStats& s, int64_t bytes) : s_(s), t0_(Clock::now()) {
+    Measure(CommStats& s, int64_t bytes, OperationTracker* t, const char* what, const std::string& group)
+        : s_(s), t0_(Clock::now()), scope_(t, what, group.c_str()) {
         s_.bytes_sent += bytes;
         ++s_.calls;
     }
@@ -37,6 +38,7 @@ public:
 private:
     CommStats& s_;
     Clock::time_point t0_;
+    OperationTracker::Scope scope_;
 };
 
 /// The sends of one exchange. Under Nccl semantics the requests are shared with the communicator
@@ -44,9 +46,11 @@ private:
 /// waits second returns at once.
 class MpiPendingSend final : public PendingSend {
 public:
-    MpiPendingSend(std::vector<std::shared_ptr<MPI_Request>> r, CommStats& s) : requests_(std::move(r)), stats_(s) {}
+    MpiPendingSend(std::vector<std::shared_ptr<MPI_Request>> r, CommStats& s, OperationTracker* t, const char* group)
+        : requests_(std::move(r)), stats_(s), tracker_(t), group_(group) {}
     ~MpiPendingSend() override { wait(); }
     void wait() override {
+        const OperationTracker::Scope scope(done() ? nullptr : tracker_, "send", group_);
         const auto t0 = Clock::now();
         for (const auto& r : requests_)
             if (*r != MPI_REQUEST_NULL) MPI_Wait(r.get(), MPI_STATUS_IGNORE);
@@ -65,12 +69,14 @@ public:
 private:
     std::vector<std::shared_ptr<MPI_Request>> requests_;
     CommStats& stats_;
+    OperationTracker* tracker_;
+    const char* group_;
 };
 
 }  // namespace
 
-MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name, P2PSemantics p2p)
-    : comm_(comm), name_(std::move(name)), p2p_(p2p) {
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name, P2PSemantics p2p, OperationTracker* tracker)
+    : comm_(comm), name_(std::move(name)), p2p_(p2p), tracker_(tracker) {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
 }
@@ -83,40 +89,40 @@ MpiCommunicator::~MpiCommunicator() {
 
 // Ring volumes per rank: all-reduce = reduce-scatter + all-gather = 2(n-1)/n of the buffer.
 void MpiCommunicator::all_reduce_sum(float* data, int64_t n) {
-    Measure m(stats_, 2 * (size_ - 1) * n * 4 / size_);
+    Measure m(stats_, 2 * (size_ - 1) * n * 4 / size_, tracker_, "all-reduce", name_);
     check(MPI_Allreduce(MPI_IN_PLACE, data, count_of(n, name_), MPI_FLOAT, MPI_SUM, comm_), "all-reduce", name_);
 }
 
 void MpiCommunicator::all_reduce_sum(double* data, int64_t n) {
-    Measure m(stats_, 2 * (size_ - 1) * n * 8 / size_);
+    Measure m(stats_, 2 * (size_ - 1) * n * 8 / size_, tracker_, "all-reduce", name_);
     check(MPI_Allreduce(MPI_IN_PLACE, data, count_of(n, name_), MPI_DOUBLE, MPI_SUM, comm_), "all-reduce", name_);
 }
 
 void MpiCommunicator::all_reduce_max(float* data, int64_t n) {
-    Measure m(stats_, 2 * (size_ - 1) * n * 4 / size_);
+    Measure m(stats_, 2 * (size_ - 1) * n * 4 / size_, tracker_, "all-reduce", name_);
     check(MPI_Allreduce(MPI_IN_PLACE, data, count_of(n, name_), MPI_FLOAT, MPI_MAX, comm_), "all-reduce", name_);
 }
 
 void MpiCommunicator::all_gather(const float* in, float* out, int64_t n) {
-    Measure m(stats_, (size_ - 1) * n * 4);
+    Measure m(stats_, (size_ - 1) * n * 4, tracker_, "all-gather", name_);
     const int c = count_of(n, name_);
     const void* send = in == out + static_cast<int64_t>(rank_) * n ? MPI_IN_PLACE : in;
     check(MPI_Allgather(send, c, MPI_FLOAT, out, c, MPI_FLOAT, comm_), "all-gather", name_);
 }
 
 void MpiCommunicator::reduce_scatter_sum(const float* in, float* out, int64_t n) {
-    Measure m(stats_, (size_ - 1) * n * 4);
+    Measure m(stats_, (size_ - 1) * n * 4, tracker_, "reduce-scatter", name_);
     check(MPI_Reduce_scatter_block(in == out ? MPI_IN_PLACE : in, out, count_of(n, name_), MPI_FLOAT, MPI_SUM, comm_),
           "reduce-scatter", name_);
 }
 
 void MpiCommunicator::broadcast(void* data, int64_t bytes, int root) {
-    Measure m(stats_, rank_ == root ? bytes : 0);
+    Measure m(stats_, rank_ == root ? bytes : 0, tracker_, "broadcast", name_);
     check(MPI_Bcast(data, count_of(bytes, name_), MPI_BYTE, root, comm_), "broadcast", name_);
 }
 
 void MpiCommunicator::gather(const void* in, void* out, int64_t bytes, int root) {
-    Measure m(stats_, rank_ == root ? 0 : bytes);
+    Measure m(stats_, rank_ == root ? 0 : bytes, tracker_, "gather", name_);
     const int c = count_of(bytes, name_);
     check(MPI_Gather(in, c, MPI_BYTE, out, c, MPI_BYTE, root, comm_), "gather", name_);
 }
@@ -132,7 +138,7 @@ void MpiCommunicator::wait_for_last_sends() {
 std::unique_ptr<PendingSend> MpiCommunicator::exchange(std::span<const Message> sends, std::span<const Message> recvs) {
     int64_t bytes = 0;
     for (const Message& m : sends) bytes += m.n * 4;
-    Measure m(stats_, bytes);
+    Measure m(stats_, bytes, tracker_, "exchange", name_);
     const bool nccl = p2p_ == P2PSemantics::Nccl;
     // Nccl semantics: this call starts once the previous one is complete (one stream), tags are
     // ignored and sends are synchronous (complete only when matched).
@@ -161,11 +167,11 @@ std::unique_ptr<PendingSend> MpiCommunicator::exchange(std::span<const Message> 
         // A group with receives completes as a whole: NCCL's caller synchronizes the stream.
         if (!recvs.empty()) wait_for_last_sends();
     }
-    return std::make_unique<MpiPendingSend>(std::move(send_requests), stats_);
+    return std::make_unique<MpiPendingSend>(std::move(send_requests), stats_, tracker_, name_.c_str());
 }
 
 void MpiCommunicator::barrier() {
-    Measure m(stats_, 0);
+    Measure m(stats_, 0, tracker_, "barrier", name_);
     check(MPI_Barrier(comm_), "barrier", name_);
 }
 

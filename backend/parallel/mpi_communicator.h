@@ -1,6 +1,7 @@
 #pragma once
 // A process group on MPI (Open MPI from Debian), for host buffers.
 #include "parallel/communicator.h"
+#include "parallel/watchdog.h"
 
 #include <mpi.h>
 
@@ -18,8 +19,10 @@ enum class P2PSemantics { Mpi, Nccl };
 
 class MpiCommunicator final : public Communicator {
 public:
-    /// Takes ownership of `comm` (freed on destruction unless it is MPI_COMM_WORLD).
-    MpiCommunicator(MPI_Comm comm, std::string name, P2PSemantics p2p = P2PSemantics::Mpi);
+    /// Takes ownership of `comm` (freed on destruction unless it is MPI_COMM_WORLD). `tracker`: where
+    /// every call says what it waits in (the watchdog's view); may be null.
+    MpiCommunicator(MPI_Comm comm, std::string name, P2PSemantics p2p = P2PSemantics::Mpi,
+                    OperationTracker* tracker = nullptr);
     ~MpiCommunicator() override;
     int rank() const override { return rank_; }
     int size() const override { return size_; }
@@ -41,6 +44,7 @@ private:
     std::string name_;
     int rank_ = 0, size_ = 1;
     P2PSemantics p2p_;
+    OperationTracker* tracker_;
     std::vector<std::shared_ptr<MPI_Request>> last_sends_;  // Nccl semantics: what the next call waits for
 
     void wait_for_last_sends();

@@ -6,6 +6,7 @@
 #include <nccl.h>
 
 #include <chrono>
+#include <thread>
 
 namespace mwb {
 
@@ -61,9 +62,9 @@ struct NcclCommunicator::Impl {
     cudaEvent_t compute_done = nullptr, collective_done = nullptr;
 };
 
-NcclCommunicator::NcclCommunicator(Communicator& host_group, void* compute_stream, bool blocking)
+NcclCommunicator::NcclCommunicator(Communicator& host_group, void* compute_stream, bool blocking, double timeout_s)
     : impl_(std::make_unique<Impl>()), host_(host_group), name_(host_group.name()), rank_(host_group.rank()),
-      size_(host_group.size()), compute_stream_(compute_stream), blocking_(blocking) {
+      size_(host_group.size()), compute_stream_(compute_stream), blocking_(blocking), timeout_s_(timeout_s) {
     ncclUniqueId id{};
     if (rank_ == 0) check_nccl(ncclGetUniqueId(&id), "unique id", name_);
     host_.broadcast(&id, sizeof(id), 0);
@@ -86,7 +87,32 @@ NcclCommunicator::~NcclCommunicator() {
 }
 
 void NcclCommunicator::synchronize() {
-    check_cuda(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "stream synchronize", name_);
+    // NCCL's async error checking with abort (PyTorch's and Megatron-LM's watchdog): poll the stream
+    // instead of blocking in it, and abort the communicator when a peer reported an error or the wait
+    // passes the timeout (a hung or dead rank), so that this rank fails by name instead of waiting forever.
+    const auto stream = static_cast<cudaStream_t>(stream_);
+    const auto t0 = Clock::now();
+    for (int polls = 0;; ++polls) {
+        const cudaError_t e = cudaStreamQuery(stream);
+        if (e == cudaSuccess) return;
+        if (e != cudaErrorNotReady) check_cuda(e, "stream synchronize", name_);
+        if (polls % 64 == 0) {
+            ncclResult_t async = ncclSuccess;
+            check_nccl(ncclCommGetAsyncError(impl_->comm, &async), "async error query", name_);
+            const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+            if ((async != ncclSuccess && async != ncclInProgress) || waited > timeout_s_) {
+                ncclCommAbort(impl_->comm);
+                impl_->comm = nullptr;
+                if (async != ncclSuccess && async != ncclInProgress)
+                    MWB_FAIL("NCCL on the {} group failed asynchronously: {}; communicator aborted", name_,
+                             ncclGetErrorString(async));
+                MWB_FAIL("NCCL on the {} group did not complete in {:.0f} s (--distributed-timeout-minutes): a rank of "
+                         "the group is hung or gone; communicator aborted",
+                         name_, waited);
+            }
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(polls < 1000 ? 20 : 500));
+    }
 }
 
 void NcclCommunicator::begin() {

@@ -16,8 +16,10 @@ public:
     /// first waits (on the GPU) for the work queued so far on `compute_stream` (the ops' stream,
     /// nullptr = the legacy default stream) and the compute stream then waits for it, so results are
     /// ordered with the ops while work on other streams can overlap. With `blocking` every call also
-    /// waits on the host before returning, as MPI does. `host_group` must outlive this object.
-    NcclCommunicator(Communicator& host_group, void* compute_stream = nullptr, bool blocking = true);
+    /// waits on the host before returning, as MPI does. `host_group` must outlive this object. A host
+    /// wait longer than `timeout_s`, or an asynchronous NCCL error, aborts the communicator and fails.
+    NcclCommunicator(Communicator& host_group, void* compute_stream = nullptr, bool blocking = true,
+                     double timeout_s = 600);
     ~NcclCommunicator() override;
     NcclCommunicator(const NcclCommunicator&) = delete;
     NcclCommunicator& operator=(const NcclCommunicator&) = delete;
@@ -26,7 +28,7 @@ public:
     int size() const override { return size_; }
     const std::string& name() const override { return name_; }
     void* stream() const { return stream_; }
-    /// Waits for every queued collective.
+    /// Waits for every queued collective (polling NCCL's asynchronous errors; see the constructor).
     void synchronize();
 
     void all_reduce_sum(float* data, int64_t n) override;
@@ -51,6 +53,7 @@ private:
     void* stream_ = nullptr;          // the collectives' own stream
     void* compute_stream_ = nullptr;  // the ops' stream the collectives are ordered with
     bool blocking_ = true;
+    double timeout_s_ = 600;
 
     /// In-place all-reduce of n elements (NCCL data type and reduction op, as ints: no NCCL header here).
     void all_reduce(void* data, int64_t n, int element_bytes, int type, int op, const char* what);

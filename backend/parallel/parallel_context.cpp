@@ -31,7 +31,8 @@ P2PSemantics p2p_semantics() {
     return P2PSemantics::Nccl;
 }
 
-std::unique_ptr<Communicator> split(bool mpi, int color, int key, const char* name, P2PSemantics p2p) {
+std::unique_ptr<Communicator> split(bool mpi, int color, int key, const char* name, P2PSemantics p2p,
+                                    OperationTracker* tracker) {
     if (!mpi) return std::make_unique<SelfCommunicator>(name);
     MPI_Comm comm = MPI_COMM_NULL;
     MPI_Comm_split(MPI_COMM_WORLD, color, key, &comm);
@@ -42,7 +43,7 @@ std::unique_ptr<Communicator> split(bool mpi, int color, int key, const char* na
         MPI_Comm_free(&comm);
         return std::make_unique<SelfCommunicator>(name);
     }
-    return std::make_unique<MpiCommunicator>(comm, name, p2p);
+    return std::make_unique<MpiCommunicator>(comm, name, p2p, tracker);
 }
 
 }  // namespace
@@ -56,7 +57,10 @@ int gpu_of_rank(int local_rank, int local_size, int visible_gpus, bool visible_s
 World::World(int* argc, char*** argv) {
     if (!launched_by_mpi()) return;
     int provided = 0;
-    MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    // Multiple: the watchdog's thread sends and receives heartbeats while the main thread waits in a
+    // collective (Open MPI provides it; without it only each rank's own waits are timed).
+    MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+    thread_multiple_ = provided >= MPI_THREAD_MULTIPLE;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
     MPI_Comm node = MPI_COMM_NULL;
@@ -68,6 +72,7 @@ World::World(int* argc, char*** argv) {
 }
 
 World::~World() {
+    watchdog_.reset();
     if (!mpi_) return;
     int finalized = 0;
     MPI_Finalized(&finalized);
@@ -81,15 +86,35 @@ bool World::all_agree(bool mine) const {
     return all != 0;
 }
 
+double World::node_sum(double mine) const {
+    if (!mpi_ || size_ == 1) return mine;
+    MPI_Comm node = MPI_COMM_NULL;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node);
+    double sum = mine;
+    MPI_Allreduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, node);
+    MPI_Comm_free(&node);
+    return sum;
+}
+
+void World::start_watchdog(double timeout_s, std::function<void(const std::string&)> report) {
+    if (!mpi_ || size_ == 1 || watchdog_) return;
+    watchdog_ = std::make_unique<Watchdog>(tracker_, timeout_s, rank_, size_, thread_multiple_, std::move(report));
+}
+
+void World::set_watchdog_report(std::function<void(const std::string&)> report) {
+    if (watchdog_) watchdog_->set_report(std::move(report));
+}
+
 void World::abort(int code) {
     if (mpi_ && size_ > 1) MPI_Abort(MPI_COMM_WORLD, code);
     std::exit(code);
 }
 
-ParallelContext::ParallelContext(const World& world, const ParallelConfig& p)
+ParallelContext::ParallelContext(World& world, const ParallelConfig& p)
     : world_rank_(world.rank()), world_size_(world.size()), tp_size_(p.tensor_model_parallel_size),
       pp_size_(p.pipeline_model_parallel_size), dp_size_(world.size() / (p.tensor_model_parallel_size * p.pipeline_model_parallel_size)),
-      sequence_parallel_(p.sequence_parallel && p.tensor_model_parallel_size > 1) {
+      sequence_parallel_(p.sequence_parallel && p.tensor_model_parallel_size > 1),
+      timeout_s_(p.distributed_timeout_minutes * 60) {
     MWB_CHECK(tp_size_ >= 1 && pp_size_ >= 1 && world_size_ % (tp_size_ * pp_size_) == 0,
               "tensor_model_parallel_size ({}) x pipeline_model_parallel_size ({}) must divide the {} ranks", tp_size_,
               pp_size_, world_size_);
@@ -98,15 +123,16 @@ ParallelContext::ParallelContext(const World& world, const ParallelConfig& p)
     coord_.pp = world_rank_ / (tp_size_ * dp_size_);
     const bool mpi = world.uses_mpi();
     const P2PSemantics p2p = p2p_semantics();
+    OperationTracker* const t = world.tracker();
     const auto [tp, dp, pp] = coord_;
-    tp_ = split(mpi, dp + dp_size_ * pp, tp, "tp", p2p);
-    sp_ = split(mpi, dp + dp_size_ * pp, tp, "sp", p2p);
-    dp_ = split(mpi, tp + tp_size_ * pp, dp, "dp", p2p);
-    pp_ = split(mpi, tp + tp_size_ * dp, pp, "pp", p2p);
-    model_ = split(mpi, dp, tp + tp_size_ * pp, "model", p2p);
+    tp_ = split(mpi, dp + dp_size_ * pp, tp, "tp", p2p, t);
+    sp_ = split(mpi, dp + dp_size_ * pp, tp, "sp", p2p, t);
+    dp_ = split(mpi, tp + tp_size_ * pp, dp, "dp", p2p, t);
+    pp_ = split(mpi, tp + tp_size_ * dp, pp, "pp", p2p, t);
+    model_ = split(mpi, dp, tp + tp_size_ * pp, "model", p2p, t);
     const bool holds_embedding = pp == 0 || pp == pp_size_ - 1;
-    embedding_ = split(mpi, holds_embedding ? tp + tp_size_ * dp : MPI_UNDEFINED, pp, "embedding", p2p);
-    world_comm_ = mpi && world_size_ > 1 ? std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, "world")
+    embedding_ = split(mpi, holds_embedding ? tp + tp_size_ * dp : MPI_UNDEFINED, pp, "embedding", p2p, t);
+    world_comm_ = mpi && world_size_ > 1 ? std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, "world", P2PSemantics::Mpi, t)
                                          : std::unique_ptr<Communicator>(std::make_unique<SelfCommunicator>("world"));
 }
 
@@ -118,7 +144,9 @@ void ParallelContext::use_device_collectives(void* compute_stream) {
     // Every rank builds the five in the same order: each NCCL init waits for its group's ranks only.
     // Not blocking: the ops that read the results are queued behind them on the compute stream, and
     // host reads of device memory go through that stream too.
-    const auto make = [&](Communicator& host) { return std::make_unique<NcclCommunicator>(host, compute_stream, false); };
+    const auto make = [&](Communicator& host) {
+        return std::make_unique<NcclCommunicator>(host, compute_stream, false, timeout_s_);
+    };
     dev_tp_ = make(*tp_);
     dev_sp_ = make(*sp_);
     dev_dp_ = make(*dp_);

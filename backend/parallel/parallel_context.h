@@ -4,6 +4,7 @@
 // (world rank = tp + TP·(dp + DP·pp)). Passed explicitly to everything that communicates; no globals.
 #include "config/config.h"
 #include "parallel/communicator.h"
+#include "parallel/watchdog.h"
 
 #include <map>
 #include <memory>
@@ -28,12 +29,24 @@ public:
     bool uses_mpi() const { return mpi_; }
     /// True when every rank passes true (collective over the world).
     bool all_agree(bool mine) const;
+    /// Σ of `mine` over the ranks of this rank's node (collective over the world): what the ranks
+    /// sharing one host's memory need together.
+    double node_sum(double mine) const;
     /// Ends every rank consistently (MPI_Abort when ranks cannot agree), for fatal errors.
     [[noreturn]] void abort(int code);
 
+    /// What this rank waits in; every group of the world reports to it (the watchdog's view).
+    OperationTracker* tracker() { return mpi_ ? &tracker_ : nullptr; }
+    /// Starts the hung-rank watchdog (collective; no-op for a single process). `report` (rank 0)
+    /// receives its diagnosis before every rank is aborted; set_watchdog_report replaces it later.
+    void start_watchdog(double timeout_s, std::function<void(const std::string&)> report = {});
+    void set_watchdog_report(std::function<void(const std::string&)> report);
+
 private:
-    bool mpi_ = false;
+    bool mpi_ = false, thread_multiple_ = false;
     int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
+    OperationTracker tracker_;
+    std::unique_ptr<Watchdog> watchdog_;
 };
 
 /// The GPU a rank drives, one per rank on each node: with at least as many visible GPUs as
@@ -51,9 +64,10 @@ struct RankCoordinates {
 /// are the host groups on CPUs and NCCL communicators on GPUs (use_device_collectives).
 class ParallelContext {
 public:
-    /// Builds the groups for a world and a configuration whose sizes divide it (validate first).
+    /// Builds the groups for a world and a configuration whose sizes divide it (validate first); the
+    /// host groups report to the world's tracker.
     /// MWB_P2P_SEMANTICS=nccl gives the host groups NCCL's point-to-point semantics (P2PSemantics).
-    ParallelContext(const World& world, const ParallelConfig& parallel);
+    ParallelContext(World& world, const ParallelConfig& parallel);
     ~ParallelContext();
 
     /// GPU runs: NCCL communicators over the tp, sp, dp, pp and embedding groups become the data
@@ -97,6 +111,7 @@ public:
 private:
     int world_rank_, world_size_, tp_size_, pp_size_, dp_size_;
     bool sequence_parallel_;
+    double timeout_s_;  // NCCL's waits (the MPI groups' are the World's watchdog)
     RankCoordinates coord_;
     std::unique_ptr<Communicator> tp_, sp_, dp_, pp_, embedding_, model_, world_comm_;
     std::unique_ptr<Communicator> dev_tp_, dev_sp_, dev_dp_, dev_pp_, dev_embedding_;

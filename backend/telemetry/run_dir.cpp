@@ -31,10 +31,40 @@ void scan_existing(const fs::path& file, int64_t& max_seq, std::string& run_id) 
     std::string line;
     while (std::getline(in, line)) {
         const auto j = nlohmann::json::parse(line, nullptr, false);
-        if (j.is_discarded() || !j.is_object()) continue;  // a torn last line after a crash
+        if (j.is_discarded() || !j.is_object()) continue;  // not a record (torn tails are cut first)
         if (j.contains("seq") && j["seq"].is_number_integer()) max_seq = std::max(max_seq, j["seq"].get<int64_t>());
         if (run_id.empty() && j.contains("run_id") && j["run_id"].is_string()) run_id = j["run_id"].get<std::string>();
     }
+}
+
+/// A record cut short (disk full, a crash inside a write) is a last line without its newline; appending
+/// after it would glue the next record onto it and lose both. Cuts the file back to its last complete
+/// line and returns the bytes dropped.
+int64_t drop_torn_tail(const fs::path& file) {
+    std::error_code ec;
+    const auto size = static_cast<int64_t>(fs::file_size(file, ec));
+    if (ec || size == 0) return 0;
+    std::ifstream in(file, std::ios::binary);
+    int64_t keep = size;
+    const int64_t chunk = 1 << 16;
+    // Scan backwards for the last newline.
+    while (keep > 0) {
+        const int64_t from = std::max<int64_t>(0, keep - chunk);
+        std::string buf(static_cast<std::size_t>(keep - from), '\0');
+        in.seekg(from);
+        in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+        MWB_CHECK(in.good(), "cannot read '{}'", file.string());
+        if (keep == size && buf.back() == '\n') return 0;
+        const auto nl = buf.rfind('\n');
+        if (nl != std::string::npos) {
+            keep = from + static_cast<int64_t>(nl) + 1;
+            break;
+        }
+        keep = from;
+    }
+    fs::resize_file(file, static_cast<uintmax_t>(keep), ec);
+    MWB_CHECK(!ec, "cannot repair the torn last line of '{}': {}", file.string(), ec.message());
+    return size - keep;
 }
 
 std::FILE* open_append(const fs::path& p) {
@@ -51,9 +81,12 @@ RunDir::RunDir(const fs::path& path, std::string_view name) {
     std::error_code ec;
     fs::create_directories(path_, ec);
     MWB_CHECK(!ec, "run_dir: cannot create '{}': {}", path_.string(), ec.message());
-    int64_t max_seq = -1;
-    scan_existing(path_ / "metrics.jsonl", max_seq, run_id_);
-    scan_existing(path_ / "events.jsonl", max_seq, run_id_);
+    int64_t max_seq = -1, torn[2] = {0, 0};
+    const char* const files[2] = {"metrics.jsonl", "events.jsonl"};
+    for (int i = 0; i < 2; ++i) {
+        torn[i] = drop_torn_tail(path_ / files[i]);
+        scan_existing(path_ / files[i], max_seq, run_id_);
+    }
     next_seq_ = max_seq + 1;
     if (run_id_.empty()) {
         std::random_device rd;
@@ -61,6 +94,8 @@ RunDir::RunDir(const fs::path& path, std::string_view name) {
     }
     metrics_ = open_append(path_ / "metrics.jsonl");
     events_ = open_append(path_ / "events.jsonl");
+    for (int i = 0; i < 2; ++i)
+        if (torn[i] > 0) publish("event", {{"kind", "torn_record_dropped"}, {"file", files[i]}, {"bytes", torn[i]}});
 }
 
 RunDir::~RunDir() {
@@ -73,6 +108,7 @@ void RunDir::write_run_json(const nlohmann::json& run) { write_file_atomic(path_
 nlohmann::json RunDir::publish(std::string_view topic, nlohmann::json fields) {
     // Envelope first, then the topic's fields in their own order (readable files; receivers must not
     // depend on key order).
+    const std::lock_guard<std::mutex> lock(mutex_);
     nlohmann::ordered_json msg = {{"schema", kTelemetrySchema}, {"topic", topic}, {"run_id", run_id_},
                                   {"seq", next_seq_++},         {"time", unix_time()}};
     for (auto& [key, value] : fields.items()) msg[key] = value;

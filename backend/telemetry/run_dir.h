@@ -4,13 +4,15 @@
 //   metrics.jsonl  one JSON object per message of topic step / eval / memory
 //   events.jsonl   run.start, event, run.end messages
 // Every message carries schema, run_id, seq (one increasing sequence per run directory, continued
-// on resume) and time, exactly as published on the wire (docs/protocol.md).
+// on resume) and time, exactly as published on the wire (docs/protocol.md). A resumed run first cuts a
+// torn last line (a record the previous run could not finish writing) and says so in an event.
 #include "core/files.h"
 
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <string_view>
 
@@ -49,6 +51,7 @@ private:
     std::FILE* metrics_ = nullptr;
     std::FILE* events_ = nullptr;
     Forwarder forward_;
+    std::mutex mutex_;  // the hung-rank watchdog publishes from its own thread
 };
 
 }  // namespace mwb

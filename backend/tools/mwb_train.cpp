@@ -12,6 +12,7 @@
 #include "mwb/planner/presets.h"
 #include "presets.h"
 #include "telemetry/run_dir.h"
+#include "train/memory_fit.h"
 #include "train/trainer.h"
 // ---- telemetry wiring (ipc) ----
 #include "mwb/ipc/curve.h"
@@ -23,8 +24,12 @@
 
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <utility>
 
@@ -65,6 +70,57 @@ std::pair<std::string, int> choose_device(const std::string& requested, const mw
 /// with neither and no model or training flag, the embedded demo preset (so `mwb-train` alone runs
 /// the demo); otherwise Megatron-LM's defaults, which leave the sizes, lr and train_iters to the user.
 mwb::Config base_config(const std::string& file, const std::string& preset, bool model_flags, bool quiet);
+/// Before anything is allocated or created: the planner's estimate of this rank's memory against the
+/// GPU's free memory, or against the host memory the node's ranks share. False (the numbers printed by
+/// the node's first rank, or each GPU's rank) when it cannot fit on some rank; every rank agrees.
+bool memory_fits(const mwb::Config& cfg, const mwb::World& world) {
+    const mwb::PlannedMemory need = mwb::planned_rank_memory(cfg, world.size(), world.rank());
+    const std::string who = world.size() > 1 ? fmt::format("rank {}", world.rank()) : std::string("this run");
+    std::string problem;
+    if (cfg.logging.device == "cuda") {
+        const mwb::device::MemoryInfo gpu = mwb::device::cuda_memory_info();
+        if (need.peak > static_cast<double>(gpu.free_bytes))
+            problem = fmt::format("{} needs {} by the planner's estimate ({}), and its GPU has {} free of {}", who,
+                                  mwb::format_memory(need.peak), need.detail,
+                                  mwb::format_memory(static_cast<double>(gpu.free_bytes)),
+                                  mwb::format_memory(static_cast<double>(gpu.total_bytes)));
+    } else {
+        const double node_need = world.node_sum(need.peak);
+        const mwb::HostMemory host = mwb::host_memory_available();
+        if (host.available > 0 && node_need > static_cast<double>(host.available) && world.local_rank() == 0)
+            problem = fmt::format(
+                "{} needs {} by the planner's estimate ({}){}, and the host has {} available ({})", who,
+                mwb::format_memory(need.peak), need.detail,
+                world.local_size() > 1
+                    ? fmt::format("; the {} ranks on this node need {}", world.local_size(), mwb::format_memory(node_need))
+                    : std::string(),
+                mwb::format_memory(static_cast<double>(host.available)), host.source);
+        else if (host.available > 0 && node_need > static_cast<double>(host.available))
+            problem = "-";  // the node's first rank says why
+    }
+    if (!problem.empty() && problem != "-")
+        std::cerr << "mwb-train: invalid configuration (memory): the model does not fit: " << problem
+                  << ". Use more tensor or pipeline parallelism, recomputation or a smaller model.\n";
+    return world.all_agree(problem.empty());
+}
+
+/// --save must be writable before the first iteration, not found out at the first checkpoint. Rank 0
+/// checks (the ranks share the file system); every rank gets its verdict.
+void check_save_dir(const mwb::Config& cfg, const mwb::World& world) {
+    std::string problem;
+    if (world.rank() == 0 && !cfg.logging.save.empty()) {
+        const mwb::fs::path dir = cfg.logging.save;
+        std::error_code ec;
+        mwb::fs::create_directories(dir, ec);
+        if (ec) problem = fmt::format("save: cannot create '{}': {}", dir.string(), ec.message());
+        else if (::access(dir.c_str(), W_OK | X_OK) != 0)
+            problem = fmt::format("save: '{}' is not writable: {}", dir.string(), std::strerror(errno));
+    }
+    if (!world.all_agree(problem.empty())) {
+        if (problem.empty()) problem = "save: rank 0 cannot write the checkpoint directory";
+        throw mwb::ConfigError({{"save", problem}}, "--save");
+    }
+}
 
 /// Runs `f`, turning an error into a configuration error of `field` (exit status 2: nothing started).
 template <typename F>
@@ -149,6 +205,8 @@ int main(int argc, char** argv) {
             std::cout << mwb::to_json(cfg).dump(2) << "\n";
             return 0;
         }
+        if (!memory_fits(cfg, world)) return 2;
+        check_save_dir(cfg, world);
 
         // As Megatron-LM (get_train_valid_test_num_samples): enough training samples for every
         // iteration, fresh validation samples for every evaluation (each eval_interval and once after
@@ -169,11 +227,18 @@ int main(int argc, char** argv) {
         in.data_description = sources.description;
         for (const auto& r : recorded) in.accepted_flags.push_back({{"flag", r.flag}, {"values", r.values}, {"note", r.note}});
         in.stop_requested = &g_stop;
-        std::signal(SIGINT, on_signal);
-        std::signal(SIGTERM, on_signal);
+        // SIGUSR1 is what Slurm sends before the time limit (#SBATCH --signal=USR1@N) and what
+        // mpirun forwards to every rank: checkpoint at the next iteration boundary and exit (130).
+        for (const int sig : {SIGINT, SIGTERM, SIGUSR1}) std::signal(sig, on_signal);
 
+        world.start_watchdog(cfg.parallel.distributed_timeout_minutes * 60);
         mwb::ParallelContext par(world, cfg.parallel);
         std::unique_ptr<mwb::RunDir> run_dir = leader ? std::make_unique<mwb::RunDir>(cfg.logging.run_dir, "gpt") : nullptr;
+        if (run_dir)  // the watchdog's diagnosis is recorded before it aborts every rank
+            world.set_watchdog_report([dir = run_dir.get()](const std::string& why) {
+                dir->publish("event", {{"kind", "watchdog_timeout"}, {"reason", why}});
+                dir->publish("run.end", {{"status", "failed"}, {"reason", why}});
+            });
         // ---- telemetry wiring (ipc) ----
         // Rank 0 publishes every run-directory message over ZeroMQ (PUB, plus "everything since seq N"
         // for late subscribers) and takes control requests (docs/protocol.md). The bound endpoints are

@@ -182,27 +182,29 @@ private:
         bool signalled = false;
     };
 
-    /// At an iteration boundary rank 0 reads its signal flag and pending control requests and
-    /// broadcasts them; every rank applies them in the same order. While paused, rank 0 keeps
-    /// answering requests and the others wait in the broadcast.
+    /// At an iteration boundary every rank contributes its signal flag (a signal to any one rank stops
+    /// them all at this boundary) and rank 0 its pending control requests; one max-reduction tells
+    /// every rank both, and every rank applies the requests in the same order. While paused, rank 0
+    /// keeps answering requests and the others wait in the reduction.
     Decision decide() {
         Decision d;
         do {
-            int32_t msg[1 + kMaxRequests] = {0};
+            float msg[1 + kMaxRequests] = {0};  // small integers: exact in float
             std::vector<ControlRequest> requests;
+            msg[0] = (in_.stop_requested && in_.stop_requested->load()) ? 1.0f : 0.0f;
             if (leader()) {
-                msg[0] = (in_.stop_requested && in_.stop_requested->load()) ? 1 : 0;
                 while (in_.control && static_cast<int>(requests.size()) < kMaxRequests) {
                     auto r = in_.control->poll();
                     if (!r) break;
                     requests.push_back(*r);
                 }
-                for (std::size_t i = 0; i < requests.size(); ++i) msg[1 + i] = 1 + static_cast<int32_t>(requests[i].action);
+                for (std::size_t i = 0; i < requests.size(); ++i)
+                    msg[1 + i] = static_cast<float>(1 + static_cast<int>(requests[i].action));
             }
-            par_.world().broadcast(msg, sizeof msg, 0);
-            d.signalled = msg[0] != 0;
-            for (int i = 0; i < kMaxRequests && msg[1 + i] != 0; ++i) {
-                const auto action = static_cast<ControlAction>(msg[1 + i] - 1);
+            par_.world().all_reduce_max(msg, 1 + kMaxRequests);
+            d.signalled = msg[0] != 0.0f;
+            for (int i = 0; i < kMaxRequests && msg[1 + i] != 0.0f; ++i) {
+                const auto action = static_cast<ControlAction>(static_cast<int>(msg[1 + i]) - 1);
                 const nlohmann::json result = apply(action);
                 if (leader()) finish_request(requests[static_cast<std::size_t>(i)], result);
             }
@@ -715,8 +717,17 @@ private:
         return where;
     }
 
+    /// Resumes from --load; a directory without a checkpoint yet starts the run fresh (Megatron-LM's
+    /// behaviour: one job script serves the first submission and every requeue).
     void load(const fs::path& from) {
-        const fs::path dir = resolve_checkpoint_dir(from);
+        const std::optional<fs::path> found = find_checkpoint(from);
+        if (!found) {
+            publish("event", {{"kind", "checkpoint_not_found"}, {"path", from.string()}});
+            if (in_.print_progress && leader()) spdlog::info("no checkpoint in {} yet: starting from iteration 0", from.string());
+            return;
+        }
+        const fs::path& dir = *found;
+        check_compatible(read_checkpoint_state(dir).config, dir);  // before any tensor is read
         FullState full = full_state(false);
         // A checkpoint saved with no_save_optim holds the weights only: the optimizer then starts over.
         // (A metadata.json that does not parse is load_checkpoint's to report.)
@@ -728,8 +739,7 @@ private:
         std::vector<CheckpointTensor> tensors = checkpoint_tensors(full);
         if (!has_optimizer)
             std::erase_if(tensors, [](const CheckpointTensor& t) { return !t.name.starts_with("param/"); });
-        const CheckpointState s = load_checkpoint(dir, tensors);
-        check_compatible(s.config, dir);
+        const CheckpointState s = load_checkpoint(dir, tensors, &par_.world());
         if (full.copied) {
             const ArenaShard& shard = optimizer_->shard();
             const TensorView shards[3] = {optimizer_->master(), optimizer_->exp_avg(), optimizer_->exp_avg_sq()};
@@ -762,7 +772,8 @@ private:
         if (in_.print_progress && leader()) spdlog::info("resumed from {} at iteration {}", dir.string(), iteration_);
     }
 
-    /// A checkpoint of another model architecture is refused by name, before any surprise.
+    /// A checkpoint of another model is refused by name, before any surprise: the architecture's keys
+    /// and the vocabulary (padded rows may differ with the tensor-parallel size, the ids may not).
     void check_compatible(const nlohmann::json& saved, const fs::path& dir) const {
         const nlohmann::json now = to_json(cfg_);
         for (const char* key :
@@ -773,6 +784,14 @@ private:
             if (!saved.contains(key)) continue;
             MWB_CHECK(saved[key] == now[key], "checkpoint '{}' was saved by a model with {} {}, this run has {}",
                       dir.string(), key, saved[key].dump(), now[key].dump());
+        }
+        if (saved.contains("vocab_size") && saved["vocab_size"].is_number_integer()) {
+            const bool null_tokenizer = saved.value("tokenizer_type", std::string()) == "NullTokenizer";
+            const int64_t saved_vocab = saved["vocab_size"].get<int64_t>() + (null_tokenizer ? 1 : 0);
+            MWB_CHECK(saved_vocab == model_vocab_size(cfg_),
+                      "checkpoint '{}' was saved by a model with a vocabulary of {} ids, this run has {} (vocab_size, "
+                      "tokenizer_type)",
+                      dir.string(), saved_vocab, model_vocab_size(cfg_));
         }
     }
 

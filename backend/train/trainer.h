@@ -27,7 +27,7 @@ struct TrainerInputs {
     /// Megatron-LM flags given that change nothing here ({flag, values, note}), recorded in run.json.
     nlohmann::json accepted_flags = nlohmann::json::array();
     /// Set from a signal handler (or a test) to stop after the current iteration, saving a checkpoint.
-    /// Rank 0's flag decides for every rank.
+    /// Any rank's flag stops every rank at the same iteration.
     const std::atomic<bool>* stop_requested = nullptr;
     /// Print a progress line every log interval (mwb-train's rank 0 does; tests need not).
     bool print_progress = true;

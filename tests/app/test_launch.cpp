@@ -141,10 +141,36 @@ private slots:
              {"#SBATCH --job-name=gpt175", "#SBATCH --nodes=128", "#SBATCH --ntasks-per-node=8",
               "#SBATCH --gpus-per-node=8", "#SBATCH --partition=batch",
               "srun --mpi=pmix --kill-on-bad-exit=1 \"$HOME/mwb/bin/mwb-train\" \\\n",
-              "--telemetry-endpoint tcp://0.0.0.0:6000", "--telemetry-snapshot-endpoint tcp://0.0.0.0:6001",
-              "--control-endpoint tcp://0.0.0.0:6002", "--curve-secret-key-file", "--curve-client-keys",
-              "--device cuda", "scontrol show hostnames"})
+              "PORT=$((6000 + 3 * (SLURM_JOB_ID % 1000)))\n", "--telemetry-endpoint \"tcp://0.0.0.0:$PORT\"",
+              "--telemetry-snapshot-endpoint \"tcp://0.0.0.0:$((PORT + 1))\"",
+              "--control-endpoint \"tcp://0.0.0.0:$((PORT + 2))\"", "--curve-secret-key-file", "--curve-client-keys",
+              "--device cuda", "scontrol show hostnames",
+              // the checkpoint plan: one directory for every resubmission, a fresh start when it is empty
+              "RUN_DIR=\"$HOME/mwb-runs/gpt175\"\n", "--save \"$CKPT\" --load \"$CKPT\" --save-interval 1000 \\\n",
+              "#SBATCH --exclusive\n", "#SBATCH --requeue\n", "#SBATCH --signal=USR1@300\n",
+              "scontrol requeue \"$SLURM_JOB_ID\""})
             QVERIFY2(s.contains(QString::fromLatin1(line)), line);
+        QVERIFY(!s.contains(QStringLiteral("SLURM_JOB_NAME}-${SLURM_JOB_ID")));  // not one directory per job id
+        {
+            // From the planned iteration time: a checkpoint about every 30 minutes, and SIGUSR1 early
+            // enough for two iterations and a save.
+            SlurmOptions planned = o;
+            planned.iteration_seconds = 400;
+            const QString p = slurm_script(c, planned);
+            QVERIFY(p.contains(QStringLiteral("--save-interval 4 \\\n")));
+            QVERIFY(p.contains(QStringLiteral("#SBATCH --signal=USR1@920\n")));
+        }
+        {
+            // A design without a dataset (the preset) says so, in the script and in the job's output.
+            QCOMPARE(slurm_warnings(c).size(), 1);
+            QVERIFY(s.contains(QStringLiteral("# WARNING: this design has no dataset: the job trains on mock data")));
+            QVERIFY(s.contains(QStringLiteral("echo 'mwb: WARNING: this design has no dataset")));
+            Config real = c;
+            real.data.mock_data = false;
+            real.data.data_path = {"/data/corpus_text_document"};
+            QVERIFY(slurm_warnings(real).isEmpty());
+            QVERIFY(!slurm_script(real, o).contains(QStringLiteral("WARNING")));
+        }
         QVERIFY(!s.contains(QStringLiteral("#SBATCH --account")));         // not set: not written
         QVERIFY(!s.contains(QStringLiteral("--peak-tflops-per-device")));  // no peak given
         {
@@ -178,8 +204,8 @@ private slots:
         QVERIFY2(bash.exitCode() == 0, bash.readAllStandardError().constData());
 
         const QString d = slurm_connection_details(o);
-        for (const char* part : {"mwb-record keygen", "tcp://HEAD:6000", "key_secret", "run.key",
-                                 "ssh -N -L 6000:HEAD:6000", "sbatch gpt175.sbatch"})
+        for (const char* part : {"mwb-record keygen", "tcp://HEAD:PORT", "key_secret", "run.key",
+                                 "ssh -N -L PORT:HEAD:PORT", "sbatch gpt175.sbatch", "PORT = 6000 + 3"})
             QVERIFY2(d.contains(QString::fromLatin1(part)), part);
     }
 

@@ -1,7 +1,9 @@
 // The train loop end to end on mock data: reproducibility (same seed -> same bits, any thread count),
 // checkpoints (resume continues bit-identically; corrupt, truncated or mismatched ones are refused
 // with the file named), interruption, and the run directory's records.
+#include "support/child_process.h"
 #include "support/fixtures.h"
+#include "support/jsonl.h"
 
 #include "checkpoint/checkpoint.h"
 #include "config/validate.h"
@@ -13,9 +15,14 @@
 
 #include <QtTest>
 
+#include <sys/resource.h>
+
+#include <csignal>
 #include <fstream>
+#include <functional>
 
 using namespace mwb;
+using test::jsonl_records;
 namespace fs = std::filesystem;
 
 namespace {
@@ -118,7 +125,7 @@ private slots:
         Config c = tiny_config();
         QCOMPARE(run(c, t.path()), RunStatus::Finished);
         for (const char* f : {"run.json", "metrics.jsonl", "events.jsonl"}) QVERIFY(fs::exists(t / f));
-        const auto steps = records(t / "metrics.jsonl", "step");
+        const auto steps = jsonl_records(t / "metrics.jsonl", "step");
         QCOMPARE(steps.size(), std::size_t{6});
         for (const char* key : {"schema", "run_id", "seq", "time", "iteration", "consumed_tokens", "lm_loss", "lr",
                                 "grad_norm", "loss_scale", "iteration_time_s", "tokens_per_sec", "tflops_per_device",
@@ -298,7 +305,7 @@ private slots:
         c.training.train_iters = 2;
         c.logging.peak_tflops_per_device = 0.5;
         QCOMPARE(run(c, t.path()), RunStatus::Finished);
-        const auto last = records(t / "metrics.jsonl", "step").back();
+        const auto last = jsonl_records(t / "metrics.jsonl", "step").back();
         QVERIFY(std::abs(last["mfu"].get<double>() - last["tflops_per_device"].get<double>() / 0.5) < 1e-12);
     }
 
@@ -313,9 +320,9 @@ private slots:
         cfg.logging.save = (c / "ckpt").string();
         cfg.logging.threads = 1;
         QCOMPARE(run(cfg, c.path()), RunStatus::Finished);
-        const auto ra = records(a / "metrics.jsonl", "step");
+        const auto ra = jsonl_records(a / "metrics.jsonl", "step");
         for (const fs::path& other : {b.path(), c.path()}) {
-            const auto ro = records(other / "metrics.jsonl", "step");
+            const auto ro = jsonl_records(other / "metrics.jsonl", "step");
             QCOMPARE(ro.size(), ra.size());
             for (std::size_t i = 0; i < ra.size(); ++i) QCOMPARE(numbers(ro[i]), numbers(ra[i]));
             QVERIFY(bytes_of(a / "ckpt/iter_0000006/tp00_pp00.bin") ==
@@ -335,8 +342,8 @@ private slots:
         r.logging.load = (whole / "ckpt/iter_0000003").string();
         r.logging.save = (part / "ckpt").string();
         QCOMPARE(run(r, part.path()), RunStatus::Finished);
-        const auto full = records(whole / "metrics.jsonl", "step");
-        const auto resumed = records(part / "metrics.jsonl", "step");
+        const auto full = jsonl_records(whole / "metrics.jsonl", "step");
+        const auto resumed = jsonl_records(part / "metrics.jsonl", "step");
         QCOMPARE(resumed.size(), std::size_t{3});
         for (std::size_t i = 0; i < 3; ++i) QCOMPARE(numbers(resumed[i]), numbers(full[i + 3]));
         QVERIFY(bytes_of(whole / "ckpt/iter_0000006/tp00_pp00.bin") == bytes_of(part / "ckpt/iter_0000006/tp00_pp00.bin"));
@@ -368,8 +375,10 @@ private slots:
         expect_load_error(iter, "metadata.json' is not valid JSON");
         std::ofstream(iter / "metadata.json") << meta;
 
-        expect_load_error(t / "nowhere", "does not exist");
-        expect_load_error(t / "run", "neither metadata.json nor a 'latest' marker");
+        expect_load_error(t / "ckpt/iter_0000099", "is not a checkpoint (it has no metadata.json)");
+        std::ofstream(t / "ckpt/latest") << "iter_0000007\n";
+        expect_load_error(t / "ckpt", "which has no metadata.json");
+        std::ofstream(t / "ckpt/latest") << "iter_0000002\n";
 
         Config other = tiny_config();  // a different model cannot load it
         other.model.hidden_size = 64;
@@ -380,9 +389,164 @@ private slots:
             run(other, out.path());
             QFAIL("loaded a checkpoint of another shape");
         } catch (const Error& e) {
+            QVERIFY2(std::string(e.what()).find("was saved by a model with hidden_size 32, this run has 64") !=
+                         std::string::npos,
+                     e.what());
+        }
+        // Without the saved configuration, every tensor's shape is still compared.
+        nlohmann::json m = nlohmann::json::parse(meta);
+        m["config"] = nlohmann::json::object();
+        std::ofstream(iter / "metadata.json") << m.dump();
+        try {
+            run(other, out.path());
+            QFAIL("loaded a checkpoint of another shape");
+        } catch (const Error& e) {
             QVERIFY2(std::string(e.what()).find("has shape [64, 32], this model needs [64, 64]") != std::string::npos,
                      e.what());
         }
+        std::ofstream(iter / "metadata.json") << meta;
+    }
+
+    void load_without_a_checkpoint_yet_starts_fresh() {
+        // One job script for the first submission and every requeue: --load of a directory that does
+        // not exist yet, or holds no checkpoint yet, trains from iteration 0 (Megatron-LM's behaviour).
+        test::TempDir t;
+        Config c = tiny_config();
+        c.training.train_iters = 2;
+        c.logging.load = (t / "ckpt").string();
+        c.logging.save = (t / "ckpt").string();
+        QCOMPARE(run(c, t / "first"), RunStatus::Finished);
+        auto events = jsonl_records(t / "first/events.jsonl", "event");
+        QCOMPARE(events.front()["kind"], "checkpoint_not_found");
+        QCOMPARE(jsonl_records(t / "first/metrics.jsonl", "step").front()["iteration"], 1);
+        c.training.train_iters = 4;  // the requeued job: the same flags continue from iteration 2
+        QCOMPARE(run(c, t / "second"), RunStatus::Finished);
+        events = jsonl_records(t / "second/events.jsonl", "event");
+        QCOMPARE(events.front()["kind"], "checkpoint_loaded");
+        QCOMPARE(events.front()["iteration"], 2);
+        QCOMPARE(jsonl_records(t / "second/metrics.jsonl", "step").front()["iteration"], 3);
+    }
+
+    void checkpoint_of_another_vocabulary_is_refused_before_loading() {
+        test::TempDir t;
+        Config c = tiny_config();  // 63 + EOD = 64 ids, padded to 64
+        c.logging.save = (t / "ckpt").string();
+        c.training.train_iters = 2;
+        QCOMPARE(run(c, t / "run"), RunStatus::Finished);
+        const std::string latest = bytes_of(t / "ckpt/latest");
+        const std::string shard = bytes_of(t / "ckpt/iter_0000002/tp00_pp00.bin");
+        // 60 + 1 ids pads to the same 64 rows (the shapes agree), 70 + 1 to 128 rows (padded rows may
+        // differ with the layout): both used to load, rows zero-filled or dropped, and then overwrote
+        // the checkpoints of the save directory.
+        for (const int vocab : {60, 70}) {
+            Config other = tiny_config();
+            other.model.vocab_size = vocab;
+            resolve(other, 1, vocab + 1);
+            other.logging.load = (t / "ckpt").string();
+            other.logging.save = (t / "ckpt").string();
+            test::TempDir out;
+            try {
+                run(other, out.path());
+                QFAIL("loaded a checkpoint of another vocabulary");
+            } catch (const Error& e) {
+                const std::string want = fmt::format("a vocabulary of 64 ids, this run has {}", vocab + 1);
+                QVERIFY2(std::string(e.what()).find(want) != std::string::npos, e.what());
+            }
+        }
+        QCOMPARE(bytes_of(t / "ckpt/latest"), latest);
+        QVERIFY(bytes_of(t / "ckpt/iter_0000002/tp00_pp00.bin") == shard);
+    }
+
+    void metadata_is_validated_field_by_field() {
+        test::TempDir t;
+        Config c = tiny_config();
+        c.logging.save = (t / "ckpt").string();
+        c.training.train_iters = 2;
+        QCOMPARE(run(c, t / "run"), RunStatus::Finished);
+        const fs::path iter = t / "ckpt/iter_0000002";
+        const std::string original = bytes_of(iter / "metadata.json");
+        const auto edited = [&](const std::function<void(nlohmann::json&)>& edit) {
+            nlohmann::json meta = nlohmann::json::parse(original);
+            edit(meta);
+            std::ofstream(iter / "metadata.json") << meta.dump();
+        };
+        edited([](nlohmann::json& m) {
+            nlohmann::json extra = m["tensors"][0];
+            extra["name"] = "param/decoder.layers.7.mlp.linear_fc1.weight";
+            m["tensors"].push_back(extra);
+        });
+        expect_load_error(iter, "holds 1 tensor(s) this model does not have: param/decoder.layers.7.mlp.linear_fc1.weight");
+        edited([](nlohmann::json& m) { m["iteration"] = -5; });
+        expect_load_error(t / "ckpt", "iteration is -5, expected 0 or more");
+        edited([](nlohmann::json& m) { m["consumed_samples"] = -1; });
+        expect_load_error(t / "ckpt", "consumed_samples is -1");
+        edited([](nlohmann::json& m) { m["optimizer_steps"] = 3; });
+        expect_load_error(t / "ckpt", "optimizer_steps is 3, expected 0 to the iteration (2)");
+        edited([](nlohmann::json& m) { m["iteration"] = m["optimizer_steps"] = 1; });
+        expect_load_error(t / "ckpt", "records iteration 1, but its folder is iter_0000002");
+        edited([](nlohmann::json& m) { m["tensors"][0]["file"] = "tp07_pp00.bin"; });
+        expect_load_error(t / "ckpt", "lives in the unlisted file tp07_pp00.bin");
+        std::ofstream(iter / "metadata.json") << original;
+        c.logging.load = (t / "ckpt").string();
+        c.training.train_iters = 3;
+        QCOMPARE(run(c, t / "again"), RunStatus::Finished);  // the untouched metadata still loads
+    }
+
+    void interrupted_replacement_leaves_old_or_new_behind_latest() {
+        // Re-saving the iteration `latest` names (a run resumed from an earlier checkpoint into the same
+        // directory) on a file system without an atomic exchange: killed between its two renames, only
+        // .iter_N.old (the checkpoint `latest` meant) and .iter_N.tmp (the new one) are left.
+        test::TempDir t;
+        Config c = tiny_config();
+        c.logging.save = (t / "ckpt").string();
+        c.training.train_iters = 2;
+        QCOMPARE(run(c, t / "run"), RunStatus::Finished);
+        fs::copy(t / "ckpt/iter_0000002", t / "ckpt/.iter_0000002.tmp", fs::copy_options::recursive);
+        fs::rename(t / "ckpt/iter_0000002", t / "ckpt/.iter_0000002.old");
+        std::ofstream(t / "ckpt/.latest.tmp-1f2e3d") << "iter_00";  // a marker write cut short
+        c.logging.load = (t / "ckpt").string();
+        c.training.train_iters = 4;
+        c.logging.save_interval = 2;
+        QCOMPARE(run(c, t / "resumed"), RunStatus::Finished);
+        QCOMPARE(jsonl_records(t / "resumed/events.jsonl", "event").front()["iteration"], 2);
+        // The next save cleaned up: the moved checkpoint is back, no temporary is left.
+        std::vector<std::string> names;
+        for (const auto& e : fs::directory_iterator(t / "ckpt")) names.push_back(e.path().filename().string());
+        std::sort(names.begin(), names.end());
+        QCOMPARE(names, (std::vector<std::string>{"iter_0000002", "iter_0000004", "latest"}));
+    }
+
+    void a_failed_save_leaves_no_partial_checkpoint() {
+        // A full disk while writing the shard (here the file-size limit, which fails write() the same
+        // way): the save fails by name, nothing half-written stays, `latest` keeps the last good one.
+        if (!test::in_child()) {
+            const test::ChildResult r = test::run_test_function_in_child("a_failed_save_leaves_no_partial_checkpoint");
+            QVERIFY2(r.exited && r.code == 0, r.describe().c_str());
+            return;
+        }
+        test::TempDir t;
+        Config c = tiny_config();
+        c.logging.save = (t / "ckpt").string();
+        c.training.train_iters = 2;
+        QCOMPARE(run(c, t / "run"), RunStatus::Finished);
+        const std::string latest = bytes_of(t / "ckpt/latest");
+        std::signal(SIGXFSZ, SIG_IGN);
+        const rlimit small{64 * 1024, 64 * 1024};  // below the ~1 MB shard, above every record
+        QCOMPARE(setrlimit(RLIMIT_FSIZE, &small), 0);
+        c.logging.load = (t / "ckpt").string();
+        c.training.train_iters = 3;
+        try {
+            run(c, t / "full");
+            QFAIL("the save did not fail");
+        } catch (const Error& e) {
+            QVERIFY2(std::string(e.what()).find("checkpoint of iteration 3 not saved") != std::string::npos, e.what());
+            QVERIFY2(std::string(e.what()).find("tp00_pp00.bin") != std::string::npos, e.what());
+        }
+        for (const auto& e : fs::directory_iterator(t / "ckpt"))
+            QVERIFY2(!e.path().filename().string().starts_with("."), e.path().c_str());
+        QVERIFY(!fs::exists(t / "ckpt/iter_0000003"));
+        QCOMPARE(bytes_of(t / "ckpt/latest"), latest);
+        QCOMPARE(jsonl_records(t / "full/events.jsonl", "run.end").back()["status"], "failed");
     }
 
     void control_requests_apply_at_iteration_boundaries() {
@@ -404,11 +568,11 @@ private slots:
         QCOMPARE(control.replies[3].second["iteration"], 3);
         QCOMPARE(control.replies[5].second["iteration"], 4);
         for (const auto& [id, r] : control.replies) QVERIFY(r["ok"].get<bool>());
-        QCOMPARE(records(t / "events.jsonl", "run.end").back()["status"], "stopped");
-        QCOMPARE(records(t / "metrics.jsonl", "step").back()["iteration"], 4);
+        QCOMPARE(jsonl_records(t / "events.jsonl", "run.end").back()["status"], "stopped");
+        QCOMPARE(jsonl_records(t / "metrics.jsonl", "step").back()["iteration"], 4);
         QCOMPARE(bytes_of(t / "checkpoints/latest"), std::string("iter_0000004\n"));  // stop checkpoints
         int applied = 0;
-        for (const auto& e : records(t / "events.jsonl", "event")) applied += e["kind"] == "control_applied";
+        for (const auto& e : jsonl_records(t / "events.jsonl", "event")) applied += e["kind"] == "control_applied";
         QCOMPARE(applied, 4);
     }
 
@@ -419,7 +583,7 @@ private slots:
         std::atomic<bool> stop{true};
         QCOMPARE(run(c, t / "run", &stop), RunStatus::Interrupted);
         QCOMPARE(bytes_of(t / "ckpt/latest"), std::string("iter_0000001\n"));
-        const auto ends = records(t / "run/events.jsonl", "run.end");
+        const auto ends = jsonl_records(t / "run/events.jsonl", "run.end");
         QCOMPARE(ends.back()["status"], "interrupted");
     }
 };

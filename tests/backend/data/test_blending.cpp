@@ -81,6 +81,11 @@ private slots:
         QCOMPARE(b.prefixes, (std::vector<std::string>{"a", "b"}));
         QVERIFY(!error_of([] { parse_data_path({"0.3", "a", "b", "c"}); }).empty());
         QVERIFY(!error_of([] { parse_data_path({"-1", "a"}); }).empty());
+        // Non-finite weights are named as such (NaN is not "negative"; inf would make every weight NaN).
+        for (const char* w : {"nan", "inf", "-inf"}) {
+            const std::string e = error_of([&] { parse_data_path({w, "a", "0.5", "b"}); });
+            QVERIFY2(e.find("is not a finite number") != std::string::npos, e.c_str());
+        }
     }
 
     void weighted_data_path_blends_in_proportion() {

@@ -135,7 +135,8 @@ private slots:
         QTest::addColumn<QString>("which");
         QTest::addColumn<QString>("expected");
         for (const char* row : {"idx_truncated", "idx_shorter_than_header", "foreign", "version", "dtype_code",
-                                "float_dtype", "huge_counts", "doc_indices", "bin_truncated", "bin_missing"})
+                                "float_dtype", "huge_counts", "doc_indices", "bin_truncated", "bin_missing",
+                                "dtype_contradicts_bin"})
             QTest::newRow(row) << QString(row) << QString();
     }
     void damaged_files_are_refused_by_name() {
@@ -154,6 +155,9 @@ private slots:
         if (which == "huge_counts") idx[25] = 0x7f;           // top byte of the sequence count
         if (which == "doc_indices") idx[idx.size() - 8] = 3;  // last document index no longer the sequence count
         if (which == "bin_truncated") bin.resize(bin.size() - 2), names = prefix + ".bin";
+        // uint8 instead of uint16: every pointer and length still lies inside the .bin, but the tokens
+        // it records fill half of it.
+        if (which == "dtype_contradicts_bin") idx[17] = 1, names = "dtype code (1) does not match";
         write_pair(prefix, idx, bin);
         if (which == "bin_missing") QFile::remove(QString::fromStdString(prefix + ".bin")), names = prefix + ".bin";
         const std::string e = error_of([&] { IndexedDataset ds(prefix); });
