@@ -23,6 +23,7 @@
 #include <QProcess>
 #include <QPushButton>
 #include <QSaveFile>
+#include <QHash>
 #include <QRegularExpression>
 #include <QScrollBar>
 #include <QSpinBox>
@@ -345,19 +346,47 @@ bool LaunchView::running() const {
 }
 
 QString checkpoint_location(const QString& script) {
-    // what the script itself says: --save on the command line, "save" in the embedded config, else
-    // the run directory's checkpoints/ (docs/run-directory.md)
+    // What the script itself says: --save on the command line (its shell variables expanded from the
+    // script's own assignments, e.g. CKPT="$RUN_DIR/checkpoints"), "save" in the embedded config, else
+    // the run directory's checkpoints/ (docs/run-directory.md).
     static const QRegularExpression flag(QStringLiteral("--save[= ]+(\"[^\"]+\"|'[^']+'|\\S+)"));
     static const QRegularExpression key(QStringLiteral("\"save\"\\s*:\\s*\"([^\"]+)\""));
-    static const QRegularExpression run_dir(QStringLiteral("^\\s*RUN_DIR=(\\S+)"), QRegularExpression::MultilineOption);
+    static const QRegularExpression assignment(QStringLiteral("^\\s*([A-Za-z_][A-Za-z0-9_]*)=(\\S+)\\s*$"),
+                                               QRegularExpression::MultilineOption);
+    static const QRegularExpression variable(QStringLiteral("\\$\\{?([A-Za-z_][A-Za-z0-9_]*)\\}?"));
     const auto unquote = [](QString v) {
         if (v.size() >= 2 && (v.front() == '"' || v.front() == '\'')) v = v.mid(1, v.size() - 2);
         return v;
     };
-    if (const auto m = flag.match(script); m.hasMatch()) return unquote(m.captured(1));
+    QHash<QString, QString> vars;
+    for (auto it = assignment.globalMatch(script); it.hasNext();) {
+        const auto m = it.next();
+        vars.insert(m.captured(1), unquote(m.captured(2)));
+    }
+    const auto expand = [&](QString v) {
+        for (int round = 0; round < 8 && v.contains('$'); ++round) {  // nested assignments, bounded
+            QString out;
+            qsizetype last = 0;
+            for (auto it = variable.globalMatch(v); it.hasNext();) {
+                const auto m = it.next();
+                out += v.mid(last, m.capturedStart() - last);
+                out += vars.contains(m.captured(1)) ? vars.value(m.captured(1)) : m.captured(0);
+                last = m.capturedEnd();
+            }
+            out += v.mid(last);
+            if (out == v) break;
+            v = out;
+        }
+        return v;
+    };
+    QString commands;  // the script without its comments ("# ... both --save and --load")
+    for (const QString& line : script.split('\n'))
+        if (!line.trimmed().startsWith('#')) commands += line + '\n';
+    if (const auto m = flag.match(commands); m.hasMatch()) return expand(unquote(m.captured(1)));
     if (const auto m = key.match(script); m.hasMatch()) return m.captured(1);
-    if (const auto m = run_dir.match(script); m.hasMatch())
-        return QObject::tr("$RUN_DIR/checkpoints/iter_NNNNNNN/ (RUN_DIR=%1 on the cluster)").arg(unquote(m.captured(1)));
+    if (vars.contains(QStringLiteral("RUN_DIR")))
+        return QObject::tr("$RUN_DIR/checkpoints/iter_NNNNNNN/ (RUN_DIR=%1 on the cluster)")
+            .arg(expand(vars.value(QStringLiteral("RUN_DIR"))));
     return QObject::tr("the run directory's checkpoints/iter_NNNNNNN/");
 }
 

@@ -439,13 +439,19 @@ private slots:
                  QString("/scratch/ckpt"));
         QCOMPARE(checkpoint_location("cat <<'EOF'\n{\n  \"save\": \"/lustre/me/ckpt\"\n}\nEOF"), QString("/lustre/me/ckpt"));
         QVERIFY(checkpoint_location("RUN_DIR=\"$HOME/mwb-runs/${SLURM_JOB_NAME}\"\n").contains("$HOME/mwb-runs"));
+        // The generated script names its checkpoint directory through shell variables: expanded.
+        QCOMPARE(checkpoint_location("RUN_DIR=\"/lustre/runs/job\"\nCKPT=\"$RUN_DIR/checkpoints\"\n"
+                                     "srun mwb-train --save \"$CKPT\" --load \"$CKPT\"\n"),
+                 QString("/lustre/runs/job/checkpoints"));
         LaunchView view;
         view.show();
         QVERIFY(QTest::qWaitForWindowExposed(&view));
         auto* label = view.findChild<QLabel*>(QStringLiteral("slurm_checkpoints"));
         QVERIFY(label);
         QCOMPARE(label->text(), QString("Checkpoints go to %1").arg(checkpoint_location(view.slurmScript())));
-        QVERIFY2(label->text().contains("checkpoints") || label->text().contains("/"), qPrintable(label->text()));
+        QVERIFY2(label->text().contains("/checkpoints") && !label->text().contains("$CKPT") &&
+                     !label->text().contains("$RUN_DIR"),
+                 qPrintable(label->text()));
     }
 
     void a_kill_is_reported_once_as_interrupted() {

@@ -513,7 +513,8 @@ private slots:
         std::vector<std::string> names;
         for (const auto& e : fs::directory_iterator(t / "ckpt")) names.push_back(e.path().filename().string());
         std::sort(names.begin(), names.end());
-        QCOMPARE(names, (std::vector<std::string>{"iter_0000002", "iter_0000004", "latest"}));
+        QCOMPARE(names, (std::vector<std::string>{"iter_0000002", "iter_0000004", "latest",
+                                                  "latest_checkpointed_iteration.txt"}));
     }
 
     void a_failed_save_leaves_no_partial_checkpoint() {
