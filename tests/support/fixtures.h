@@ -1,5 +1,7 @@
 #pragma once
 // Reading the committed reference fixtures (tests/fixtures/*.json) and making scratch directories.
+#include "support/jsonl.h"
+
 #include <nlohmann/json.hpp>
 
 #include <cstdlib>
@@ -32,15 +34,9 @@ inline nlohmann::json load_fixture(const std::string& name) {
 }
 
 /// The records of one topic in a run-directory file (metrics.jsonl, events.jsonl), in order.
+/// Every record of `topic` in a run directory's jsonl file (one reader: support/jsonl.h).
 inline std::vector<nlohmann::json> topic_records(const std::filesystem::path& file, const std::string& topic) {
-    std::vector<nlohmann::json> out;
-    std::ifstream in(file);
-    std::string line;
-    while (std::getline(in, line)) {
-        auto j = nlohmann::json::parse(line);
-        if (j["topic"] == topic) out.push_back(std::move(j));
-    }
-    return out;
+    return jsonl_records(file, topic);
 }
 
 inline std::vector<unsigned char> base64_decode(const std::string& s) {
