@@ -124,11 +124,9 @@ void attention_forward(OpContext&, TensorView out, TensorView probs, TensorView 
                             k, ld, 0.0f, P + r0 * g.S, S);
                 for (int64_t i = r0; i < r1; ++i) {
                     float* row = P + i * g.S;
-                    float mx = row[0];
-#pragma omp simd reduction(max : mx)
-                    for (int64_t j = 0; j <= i; ++j) mx = std::max(mx, row[j]);
+                    const float mx = max_of(row, i + 1);
                     float sum = 0;
-#pragma omp simd reduction(+ : sum)
+#pragma omp simd reduction(+ : sum) simdlen(16)
                     for (int64_t j = 0; j <= i; ++j) {
                         row[j] = exp_approx(row[j] - mx);
                         sum += row[j];
