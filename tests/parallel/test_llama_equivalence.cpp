@@ -5,8 +5,7 @@
 // averaged, or a key/value head split wrongly, changes the norm even where Adam hides it from the
 // loss), every rank's bytes per group and memory by category equal layout_formulas.h for the Llama
 // choices, and a checkpoint resharded TP2×PP2 -> TP1×PP1 -> TP2×PP2 continues with the same losses.
-#include "layout_formulas.h"
-#include "mpi_runs.h"
+#include "layout_checks.h"
 #include "support/fixtures.h"
 
 #include <QtTest>
@@ -124,13 +123,7 @@ private slots:
     }
 
     void layouts_match_single_process_data() {
-        QTest::addColumn<int>("tp");
-        QTest::addColumn<int>("pp");
-        QTest::addColumn<int>("dp");
-        QTest::addColumn<int>("chunks");
-        QTest::addColumn<bool>("sp");
-        QTest::addColumn<bool>("distopt");
-        QTest::addColumn<QString>("recompute");
+        add_layout_columns();
         QTest::newRow("tp2_sp") << 2 << 1 << 1 << 1 << true << false << "";
         QTest::newRow("tp2_full_recompute") << 2 << 1 << 1 << 1 << false << false << "full";
         QTest::newRow("pp2_1f1b") << 1 << 2 << 1 << 1 << false << false << "";
@@ -139,58 +132,18 @@ private slots:
         QTest::newRow("tp2_pp2_dp2_sp_distopt_selective") << 2 << 2 << 2 << 1 << true << true << "selective";
     }
     void layouts_match_single_process() {
-        QFETCH(int, tp);
-        QFETCH(int, pp);
-        QFETCH(int, dp);
-        QFETCH(int, chunks);
-        QFETCH(bool, sp);
-        QFETCH(bool, distopt);
-        QFETCH(QString, recompute);
-        const LayoutSpec l{.tp = tp, .pp = pp, .dp = dp, .chunks = chunks, .sp = sp, .distributed_optimizer = distopt,
-                           .recompute = recompute.toStdString(), .recompute_layers = 1};
-        QStringList layout{"--tensor-model-parallel-size", QString::number(tp), "--pipeline-model-parallel-size",
-                           QString::number(pp)};
-        if (sp) layout << "--sequence-parallel";
-        if (chunks > 1)
-            layout << "--num-layers-per-virtual-pipeline-stage" << QString::number(kModel.layers / (pp * chunks));
-        if (distopt) layout << "--use-distributed-optimizer";
-        if (!recompute.isEmpty()) layout << "--recompute-granularity" << recompute;
-        if (recompute == "full") layout << "--recompute-method" << "uniform" << "--recompute-num-layers" << "1";
+        const LayoutSpec l = fetch_layout();
         const fs::path dir = tmp_ / QTest::currentDataTag();
         QString log;
-        QVERIFY2(run_train(tp * pp * dp, model_args(dir) + layout, log) == 0, qPrintable(log));
+        QVERIFY2(run_train(l.tp * l.pp * l.dp, model_args(dir) + layout_args(l, kModel.layers), log) == 0,
+                 qPrintable(log));
         check(steps_of(dir), 0, kIterations, QTest::currentDataTag());
         if (QTest::currentTestFailed()) return;
 
         // Every rank's traffic per group and memory by category, against the formulas.
         ModelSpec m = kModel;
-        m.micro_batches = kGlobalBatch / (m.micro_batch * dp);
-        const auto steps = records(dir, "step");
-        const auto& ranks = steps.back()["ranks"];
-        const auto memory_records = records(dir, "memory");
-        const auto& memory = memory_records.back()["ranks"];
-        QCOMPARE(static_cast<int>(ranks.size()), tp * pp * dp);
-        for (std::size_t i = 0; i < ranks.size(); ++i) {
-            const int r = ranks[i]["pp"];
-            for (const auto& [group, expected] : bytes_per_iteration(m, l, r)) {
-                const int64_t got = ranks[i]["comm"][group]["bytes_per_iteration"];
-                QVERIFY2(got == expected, qPrintable(QString("rank %1 (pp %2): %3 group sent %4 bytes per iteration, "
-                                                             "formula %5")
-                                                         .arg(i)
-                                                         .arg(r)
-                                                         .arg(QString::fromStdString(group))
-                                                         .arg(got)
-                                                         .arg(expected)));
-            }
-            const auto& by = memory[i]["by_category"];
-            const int64_t arena = arena_elements(m, l, r);
-            const int64_t shard = distopt && dp > 1 ? arena / dp : arena;
-            QCOMPARE(by["weights"]["current"].get<int64_t>(), arena * 4);
-            QCOMPARE(by["gradients"]["current"].get<int64_t>(), arena * 4);
-            QCOMPARE(by["optimizer"]["current"].get<int64_t>(), 2 * shard * 4);  // Adam moments (fp32 run)
-            if (pp == 1 && recompute.isEmpty())
-                QCOMPARE(by["activations"]["peak"].get<int64_t>(), peak_activations(m, l) * 4);
-        }
+        m.micro_batches = kGlobalBatch / (m.micro_batch * l.dp);
+        verify_ranks_against_formulas(dir, m, l);
     }
 
     void checkpoints_reshard_there_and_back() {
