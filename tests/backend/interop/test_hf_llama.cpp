@@ -265,6 +265,8 @@ private slots:
             QVERIFY2(std::abs(loss - first_loss) <= 1e-5 * first_loss,
                      qPrintable(QString("%1: first loss %2, TP1xPP1 %3").arg(l.name).arg(loss, 0, 'g', 10).arg(first_loss, 0, 'g', 10)));
 
+            if (l.ranks == 4) QVERIFY(fs::exists(saved / "iter_0000001" / "tp01_pp01.bin"));  // saved by 4 shards
+
             const fs::path exported = dir() / (k + "_exported_" + l.name);
             QStringList exp = {"export-hf", q(saved), "--output", q(exported), "--max-shard-size", "20KB"};
             if (!dtype.isEmpty()) exp << "--dtype" << dtype;
@@ -282,6 +284,22 @@ private slots:
             QCOMPARE(config["eos_token_id"].get<int>(), 199);  // the NullTokenizer's EOD: the last id
             QVERIFY(fs::exists(exported / "generation_config.json"));
         }
+        // --finetune from a trained checkpoint (iteration 1, with Adam moments): back to iteration 0, the same
+        // data and weights, so the same first loss; without it the run has nothing left to train.
+        const fs::path trained = dir() / (k + "_tp2pp2");
+        for (const bool finetune : {true, false}) {
+            const fs::path run = dir() / (k + (finetune ? "_run_finetune" : "_run_resume"));
+            QStringList args = {"--config", q(imported / "model_config.json"), "--load", q(trained), "--mock-data",
+                                "--seq-length", "16", "--micro-batch-size", "2", "--global-batch-size", "4",
+                                "--train-iters", "1", "--lr", "1e-3", "--lr-warmup-iters", "1", "--lr-decay-iters",
+                                "10", "--eval-iters", "1", "--log-interval", "1", "--threads", "1", "--run-dir", q(run)};
+            if (finetune) args << "--finetune";
+            QVERIFY2(mwb::test::run_train(1, args, log) == 0, qPrintable(log));
+            const auto steps = mwb::test::records(run, "step");
+            QCOMPARE(steps.size(), std::size_t{finetune ? 1 : 0});
+            if (finetune) QVERIFY(std::abs(steps[0]["lm_loss"].get<double>() - first_loss) <= 1e-5 * first_loss);
+        }
+
         // One file when it fits (the default 5GB), and the stale shards of the earlier export are gone.
         const fs::path exported = dir() / (k + "_exported_tp2pp2");
         QVERIFY2(run_convert({"export-hf", q(dir() / (k + "_tp2pp2")), "--output", q(exported), "--dtype",
