@@ -6,7 +6,8 @@ Writes three Hugging Face model directories, each sharded into model-0000{1,2}-o
 model.safetensors.index.json (by the independent numpy writer, safetensors_reference.py):
   OUT_DIR/llama   LlamaForCausalLM, F32: grouped-query attention (4 heads, 2 key/value heads), head_dim 12
                   (not hidden/heads), untied lm_head, rope_scaling llama3 (factor 8), rope_theta 500000
-  OUT_DIR/qwen2   Qwen2ForCausalLM, BF16 (rounded by torch): q/k/v biases, 2 key/value heads, tied
+  OUT_DIR/qwen2   Qwen2ForCausalLM, BF16 (rounded by torch): q/k/v biases, 2 key/value heads, tied, and a
+                  tiny tokenizer.json + tokenizer_config.json (<s> = 1, </s> = 2, 200 ids)
   OUT_DIR/biased  LlamaForCausalLM, F16: attention_bias and mlp_bias (every projection has a bias)
 and OUT_DIR/reference.json: the dims, the (B, S+1) tokens, and per directory the file of the float64
 logits (B, S, vocab) of the first S tokens, little-endian float64, from a forward written here from Hugging
@@ -148,6 +149,17 @@ for kind, v in VARIANTS.items():
         config["use_sliding_window"] = False
         config["sliding_window"] = 4096
     json.dump(config, open(os.path.join(d, "config.json"), "w"), indent=2)
+    if kind == "qwen2":
+        # A minimal tokenizer.json (BPE without merges: <unk>, <s>, </s> and 197 single characters) and
+        # its tokenizer_config.json, so the import records a HuggingFaceTokenizer and the export copies it.
+        chars = [chr(c) for c in range(0x4E00, 0x4E00 + V - 3)]
+        vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{c: i + 3 for i, c in enumerate(chars)}}
+        special = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
+                    "normalized": False, "special": True} for t, i in (("<s>", 1), ("</s>", 2))]
+        tok = {"version": "1.0", "added_tokens": special, "normalizer": None, "pre_tokenizer": None,
+               "decoder": None, "model": {"type": "BPE", "vocab": vocab, "merges": [], "unk_token": "<unk>"}}
+        json.dump(tok, open(os.path.join(d, "tokenizer.json"), "w"), ensure_ascii=False)
+        json.dump({"bos_token": "<s>", "eos_token": "</s>"}, open(os.path.join(d, "tokenizer_config.json"), "w"))
     stored = {n: t.to(TORCH[v["dtype"]]) for n, t in weights(v).items()}
     tensors = []
     for n, t in stored.items():

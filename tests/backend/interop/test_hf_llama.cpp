@@ -281,8 +281,17 @@ private slots:
             const auto config = nlohmann::json::parse(read_file(exported / "config.json"));
             const HfLlamaConfig c = HfLlamaConfig::from_json(config, "exported config.json"), src = config_of(k);
             QCOMPARE(c.to_json(), src.to_json());
-            QCOMPARE(config["eos_token_id"].get<int>(), 199);  // the NullTokenizer's EOD: the last id
-            QVERIFY(fs::exists(exported / "generation_config.json"));
+            if (k == "qwen2") {  // its HuggingFaceTokenizer: ids from it, files copied
+                QCOMPARE(config["bos_token_id"].get<int>(), 1);
+                QCOMPARE(config["eos_token_id"].get<int>(), 2);
+                for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
+                    QVERIFY2(read_file(exported / f) == read_file(dir() / k / f), f);
+            } else {
+                QCOMPARE(config["eos_token_id"].get<int>(), 199);  // the NullTokenizer's EOD: the last id
+                QVERIFY(!config.contains("bos_token_id") && !fs::exists(exported / "tokenizer.json"));
+            }
+            const auto generation = nlohmann::json::parse(read_file(exported / "generation_config.json"));
+            QCOMPARE(generation["eos_token_id"], config["eos_token_id"]);
         }
         // --finetune from a trained checkpoint (iteration 1, with Adam moments): back to iteration 0, the same
         // data and weights, so the same first loss; without it the run has nothing left to train.
@@ -379,6 +388,18 @@ private slots:
         QVERIFY2(e.find("model.layers.0.mlp.gate_proj.weight' has shape [40, 32]") != std::string::npos &&
                      e.find("[41, 32]") != std::string::npos,
                  e.c_str());
+    }
+
+    // --max-shard-size as Hugging Face's convert_file_size_to_int reads it (decimal GB/MB/KB, binary GiB/MiB/KiB).
+    void shard_sizes_parse_as_hugging_face() {
+        QCOMPARE(parse_byte_size("5GB"), uint64_t{5'000'000'000});
+        QCOMPARE(parse_byte_size("500MB"), uint64_t{500'000'000});
+        QCOMPARE(parse_byte_size("2GiB"), uint64_t{2} << 30);
+        QCOMPARE(parse_byte_size("20KB"), uint64_t{20'000});
+        QCOMPARE(parse_byte_size("1.5MiB"), uint64_t{1'572'864});
+        QCOMPARE(parse_byte_size("4096"), uint64_t{4096});
+        for (const char* bad : {"", "GB", "5XB", "-1", "0", "5 GB", "1e30"})
+            QVERIFY2(error_of([&] { parse_byte_size(bad); }).find(std::string("size '") + bad + "'") != std::string::npos, bad);
     }
 
     void unsupported_configs_name_the_key() {
