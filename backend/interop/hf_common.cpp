@@ -19,6 +19,12 @@ std::vector<float> hf_values(const SafetensorsModel& hf, const StTensor& t) {
     return v;
 }
 
+int64_t positive_integer(const nlohmann::json& j, const char* key, const std::string& origin) {
+    MWB_CHECK(j.contains(key) && j[key].is_number_integer() && j[key].get<int64_t>() > 0,
+              "{}: \"{}\" must be a positive integer", origin, key);
+    return j[key].get<int64_t>();
+}
+
 LayerName split_layer(const std::string& name) {
     const std::string p = "decoder.layers.";
     if (!name.starts_with(p)) return {};

@@ -3,6 +3,8 @@
 // a checked HF tensor as float32, and Megatron-core layer names.
 #include "interop/safetensors.h"
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -22,6 +24,9 @@ const StTensor& hf_tensor(const SafetensorsModel& hf, const std::string& name, c
                           const char* architecture);
 /// Its values as float32.
 std::vector<float> hf_values(const SafetensorsModel& hf, const StTensor& t);
+
+/// config.json's `key` as a positive integer; an error names `origin` and the key.
+int64_t positive_integer(const nlohmann::json& config, const char* key, const std::string& origin);
 
 /// "decoder.layers.3.mlp.linear_fc1.weight" -> {3, "mlp.linear_fc1.weight"}; layer -1 outside the layers.
 struct LayerName {

@@ -29,11 +29,7 @@ HfGpt2Config HfGpt2Config::from_json(const nlohmann::json& j, const std::string&
                   j.value("model_type", "") == "gpt2",
               "{}: architectures {} is not GPT2LMHeadModel (model_type gpt2)", origin, archs.dump());
     HfGpt2Config c;
-    const auto need = [&](const char* key) {
-        MWB_CHECK(j.contains(key) && j[key].is_number_integer() && j[key].get<int64_t>() > 0,
-                  "{}: \"{}\" must be a positive integer", origin, key);
-        return j[key].get<int64_t>();
-    };
+    const auto need = [&](const char* key) { return positive_integer(j, key, origin); };
     c.layers = need("n_layer");
     c.hidden = need("n_embd");
     c.heads = need("n_head");

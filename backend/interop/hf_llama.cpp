@@ -13,9 +13,8 @@ struct Family {
     const char* architecture;
     const char* model_type;
 };
-constexpr Family kFamilies[] = {{"LlamaForCausalLM", "llama"},
-                                {"MistralForCausalLM", "mistral"},
-                                {"Qwen2ForCausalLM", "qwen2"}};
+constexpr Family kFamilies[] = {
+    {"LlamaForCausalLM", "llama"}, {"MistralForCausalLM", "mistral"}, {"Qwen2ForCausalLM", "qwen2"}};
 
 // Llama 3.1's fixed constants besides the factor (model/rope.cpp computes with these).
 constexpr double kLowFreqFactor = 1, kHighFreqFactor = 4, kOriginalContext = 8192;
@@ -54,16 +53,14 @@ HfLlamaConfig HfLlamaConfig::from_json(const nlohmann::json& j, const std::strin
         if (std::find(archs.begin(), archs.end(), f.architecture) != archs.end() ||
             (archs.empty() && model_type == f.model_type))
             family = &f;
-    MWB_CHECK(family, "{}: architectures {} (model_type '{}') is not LlamaForCausalLM, MistralForCausalLM or "
-                      "Qwen2ForCausalLM", origin, archs.dump(), model_type);
+    MWB_CHECK(family,
+              "{}: architectures {} (model_type '{}') is not LlamaForCausalLM, MistralForCausalLM or "
+              "Qwen2ForCausalLM",
+              origin, archs.dump(), model_type);
     c.architecture = family->architecture;
     const bool qwen2 = c.architecture == "Qwen2ForCausalLM";
 
-    const auto need = [&](const char* key) {
-        MWB_CHECK(j.contains(key) && j[key].is_number_integer() && j[key].get<int64_t>() > 0,
-                  "{}: \"{}\" must be a positive integer", origin, key);
-        return j[key].get<int64_t>();
-    };
+    const auto need = [&](const char* key) { return positive_integer(j, key, origin); };
     const auto optional = [&](const char* key, int64_t fallback) { return present(j, key) ? need(key) : fallback; };
     const auto number = [&](const char* key, double fallback) {
         if (!present(j, key)) return fallback;
@@ -87,8 +84,10 @@ HfLlamaConfig HfLlamaConfig::from_json(const nlohmann::json& j, const std::strin
     if (present(j, "head_dim")) {
         c.head_dim = need("head_dim");
     } else {
-        MWB_CHECK(c.hidden % c.heads == 0, "{}: hidden_size {} does not divide by num_attention_heads {} (and no "
-                                           "head_dim)", origin, c.hidden, c.heads);
+        MWB_CHECK(c.hidden % c.heads == 0,
+                  "{}: hidden_size {} does not divide by num_attention_heads {} (and no "
+                  "head_dim)",
+                  origin, c.hidden, c.heads);
         c.head_dim = c.hidden / c.heads;
     }
     c.norm_eps = number("rms_norm_eps", 1e-6);
@@ -107,11 +106,15 @@ HfLlamaConfig HfLlamaConfig::from_json(const nlohmann::json& j, const std::strin
         MWB_CHECK(!present(j, key) || (j[key].is_number() && j[key].get<double>() == 0),
                   "{}: \"{}\": mixture-of-experts models are not supported", origin, key);
     if (qwen2) {
-        MWB_CHECK(!flag("use_sliding_window"), "{}: \"use_sliding_window\" true is not supported (no sliding-window "
-                                               "attention)", origin);
+        MWB_CHECK(!flag("use_sliding_window"),
+                  "{}: \"use_sliding_window\" true is not supported (no sliding-window "
+                  "attention)",
+                  origin);
     } else {
-        MWB_CHECK(!present(j, "sliding_window"), "{}: \"sliding_window\" {} is not supported (no sliding-window "
-                                                 "attention; null means none)", origin, j.contains("sliding_window") ? j["sliding_window"].dump() : "");
+        MWB_CHECK(!present(j, "sliding_window"),
+                  "{}: \"sliding_window\" {} is not supported (no sliding-window "
+                  "attention; null means none)",
+                  origin, j.contains("sliding_window") ? j["sliding_window"].dump() : "");
     }
     MWB_CHECK(number("partial_rotary_factor", 1) == 1, "{}: \"partial_rotary_factor\" other than 1 is not supported",
               origin);
@@ -121,7 +124,8 @@ HfLlamaConfig HfLlamaConfig::from_json(const nlohmann::json& j, const std::strin
         const bool attention_bias = flag("attention_bias"), mlp_bias = flag("mlp_bias");
         MWB_CHECK(attention_bias == mlp_bias,
                   "{}: \"attention_bias\" {} with \"mlp_bias\" {} is not supported (the model has biases on every "
-                  "projection or on none but q/k/v)", origin, attention_bias, mlp_bias);
+                  "projection or on none but q/k/v)",
+                  origin, attention_bias, mlp_bias);
         c.linear_bias = attention_bias;
     }
     if (present(j, "rope_scaling")) {
@@ -129,10 +133,11 @@ HfLlamaConfig HfLlamaConfig::from_json(const nlohmann::json& j, const std::strin
         MWB_CHECK(r.is_object(), "{}: \"rope_scaling\" must be an object or null", origin);
         const std::string type = r.value("rope_type", r.value("type", std::string()));
         if (type != "default") {
-            MWB_CHECK(type == "llama3", "{}: \"rope_scaling.rope_type\" '{}' is not supported (llama3 or default)", origin,
-                      type);
+            MWB_CHECK(type == "llama3", "{}: \"rope_scaling.rope_type\" '{}' is not supported (llama3 or default)",
+                      origin, type);
             const auto scale = [&](const char* key, double want) {
-                MWB_CHECK(r.contains(key) && r[key].is_number() && (want == 0 ? r[key].get<double>() > 0 : r[key].get<double>() == want),
+                MWB_CHECK(r.contains(key) && r[key].is_number() &&
+                              (want == 0 ? r[key].get<double>() > 0 : r[key].get<double>() == want),
                           "{}: \"rope_scaling.{}\" {} is not supported ({})", origin, key,
                           r.contains(key) ? r[key].dump() : "(missing)",
                           want == 0 ? "a positive number" : fmt::format("Llama 3.1's {} is built in", want));
@@ -246,7 +251,9 @@ NamedTensor llama_from_hf(const SafetensorsModel& hf, const HfLlamaConfig& c, co
     const int64_t H = c.hidden, F = c.ffn, D = c.head_dim, A = c.heads, G = c.kv_heads;
     const char* arch = c.architecture.c_str();
     NamedTensor out{name, shape, {}};
-    const auto direct = [&](const std::string& hf_name) { out.values = hf_values(hf, hf_tensor(hf, hf_name, shape, arch)); };
+    const auto direct = [&](const std::string& hf_name) {
+        out.values = hf_values(hf, hf_tensor(hf, hf_name, shape, arch));
+    };
     const auto vocabulary = [&](const std::string& hf_name) {
         MWB_CHECK(shape.size() == 2 && shape[0] >= c.vocab && shape[1] == H, "{} [{}] cannot hold {}'s [{}, {}]", name,
                   fmt::join(shape, ", "), arch, c.vocab, H);
@@ -268,7 +275,9 @@ NamedTensor llama_from_hf(const SafetensorsModel& hf, const HfLlamaConfig& c, co
     const bool qkv_w = l.rest == "self_attention.linear_qkv.weight", qkv_b = l.rest == "self_attention.linear_qkv.bias";
     if (qkv_w || qkv_b) {
         const int64_t cols = qkv_w ? H : 1;
-        const auto want = [&](int64_t rows) { return qkv_w ? std::vector<int64_t>{rows, H} : std::vector<int64_t>{rows}; };
+        const auto want = [&](int64_t rows) {
+            return qkv_w ? std::vector<int64_t>{rows, H} : std::vector<int64_t>{rows};
+        };
         const std::string suffix = qkv_w ? "weight" : "bias";
         const auto q = hf_values(hf, hf_tensor(hf, p + "self_attn.q_proj." + suffix, want(A * D), arch));
         const auto k = hf_values(hf, hf_tensor(hf, p + "self_attn.k_proj." + suffix, want(G * D), arch));
@@ -327,21 +336,31 @@ std::vector<NamedTensor> llama_to_hf(const std::vector<NamedTensor>& params, con
         const LayerName l = split_layer(t.name);
         MWB_CHECK(l.layer >= 0 && l.layer < c.layers, "parameter {} has no {} counterpart", t.name, c.architecture);
         const std::string p = fmt::format("model.layers.{}.", l.layer);
-        const bool qkv_w = l.rest == "self_attention.linear_qkv.weight", qkv_b = l.rest == "self_attention.linear_qkv.bias";
+        const bool qkv_w = l.rest == "self_attention.linear_qkv.weight",
+                   qkv_b = l.rest == "self_attention.linear_qkv.bias";
         const bool fc1_w = l.rest == "mlp.linear_fc1.weight", fc1_b = l.rest == "mlp.linear_fc1.bias";
-        if (l.rest == "input_layernorm.weight") put(l.layer, 0, p + "input_layernorm.weight", t.shape, t.values);
-        else if (l.rest == "self_attention.linear_proj.weight") put(l.layer, 7, p + "self_attn.o_proj.weight", t.shape, t.values);
-        else if (l.rest == "self_attention.linear_proj.bias") put(l.layer, 8, p + "self_attn.o_proj.bias", t.shape, t.values);
-        else if (l.rest == "pre_mlp_layernorm.weight") put(l.layer, 9, p + "post_attention_layernorm.weight", t.shape, t.values);
-        else if (l.rest == "mlp.linear_fc2.weight") put(l.layer, 14, p + "mlp.down_proj.weight", t.shape, t.values);
-        else if (l.rest == "mlp.linear_fc2.bias") put(l.layer, 15, p + "mlp.down_proj.bias", t.shape, t.values);
+        if (l.rest == "input_layernorm.weight")
+            put(l.layer, 0, p + "input_layernorm.weight", t.shape, t.values);
+        else if (l.rest == "self_attention.linear_proj.weight")
+            put(l.layer, 7, p + "self_attn.o_proj.weight", t.shape, t.values);
+        else if (l.rest == "self_attention.linear_proj.bias")
+            put(l.layer, 8, p + "self_attn.o_proj.bias", t.shape, t.values);
+        else if (l.rest == "pre_mlp_layernorm.weight")
+            put(l.layer, 9, p + "post_attention_layernorm.weight", t.shape, t.values);
+        else if (l.rest == "mlp.linear_fc2.weight")
+            put(l.layer, 14, p + "mlp.down_proj.weight", t.shape, t.values);
+        else if (l.rest == "mlp.linear_fc2.bias")
+            put(l.layer, 15, p + "mlp.down_proj.bias", t.shape, t.values);
         else if (qkv_w || qkv_b) {
             const int64_t cols = qkv_w ? H : 1;
             const std::string suffix = qkv_w ? "weight" : "bias";
-            const auto shape = [&](int64_t rows) { return qkv_w ? std::vector<int64_t>{rows, H} : std::vector<int64_t>{rows}; };
-            MWB_CHECK(static_cast<int64_t>(t.values.size()) == (A + 2 * G) * D * cols, "{} holds {} values, not {}", t.name,
-                      t.values.size(), (A + 2 * G) * D * cols);
-            std::vector<float> q(static_cast<std::size_t>(A * D * cols)), k(static_cast<std::size_t>(G * D * cols)), v(k.size());
+            const auto shape = [&](int64_t rows) {
+                return qkv_w ? std::vector<int64_t>{rows, H} : std::vector<int64_t>{rows};
+            };
+            MWB_CHECK(static_cast<int64_t>(t.values.size()) == (A + 2 * G) * D * cols, "{} holds {} values, not {}",
+                      t.name, t.values.size(), (A + 2 * G) * D * cols);
+            std::vector<float> q(static_cast<std::size_t>(A * D * cols)), k(static_cast<std::size_t>(G * D * cols)),
+                v(k.size());
             const QkvRows rows{A / G, D};
             const auto take = [&](std::vector<float>& to, int64_t row, int64_t from) {
                 std::copy_n(t.values.begin() + from * cols, cols, to.begin() + row * cols);

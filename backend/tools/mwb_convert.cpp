@@ -131,8 +131,9 @@ int import_hf(World& world, const fs::path& dir, const fs::path& save, int tp, i
         cfg.model.vocab_size -= 1;
     }
     // The weights' precision becomes the checkpoint's (export-hf writes it back by default).
-    const std::string embedding = llama ? "model.embed_tokens.weight"
-                                        : (hf.contains("transformer.wte.weight") ? "transformer.wte.weight" : "wte.weight");
+    const std::string embedding =
+        llama ? "model.embed_tokens.weight"
+              : (hf.contains("transformer.wte.weight") ? "transformer.wte.weight" : "wte.weight");
     if (hf.contains(embedding)) {
         cfg.training.bf16 = hf.get(embedding).dtype == StDtype::BF16;
         cfg.training.fp16 = hf.get(embedding).dtype == StDtype::F16;
@@ -165,7 +166,7 @@ void copy_tokenizer_files(const Config& cfg, const fs::path& out) {
     };
     if (d.tokenizer_type == "HuggingFaceTokenizer" && !d.tokenizer_model.empty()) {
         const fs::path src = fs::is_directory(d.tokenizer_model, ec) ? fs::path(d.tokenizer_model)
-                                                                    : fs::path(d.tokenizer_model).parent_path();
+                                                                     : fs::path(d.tokenizer_model).parent_path();
         for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
                               "vocab.json", "merges.txt"})
             copy(src / f, f);
@@ -208,7 +209,8 @@ int export_hf(const fs::path& ckpt, const fs::path& out, const std::string& dtyp
     const int64_t vocab = model_vocab_size(cfg);
     MWB_CHECK(vocab >= 2, "{}: the saved configuration has no vocab_size", dir.string());
     // Llama-shaped (RMSNorm, SwiGLU or RoPE) or GPT-2-shaped; each side names what does not fit.
-    const bool llama = cfg.model.normalization == "RMSNorm" || cfg.model.swiglu || cfg.model.position_embedding_type == "rope";
+    const bool llama =
+        cfg.model.normalization == "RMSNorm" || cfg.model.swiglu || cfg.model.position_embedding_type == "rope";
     HfLlamaConfig family;
     HfGpt2Config gpt2;
     if (llama) {
@@ -218,7 +220,8 @@ int export_hf(const fs::path& ckpt, const fs::path& out, const std::string& dtyp
         MWB_CHECK(cfg.model.normalization == "LayerNorm" && !cfg.model.untie_embeddings_and_output_weights &&
                       cfg.model.position_embedding_type == "learned_absolute",
                   "{}: export-hf writes GPT2LMHeadModel for this model, which needs LayerNorm, learned positions and "
-                  "tied embeddings", dir.string());
+                  "tied embeddings",
+                  dir.string());
         gpt2.layers = cfg.model.num_layers;
         gpt2.hidden = cfg.model.hidden_size;
         gpt2.heads = cfg.model.num_attention_heads;
@@ -228,11 +231,13 @@ int export_hf(const fs::path& ckpt, const fs::path& out, const std::string& dtyp
         gpt2.norm_eps = cfg.model.layernorm_epsilon;
     }
     // The default dtype is the checkpoint's: its run's precision (an import records the weights').
-    const std::string dtype_name_used = !dtype_arg.empty()   ? dtype_arg
+    const std::string dtype_name_used = !dtype_arg.empty()  ? dtype_arg
                                         : cfg.training.bf16 ? "BF16"
                                         : cfg.training.fp16 ? "F16"
                                                             : "F32";
-    const StDtype dtype = dtype_name_used == "BF16" ? StDtype::BF16 : dtype_name_used == "F16" ? StDtype::F16 : StDtype::F32;
+    const StDtype dtype = dtype_name_used == "BF16"  ? StDtype::BF16
+                          : dtype_name_used == "F16" ? StDtype::F16
+                                                     : StDtype::F32;
 
     bool has_moments = false;  // a trained checkpoint: its moments are read (the loader wants every tensor placed)
     for (const auto& t : meta.value("tensors", nlohmann::json::array()))
@@ -281,9 +286,10 @@ int export_hf(const fs::path& ckpt, const fs::path& out, const std::string& dtyp
 
 int main(int argc, char** argv) {
     mwb::World world(&argc, &argv);
-    CLI::App app{"mwb-convert: Hugging Face model directories <-> mwb checkpoints (GPT2LMHeadModel, LlamaForCausalLM, "
-                 "MistralForCausalLM, Qwen2ForCausalLM)",
-                 "mwb-convert"};
+    CLI::App app{
+        "mwb-convert: Hugging Face model directories <-> mwb checkpoints (GPT2LMHeadModel, LlamaForCausalLM, "
+        "MistralForCausalLM, Qwen2ForCausalLM)",
+        "mwb-convert"};
     app.require_subcommand(1);
     auto* imp = app.add_subcommand("import-hf", "A Hugging Face directory -> an mwb checkpoint");
     std::string hf_dir, save;

@@ -7,6 +7,7 @@
 #include "checkpoint/checkpoint.h"
 #include "core/files.h"
 #include "interop/hf_gpt2.h"
+#include "model_tensors.h"
 #include "model/gpt_model.h"
 
 #include <QProcess>
@@ -40,25 +41,10 @@ GptDims dims_of(const HfGpt2Config& c, int64_t seq, int64_t micro_batch, int64_t
     return d;
 }
 
-// Fills the model's parameters from the HF checkpoint through the mapping.
 void import_into(GptModel& model, const SafetensorsModel& hf, const HfGpt2Config& c) {
-    const ParamLayout& layout = model.layout();
-    for (std::size_t i = 0; i < layout.size(); ++i) {
-        const NamedTensor t = gpt2_from_hf(hf, c, layout[i].name, layout[i].global_shape);
-        const TensorView v = layout.view(model.params(), i);
-        QCOMPARE(static_cast<int64_t>(t.values.size()), v.numel());
-        std::copy(t.values.begin(), t.values.end(), v.f32());
-    }
-}
-
-std::vector<NamedTensor> params_of(GptModel& model) {
-    const ParamLayout& layout = model.layout();
-    std::vector<NamedTensor> out;
-    for (std::size_t i = 0; i < layout.size(); ++i) {
-        const TensorView v = layout.view(model.params(), i);
-        out.push_back({layout[i].name, layout[i].global_shape, std::vector<float>(v.f32(), v.f32() + v.numel())});
-    }
-    return out;
+    mwb::test::fill_params(model, [&](const std::string& name, const std::vector<int64_t>& shape) {
+        return gpt2_from_hf(hf, c, name, shape);
+    });
 }
 
 }  // namespace
@@ -89,7 +75,7 @@ class TestHfGpt2 : public QObject {
         // Back to Hugging Face, through a vocabulary padded to 384 rows: every tensor byte for byte.
         GptModel padded(dims_of(c, ref_["seq"], ref_["micro_batch"], 384), RecomputePolicy{}, DType::F32, ctx, alloc);
         import_into(padded, hf, c);
-        const auto back = gpt2_to_hf(params_of(padded), c);
+        const auto back = gpt2_to_hf(mwb::test::params_of(padded), c);
         QCOMPARE(back.size(), hf.names().size() - 1);  // all but the causal-mask buffer
         for (const NamedTensor& t : back) {
             const StTensor& src = hf.get(t.name);

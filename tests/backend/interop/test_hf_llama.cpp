@@ -20,6 +20,7 @@
 #include "core/files.h"
 #include "interop/hf_llama.h"
 #include "model/gpt_model.h"
+#include "model_tensors.h"
 #include "parallel/mpi_runs.h"
 
 #include <QProcess>
@@ -58,23 +59,9 @@ GptDims dims_of(const HfLlamaConfig& c, int64_t seq, int64_t micro_batch) {
 }
 
 void import_into(GptModel& model, const SafetensorsModel& hf, const HfLlamaConfig& c) {
-    const ParamLayout& layout = model.layout();
-    for (std::size_t i = 0; i < layout.size(); ++i) {
-        const NamedTensor t = llama_from_hf(hf, c, layout[i].name, layout[i].global_shape);
-        const TensorView v = layout.view(model.params(), i);
-        QCOMPARE(static_cast<int64_t>(t.values.size()), v.numel());
-        std::copy(t.values.begin(), t.values.end(), v.f32());
-    }
-}
-
-std::vector<NamedTensor> params_of(GptModel& model) {
-    const ParamLayout& layout = model.layout();
-    std::vector<NamedTensor> out;
-    for (std::size_t i = 0; i < layout.size(); ++i) {
-        const TensorView v = layout.view(model.params(), i);
-        out.push_back({layout[i].name, layout[i].global_shape, std::vector<float>(v.f32(), v.f32() + v.numel())});
-    }
-    return out;
+    mwb::test::fill_params(model, [&](const std::string& name, const std::vector<int64_t>& shape) {
+        return llama_from_hf(hf, c, name, shape);
+    });
 }
 
 // Every tensor of `b` is the tensor of `a` byte for byte (same names, dtype, shape).
@@ -82,8 +69,9 @@ void same_tensors(const SafetensorsModel& a, const SafetensorsModel& b, const QS
     QCOMPARE(b.names(), a.names());
     for (const std::string& name : a.names()) {
         const StTensor &x = a.get(name), &y = b.get(name);
-        QVERIFY2(x.dtype == y.dtype && x.shape == y.shape && x.bytes == y.bytes && std::memcmp(x.data, y.data, x.bytes) == 0,
-                 qPrintable(what + ": " + QString::fromStdString(name)));
+        QVERIFY2(
+            x.dtype == y.dtype && x.shape == y.shape && x.bytes == y.bytes && std::memcmp(x.data, y.data, x.bytes) == 0,
+            qPrintable(what + ": " + QString::fromStdString(name)));
     }
 }
 
@@ -200,7 +188,7 @@ private slots:
         Allocator alloc;
         GptModel model(dims(k), RecomputePolicy{}, DType::F32, ctx, alloc);
         import_into(model, hf, c);
-        const auto back = llama_to_hf(params_of(model), c);
+        const auto back = llama_to_hf(mwb::test::params_of(model), c);
         QCOMPARE(back.size(), hf.names().size());
         for (const NamedTensor& t : back) {
             const StTensor& src = hf.get(t.name);
@@ -220,8 +208,10 @@ private slots:
     void convert_train_export_round_trip_data() {
         QTest::addColumn<QString>("kind");
         QTest::addColumn<QString>("dtype");
-        QTest::newRow("llama") << "llama" << "";  // the run is F32: the default dtype is the source's
-        QTest::newRow("qwen2") << "qwen2" << "BF16";
+        QTest::newRow("llama") << "llama"
+                               << "";  // the run is F32: the default dtype is the source's
+        QTest::newRow("qwen2") << "qwen2"
+                               << "BF16";
     }
     void convert_train_export_round_trip() {
         QFETCH(QString, kind);
@@ -251,11 +241,36 @@ private slots:
         for (const Layout& l : layouts) {
             const fs::path saved = dir() / (k + "_" + l.name), run = dir() / (k + "_run_" + l.name);
             // lr 0 at the first step (warm-up from 0): the weights go through the layout unchanged.
-            QStringList args = {"--config", q(imported / "model_config.json"), "--load", q(imported), "--finetune",
-                                "--save", q(saved), "--mock-data", "--seq-length", "16", "--micro-batch-size", "2",
-                                "--global-batch-size", "4", "--train-iters", "1", "--lr", "1e-3",
-                                "--lr-warmup-iters", "1", "--lr-decay-iters", "10", "--eval-iters", "1", "--log-interval", "1", "--threads",
-                                "1", "--run-dir", q(run)};
+            QStringList args = {"--config",
+                                q(imported / "model_config.json"),
+                                "--load",
+                                q(imported),
+                                "--finetune",
+                                "--save",
+                                q(saved),
+                                "--mock-data",
+                                "--seq-length",
+                                "16",
+                                "--micro-batch-size",
+                                "2",
+                                "--global-batch-size",
+                                "4",
+                                "--train-iters",
+                                "1",
+                                "--lr",
+                                "1e-3",
+                                "--lr-warmup-iters",
+                                "1",
+                                "--lr-decay-iters",
+                                "10",
+                                "--eval-iters",
+                                "1",
+                                "--log-interval",
+                                "1",
+                                "--threads",
+                                "1",
+                                "--run-dir",
+                                q(run)};
             QVERIFY2(mwb::test::run_train(l.ranks, args + l.flags, log) == 0, qPrintable(log));
             const auto steps = mwb::test::records(run, "step");
             QCOMPARE(steps.size(), std::size_t{1});
@@ -263,7 +278,10 @@ private slots:
             const double loss = steps[0]["lm_loss"];
             if (first_loss == 0) first_loss = loss;
             QVERIFY2(std::abs(loss - first_loss) <= 1e-5 * first_loss,
-                     qPrintable(QString("%1: first loss %2, TP1xPP1 %3").arg(l.name).arg(loss, 0, 'g', 10).arg(first_loss, 0, 'g', 10)));
+                     qPrintable(QString("%1: first loss %2, TP1xPP1 %3")
+                                    .arg(l.name)
+                                    .arg(loss, 0, 'g', 10)
+                                    .arg(first_loss, 0, 'g', 10)));
 
             if (l.ranks == 4) QVERIFY(fs::exists(saved / "iter_0000001" / "tp01_pp01.bin"));  // saved by 4 shards
 
@@ -298,14 +316,24 @@ private slots:
         const fs::path trained = dir() / (k + "_tp2pp2");
         for (const bool finetune : {true, false}) {
             const fs::path run = dir() / (k + (finetune ? "_run_finetune" : "_run_resume"));
-            QStringList args = {"--config", q(imported / "model_config.json"), "--load", q(trained), "--mock-data",
-                                "--seq-length", "16", "--micro-batch-size", "2", "--global-batch-size", "4",
-                                "--train-iters", "1", "--lr", "1e-3", "--lr-warmup-iters", "1", "--lr-decay-iters",
-                                "10", "--eval-iters", "1", "--log-interval", "1", "--threads", "1", "--run-dir", q(run)};
+            QStringList args = {"--config",    q(imported / "model_config.json"),
+                                "--load",      q(trained),
+                                "--mock-data", "--seq-length",
+                                "16",          "--micro-batch-size",
+                                "2",           "--global-batch-size",
+                                "4",           "--train-iters",
+                                "1",           "--lr",
+                                "1e-3",        "--lr-warmup-iters",
+                                "1",           "--lr-decay-iters",
+                                "10",          "--eval-iters",
+                                "1",           "--log-interval",
+                                "1",           "--threads",
+                                "1",           "--run-dir",
+                                q(run)};
             if (finetune) args << "--finetune";
             QVERIFY2(mwb::test::run_train(1, args, log) == 0, qPrintable(log));
             const auto steps = mwb::test::records(run, "step");
-            QCOMPARE(steps.size(), std::size_t{finetune ? 1 : 0});
+            QCOMPARE(steps.size(), finetune ? std::size_t{1} : std::size_t{0});
             if (finetune) QVERIFY(std::abs(steps[0]["lm_loss"].get<double>() - first_loss) <= 1e-5 * first_loss);
         }
 
@@ -322,7 +350,8 @@ private slots:
 
     void malformed_indexes_and_shards_are_named() {
         const fs::path src = dir() / "llama";
-        const auto broken = [&](const std::string& name, const std::function<void(const fs::path&)>& edit) -> std::string {
+        const auto broken = [&](const std::string& name,
+                                const std::function<void(const fs::path&)>& edit) -> std::string {
             const fs::path d = dir() / ("broken_" + name);
             fs::create_directories(d);
             for (const auto& e : fs::directory_iterator(src)) fs::copy_file(e.path(), d / e.path().filename());
@@ -339,17 +368,21 @@ private slots:
         };
         const std::string shard1 = "model-00001-of-00002.safetensors", shard2 = "model-00002-of-00002.safetensors";
         std::string e = broken("missing_shard", [&](const fs::path& d) { fs::remove(d / shard2); });
-        QVERIFY2(e.find("shard '" + shard2 + "'") != std::string::npos && e.find("does not exist") != std::string::npos, e.c_str());
+        QVERIFY2(e.find("shard '" + shard2 + "'") != std::string::npos && e.find("does not exist") != std::string::npos,
+                 e.c_str());
         // The index maps a tensor to the shard that does not hold it.
         e = broken("wrong_shard", [&](const fs::path& d) {
             edit_index(d, [&](nlohmann::json& j) { j["weight_map"]["lm_head.weight"] = shard1; });
         });
-        QVERIFY2(e.find("'lm_head.weight' is mapped to " + shard1 + " but that file does not hold it") != std::string::npos, e.c_str());
+        QVERIFY2(
+            e.find("'lm_head.weight' is mapped to " + shard1 + " but that file does not hold it") != std::string::npos,
+            e.c_str());
         // A shard holds a tensor the index does not list.
         e = broken("unlisted", [&](const fs::path& d) {
             edit_index(d, [&](nlohmann::json& j) { j["weight_map"].erase("lm_head.weight"); });
         });
-        QVERIFY2(e.find("'lm_head.weight'") != std::string::npos && e.find("does not list it") != std::string::npos, e.c_str());
+        QVERIFY2(e.find("'lm_head.weight'") != std::string::npos && e.find("does not list it") != std::string::npos,
+                 e.c_str());
         // A tensor in two shards: a copy of shard 2's lm_head.weight added to shard 1.
         e = broken("twice", [&](const fs::path& d) {
             const SafetensorsFile one(src / shard1), two(src / shard2);
@@ -359,7 +392,9 @@ private slots:
             ts.push_back({head->name, head->dtype, head->shape, {head->data, head->bytes}});
             write_safetensors(d / shard1, ts);
         });
-        QVERIFY2(e.find("'lm_head.weight' is in " + shard1) != std::string::npos && e.find("another shard") != std::string::npos, e.c_str());
+        QVERIFY2(e.find("'lm_head.weight' is in " + shard1) != std::string::npos &&
+                     e.find("another shard") != std::string::npos,
+                 e.c_str());
         // A tensor missing altogether.
         e = broken("missing_tensor", [&](const fs::path& d) {
             const SafetensorsFile two(src / shard2);
@@ -377,7 +412,9 @@ private slots:
         QVERIFY2(e.find("is not a file name in the directory") != std::string::npos, e.c_str());
         e = broken("truncated", [&](const fs::path& d) { fs::resize_file(d / shard2, fs::file_size(d / shard2) - 3); });
         QVERIFY2(e.find(shard2) != std::string::npos && e.find("truncated") != std::string::npos, e.c_str());
-        e = broken("not_json", [&](const fs::path& d) { write_file_atomic(d / "model.safetensors.index.json", "{\"weight_map\": "); });
+        e = broken("not_json", [&](const fs::path& d) {
+            write_file_atomic(d / "model.safetensors.index.json", "{\"weight_map\": ");
+        });
         QVERIFY2(e.find("model.safetensors.index.json: not valid JSON") != std::string::npos, e.c_str());
         // A config that disagrees with the weights names the tensor and both shapes.
         e = broken("shape", [&](const fs::path& d) {
@@ -399,7 +436,9 @@ private slots:
         QCOMPARE(parse_byte_size("1.5MiB"), uint64_t{1'572'864});
         QCOMPARE(parse_byte_size("4096"), uint64_t{4096});
         for (const char* bad : {"", "GB", "5XB", "-1", "0", "5 GB", "1e30"})
-            QVERIFY2(error_of([&] { parse_byte_size(bad); }).find(std::string("size '") + bad + "'") != std::string::npos, bad);
+            QVERIFY2(
+                error_of([&] { parse_byte_size(bad); }).find(std::string("size '") + bad + "'") != std::string::npos,
+                bad);
     }
 
     void unsupported_configs_name_the_key() {
@@ -415,7 +454,8 @@ private slots:
             return false;
         };
         QVERIFY(has(err([](auto& j) { j["rope_scaling"]["rope_type"] = "yarn"; }), "rope_scaling.rope_type"));
-        QVERIFY(has(err([](auto& j) { j["rope_scaling"]["high_freq_factor"] = 2.0; }), "rope_scaling.high_freq_factor"));
+        QVERIFY(
+            has(err([](auto& j) { j["rope_scaling"]["high_freq_factor"] = 2.0; }), "rope_scaling.high_freq_factor"));
         QVERIFY(has(err([](auto& j) { j["rope_scaling"]["original_max_position_embeddings"] = 4096; }),
                     "rope_scaling.original_max_position_embeddings"));
         QVERIFY(has(err([](auto& j) { j["rope_scaling"].erase("factor"); }), "rope_scaling.factor"));
@@ -441,12 +481,14 @@ private slots:
         nlohmann::json mistral = base;
         mistral["architectures"] = {"MistralForCausalLM"};
         mistral["sliding_window"] = nullptr;
-        QCOMPARE(QString::fromStdString(HfLlamaConfig::from_json(mistral, "m").architecture), QString("MistralForCausalLM"));
+        QCOMPARE(QString::fromStdString(HfLlamaConfig::from_json(mistral, "m").architecture),
+                 QString("MistralForCausalLM"));
         // export-hf names what a Llama-family model cannot have.
         ModelConfig m;
         config_of("llama").apply_to(m);
         m.rotary_interleaved = true;
-        QVERIFY(error_of([&] { HfLlamaConfig::from_model(m, "ckpt"); }).find("rotary_interleaved") != std::string::npos);
+        QVERIFY(error_of([&] { HfLlamaConfig::from_model(m, "ckpt"); }).find("rotary_interleaved") !=
+                std::string::npos);
     }
 };
 
