@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include <iostream>
+#include <stdexcept>
 
 namespace {
 
@@ -69,6 +70,30 @@ struct ModelState {
     }
 };
 
+// Input that cannot be converted (config.json, the layout, a model Hugging Face has no class for): exit
+// status 2, as mwb-train's invalid configuration.
+struct InvalidInput : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+template <typename F>
+auto as_invalid_input(F&& f) {
+    try {
+        return f();
+    } catch (const Error& e) {
+        throw InvalidInput(e.what());
+    }
+}
+
+// The model and layout fields of a resolved configuration must validate (training fields are the run's).
+void check_model_and_layout(const Config& cfg, int world_size) {
+    std::vector<std::string> problems;
+    for (const ConfigIssue& issue : validate(cfg, world_size)) {
+        const Field* f = find_config_field(issue.field);
+        if (f && (f->group == "model" || f->group == "parallel")) problems.push_back(issue.message);
+    }
+    if (!problems.empty()) throw InvalidInput(fmt::format("{}", fmt::join(problems, "; ")));
+}
+
 nlohmann::json parse_json_file(const fs::path& path) {
     try {
         return nlohmann::json::parse(read_file(path, std::size_t{64} << 20));
@@ -103,16 +128,16 @@ nlohmann::json model_config_json(const Config& cfg) {
 
 int import_hf(World& world, const fs::path& dir, const fs::path& save, int tp, int pp) {
     const fs::path config_file = dir / "config.json";
-    const nlohmann::json hf_config = parse_json_file(config_file);
+    const nlohmann::json hf_config = as_invalid_input([&] { return parse_json_file(config_file); });
     const bool llama = is_llama_family(hf_config);
     HfGpt2Config gpt2;
     HfLlamaConfig family;
     Config cfg;
     if (llama) {
-        family = HfLlamaConfig::from_json(hf_config, config_file.string());
+        family = as_invalid_input([&] { return HfLlamaConfig::from_json(hf_config, config_file.string()); });
         family.apply_to(cfg.model);
     } else {
-        gpt2 = HfGpt2Config::from_json(hf_config, config_file.string());
+        gpt2 = as_invalid_input([&] { return HfGpt2Config::from_json(hf_config, config_file.string()); });
         gpt2_model_config(gpt2, cfg.model);
     }
     const SafetensorsModel hf(dir);
@@ -139,6 +164,7 @@ int import_hf(World& world, const fs::path& dir, const fs::path& save, int tp, i
         cfg.training.fp16 = hf.get(embedding).dtype == StDtype::F16;
     }
     resolve(cfg, tp * pp, llama ? family.vocab : gpt2.vocab);  // the tokenizer's vocabulary is config.json's
+    check_model_and_layout(cfg, tp * pp);
     ModelState st(cfg);
     const ParamLayout& layout = st.model->layout();
     for (std::size_t i = 0; i < layout.size(); ++i) {
@@ -214,14 +240,15 @@ int export_hf(const fs::path& ckpt, const fs::path& out, const std::string& dtyp
     HfLlamaConfig family;
     HfGpt2Config gpt2;
     if (llama) {
-        family = HfLlamaConfig::from_model(cfg.model, dir.string());
+        family = as_invalid_input([&] { return HfLlamaConfig::from_model(cfg.model, dir.string()); });
         family.vocab = vocab;
     } else {
-        MWB_CHECK(cfg.model.normalization == "LayerNorm" && !cfg.model.untie_embeddings_and_output_weights &&
-                      cfg.model.position_embedding_type == "learned_absolute",
-                  "{}: export-hf writes GPT2LMHeadModel for this model, which needs LayerNorm, learned positions and "
-                  "tied embeddings",
-                  dir.string());
+        if (cfg.model.normalization != "LayerNorm" || cfg.model.untie_embeddings_and_output_weights ||
+            cfg.model.position_embedding_type != "learned_absolute")
+            throw InvalidInput(
+                fmt::format("{}: export-hf writes GPT2LMHeadModel for this model, which needs "
+                            "LayerNorm, learned positions and tied embeddings",
+                            dir.string()));
         gpt2.layers = cfg.model.num_layers;
         gpt2.hidden = cfg.model.hidden_size;
         gpt2.heads = cfg.model.num_attention_heads;
@@ -312,6 +339,9 @@ int main(int argc, char** argv) {
     try {
         if (imp->parsed()) return import_hf(world, hf_dir, save, tp, pp);
         return export_hf(ckpt, out, dtype, shard);
+    } catch (const InvalidInput& e) {
+        std::cerr << "mwb-convert: invalid input: " << e.what() << "\n";
+        return 2;
     } catch (const std::exception& e) {
         std::cerr << "mwb-convert: error: " << e.what() << "\n";
         return 1;

@@ -422,6 +422,22 @@ private slots:
             j["intermediate_size"] = 41;
             write_file_atomic(d / "config.json", j.dump());
         });
+        // Invalid input (exit status 2): an unsupported config.json, a layout the model cannot take.
+        QString log;
+        const fs::path windowed = dir() / "windowed";
+        fs::create_directories(windowed);
+        for (const auto& entry : fs::directory_iterator(src))
+            fs::copy_file(entry.path(), windowed / entry.path().filename());
+        nlohmann::json j = nlohmann::json::parse(read_file(windowed / "config.json"));
+        j["sliding_window"] = 4096;
+        write_file_atomic(windowed / "config.json", j.dump());
+        QCOMPARE(run_convert({"import-hf", q(windowed), "--save", q(dir() / "windowed_ckpt")}, log), 2);
+        QVERIFY2(log.contains("sliding_window"), qPrintable(log));
+        QCOMPARE(run_convert(
+                     {"import-hf", q(src), "--save", q(dir() / "tp4_ckpt"), "--tensor-model-parallel-size", "4"}, log),
+                 2);
+        QVERIFY2(log.contains("num_query_groups"), qPrintable(log));  // 2 key/value heads do not split over 4 ranks
+        QVERIFY(!fs::exists(dir() / "tp4_ckpt" / "latest"));
         QVERIFY2(e.find("model.layers.0.mlp.gate_proj.weight' has shape [40, 32]") != std::string::npos &&
                      e.find("[41, 32]") != std::string::npos,
                  e.c_str());
