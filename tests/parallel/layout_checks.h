@@ -30,8 +30,14 @@ inline LayoutSpec fetch_layout() {
     QFETCH(bool, sp);
     QFETCH(bool, distopt);
     QFETCH(QString, recompute);
-    return LayoutSpec{.tp = tp, .pp = pp, .dp = dp, .chunks = chunks, .sp = sp, .distributed_optimizer = distopt,
-                      .recompute = recompute.toStdString(), .recompute_layers = 1};
+    return LayoutSpec{.tp = tp,
+                      .pp = pp,
+                      .dp = dp,
+                      .chunks = chunks,
+                      .sp = sp,
+                      .distributed_optimizer = distopt,
+                      .recompute = recompute.toStdString(),
+                      .recompute_layers = 1};
 }
 
 inline QStringList layout_args(const LayoutSpec& l, int64_t layers) {
@@ -42,7 +48,9 @@ inline QStringList layout_args(const LayoutSpec& l, int64_t layers) {
     if (l.distributed_optimizer) a << "--use-distributed-optimizer";
     if (!l.recompute.empty()) a << "--recompute-granularity" << QString::fromStdString(l.recompute);
     if (l.recompute == "full")
-        a << "--recompute-method" << "uniform" << "--recompute-num-layers" << QString::number(l.recompute_layers);
+        a << "--recompute-method"
+          << "uniform"
+          << "--recompute-num-layers" << QString::number(l.recompute_layers);
     return a;
 }
 
