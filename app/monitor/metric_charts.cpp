@@ -342,7 +342,7 @@ void MetricCharts::refresh() {
         mfu_factor_ = 1 / peak;
         // MFU = TFLOP/s / peak: a right axis with the same lines, in percent
         charts_[TflopsChart]->setRightMirror(tr("MFU (peak %1 TFLOP/s)").arg(format_value(peak)), 100 * mfu_factor_,
-                                             QStringLiteral("%.1f%%"));
+                                             QStringLiteral("%"));
     }
     if (x_ == XAxis::WallTime) applyXAxis();  // seconds become minutes as the run grows
     bindCustom();

@@ -268,7 +268,7 @@ double PlotView::iterationAt(double shown) const {
     return x_map_ && !x_map_->empty() ? interpolate(x_map_->y, x_map_->x, x + x_offset_) : x;
 }
 
-void PlotView::setRightMirror(const QString& title, double factor, const QString& format) {
+void PlotView::setRightMirror(const QString& title, double factor, const QString& suffix) {
     if (factor <= 0) {
         if (right_) {
             chart()->removeAxis(right_);
@@ -285,7 +285,7 @@ void PlotView::setRightMirror(const QString& title, double factor, const QString
     }
     right_->setTitleText(title);
     mirror_factor_ = factor;
-    right_format_ = format;
+    right_suffix_ = suffix;
     dirty_ = true;
 }
 
@@ -383,14 +383,28 @@ void PlotView::updateYAxis(double lo, double hi) {
         });
     }
     if (right_) {
+        // round numbers in the right axis' own unit, placed where its values fall on the left scale
         const double f = mirror_factor_;
-        const QString fmt = right_format_;
-        const bool log = log_y_;
-        std::vector<double> at;  // the left axis' ticks, labelled in the right one's unit
-        for (const QString& c : y_axis_->categoriesLabels()) at.push_back(y_axis_->endValue(c));
-        setTicks(right_, a, b, at, [f, fmt, log](double p) {
-            const double v = (log ? std::pow(10.0, p) : p) * f;
-            return QString::asprintf(fmt.toLatin1().constData(), v);
+        const QString suffix = right_suffix_;
+        std::vector<double> values, at;
+        if (!log_y_) {
+            values = nice_ticks(a * f, b * f, 5);
+            for (double v : values) at.push_back(v / f);
+        } else {
+            values = log_ticks(std::pow(10.0, a) * f, std::pow(10.0, b) * f, 5);
+            for (double v : values) at.push_back(std::log10(v / f));
+        }
+        const double rstep = log_y_ ? 0 : nice_step(a * f, b * f, 5);
+        const double rmag = log_y_ ? 0 : std::max(std::abs(a * f), std::abs(b * f));
+        setTicks(right_, a, b, at, [&values, &at, rstep, rmag, suffix](double p) {
+            const auto i = static_cast<std::size_t>(std::find(at.begin(), at.end(), p) - at.begin());
+            const double v = values[i];
+            const double gap = rstep > 0 ? rstep
+                               : values.size() > 1 ? (i > 0 ? v - values[i - 1] : values[1] - v)
+                                                   : v;
+            // with a unit ("%") plain numbers: "40%", not "0.04k%"
+            const double mag = suffix.isEmpty() ? (rmag > 0 ? rmag : -1) : 1;
+            return QString::fromStdString(format_tick(v, gap, mag)) + suffix;
         });
     }
 }

@@ -81,9 +81,9 @@ public:
     void setXMap(const Trace* map, double offset = 0);
     /// The shown x divided by `scale` on the axis (seconds shown as minutes: 60).
     void setXScale(double scale);
-    /// A right axis showing the left one's values times `factor` (MFU next to TFLOP/s), its tick
-    /// labels printf'd with `format`; factor 0 removes it.
-    void setRightMirror(const QString& title, double factor, const QString& format);
+    /// A right axis showing the left one's values times `factor` (MFU next to TFLOP/s) with round
+    /// ticks of its own (1-2-5 steps in its unit, labels ending in `suffix`, plain numbers then: "40%"); factor 0 removes it.
+    void setRightMirror(const QString& title, double factor, const QString& suffix);
     bool hasRightAxis() const { return right_ != nullptr; }
     /// Shown in the plot area while no line has data.
     void setEmptyText(const QString& text);
@@ -186,7 +186,7 @@ private:
     bool log_y_ = false, legend_always_ = false;
     double smoothing_ = 0;
     double mirror_factor_ = 0;
-    QString right_format_;
+    QString right_suffix_;
     const Trace* x_map_ = nullptr;
     double x_offset_ = 0, x_scale_ = 1, x_padding_ = 0;
     QString empty_text_;
