@@ -365,6 +365,13 @@ void MetricCharts::refresh() {
     }
 }
 
+double MetricCharts::lastPaintMs() const {
+    double ms = 0;
+    for (PlotView* p : charts_) ms += p->lastPaintMs();
+    for (const Custom& c : custom_) ms += c.view->lastPaintMs();
+    return ms;
+}
+
 void MetricCharts::restyle() {
     for (PlotView* p : charts_) p->restyle();
     for (const Custom& c : custom_) c.view->restyle();

@@ -468,12 +468,17 @@ void PlotView::refresh() {
         a -= 0.5;
         b += 0.5;
     }
+    const int columns = std::max(50, static_cast<int>(chart()->plotArea().width()));
     if (follow_ && x_padding_ > 0) {  // markers at the ends stay inside the plot
         const double pad = (b - a) * x_padding_;
         a -= pad;
         b += pad;
+    } else if (follow_) {
+        // a growing run: the axis ends on the next fifth of a tick step, so it changes a few times a
+        // second rather than every frame (each change makes QtCharts lay out its labels again)
+        const double fine = nice_step(a, b, std::clamp(columns / 90, 3, 8)) / 5;
+        b = std::max(b, std::ceil(b / fine - 1e-9) * fine);
     }
-    const int columns = std::max(50, static_cast<int>(chart()->plotArea().width()));
     drawn_columns_ = columns;
     const double xstep = nice_step(a, b, std::clamp(columns / 90, 3, 8));
     const double xmag = std::max(std::abs(a), std::abs(b));
@@ -688,6 +693,13 @@ void PlotView::keyPressEvent(QKeyEvent* e) {
     QChartView::keyPressEvent(e);
 }
 
+void PlotView::paintEvent(QPaintEvent* e) {
+    QElapsedTimer timer;
+    timer.start();
+    QChartView::paintEvent(e);
+    last_paint_ms_ = static_cast<double>(timer.nsecsElapsed()) / 1e6;
+}
+
 void PlotView::resizeEvent(QResizeEvent* e) {
     QChartView::resizeEvent(e);
     refresh();
@@ -723,7 +735,10 @@ void PlotView::paintLines(QPainter* painter, const QRectF& area) {
             pen.setCosmetic(true);
             painter->setPen(pen);
             painter->setBrush(fill);
+            // an antialiased fill of a polygon with thousands of corners costs tens of ms a frame
+            painter->setRenderHint(QPainter::Antialiasing, false);
             painter->drawPolygon(polygon_);
+            painter->setRenderHint(QPainter::Antialiasing, !crisp);
             continue;
         }
         if (!l.raw.empty()) {  // the raw line faint behind the smoothed one (TensorBoard's look)
@@ -740,15 +755,17 @@ void PlotView::paintLines(QPainter* painter, const QRectF& area) {
         pen.setStyle(l.style.pen);
         pen.setCosmetic(true);
         map(l.points);
-        if (crisp && l.style.width >= 1.5) {
-            // Qt strokes a wide pen as a path (~40 ms for 20 lines of 1,700 points); its 1-pixel
-            // cosmetic stroker takes ~1 ms: a 2-pixel crisp line as three 1-pixel passes
+        if (l.style.width >= 1.5) {
+            // Qt strokes a wide pen as a path: the Monitor's charts took ~250 ms a frame antialiased,
+            // 20 overlaid runs ~40 ms crisp. Its 1-pixel cosmetic stroker takes a few ms for all of
+            // them: a wide line as three 1-pixel passes, shifted right and down by the extra width
             pen.setWidthF(1);
             painter->setPen(pen);
-            for (const QPointF d : {QPointF(0, 0), QPointF(1, 0), QPointF(0, 1)}) {
-                polygon_.translate(d);
+            const double d = crisp ? std::max(1.0, std::round(l.style.width - 1)) : l.style.width - 1;
+            for (const QPointF shift : {QPointF(0, 0), QPointF(d, 0), QPointF(0, d)}) {
+                polygon_.translate(shift);
                 painter->drawPolyline(polygon_);
-                polygon_.translate(-d);
+                polygon_.translate(-shift);
             }
         } else {
             pen.setWidthF(l.style.width);

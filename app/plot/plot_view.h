@@ -107,6 +107,8 @@ public:
     /// Points the last refresh prepared for drawing, how long it took (ms), refreshes that drew.
     int pointsDrawn() const { return points_drawn_; }
     double lastRefreshMs() const { return last_ms_; }
+    /// How long the last paint took (ms): what a frame costs beyond refresh().
+    double lastPaintMs() const { return last_paint_ms_; }
     int redraws() const { return redraws_; }
     /// The points line `line` draws (shown coordinates; log10 y on a log scale): the smoothed line
     /// when smoothing, an area's upper edge.
@@ -143,6 +145,7 @@ protected:
     void keyPressEvent(QKeyEvent* e) override;
     void leaveEvent(QEvent* e) override;
     void resizeEvent(QResizeEvent* e) override;
+    void paintEvent(QPaintEvent* e) override;
     void drawForeground(QPainter* painter, const QRectF& rect) override;
 
 private:
@@ -202,7 +205,7 @@ private:
     QPoint press_;
     bool dragging_ = false;
     int points_drawn_ = 0, redraws_ = 0;
-    double last_ms_ = 0;
+    double last_ms_ = 0, last_paint_ms_ = 0;
     std::vector<PlotPoint> scratch_;
     std::vector<double> stack_;
     QPolygonF polygon_;  // paintLines' pixel coordinates, reused
