@@ -263,7 +263,7 @@ void bench_history(const QString& keep) {
         redraw.push_back(1e3 * (wall() - b));
     }
     std::printf("history: overlay of 10 x 1M-step runs: read + draw %.1f ms, redraw (zoom, repaint) %.1f ms, of which "
-                "decimating and handing the points to QtCharts %.1f ms (medians of 9), %d points drawn\n",
+                "decimating and preparing the points %.1f ms (medians of 9), %d points drawn\n",
                 percentile(load, 0.5), percentile(redraw, 0.5), percentile(refresh, 0.5), plot.plot()->pointsDrawn());
 }
 
