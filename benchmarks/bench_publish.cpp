@@ -20,9 +20,15 @@ using namespace std::chrono_literals;
 namespace {
 
 std::string step_message(const std::string& run_id, int64_t seq, const std::string& padding) {
-    nlohmann::ordered_json m = {{"schema", "mwb.telemetry/1"}, {"topic", "step"},       {"run_id", run_id},
-                                {"seq", seq},                  {"time", 1.7e9 + seq},   {"iteration", seq},
-                                {"lm_loss", 5.0},              {"grad_norm", 1.5},      {"pad", padding}};
+    nlohmann::ordered_json m = {{"schema", "mwb.telemetry/1"},
+                                {"topic", "step"},
+                                {"run_id", run_id},
+                                {"seq", seq},
+                                {"time", 1.7e9 + seq},
+                                {"iteration", seq},
+                                {"lm_loss", 5.0},
+                                {"grad_norm", 1.5},
+                                {"pad", padding}};
     return m.dump();
 }
 

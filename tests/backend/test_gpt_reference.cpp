@@ -182,7 +182,10 @@ private slots:
         const double loss_err = std::abs(loss - ref_loss) / std::abs(ref_loss);
         QVERIFY2(loss_err <= 2 * std::sqrt(K) * u,
                  qPrintable(QString("loss %1 vs torch %2: relative error %3, bound %4")
-                                .arg(loss, 0, 'g', 10).arg(ref_loss, 0, 'g', 10).arg(loss_err).arg(2 * std::sqrt(K) * u)));
+                                .arg(loss, 0, 'g', 10)
+                                .arg(ref_loss, 0, 'g', 10)
+                                .arg(loss_err)
+                                .arg(2 * std::sqrt(K) * u)));
         double worst = 0;
         const ParamLayout& layout = model.layout();
         for (const auto& t : fx["tensors"]) {
@@ -191,9 +194,10 @@ private slots:
             const std::vector<float> got(g.f32(), g.f32() + g.numel());
             const double err = test::normwise_error(got, ref);
             worst = std::max(worst, err);
-            QVERIFY2(err <= 4 * std::sqrt(2 * K) * u,
-                     qPrintable(QString("gradient of %1: normwise error %2, bound %3")
-                                    .arg(QString::fromStdString(t["name"])).arg(err).arg(4 * std::sqrt(2 * K) * u)));
+            QVERIFY2(err <= 4 * std::sqrt(2 * K) * u, qPrintable(QString("gradient of %1: normwise error %2, bound %3")
+                                                                     .arg(QString::fromStdString(t["name"]))
+                                                                     .arg(err)
+                                                                     .arg(4 * std::sqrt(2 * K) * u)));
         }
         qInfo("loss relative error %.2e (bound %.2e), worst gradient normwise error %.2e (bound %.2e); u = %.2e",
               loss_err, 2 * std::sqrt(K) * u, worst, 4 * std::sqrt(2 * K) * u, u);

@@ -80,8 +80,10 @@ public:
     int64_t sample_tokens() const override { return tokens_; }
     int64_t size() const override { return int64_t{1} << 30; }
     void read(int64_t index, std::span<int32_t> out) const override {
-        const int64_t start = static_cast<int64_t>((static_cast<uint64_t>(index) * 0x9E3779B97F4A7C15ull) >> 40) % vocab_;
-        for (int64_t j = 0; j < tokens_; ++j) out[static_cast<std::size_t>(j)] = static_cast<int32_t>((start + j) % vocab_);
+        const int64_t start =
+            static_cast<int64_t>((static_cast<uint64_t>(index) * 0x9E3779B97F4A7C15ull) >> 40) % vocab_;
+        for (int64_t j = 0; j < tokens_; ++j)
+            out[static_cast<std::size_t>(j)] = static_cast<int32_t>((start + j) % vocab_);
     }
     std::string describe() const override { return "consecutive ids"; }
 
@@ -98,7 +100,8 @@ RunStatus run(Config c, const fs::path& run_dir, const std::atomic<bool>* stop =
     in.train = train_samples ? std::move(train_samples)
                              : std::make_unique<data::MockSampleSource>(c.model.seq_length, vocab, c.training.seed, 0);
     in.valid = std::make_unique<data::MockSampleSource>(c.model.seq_length, vocab, c.training.seed, 1);
-    if (with_test_split) in.test = std::make_unique<data::MockSampleSource>(c.model.seq_length, vocab, c.training.seed, 2);
+    if (with_test_split)
+        in.test = std::make_unique<data::MockSampleSource>(c.model.seq_length, vocab, c.training.seed, 2);
     in.data_description = "mock";
     in.print_progress = false;
     in.stop_requested = stop;
@@ -381,7 +384,8 @@ private slots:
         const auto resumed = jsonl_records(part / "metrics.jsonl", "step");
         QCOMPARE(resumed.size(), std::size_t{3});
         for (std::size_t i = 0; i < 3; ++i) QCOMPARE(numbers(resumed[i]), numbers(full[i + 3]));
-        QVERIFY(bytes_of(whole / "ckpt/iter_0000006/tp00_pp00.bin") == bytes_of(part / "ckpt/iter_0000006/tp00_pp00.bin"));
+        QVERIFY(bytes_of(whole / "ckpt/iter_0000006/tp00_pp00.bin") ==
+                bytes_of(part / "ckpt/iter_0000006/tp00_pp00.bin"));
         // Nothing half-written is left beside the checkpoints.
         for (const auto& e : fs::directory_iterator(whole / "ckpt"))
             QVERIFY2(!e.path().filename().string().starts_with("."), e.path().c_str());
@@ -414,7 +418,8 @@ private slots:
         for (std::size_t i = 0; i < 50; ++i) {
             const double x = a[i]["lm_loss"], y = b[i]["lm_loss"];
             worst = std::max(worst, std::abs(y - x) / x);
-            QVERIFY2(std::abs(y - x) <= 5e-2 * x, qPrintable(QString("iteration %1: bf16 %2, fp32 %3").arg(i + 1).arg(y).arg(x)));
+            QVERIFY2(std::abs(y - x) <= 5e-2 * x,
+                     qPrintable(QString("iteration %1: bf16 %2, fp32 %3").arg(i + 1).arg(y).arg(x)));
             if (i >= 40) tail_a += x / 10, tail_b += y / 10;
         }
         qInfo("bf16 vs fp32: worst relative difference %.2e; last 10 iterations %.4f vs %.4f (first %.4f)", worst,
@@ -447,7 +452,9 @@ private slots:
         int growth = 0, credits = c.training.hysteresis, halvings = 0, growths = 0, skips = 0;
         for (std::size_t i = 0; i < steps.size(); ++i) {
             const double logged = steps[i]["loss_scale"];
-            QVERIFY2(logged == scale, qPrintable(QString("iteration %1: scale %2, Megatron's rule %3").arg(i + 1).arg(logged).arg(scale)));
+            QVERIFY2(
+                logged == scale,
+                qPrintable(QString("iteration %1: scale %2, Megatron's rule %3").arg(i + 1).arg(logged).arg(scale)));
             const bool found_inf = steps[i]["skipped_iterations"].get<int64_t>() == 1;
             if (found_inf) {
                 ++skips;
@@ -488,7 +495,8 @@ private slots:
             run(c, t.path());
             QFAIL("a run with non-finite losses did not stop");
         } catch (const Error& e) {
-            QVERIFY2(std::string(e.what()).find("not finite for 10 iterations in a row") != std::string::npos, e.what());
+            QVERIFY2(std::string(e.what()).find("not finite for 10 iterations in a row") != std::string::npos,
+                     e.what());
         }
         int nan_events = 0, skip_events = 0;
         for (const auto& e : records(t / "events.jsonl", "event")) {

@@ -59,7 +59,8 @@ inline void drop_key_bias(GlobalTensors& state, int64_t groups, int64_t heads_pe
         if (!name.ends_with("linear_qkv.bias")) continue;
         const int64_t per_group = (heads_per_group + 2) * head_dim;
         for (int64_t g = 0; g < groups; ++g)
-            for (int64_t i = 0; i < head_dim; ++i) t[static_cast<std::size_t>(g * per_group + heads_per_group * head_dim + i)] = 0;
+            for (int64_t i = 0; i < head_dim; ++i)
+                t[static_cast<std::size_t>(g * per_group + heads_per_group * head_dim + i)] = 0;
     }
 }
 
@@ -67,7 +68,8 @@ inline void drop_key_bias(GlobalTensors& state, int64_t groups, int64_t heads_pe
 /// the first that differs, with its distance.
 inline std::string compare_states(const GlobalTensors& got, const GlobalTensors& want, double tolerance) {
     if (got.size() != want.size())
-        return "the checkpoints hold " + std::to_string(got.size()) + " and " + std::to_string(want.size()) + " tensors";
+        return "the checkpoints hold " + std::to_string(got.size()) + " and " + std::to_string(want.size()) +
+               " tensors";
     for (const auto& [name, w] : want) {
         const auto it = got.find(name);
         if (it == got.end()) return name + " is missing";

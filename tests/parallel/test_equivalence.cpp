@@ -45,24 +45,10 @@ QStringList layout_args(const LayoutSpec& l) {
     return a;
 }
 
-struct Step {
-    double loss, grad_norm;
-};
-
-std::vector<Step> steps_of(const fs::path& dir) {
-    std::vector<Step> s;
-    for (const auto& r : records(dir, "step")) s.push_back({r["lm_loss"], r["grad_norm"]});
-    return s;
-}
-
 /// Weights and Adam moments after 20 iterations: reduction-order rounding, amplified where Adam divides
 /// by a small second moment, stays below 1e-5 relative L2 (measured: up to ~1e-6); a wrong reduction
 /// is O(1).
 constexpr double kStateTolerance = 1e-5;
-
-QStringList save_args(const fs::path& dir) {
-    return {"--save", QString::fromStdString((dir / "ckpt").string())};
-}
 
 }  // namespace
 
@@ -84,7 +70,9 @@ class TestEquivalence : public QObject {
         for (int i = 0; i < kIterations; ++i) {
             const double got = steps[static_cast<std::size_t>(i)]["lm_loss"];
             QVERIFY2(std::abs(got - reference_[i]) <= 1e-5 * std::abs(reference_[i]),
-                     qPrintable(QString("iteration %1: loss %2, single process %3").arg(i + 1).arg(got, 0, 'g', 12)
+                     qPrintable(QString("iteration %1: loss %2, single process %3")
+                                    .arg(i + 1)
+                                    .arg(got, 0, 'g', 12)
                                     .arg(reference_[i], 0, 'g', 12)));
         }
     }
@@ -99,11 +87,17 @@ class TestEquivalence : public QObject {
         QCOMPARE(steps.size(), want.size());
         for (std::size_t i = 0; i < steps.size(); ++i) {
             QVERIFY2(std::abs(steps[i].loss - want[i].loss) <= 1e-5 * std::abs(want[i].loss),
-                     qPrintable(QString("%1, iteration %2: loss %3, single process %4").arg(what).arg(i + 1)
-                                    .arg(steps[i].loss, 0, 'g', 12).arg(want[i].loss, 0, 'g', 12)));
+                     qPrintable(QString("%1, iteration %2: loss %3, single process %4")
+                                    .arg(what)
+                                    .arg(i + 1)
+                                    .arg(steps[i].loss, 0, 'g', 12)
+                                    .arg(want[i].loss, 0, 'g', 12)));
             QVERIFY2(std::abs(steps[i].grad_norm - want[i].grad_norm) <= 1e-5 * std::abs(want[i].grad_norm),
-                     qPrintable(QString("%1, iteration %2: gradient norm %3, single process %4").arg(what).arg(i + 1)
-                                    .arg(steps[i].grad_norm, 0, 'g', 12).arg(want[i].grad_norm, 0, 'g', 12)));
+                     qPrintable(QString("%1, iteration %2: gradient norm %3, single process %4")
+                                    .arg(what)
+                                    .arg(i + 1)
+                                    .arg(steps[i].grad_norm, 0, 'g', 12)
+                                    .arg(want[i].grad_norm, 0, 'g', 12)));
         }
         GlobalTensors state = final_state(dir / "ckpt");
         drop_key_bias(state, kModel.heads, 1, kModel.hidden / kModel.heads);
@@ -198,7 +192,8 @@ private slots:
                 // One micro-batch in flight: the layers' activations, the last layer's output, then
                 // the head's final norm and logits (docs/memory.md).
                 const int64_t N = m.seq * m.micro_batch, R = sp ? N / tp : N;
-                const int64_t expected = m.layers * layer_activations(m, l) + 2 * R * m.hidden + 2 * R + N * m.vocab / tp;
+                const int64_t expected =
+                    m.layers * layer_activations(m, l) + 2 * R * m.hidden + 2 * R + N * m.vocab / tp;
                 QCOMPARE(by["activations"]["peak"].get<int64_t>(), expected * 4);
             }
         }

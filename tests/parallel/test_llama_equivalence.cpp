@@ -73,20 +73,6 @@ QStringList model_args(const fs::path& run_dir) {
             QString::fromStdString(run_dir.string())};
 }
 
-struct Step {
-    double loss, grad_norm;
-};
-
-std::vector<Step> steps_of(const fs::path& dir) {
-    std::vector<Step> s;
-    for (const auto& r : records(dir, "step")) s.push_back({r["lm_loss"], r["grad_norm"]});
-    return s;
-}
-
-QStringList save_args(const fs::path& dir) {
-    return {"--save", QString::fromStdString((dir / "ckpt").string())};
-}
-
 }  // namespace
 
 class TestLlamaEquivalence : public QObject {
@@ -139,10 +125,10 @@ private slots:
                                                         "--num-layers-per-virtual-pipeline-stage", "1"};
         QTest::newRow("dp2_distopt") << 2 << QStringList{"--use-distributed-optimizer"};
         QTest::newRow("dp4") << 4 << QStringList{};
-        QTest::newRow("pp2_dp2_interleaved_distopt") << 4
-                                                     << QStringList{"--pipeline-model-parallel-size", "2",
-                                                                    "--num-layers-per-virtual-pipeline-stage", "1",
-                                                                    "--use-distributed-optimizer"};
+        QTest::newRow("pp2_dp2_interleaved_distopt")
+            << 4
+            << QStringList{"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1",
+                           "--use-distributed-optimizer"};
         QTest::newRow("tp2_pp2_dp2_sp_distopt_selective") << 8
                                                           << QStringList{"--tensor-model-parallel-size",
                                                                          "2",

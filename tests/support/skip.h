@@ -25,21 +25,21 @@ inline int exit_status(int failures) {
 
 }  // namespace mwb::test
 
-#define MWB_SKIP(why)                       \
-    do {                                    \
-        ++::mwb::test::skipped_checks();    \
-        QSKIP(why);                         \
+#define MWB_SKIP(why)                    \
+    do {                                 \
+        ++::mwb::test::skipped_checks(); \
+        QSKIP(why);                      \
     } while (false)
 
-#define MWB_TEST_MAIN_WITH(TestObject, ...)                                         \
-    int main(int argc, char* argv[]) {                                              \
-        __VA_ARGS__                                                                 \
-        TestObject tc;                                                              \
-        QTEST_SET_MAIN_SOURCE_PATH                                                  \
-        return ::mwb::test::exit_status(QTest::qExec(&tc, argc, argv));             \
+#define MWB_TEST_MAIN_WITH(TestObject, ...)                             \
+    int main(int argc, char* argv[]) {                                  \
+        __VA_ARGS__                                                     \
+        TestObject tc;                                                  \
+        QTEST_SET_MAIN_SOURCE_PATH                                      \
+        return ::mwb::test::exit_status(QTest::qExec(&tc, argc, argv)); \
     }
 #define MWB_TEST_APPLESS_MAIN(TestObject) MWB_TEST_MAIN_WITH(TestObject)
-#define MWB_TEST_GUILESS_MAIN(TestObject)  \
+#define MWB_TEST_GUILESS_MAIN(TestObject) \
     MWB_TEST_MAIN_WITH(TestObject, QCoreApplication app(argc, argv); app.setAttribute(Qt::AA_Use96Dpi, true);)
 #define MWB_TEST_MAIN(TestObject) \
     MWB_TEST_MAIN_WITH(TestObject, QApplication app(argc, argv); app.setAttribute(Qt::AA_Use96Dpi, true);)
