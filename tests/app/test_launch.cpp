@@ -19,6 +19,8 @@
 #include <QLineEdit>
 #include <QSignalSpy>
 #include <QTemporaryDir>
+#include "support/skip.h"
+
 #include <QtTest>
 
 #include <fstream>
@@ -225,7 +227,7 @@ private slots:
         QVERIFY(!attach_options({QStringLiteral("tcp://node7:5555"), {}, {}, {}}, store, out, &error));
         QVERIFY2(error.contains(QStringLiteral("client key")) && error.contains(QStringLiteral("CURVE")),
                  qPrintable(error));
-        if (!ipc::curve_available()) QSKIP("libzmq without CURVE");
+        if (!ipc::curve_available()) MWB_SKIP("libzmq without CURVE");
         const auto base = to_path(tmp_.path());
         const auto me = ipc::write_key_files(base / "alice", ipc::generate_key_pair());
         const ipc::KeyPair run = ipc::generate_key_pair();
@@ -320,7 +322,7 @@ private slots:
     }
 
     void twoRanksUnderMpirun() {
-        if (find_mpirun().isEmpty()) QSKIP("Open MPI is not installed");
+        if (find_mpirun().isEmpty()) MWB_SKIP("Open MPI is not installed");
         LaunchView view;
         const Config c = tiny_config();
         const auto cluster = cpu_cluster(2);  // DP 2
@@ -386,5 +388,5 @@ private:
     QTemporaryDir tmp_;
 };
 
-QTEST_MAIN(TestLaunch)
+MWB_TEST_MAIN(TestLaunch)
 #include "test_launch.moc"

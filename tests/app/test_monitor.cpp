@@ -3,6 +3,7 @@
 // answers "paused", the run ends "stopped"); a restarted app reloads the history from the store and
 // continues live without a gap; a killed run keeps its data and says how it ended; the rank grid
 // flags a straggler among 64 ranks.
+#include "support/skip.h"
 #include "test_monitor_fixtures.h"
 
 #include "core/theme.h"
@@ -297,7 +298,7 @@ private slots:
 
     void a_multi_rank_run_draws_a_bar_and_a_cell_per_rank() {
         const QString mpirun = QStandardPaths::findExecutable("mpirun");
-        if (mpirun.isEmpty()) QSKIP("mpirun is not installed");
+        if (mpirun.isEmpty()) MWB_SKIP("mpirun is not installed");
         test::TempDir t;
         const fs::path run = t / "run", db = t / "h.sqlite";
         test::Child trainer;
@@ -394,5 +395,5 @@ private slots:
     }
 };
 
-QTEST_MAIN(TestMonitor)
+MWB_TEST_MAIN(TestMonitor)
 #include "test_monitor.moc"

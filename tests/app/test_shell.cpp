@@ -254,12 +254,20 @@ private slots:
         QString error;
         QVERIFY2(w.launch()->startLocal(&error), qPrintable(error));
         QTRY_VERIFY_WITH_TIMEOUT(!w.launch()->running(), 30000);
-        // the next run starts at once; the first one's end must not be pinned on it
+        QTRY_VERIFY_WITH_TIMEOUT(w.monitor()->liveRun()->traces().end.has_value(), 10000);
+        const std::string first = w.monitor()->liveRun()->traces().run_id;
+        // the next run starts at once; the first one's end must not be pinned on it. Checked by order,
+        // not by waiting a while: once the new run's own steps have arrived, anything the ended run
+        // left behind was seen before them.
         c.training.train_iters = 1000000;
         w.designer()->setConfig(c);
         QVERIFY2(w.launch()->startLocal(&error), qPrintable(error));
         QCOMPARE(QString::fromStdString(w.monitor()->liveRun()->options().endpoint), w.launch()->runDir());
-        QTest::qWait(3000);
+        const auto new_steps = [&] {
+            const RunTraces& t = w.monitor()->liveRun()->traces();
+            return t.run_id != first && t[SeriesId::Loss].size() >= 3;
+        };
+        QTRY_VERIFY_WITH_TIMEOUT(new_steps(), 60000);
         QVERIFY(!w.monitor()->liveRun()->traces().end.has_value());
         w.launch()->kill();
         QTRY_VERIFY_WITH_TIMEOUT(!w.launch()->running(), 10000);

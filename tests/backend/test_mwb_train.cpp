@@ -4,6 +4,8 @@
 #include "config/cli.h"
 
 #include <QProcess>
+#include "support/skip.h"
+
 #include <QtTest>
 
 #include <csignal>
@@ -196,7 +198,7 @@ private slots:
     void without_a_gpu_auto_trains_on_the_cpu_and_cuda_is_refused() {
         mwb::test::TempDir t;
         const Result a = run(tiny(t / "auto") + QStringList{"--train-iters", "1", "--device", "auto"});
-        if ((a.out + a.err).contains("device auto: using the GPU")) QSKIP("this machine has a usable GPU");
+        if ((a.out + a.err).contains("device auto: using the GPU")) MWB_SKIP("this machine has a usable GPU");
         QVERIFY2(a.code == 0, qPrintable(a.err + a.out));
         QCOMPARE((a.out + a.err).count("device auto: using the CPU ("), 1);  // says why, once
         const Result c = run(tiny(t / "cuda") + QStringList{"--train-iters", "1", "--device", "cuda"});
@@ -348,5 +350,5 @@ private slots:
     }
 };
 
-QTEST_GUILESS_MAIN(TestMwbTrain)
+MWB_TEST_GUILESS_MAIN(TestMwbTrain)
 #include "test_mwb_train.moc"

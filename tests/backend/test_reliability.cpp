@@ -7,6 +7,8 @@
 
 #include "train/memory_fit.h"
 
+#include "support/skip.h"
+
 #include <QtTest>
 
 #include <fstream>
@@ -59,7 +61,7 @@ private slots:
         QVERIFY(host.available > 0);
         const double h = 4096, per_layer = 16.0 * 12 * h * h;  // weights, gradients, Adam moments
         const double layers = std::ceil(2.0 * static_cast<double>(host.available) / per_layer);
-        if (layers > 4096) QSKIP("this host has too much memory for a model of practical size to exceed it");
+        if (layers > 4096) MWB_SKIP("this host has too much memory for a model of practical size to exceed it");
         args = tiny_run_args(t / "run", 2);
         args << "--num-layers" << QString::number(layers) << "--hidden-size" << "4096" << "--num-attention-heads" << "32";
         r = run(args);
@@ -102,7 +104,7 @@ private slots:
                                                                  << ckpt << "--save-interval" << "2",
                                   point);
         if (point == "checkpoint.exchanged" && killed.code == 0)
-            QSKIP("this file system has no atomic exchange (renameat2): the fallback is tested in test_backend_training");
+            MWB_SKIP("this file system has no atomic exchange (renameat2): the fallback is tested in test_backend_training");
         QVERIFY2(killed.code == -1, qPrintable("not killed at " + point + ": " + killed.err));
         // The next run loads iteration 4 (old or new: they are the same bits) and continues to 6 as if
         // never interrupted.
@@ -119,5 +121,5 @@ private slots:
     }
 };
 
-QTEST_APPLESS_MAIN(TestReliability)
+MWB_TEST_APPLESS_MAIN(TestReliability)
 #include "test_reliability.moc"

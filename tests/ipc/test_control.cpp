@@ -11,6 +11,8 @@
 #include "mwb/ipc/requests.h"
 #include "mwb/ipc/server.h"
 
+#include "support/skip.h"
+
 #include <QtTest>
 
 #include <atomic>
@@ -203,7 +205,7 @@ private slots:
     }
 
     void curve_admits_listed_clients_only() {
-        if (!ipc::curve_available()) QSKIP("libzmq without CURVE");
+        if (!ipc::curve_available()) MWB_SKIP("libzmq without CURVE");
         const auto server_keys = ipc::generate_key_pair(), alice = ipc::generate_key_pair(),
                    mallory = ipc::generate_key_pair();
         auto o = plain("");
@@ -243,5 +245,5 @@ private slots:
     }
 };
 
-QTEST_GUILESS_MAIN(TestIpcControl)
+MWB_TEST_GUILESS_MAIN(TestIpcControl)
 #include "test_control.moc"

@@ -299,7 +299,12 @@ private slots:
     }
 
     void publish_never_blocks_the_caller() {
-        // A subscriber that never reads: the sender keeps going, each publish() costs microseconds.
+        // A subscriber that never reads (its socket holds one message): the sender keeps going. Checked
+        // by counts, not time (a loaded 2-core machine makes any time bound flaky): all 20,000 calls
+        // return while the subscriber is stalled, and every message is accounted for: sent on the socket
+        // or refused by the full queue (and counted), and all of them in the history for snapshots. A
+        // publish() that waited for the subscriber would hang here until ctest's timeout. The cost per
+        // call is a benchmark: mwb-bench-publish (docs/performance.md).
         FakeRun run;
         run.padding = std::string(800, 'p');  // about the size of a real step record
         auto o = options(run);
@@ -309,17 +314,15 @@ private slots:
         fo.receive_hwm = 1;
         ipc::Follower idle(fo);
         idle.next(100ms);
-        std::vector<std::string> messages;
-        for (int64_t s = 0; s < 20000; ++s) messages.push_back(run.message(s));
-        const auto t0 = std::chrono::steady_clock::now();
-        for (int64_t s = 0; s < 20000; ++s)
-            server.publish(test::synthetic_topic(s), messages[static_cast<std::size_t>(s)]);
-        const double us =
-            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / 20000;
-        qInfo("publish(): %.2f us per ~1 KB message, %llu dropped by the queue", us,
-              static_cast<unsigned long long>(server.stats().dropped));
-        QVERIFY2(us < 50, qPrintable(QString("publish() took %1 us").arg(us)));
-        QVERIFY(server.flush(20s));
+        constexpr int64_t kMessages = 20000;
+        for (int64_t s = 0; s < kMessages; ++s) server.publish(test::synthetic_topic(s), run.message(s));
+        QVERIFY(server.flush(60s));
+        const ipc::ServerStats st = server.stats();
+        qInfo("%llu sent, %llu dropped by the queue", static_cast<unsigned long long>(st.published),
+              static_cast<unsigned long long>(st.dropped));
+        QCOMPARE(st.published + st.dropped, static_cast<uint64_t>(kMessages));
+        QCOMPARE(st.last_seq, kMessages - 1);
+        QVERIFY(idle.stats().delivered <= 1);  // it really never read
     }
 };
 

@@ -13,6 +13,8 @@
 #include "mwb/ipc/requests.h"
 #include "mwb/ipc/run_dir_log.h"
 
+#include "support/skip.h"
+
 #include <QtTest>
 
 #include <sys/stat.h>
@@ -137,7 +139,7 @@ private slots:
     }
 
     void curve_key_files_round_trip_with_private_modes() {
-        if (!ipc::curve_available()) QSKIP("libzmq without CURVE");
+        if (!ipc::curve_available()) MWB_SKIP("libzmq without CURVE");
         test::TempDir t;
         const auto keys = ipc::generate_key_pair();
         QVERIFY(ipc::valid_z85_key(keys.public_key) && ipc::valid_z85_key(keys.secret_key));
@@ -270,5 +272,5 @@ private slots:
     }
 };
 
-QTEST_GUILESS_MAIN(TestIpcSchema)
+MWB_TEST_GUILESS_MAIN(TestIpcSchema)
 #include "test_schema.moc"

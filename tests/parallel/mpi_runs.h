@@ -46,4 +46,20 @@ inline std::vector<nlohmann::json> records(const std::filesystem::path& dir, con
     return out;
 }
 
+/// The loss and gradient norm of one logged iteration.
+struct Step {
+    double loss, grad_norm;
+};
+
+inline std::vector<Step> steps_of(const std::filesystem::path& dir) {
+    std::vector<Step> s;
+    for (const auto& r : records(dir, "step")) s.push_back({r["lm_loss"], r["grad_norm"]});
+    return s;
+}
+
+/// Saves the final checkpoint under <dir>/ckpt (for final_state.h).
+inline QStringList save_args(const std::filesystem::path& dir) {
+    return {"--save", QString::fromStdString((dir / "ckpt").string())};
+}
+
 }  // namespace mwb::test

@@ -1,10 +1,14 @@
 // The acceptance test of 3D parallelism: real `mpirun -np N mwb-train` processes on loopback. For a
-// fixed seed and global batch, the losses of 20 iterations under each layout (tensor, sequence,
-// pipeline with and without interleaving, data parallel, distributed optimizer, recomputation) must
-// match the single-process run to 1e-5 relative (dropout on: masks are drawn by global index), and
-// every rank's measured bytes per group and memory by category must equal layout_formulas.h.
+// fixed seed and global batch, the losses and gradient norms of 20 iterations under each layout
+// (tensor, sequence, pipeline with and without interleaving, data parallel, distributed optimizer,
+// recomputation; TP 4 and DP 4) must match the single-process run to 1e-5 relative (dropout on: masks
+// are drawn by global index), every tensor of the final checkpoint (weights and Adam moments) must be
+// within 1e-5 relative L2 of the single process's (final_state.h), and every rank's measured bytes per
+// group and memory by category must equal layout_formulas.h. An untied-output RMSNorm GPT repeats the
+// comparison under TP and PP against its own single process.
 // ctest runs it twice: with MPI's point-to-point semantics, and with NCCL's (MWB_P2P_SEMANTICS=nccl,
 // test_parallel_equivalence_nccl_p2p), the message order the GPU path relies on.
+#include "final_state.h"
 #include "layout_checks.h"
 #include "support/fixtures.h"
 
@@ -29,6 +33,11 @@ QStringList model_args(const fs::path& run_dir) {
             "--threads", "1", "--run-dir", QString::fromStdString(run_dir.string())};
 }
 
+/// Weights and Adam moments after 20 iterations: reduction-order rounding, amplified where Adam divides
+/// by a small second moment, stays below 1e-5 relative L2 (measured: up to ~1e-6); a wrong reduction
+/// is O(1).
+constexpr double kStateTolerance = 1e-5;
+
 }  // namespace
 
 class TestEquivalence : public QObject {
@@ -36,6 +45,10 @@ class TestEquivalence : public QObject {
 
     TempDir tmp_;
     std::vector<double> reference_;  // single-process losses
+    std::vector<Step> reference_steps_;
+    GlobalTensors reference_state_;
+    std::vector<Step> untied_steps_;  // the untied RMSNorm model's single process
+    GlobalTensors untied_state_;
     double reference_eval_ = 0;
 
     /// Step losses equal the single process's: the same model trained on the same samples with the
@@ -45,17 +58,52 @@ class TestEquivalence : public QObject {
         for (int i = 0; i < kIterations; ++i) {
             const double got = steps[static_cast<std::size_t>(i)]["lm_loss"];
             QVERIFY2(std::abs(got - reference_[i]) <= 1e-5 * std::abs(reference_[i]),
-                     qPrintable(QString("iteration %1: loss %2, single process %3").arg(i + 1).arg(got, 0, 'g', 12)
+                     qPrintable(QString("iteration %1: loss %2, single process %3")
+                                    .arg(i + 1)
+                                    .arg(got, 0, 'g', 12)
                                     .arg(reference_[i], 0, 'g', 12)));
         }
+    }
+
+    /// Losses and gradient norms of every iteration, and the final weights and Adam moments, equal
+    /// `want`'s (a gradient summed where it should be averaged changes the norm even where Adam's
+    /// normalisation hides it from the loss; a shard updated with another shard's gradient shows in the
+    /// weights).
+    static void check_run(const fs::path& dir, const std::vector<Step>& want, const GlobalTensors& want_state,
+                          const QString& what) {
+        const auto steps = steps_of(dir);
+        QCOMPARE(steps.size(), want.size());
+        for (std::size_t i = 0; i < steps.size(); ++i) {
+            QVERIFY2(std::abs(steps[i].loss - want[i].loss) <= 1e-5 * std::abs(want[i].loss),
+                     qPrintable(QString("%1, iteration %2: loss %3, single process %4")
+                                    .arg(what)
+                                    .arg(i + 1)
+                                    .arg(steps[i].loss, 0, 'g', 12)
+                                    .arg(want[i].loss, 0, 'g', 12)));
+            QVERIFY2(std::abs(steps[i].grad_norm - want[i].grad_norm) <= 1e-5 * std::abs(want[i].grad_norm),
+                     qPrintable(QString("%1, iteration %2: gradient norm %3, single process %4")
+                                    .arg(what)
+                                    .arg(i + 1)
+                                    .arg(steps[i].grad_norm, 0, 'g', 12)
+                                    .arg(want[i].grad_norm, 0, 'g', 12)));
+        }
+        GlobalTensors state = final_state(dir / "ckpt");
+        drop_key_bias(state, kModel.heads, 1, kModel.hidden / kModel.heads);
+        const std::string diff = compare_states(state, want_state, kStateTolerance);
+        QVERIFY2(diff.empty(), qPrintable(what + ": " + QString::fromStdString(diff)));
+        qInfo("%s: final weights and Adam moments within %.2g relative L2 of the single process", qPrintable(what),
+              max_distance(state, want_state));
     }
 
 private slots:
     void initTestCase() {
         QString log;
-        QVERIFY2(run_train(1, model_args(tmp_ / "single"), log) == 0, qPrintable(log));
+        QVERIFY2(run_train(1, model_args(tmp_ / "single") + save_args(tmp_ / "single"), log) == 0, qPrintable(log));
         for (const auto& r : records(tmp_ / "single", "step")) reference_.push_back(r["lm_loss"]);
         QCOMPARE(static_cast<int>(reference_.size()), kIterations);
+        reference_steps_ = steps_of(tmp_ / "single");
+        reference_state_ = final_state(tmp_ / "single" / "ckpt");
+        drop_key_bias(reference_state_, kModel.heads, 1, kModel.hidden / kModel.heads);
         reference_eval_ = records(tmp_ / "single", "eval").back()["lm_loss"];
     }
 
@@ -72,18 +120,22 @@ private slots:
         QTest::newRow("tp1_pp1_dp2_distopt") << 1 << 1 << 2 << 1 << false << true << "";
         QTest::newRow("tp2_pp2_dp2_sp_distopt_selective") << 2 << 2 << 2 << 1 << true << true << "selective";
         QTest::newRow("tp2_pp2_dp2_full_recompute") << 2 << 2 << 2 << 1 << false << false << "full";
+        QTest::newRow("tp4_pp1_dp1_sp") << 4 << 1 << 1 << 1 << true << false << "";
+        QTest::newRow("tp1_pp1_dp4") << 1 << 1 << 4 << 1 << false << false << "";
+        QTest::newRow("tp1_pp1_dp4_distopt") << 1 << 1 << 4 << 1 << false << true << "";
+        QTest::newRow("tp1_pp2_dp2_interleaved_distopt") << 1 << 2 << 2 << 2 << false << true << "";
     }
 
     void layouts_match_single_process() {
         const LayoutSpec l = fetch_layout();
         const fs::path dir = tmp_ / QTest::currentDataTag();
         QString log;
-        QVERIFY2(run_train(l.tp * l.pp * l.dp, model_args(dir) + layout_args(l, kModel.layers), log) == 0,
+        QVERIFY2(run_train(l.tp * l.pp * l.dp, model_args(dir) + layout_args(l, kModel.layers) + save_args(dir), log) == 0,
                  qPrintable(log));
 
-        // Losses: the same model trained on the same samples with the same dropout masks.
-        const auto steps = records(dir, "step");
-        check_losses(steps);
+        // Losses, gradient norms and the final state: the same model trained on the same samples with
+        // the same dropout masks.
+        check_run(dir, reference_steps_, reference_state_, QTest::currentDataTag());
         if (QTest::currentTestFailed()) return;
         const double eval = records(dir, "eval").back()["lm_loss"];
         QVERIFY2(std::abs(eval - reference_eval_) <= 1e-5 * reference_eval_, "validation loss");
@@ -115,6 +167,38 @@ private slots:
         QString log;
         QVERIFY2(run_train(pp * dp, model_args(dir) + layout_args(l, kModel.layers), log) == 0, qPrintable(log));
         check_losses(records(dir, "step"));
+    }
+
+    void untied_rmsnorm_gpt_matches_its_single_process_data() {
+        QTest::addColumn<int>("ranks");
+        QTest::addColumn<QStringList>("layout");
+        QTest::newRow("tp2_sp") << 2 << QStringList{"--tensor-model-parallel-size", "2", "--sequence-parallel"};
+        QTest::newRow("tp4") << 4 << QStringList{"--tensor-model-parallel-size", "4"};
+        QTest::newRow("pp2") << 2 << QStringList{"--pipeline-model-parallel-size", "2"};
+        QTest::newRow("pp2_interleaved") << 2 << QStringList{"--pipeline-model-parallel-size", "2",
+                                                             "--num-layers-per-virtual-pipeline-stage", "1"};
+    }
+
+    void untied_rmsnorm_gpt_matches_its_single_process() {
+        // RMSNorm (no norm biases) and a separate output layer: the output layer's gradient is reduced
+        // on the last stage only, the embedding's on the first, and neither with the other.
+        QFETCH(int, ranks);
+        QFETCH(QStringList, layout);
+        const QStringList model{"--normalization", "RMSNorm", "--untie-embeddings-and-output-weights"};
+        if (untied_steps_.empty()) {
+            const fs::path single = tmp_ / "untied_single";
+            QString log;
+            QVERIFY2(run_train(1, model_args(single) + model + save_args(single), log) == 0, qPrintable(log));
+            untied_steps_ = steps_of(single);
+            untied_state_ = final_state(single / "ckpt");
+            drop_key_bias(untied_state_, kModel.heads, 1, kModel.hidden / kModel.heads);
+            QVERIFY(untied_state_.contains("param/output_layer.weight"));
+            QVERIFY(!untied_state_.contains("param/decoder.final_layernorm.bias"));
+        }
+        const fs::path dir = tmp_ / (std::string("untied_") + QTest::currentDataTag());
+        QString log;
+        QVERIFY2(run_train(ranks, model_args(dir) + model + layout + save_args(dir), log) == 0, qPrintable(log));
+        check_run(dir, untied_steps_, untied_state_, QString("untied RMSNorm ") + QTest::currentDataTag());
     }
 
     void pipeline_stages_hold_the_1f1b_micro_batches() {

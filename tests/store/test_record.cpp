@@ -11,6 +11,8 @@
 #include "mwb/store/store.h"
 
 #include <QProcess>
+#include "support/skip.h"
+
 #include <QtTest>
 
 #include <sys/stat.h>
@@ -291,7 +293,7 @@ private slots:
     void the_python_example_follows_a_run_from_its_start() {
         // docs/protocol.md's example, as written (skipped where Debian's python3-zmq is missing).
         if (QProcess::execute("/usr/bin/python3", {"-c", "import zmq"}) != 0)
-            QSKIP("/usr/bin/python3 has no zmq module");
+            MWB_SKIP("/usr/bin/python3 has no zmq module");
         test::TempDir t;
         const fs::path run = t / "run";
         test::Child trainer;
@@ -347,5 +349,5 @@ private slots:
     }
 };
 
-QTEST_GUILESS_MAIN(TestRecord)
+MWB_TEST_GUILESS_MAIN(TestRecord)
 #include "test_record.moc"

@@ -7,6 +7,8 @@
 #include "data/preprocess.h"
 #include "data_test_util.h"
 
+#include "support/skip.h"
+
 #include <QtTest>
 #include <nlohmann/json.hpp>
 
@@ -158,7 +160,7 @@ private slots:
     void gpt2_reference_ids() {
         const fs::path dir = gpt2_dir();
         if (!fs::exists(dir / "vocab.json") || !fs::exists(dir / "merges.txt"))
-            QSKIP(qPrintable(QString("GPT-2 vocab.json/merges.txt not in %1: run scripts/fetch-gpt2-vocab.sh (or set "
+            MWB_SKIP(qPrintable(QString("GPT-2 vocab.json/merges.txt not in %1: run scripts/fetch-gpt2-vocab.sh (or set "
                                      "MWB_GPT2_DIR) to check exact GPT-2 ids")
                                  .arg(QString::fromStdString(dir.string()))));
         const GPT2BPETokenizer tok(dir / "vocab.json", dir / "merges.txt");
@@ -185,7 +187,7 @@ private slots:
 
     void gpt2_random_text_round_trips() {
         const fs::path dir = gpt2_dir();
-        if (!fs::exists(dir / "vocab.json")) QSKIP("GPT-2 files absent (scripts/fetch-gpt2-vocab.sh)");
+        if (!fs::exists(dir / "vocab.json")) MWB_SKIP("GPT-2 files absent (scripts/fetch-gpt2-vocab.sh)");
         const GPT2BPETokenizer tok(dir / "vocab.json", dir / "merges.txt");
         // Random code points from a mix of scripts, digits, punctuation and whitespace.
         const std::vector<std::pair<uint32_t, uint32_t>> ranges = {
@@ -213,5 +215,5 @@ private slots:
     }
 };
 
-QTEST_APPLESS_MAIN(TestGpt2Bpe)
+MWB_TEST_APPLESS_MAIN(TestGpt2Bpe)
 #include "test_gpt2_bpe.moc"

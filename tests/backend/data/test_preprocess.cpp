@@ -7,6 +7,8 @@
 #include "data_test_util.h"
 
 #include <QProcess>
+#include "support/skip.h"
+
 #include <QtTest>
 #include <nlohmann/json.hpp>
 
@@ -135,7 +137,7 @@ private slots:
     }
 
     void command_line_end_to_end() {
-        if (!QFile::exists(tool())) QSKIP("mwb-data is not built");
+        if (!QFile::exists(tool())) MWB_SKIP("mwb-data is not built");
         QTemporaryDir dir;
         const QString in = dir.filePath("in.jsonl");
         write_bytes(in.toStdString(), "{\"text\": \"hello\"}\n{\"text\": \"world!\"}\n");
@@ -170,5 +172,5 @@ private slots:
     }
 };
 
-QTEST_APPLESS_MAIN(TestPreprocess)
+MWB_TEST_APPLESS_MAIN(TestPreprocess)
 #include "test_preprocess.moc"
