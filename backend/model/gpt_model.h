@@ -39,8 +39,10 @@ struct ForwardResult {
 
 class GptModel {
 public:
-    /// The whole model on one process (no communication).
-    GptModel(const GptDims& dims, const RecomputePolicy& recompute, DType storage, OpContext& ctx, Allocator& alloc);
+    /// The whole model on one process (no communication). gradients = false: no gradient arena
+    /// (inference: generation), grads() is then empty and backward must not run.
+    GptModel(const GptDims& dims, const RecomputePolicy& recompute, DType storage, OpContext& ctx, Allocator& alloc,
+             bool gradients = true);
     /// This rank's part: `partition` says which layers (and whether the embedding and head) it holds,
     /// `tp` its tensor-parallel group; the arenas split into `arena_shards` equal shards (the
     /// distributed optimizer's data-parallel size).
@@ -80,6 +82,9 @@ public:
     double forward_backward(const int32_t* tokens, float grad_scale, uint64_t seed, uint64_t stream_base);
     /// Mean loss of a micro-batch without dropout or gradients (whole model on this rank).
     double evaluate(const int32_t* tokens);
+    /// The logits (S·B, V) of a micro-batch's inputs, rows in (s, b) order, without dropout (whole
+    /// model on this rank): the full forward that generation with a key/value cache is checked against.
+    Buffer forward_logits(const int32_t* tokens);
 
     /// Activation bytes held at the end of the last forward (what is kept for backward: the quantity
     /// Korthikanti et al. 2022 count, plus other micro-batches still in flight), as tracked.
@@ -93,7 +98,7 @@ private:
         uint64_t seed = 0, stream_base = 0;
     };
 
-    void build(int64_t arena_shards);
+    void build(int64_t arena_shards, bool gradients = true);
     void build_rope_tables();
     ModelRuntime runtime(uint64_t seed, uint64_t stream_base, bool training);
     void prepare_inputs(MicroState& st, const int32_t* tokens, bool ids, bool targets);
