@@ -28,7 +28,7 @@ std::size_t complete_prefix(const std::string& s) {
 
 const char* finish_reason_name(FinishReason r) { return r == FinishReason::Eos ? "eos" : "length"; }
 
-std::vector<Completion> generate(Decoder& decoder, const std::vector<std::vector<int32_t>>& prompts,
+std::vector<Completion> complete(Decoder& decoder, const std::vector<std::vector<int32_t>>& prompts,
                                  const GenerateOptions& o, const TokenCallback& on_token) {
     using Clock = std::chrono::steady_clock;
     const auto start = Clock::now();

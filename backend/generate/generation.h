@@ -39,7 +39,7 @@ using TokenCallback = std::function<void(int64_t row, int32_t token)>;
 /// Generates a completion for each prompt (rows 0..n-1 of the decoder, reset first). A row's length
 /// limit is max_new_tokens or what is left of the decoder's context, whichever is smaller; a prompt
 /// that fills the context is an error naming it.
-std::vector<Completion> generate(Decoder& decoder, const std::vector<std::vector<int32_t>>& prompts,
+std::vector<Completion> complete(Decoder& decoder, const std::vector<std::vector<int32_t>>& prompts,
                                  const GenerateOptions& options, const TokenCallback& on_token = {});
 
 /// Turns one row's tokens into text as they come: each call returns the bytes the new token

@@ -158,7 +158,7 @@ int run(const Args& a) {
         // The whole batch together; tokens stream as each step produces them.
         Decoder dec(d, m->model->layout(), m->model->params(), static_cast<int64_t>(prompts.size()), max_len);
         std::vector<TextStream> streams(prompts.size(), TextStream(*tok));
-        const auto comps = mwb::generate::generate(dec, prompts, o, [&](int64_t r, int32_t t) {
+        const auto comps = complete(dec, prompts, o, [&](int64_t r, int32_t t) {
             emit({{"type", "token"}, {"prompt_index", r}, {"token", t}, {"text", streams[r].push(t)}});
         });
         for (std::size_t i = 0; i < comps.size(); ++i) done(i, comps[i]);
@@ -171,7 +171,7 @@ int run(const Args& a) {
             std::fflush(stdout);
             TextStream stream(*tok);
             o.first_stream = static_cast<int64_t>(i);
-            const auto comps = mwb::generate::generate(dec, {prompts[i]}, o, [&](int64_t, int32_t t) {
+            const auto comps = complete(dec, {prompts[i]}, o, [&](int64_t, int32_t t) {
                 const std::string piece = stream.push(t);
                 std::fwrite(piece.data(), 1, piece.size(), stdout);
                 std::fflush(stdout);
