@@ -1,5 +1,6 @@
 #include "generate/generation.h"
 
+#include "core/files.h"
 #include "data/tokenizer.h"
 #include "mwb/kernels/error.h"
 
@@ -24,7 +25,51 @@ std::size_t complete_prefix(const std::string& s) {
     return n;  // only continuation bytes: invalid, let them through
 }
 
+/// The length of the valid UTF-8 prefix of s (s.size() when all of it is valid).
+std::size_t valid_utf8_length(std::string_view s) {
+    std::size_t i = 0;
+    while (i < s.size()) {
+        const auto c = static_cast<unsigned char>(s[i]);
+        const std::size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 && c >= 0xC2 ? 2 : (c >> 4) == 0xE ? 3
+                                           : (c >> 3) == 0x1E && c <= 0xF4  ? 4
+                                                                            : 0;
+        if (len == 0 || i + len > s.size()) return i;
+        for (std::size_t k = 1; k < len; ++k)
+            if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return i;
+        i += len;
+    }
+    return i;
+}
+
 }  // namespace
+
+std::vector<std::string> read_prompts_file(const std::string& path, std::string_view flag) {
+    std::string text;
+    try {
+        text = read_file(path, kMaxPrompts * (kMaxPromptBytes + 2) + 65536);
+    } catch (const std::exception& e) {
+        MWB_FAIL("{} '{}': {}", flag, path, e.what());
+    }
+    std::vector<std::string> prompts;
+    std::size_t begin = 0, line = 0;
+    while (begin < text.size()) {
+        ++line;
+        std::size_t end = text.find('\n', begin);
+        if (end == std::string::npos) end = text.size();
+        std::string p = text.substr(begin, end - begin);
+        begin = end + 1;
+        if (!p.empty() && p.back() == '\r') p.pop_back();
+        if (p.empty()) continue;
+        MWB_CHECK(p.size() <= kMaxPromptBytes, "{} '{}' line {}: {} bytes, at most {} per prompt", flag, path, line,
+                  p.size(), kMaxPromptBytes);
+        const std::size_t ok = valid_utf8_length(p);
+        MWB_CHECK(ok == p.size(), "{} '{}' line {}: not UTF-8 (byte {})", flag, path, line, ok + 1);
+        MWB_CHECK(prompts.size() < kMaxPrompts, "{} '{}' line {}: more than {} prompts", flag, path, line, kMaxPrompts);
+        prompts.push_back(std::move(p));
+    }
+    MWB_CHECK(!prompts.empty(), "{} '{}' holds no prompt (empty lines are ignored)", flag, path);
+    return prompts;
+}
 
 const char* finish_reason_name(FinishReason r) { return r == FinishReason::Eos ? "eos" : "length"; }
 

@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace mwb::data {
@@ -57,6 +58,14 @@ private:
     std::size_t emitted_ = 0;
     std::string text_;
 };
+
+inline constexpr std::size_t kMaxPrompts = 64;
+inline constexpr std::size_t kMaxPromptBytes = 4096;
+
+/// A prompts file: one prompt per line (UTF-8; a trailing CR is dropped), empty lines ignored, at most
+/// kMaxPrompts prompts of at most kMaxPromptBytes each. Throws mwb::Error naming `flag`, the file and
+/// the line.
+std::vector<std::string> read_prompts_file(const std::string& path, std::string_view flag);
 
 /// A string safe to put in JSON: invalid UTF-8 sequences replaced by U+FFFD.
 std::string valid_utf8(const std::string& s);

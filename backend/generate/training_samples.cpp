@@ -7,57 +7,14 @@
 
 namespace mwb::generate {
 
-namespace {
-
-/// The length of the valid UTF-8 prefix of s (s.size() when all of it is valid).
-std::size_t valid_utf8_length(std::string_view s) {
-    std::size_t i = 0;
-    while (i < s.size()) {
-        const auto c = static_cast<unsigned char>(s[i]);
-        const std::size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 && c >= 0xC2 ? 2 : (c >> 4) == 0xE ? 3
-                                           : (c >> 3) == 0x1E && c <= 0xF4  ? 4
-                                                                            : 0;
-        if (len == 0 || i + len > s.size()) return i;
-        for (std::size_t k = 1; k < len; ++k)
-            if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return i;
-        i += len;
-    }
-    return i;
-}
-
-ConfigError prompts_error(const std::string& message) { return ConfigError({{"sample_prompts", message}}, "sample_prompts"); }
-
-}  // namespace
-
 std::vector<std::string> read_sample_prompts(const std::string& path) {
-    std::string text;
     try {
-        text = read_file(path, kMaxSamplePrompts * (kMaxSamplePromptBytes + 2) + 65536);
-    } catch (const std::exception& e) {
-        throw prompts_error(fmt::format("sample_prompts '{}': {}", path, e.what()));
+        return read_prompts_file(path, "sample_prompts");
+    } catch (const ConfigError&) {
+        throw;
+    } catch (const Error& e) {
+        throw ConfigError({{"sample_prompts", e.what()}}, "sample_prompts");
     }
-    std::vector<std::string> prompts;
-    std::size_t begin = 0, line = 0;
-    while (begin < text.size()) {
-        ++line;
-        std::size_t end = text.find('\n', begin);
-        if (end == std::string::npos) end = text.size();
-        std::string p = text.substr(begin, end - begin);
-        begin = end + 1;
-        if (!p.empty() && p.back() == '\r') p.pop_back();
-        if (p.empty()) continue;
-        if (p.size() > kMaxSamplePromptBytes)
-            throw prompts_error(fmt::format("sample_prompts '{}' line {}: {} bytes, at most {} per prompt", path, line,
-                                            p.size(), kMaxSamplePromptBytes));
-        if (const std::size_t ok = valid_utf8_length(p); ok != p.size())
-            throw prompts_error(fmt::format("sample_prompts '{}' line {}: not UTF-8 (byte {})", path, line, ok + 1));
-        if (prompts.size() == kMaxSamplePrompts)
-            throw prompts_error(
-                fmt::format("sample_prompts '{}' line {}: more than {} prompts", path, line, kMaxSamplePrompts));
-        prompts.push_back(std::move(p));
-    }
-    if (prompts.empty()) throw prompts_error(fmt::format("sample_prompts '{}' holds no prompt", path));
-    return prompts;
 }
 
 TrainingSamples::TrainingSamples(const Config& config, const GptModel& model, Publish publish)

@@ -25,11 +25,7 @@ class Tokenizer;
 
 namespace mwb::generate {
 
-inline constexpr std::size_t kMaxSamplePrompts = 64;
-inline constexpr std::size_t kMaxSamplePromptBytes = 4096;
-
-/// The prompts file: one prompt per line (UTF-8), empty lines ignored, at most kMaxSamplePrompts of at
-/// most kMaxSamplePromptBytes each. Throws ConfigError for field sample_prompts naming the file and line.
+/// read_prompts_file() for the field sample_prompts: throws ConfigError naming the file and line.
 std::vector<std::string> read_sample_prompts(const std::string& path);
 
 class TrainingSamples {

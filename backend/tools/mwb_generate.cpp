@@ -47,28 +47,6 @@ void emit(const nlohmann::ordered_json& j) {
     std::fflush(stdout);
 }
 
-/// The prompts file: one prompt per line (UTF-8), empty lines ignored.
-std::vector<std::string> read_prompt_file(const std::string& path) {
-    std::string text;
-    try {
-        text = read_file(path, std::size_t{16} << 20);
-    } catch (const std::exception& e) {
-        throw InputError(fmt::format("--prompt-file: {}", e.what()));
-    }
-    std::vector<std::string> out;
-    std::size_t begin = 0;
-    while (begin <= text.size()) {
-        std::size_t end = text.find('\n', begin);
-        if (end == std::string::npos) end = text.size();
-        std::string line = text.substr(begin, end - begin);
-        if (!line.empty() && line.back() == '\r') line.pop_back();
-        if (!line.empty()) out.push_back(std::move(line));
-        begin = end + 1;
-    }
-    if (out.empty()) throw InputError(fmt::format("--prompt-file: '{}' holds no prompt (empty lines are ignored)", path));
-    return out;
-}
-
 void check_args(const Args& a) {
     if (a.prompts.empty() == a.prompt_file.empty()) throw InputError("give --prompt TEXT (one or more) or --prompt-file FILE");
     if (a.max_new_tokens < 1) throw InputError(fmt::format("--max-new-tokens must be at least 1 (got {})", a.max_new_tokens));
@@ -106,7 +84,14 @@ int run(const Args& a) {
         throw InputError(fmt::format("the tokenizer {} has {} ids, the checkpoint's model embeds only {}", tok->name(),
                                      tok->vocab_size(), d.vocab));
 
-    const std::vector<std::string> texts = a.prompt_file.empty() ? a.prompts : read_prompt_file(a.prompt_file);
+    std::vector<std::string> texts = a.prompts;
+    if (!a.prompt_file.empty()) {
+        try {
+            texts = read_prompts_file(a.prompt_file, "--prompt-file");
+        } catch (const Error& e) {
+            throw InputError(e.what());
+        }
+    }
     std::vector<std::vector<int32_t>> prompts;
     int64_t longest = 0;
     for (std::size_t i = 0; i < texts.size(); ++i) {
