@@ -7,10 +7,10 @@
 #include "model/gpt_model.h"
 #include "mwb/kernels/ops.h"
 
-#include <CLI/CLI.hpp>
 #include <cblas.h>
 #include <fmt/format.h>
 #include <omp.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -23,7 +23,9 @@ using namespace mwb::generate;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double since(Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
@@ -54,7 +56,8 @@ double sgemm_peak() {
     std::vector<double> rates;
     for (int rep = 0; rep < 3; ++rep) {
         const auto t0 = Clock::now();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(),
+                    n);
         rates.push_back(2.0 * n * n * n / since(t0));
     }
     return median(rates);
@@ -134,8 +137,7 @@ void bench(const char* name, GptDims d, int64_t prompt, int64_t new_tokens, int 
         const double tps = median(decode);
         fmt::print("| {} | {} | {:.1f} | {:.2f} | {:.1f} | {:.2f} ({:.2f} GB/s best, {:.2f} now) | {:.0f} % |\n", name,
                    batch, static_cast<double>(prompt) / median(prefill), bytes / 1e9, tps, bound, best_bandwidth / 1e9,
-                   now / 1e9,
-                   batch == 1 ? 100.0 * tps / bound : 100.0 * tps / batch / bound);
+                   now / 1e9, batch == 1 ? 100.0 * tps / bound : 100.0 * tps / batch / bound);
         std::fflush(stdout);
     }
 }
@@ -156,7 +158,9 @@ int main(int argc, char** argv) {
     fmt::print("threads {}, copy bandwidth {:.2f} GB/s (read + write), sgemm 2048^3 {:.1f} GFLOP/s\n\n",
                omp_get_max_threads(), bw / 1e9, peak / 1e9);
     std::fflush(stdout);
-    fmt::print("| model | batch | prefill tok/s | weight GB/step | decode tok/s | bound tok/s (batch 1) | of bound per step |\n");
+    fmt::print(
+        "| model | batch | prefill tok/s | weight GB/step | decode tok/s | bound tok/s (batch 1) | of bound per step "
+        "|\n");
     fmt::print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     if (which != "llama-1b") bench("GPT-2 124M", gpt2_124m(), prompt, new_tokens, reps);
     if (which != "gpt2-124m") bench("Llama 1B", llama_1b(), prompt, new_tokens, reps);

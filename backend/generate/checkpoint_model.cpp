@@ -31,8 +31,8 @@ std::unique_ptr<CheckpointModel> load_checkpoint_model(const fs::path& load, std
     apply_json(m->config, state.config, (dir / "metadata.json").string());
     m->iteration = state.iteration;
     m->dir = dir;
-    m->model = std::make_unique<GptModel>(generation_dims(m->config), RecomputePolicy{}, DType::F32, m->ctx, m->alloc,
-                                          false);
+    m->model =
+        std::make_unique<GptModel>(generation_dims(m->config), RecomputePolicy{}, DType::F32, m->ctx, m->alloc, false);
     std::vector<CheckpointTensor> tensors;
     const ParamLayout& layout = m->model->layout();
     for (const ParamInfo& p : layout) {

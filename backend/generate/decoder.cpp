@@ -26,7 +26,7 @@ void linear(float* y, const float* x, int64_t n, const TensorView& w, const Tens
     const int64_t threads = n * out * in >= (int64_t{1} << 18) ? std::max(1, omp_get_max_threads()) : 1;
     const int64_t chunks = std::clamp<int64_t>(out / kMinRows, 1, threads);
     const int64_t per = (out / chunks + 15) / 16 * 16;
-#pragma omp parallel for schedule(static) num_threads(static_cast<int>(chunks)) if (chunks > 1)
+#pragma omp parallel for schedule(static) num_threads(static_cast <int>(chunks)) if (chunks > 1)
     for (int64_t c = 0; c < chunks; ++c) {
         const int64_t r0 = c * per, r1 = c + 1 == chunks ? out : std::min(out, r0 + per);
         if (r0 >= r1) continue;
@@ -35,9 +35,9 @@ void linear(float* y, const float* x, int64_t n, const TensorView& w, const Tens
             cblas_sgemv(CblasRowMajor, CblasNoTrans, rows, static_cast<blasint>(in), 1.0f, W + r0 * in,
                         static_cast<blasint>(in), x, 1, 0.0f, y + r0, 1);
         else
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(n), rows, static_cast<blasint>(in),
-                        1.0f, x, static_cast<blasint>(in), W + r0 * in, static_cast<blasint>(in), 0.0f, y + r0,
-                        static_cast<blasint>(out));
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(n), rows,
+                        static_cast<blasint>(in), 1.0f, x, static_cast<blasint>(in), W + r0 * in,
+                        static_cast<blasint>(in), 0.0f, y + r0, static_cast<blasint>(out));
         if (bias)
             for (int64_t i = 0; i < n; ++i) {
                 float* yi = y + i * out;
@@ -47,7 +47,9 @@ void linear(float* y, const float* x, int64_t n, const TensorView& w, const Tens
     }
 }
 
-TensorView host(float* p, std::initializer_list<int64_t> shape) { return make_view(p, DType::F32, shape, Device::CPU); }
+TensorView host(float* p, std::initializer_list<int64_t> shape) {
+    return make_view(p, DType::F32, shape, Device::CPU);
+}
 
 /// Runs a small step on one thread: waking threads for the many tiny ops of a small model costs more
 /// than the ops (and threads spin on a busy machine). Restores the thread count when it goes.
@@ -74,8 +76,10 @@ Decoder::Decoder(const GptDims& d, const ParamLayout& layout, const TensorView& 
               d.max_positions);
     const auto view = [&](const char* name) { return layout.view(params, layout.index_of(name)); };
     wte_ = view("embedding.word_embeddings.weight");
-    MWB_CHECK(wte_.dim(0) == d.vocab, "generation needs the whole model (tensor-parallel size 1): the word embedding "
-                                      "has {} of {} rows", wte_.dim(0), d.vocab);
+    MWB_CHECK(wte_.dim(0) == d.vocab,
+              "generation needs the whole model (tensor-parallel size 1): the word embedding "
+              "has {} of {} rows",
+              wte_.dim(0), d.vocab);
     if (d.learned_positions()) wpe_ = view("embedding.position_embeddings.weight");
     lnf_w_ = view("decoder.final_layernorm.weight");
     if (!d.rmsnorm) lnf_b_ = view("decoder.final_layernorm.bias");
@@ -113,7 +117,9 @@ int64_t Decoder::weight_bytes_per_step() const {
 
 void Decoder::ensure_scratch(int64_t n) {
     if (n <= scratch_rows_) return;
-    const auto size = [&](std::vector<float>& v, int64_t per_row) { v.assign(static_cast<std::size_t>(n * per_row), 0.0f); };
+    const auto size = [&](std::vector<float>& v, int64_t per_row) {
+        v.assign(static_cast<std::size_t>(n * per_row), 0.0f);
+    };
     const int64_t H = d_.hidden;
     size(x_, H);
     size(x2_, H);
@@ -173,8 +179,8 @@ void Decoder::forward(std::span<const Entry> entries, std::span<const int32_t> i
     }
     const auto norm = [&](float* out, const float* in, const TensorView& w, const TensorView& b, int64_t rows) {
         if (d_.rmsnorm)
-            ops::rmsnorm_forward(op_, host(out, {rows, H}), host(rstd_.data(), {rows}), host(const_cast<float*>(in), {rows, H}),
-                                 w, d_.norm_eps);
+            ops::rmsnorm_forward(op_, host(out, {rows, H}), host(rstd_.data(), {rows}),
+                                 host(const_cast<float*>(in), {rows, H}), w, d_.norm_eps);
         else
             ops::layernorm_forward(op_, host(out, {rows, H}), host(mean_.data(), {rows}), host(rstd_.data(), {rows}),
                                    host(const_cast<float*>(in), {rows, H}), w, b, d_.norm_eps);

@@ -19,7 +19,11 @@ std::size_t complete_prefix(const std::string& s) {
     for (std::size_t back = 1; back <= std::min<std::size_t>(4, n); ++back) {
         const auto c = static_cast<unsigned char>(s[n - back]);
         if ((c & 0xC0) == 0x80) continue;  // continuation byte
-        const std::size_t need = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
+        const std::size_t need = c < 0x80             ? 1
+                                 : (c & 0xE0) == 0xC0 ? 2
+                                 : (c & 0xF0) == 0xE0 ? 3
+                                 : (c & 0xF8) == 0xF0 ? 4
+                                                      : 1;
         return back >= need ? n : n - back;
     }
     return n;  // only continuation bytes: invalid, let them through
@@ -30,9 +34,11 @@ std::size_t valid_utf8_length(std::string_view s) {
     std::size_t i = 0;
     while (i < s.size()) {
         const auto c = static_cast<unsigned char>(s[i]);
-        const std::size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 && c >= 0xC2 ? 2 : (c >> 4) == 0xE ? 3
-                                           : (c >> 3) == 0x1E && c <= 0xF4  ? 4
-                                                                            : 0;
+        const std::size_t len = c < 0x80                        ? 1
+                                : (c >> 5) == 0x6 && c >= 0xC2  ? 2
+                                : (c >> 4) == 0xE               ? 3
+                                : (c >> 3) == 0x1E && c <= 0xF4 ? 4
+                                                                : 0;
         if (len == 0 || i + len > s.size()) return i;
         for (std::size_t k = 1; k < len; ++k)
             if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return i;
@@ -71,7 +77,9 @@ std::vector<std::string> read_prompts_file(const std::string& path, std::string_
     return prompts;
 }
 
-const char* finish_reason_name(FinishReason r) { return r == FinishReason::Eos ? "eos" : "length"; }
+const char* finish_reason_name(FinishReason r) {
+    return r == FinishReason::Eos ? "eos" : "length";
+}
 
 std::vector<Completion> complete(Decoder& decoder, const std::vector<std::vector<int32_t>>& prompts,
                                  const GenerateOptions& o, const TokenCallback& on_token) {

@@ -20,8 +20,8 @@ namespace mwb::generate {
 struct GenerateOptions {
     SamplingParams sampling;
     int64_t max_new_tokens = 64;
-    int32_t eos = -1;    ///< stops a row (not part of its completion); -1: none
-    int64_t vocab = 0;   ///< the tokenizer's ids [0, vocab) are the candidates (the model's are padded)
+    int32_t eos = -1;          ///< stops a row (not part of its completion); -1: none
+    int64_t vocab = 0;         ///< the tokenizer's ids [0, vocab) are the candidates (the model's are padded)
     int64_t first_stream = 0;  ///< row r draws from random stream first_stream + r (its prompt's index)
 };
 

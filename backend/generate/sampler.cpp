@@ -21,7 +21,8 @@ std::vector<std::pair<int32_t, double>> filtered_distribution(const float* logit
               "sampling: temperature {} (> 0), top_k {} (>= 0), top_p {} (in (0, 1]) over {} tokens", p.temperature,
               p.top_k, p.top_p, vocab);
     std::vector<std::pair<int32_t, double>> c(static_cast<std::size_t>(vocab));
-    for (int64_t i = 0; i < vocab; ++i) c[i] = {static_cast<int32_t>(i), static_cast<double>(logits[i]) / p.temperature};
+    for (int64_t i = 0; i < vocab; ++i)
+        c[i] = {static_cast<int32_t>(i), static_cast<double>(logits[i]) / p.temperature};
     const auto more_likely = [](const auto& a, const auto& b) {
         return a.second > b.second || (a.second == b.second && a.first < b.first);
     };

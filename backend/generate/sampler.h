@@ -9,10 +9,10 @@
 namespace mwb::generate {
 
 struct SamplingParams {
-    bool greedy = false;      ///< argmax; also when temperature is 0
-    double temperature = 1;   ///< logits are divided by it (> 0 unless greedy)
-    int64_t top_k = 0;        ///< keep the k most likely tokens; 0 = all
-    double top_p = 1;         ///< keep the smallest set of most likely tokens whose mass reaches top_p; 1 = all
+    bool greedy = false;     ///< argmax; also when temperature is 0
+    double temperature = 1;  ///< logits are divided by it (> 0 unless greedy)
+    int64_t top_k = 0;       ///< keep the k most likely tokens; 0 = all
+    double top_p = 1;        ///< keep the smallest set of most likely tokens whose mass reaches top_p; 1 = all
     uint64_t seed = 1234;
 
     bool is_greedy() const { return greedy || temperature <= 0; }

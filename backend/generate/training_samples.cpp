@@ -28,8 +28,9 @@ TrainingSamples::TrainingSamples(const Config& config, const GptModel& model, Pu
         return;
     }
     if (model.params().device != Device::CPU) {
-        skip("text samples during training are generated on CPU runs only in this version; use mwb-generate "
-                    "on a checkpoint");
+        skip(
+            "text samples during training are generated on CPU runs only in this version; use mwb-generate "
+            "on a checkpoint");
         return;
     }
     prompts_ = read_sample_prompts(l.sample_prompts);

@@ -48,14 +48,17 @@ void emit(const nlohmann::ordered_json& j) {
 }
 
 void check_args(const Args& a) {
-    if (a.prompts.empty() == a.prompt_file.empty()) throw InputError("give --prompt TEXT (one or more) or --prompt-file FILE");
-    if (a.max_new_tokens < 1) throw InputError(fmt::format("--max-new-tokens must be at least 1 (got {})", a.max_new_tokens));
+    if (a.prompts.empty() == a.prompt_file.empty())
+        throw InputError("give --prompt TEXT (one or more) or --prompt-file FILE");
+    if (a.max_new_tokens < 1)
+        throw InputError(fmt::format("--max-new-tokens must be at least 1 (got {})", a.max_new_tokens));
     if (!(a.temperature >= 0)) throw InputError(fmt::format("--temperature must be >= 0 (got {})", a.temperature));
     if (a.top_k < 0) throw InputError(fmt::format("--top-k must be >= 0 (got {})", a.top_k));
     if (!(a.top_p > 0 && a.top_p <= 1)) throw InputError(fmt::format("--top-p must be in (0, 1] (got {})", a.top_p));
     if (a.threads < 0) throw InputError(fmt::format("--threads must be >= 1 (got {})", a.threads));
     if (a.device != "cpu")
-        throw InputError("--device " + a.device + ": mwb-generate runs on the CPU in this version (docs/generation.md)");
+        throw InputError("--device " + a.device +
+                         ": mwb-generate runs on the CPU in this version (docs/generation.md)");
 }
 
 int run(const Args& a) {
@@ -77,7 +80,8 @@ int run(const Args& a) {
     try {
         tok = data::make_tokenizer(cfg.data, cfg.model);
     } catch (const Error& e) {
-        throw InputError(fmt::format("tokenizer (--tokenizer-type/--tokenizer-model/--vocab-file/--merge-file): {}", e.what()));
+        throw InputError(
+            fmt::format("tokenizer (--tokenizer-type/--tokenizer-model/--vocab-file/--merge-file): {}", e.what()));
     }
     const GptDims& d = m->model->dims();
     if (tok->vocab_size() > d.vocab)
@@ -125,8 +129,11 @@ int run(const Args& a) {
     const auto done = [&](std::size_t i, const Completion& c) {
         const double tps = c.seconds > 0 ? static_cast<double>(c.tokens.size()) / c.seconds : 0.0;
         if (a.json)
-            emit({{"type", "done"}, {"prompt_index", i}, {"completion", valid_utf8(tok->decode(c.tokens))},
-                  {"completion_tokens", c.tokens.size()}, {"finish_reason", finish_reason_name(c.finish)},
+            emit({{"type", "done"},
+                  {"prompt_index", i},
+                  {"completion", valid_utf8(tok->decode(c.tokens))},
+                  {"completion_tokens", c.tokens.size()},
+                  {"finish_reason", finish_reason_name(c.finish)},
                   {"tokens_per_sec", tps}});
         else
             std::fprintf(stderr, "\n[prompt %zu: %zu tokens, %s, %.1f tokens/s]\n", i, c.tokens.size(),
@@ -136,9 +143,15 @@ int run(const Args& a) {
         emit({{"type", "start"},
               {"prompts", prompts.size()},
               {"model",
-               {{"checkpoint", m->dir.string()}, {"iteration", m->iteration}, {"num_layers", d.layers},
-                {"hidden_size", d.hidden}, {"num_attention_heads", d.heads}, {"num_query_groups", d.kv_groups()},
-                {"vocab_size", d.vocab}, {"max_position_embeddings", context}, {"tokenizer", tok->name()},
+               {{"checkpoint", m->dir.string()},
+                {"iteration", m->iteration},
+                {"num_layers", d.layers},
+                {"hidden_size", d.hidden},
+                {"num_attention_heads", d.heads},
+                {"num_query_groups", d.kv_groups()},
+                {"vocab_size", d.vocab},
+                {"max_position_embeddings", context},
+                {"tokenizer", tok->name()},
                 {"parameters", m->model->layout().parameter_count()}}}});
         // The whole batch together; tokens stream as each step produces them.
         Decoder dec(d, m->model->layout(), m->model->params(), static_cast<int64_t>(prompts.size()), max_len);
@@ -184,10 +197,12 @@ int main(int argc, char** argv) {
     app.add_option("--merge-file", a.merge_file, "GPT2BPETokenizer merges.txt");
     app.add_option("--prompt", a.prompts, "A prompt (repeat for a batch)");
     app.add_option("--prompt-file", a.prompt_file, "One prompt per line (UTF-8; empty lines ignored)");
-    app.add_option("--max-new-tokens", a.max_new_tokens, "Tokens to generate per prompt at most")->capture_default_str();
+    app.add_option("--max-new-tokens", a.max_new_tokens, "Tokens to generate per prompt at most")
+        ->capture_default_str();
     app.add_option("--temperature", a.temperature, "Softmax temperature; 0 = greedy")->capture_default_str();
     app.add_option("--top-k", a.top_k, "Keep the k most likely tokens; 0 = off")->capture_default_str();
-    app.add_option("--top-p", a.top_p, "Nucleus: keep the most likely tokens up to this mass; 1 = off")->capture_default_str();
+    app.add_option("--top-p", a.top_p, "Nucleus: keep the most likely tokens up to this mass; 1 = off")
+        ->capture_default_str();
     app.add_option("--seed", a.seed, "Random seed (the same seed gives the same text)")->capture_default_str();
     app.add_flag("--greedy", a.greedy, "Argmax decoding");
     app.add_option("--device", a.device, "cpu (cuda: not in this version)")->capture_default_str();

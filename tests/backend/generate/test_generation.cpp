@@ -78,7 +78,8 @@ std::vector<float> full_logits(const GptDims& base, const GptModel& weights, con
 
 void check_greedy_against_full_forward(const GptDims& d) {
     Model m(d);
-    const std::vector<std::vector<int32_t>> prompts = {{5, 17, 3}, {40, 2, 2, 9, 61, 7, 30}, {88}, {11, 12, 13, 14, 15}};
+    const std::vector<std::vector<int32_t>> prompts = {
+        {5, 17, 3}, {40, 2, 2, 9, 61, 7, 30}, {88}, {11, 12, 13, 14, 15}};
     Decoder dec(d, m.model->layout(), m.model->params(), static_cast<int64_t>(prompts.size()), d.max_positions);
     GenerateOptions o;
     o.sampling.greedy = true;
@@ -94,7 +95,10 @@ void check_greedy_against_full_forward(const GptDims& d) {
         for (std::size_t t = p - 1; t + 1 < seq.size(); ++t)
             QVERIFY2(argmax(full.data() + t * d.vocab, d.vocab) == seq[t + 1],
                      qPrintable(QString("row %1, position %2: cached greedy chose %3, the full forward's argmax is %4")
-                                    .arg(r).arg(t).arg(seq[t + 1]).arg(argmax(full.data() + t * d.vocab, d.vocab))));
+                                    .arg(r)
+                                    .arg(t)
+                                    .arg(seq[t + 1])
+                                    .arg(argmax(full.data() + t * d.vocab, d.vocab))));
         // The cached logits themselves, step by step (prefill, then one decode per token).
         Decoder one(d, m.model->layout(), m.model->params(), 1, d.max_positions);
         std::vector<float> lg(static_cast<std::size_t>(d.vocab));
@@ -187,7 +191,13 @@ private slots:
             const auto dist = filtered_distribution(logits.data(), d.vocab, sp);
             double covered = 0;
             for (const auto& [id, prob] : dist) {
-                QVERIFY2(std::abs(prob - ref[id]) < 1e-12, qPrintable(QString("T=%1 k=%2 p=%3 token %4: %5 vs %6").arg(c.T).arg(c.k).arg(c.p).arg(id).arg(prob, 0, 'g', 17).arg(ref[id], 0, 'g', 17)));
+                QVERIFY2(std::abs(prob - ref[id]) < 1e-12, qPrintable(QString("T=%1 k=%2 p=%3 token %4: %5 vs %6")
+                                                                          .arg(c.T)
+                                                                          .arg(c.k)
+                                                                          .arg(c.p)
+                                                                          .arg(id)
+                                                                          .arg(prob, 0, 'g', 17)
+                                                                          .arg(ref[id], 0, 'g', 17)));
                 covered += ref[id];
             }
             QVERIFY(std::abs(covered - 1.0) < 1e-12);
@@ -219,7 +229,12 @@ private slots:
             QVERIFY(cells >= 4);
             const double critical = chi2_critical_0001(cells - 1);
             QVERIFY2(chi2 < critical, qPrintable(QString("T=%1 k=%2 p=%3: chi2 %4 over %5 cells, critical %6")
-                                                     .arg(c.T).arg(c.k).arg(c.p).arg(chi2).arg(cells).arg(critical)));
+                                                     .arg(c.T)
+                                                     .arg(c.k)
+                                                     .arg(c.p)
+                                                     .arg(chi2)
+                                                     .arg(cells)
+                                                     .arg(critical)));
         }
     }
 

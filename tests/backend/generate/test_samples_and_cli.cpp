@@ -17,7 +17,9 @@ using namespace std::chrono_literals;
 
 namespace {
 
-QString generate_exe() { return test::qpath(test::binary_dir() / "backend" / "mwb-generate"); }
+QString generate_exe() {
+    return test::qpath(test::binary_dir() / "backend" / "mwb-generate");
+}
 
 struct Output {
     int code = -1;
@@ -37,11 +39,14 @@ Output run_generate(const QStringList& args) {
 
 std::vector<nlohmann::json> json_lines(const QString& text) {
     std::vector<nlohmann::json> out;
-    for (const QString& line : text.split('\n', Qt::SkipEmptyParts)) out.push_back(nlohmann::json::parse(line.toStdString()));
+    for (const QString& line : text.split('\n', Qt::SkipEmptyParts))
+        out.push_back(nlohmann::json::parse(line.toStdString()));
     return out;
 }
 
-void write(const std::filesystem::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; }
+void write(const std::filesystem::path& p, const std::string& text) {
+    std::ofstream(p, std::ios::binary) << text;
+}
 
 /// The tiny model of tiny_run_args (NullTokenizer: prompts are space-separated ids).
 QStringList tiny_model(const std::filesystem::path& run, int iterations, const QStringList& extra = {}) {
@@ -57,10 +62,11 @@ private slots:
         test::TempDir t;
         write(t / "prompts.txt", "1 2 3\n\n7 8 9 10 11\n");
         test::Child c;
-        c.start(test::trainer_exe(), tiny_model(t / "run", 600,
-                                                {"--sample-interval", "200", "--sample-prompts", test::qpath(t / "prompts.txt"),
-                                                 "--sample-max-new-tokens", "6", "--sample-temperature", "0.8",
-                                                 "--sample-top-k", "5", "--sample-seed", "99"}));
+        c.start(test::trainer_exe(),
+                tiny_model(t / "run", 600,
+                           {"--sample-interval", "200", "--sample-prompts", test::qpath(t / "prompts.txt"),
+                            "--sample-max-new-tokens", "6", "--sample-temperature", "0.8", "--sample-top-k", "5",
+                            "--sample-seed", "99"}));
         ipc::FollowerOptions fo;
         fo.endpoint = (t / "run").string();
         ipc::Follower f(fo);
@@ -76,7 +82,7 @@ private slots:
         QCOMPARE(c.wait(), 0);
         QVERIFY(ended);
         QCOMPARE(f.stats().from_files, uint64_t{0});  // everything came over ZeroMQ (live or snapshot)
-        QCOMPARE(streamed.size(), std::size_t{6});     // iterations 200, 400, 600 x two prompts
+        QCOMPARE(streamed.size(), std::size_t{6});    // iterations 200, 400, 600 x two prompts
         const auto filed = test::jsonl_records(t / "run" / "samples.jsonl", "sample");
         QCOMPARE(filed.size(), streamed.size());
         for (std::size_t i = 0; i < streamed.size(); ++i) {
@@ -92,7 +98,8 @@ private slots:
             const std::string reason = s["finish_reason"];
             QVERIFY((reason == "length" && n == 6) || (reason == "eos" && n < 6));
             // NullTokenizer text: the ids, space-separated, each inside the vocabulary
-            const QStringList ids = QString::fromStdString(s["completion"].get<std::string>()).split(' ', Qt::SkipEmptyParts);
+            const QStringList ids =
+                QString::fromStdString(s["completion"].get<std::string>()).split(' ', Qt::SkipEmptyParts);
             QCOMPARE(ids.size(), n);
             for (const QString& id : ids) QVERIFY(id.toInt() >= 0 && id.toInt() <= 100);
             QCOMPARE(s["greedy"].get<bool>(), false);
@@ -111,16 +118,19 @@ private slots:
         test::TempDir t;
         write(t / "prompts.txt", "5 6 7\n40 41\n");
         QString log;
-        const int code = test::run_train(
-            2, tiny_model(t / "run", 40, {"--global-batch-size", "8", "--sample-interval", "20", "--sample-prompts",
-                                          test::qpath(t / "prompts.txt"), "--sample-max-new-tokens", "10", "--save",
-                                          test::qpath(t / "ckpt"), "--save-interval", "40"}),
-            log);
+        const int code =
+            test::run_train(2,
+                            tiny_model(t / "run", 40,
+                                       {"--global-batch-size", "8", "--sample-interval", "20", "--sample-prompts",
+                                        test::qpath(t / "prompts.txt"), "--sample-max-new-tokens", "10", "--save",
+                                        test::qpath(t / "ckpt"), "--save-interval", "40"}),
+                            log);
         QVERIFY2(code == 0, qPrintable(log));
         const auto samples = test::jsonl_records(t / "run" / "samples.jsonl", "sample");
         QCOMPARE(samples.size(), std::size_t{4});
-        const Output g = run_generate({"--load", test::qpath(t / "ckpt"), "--prompt-file", test::qpath(t / "prompts.txt"),
-                                       "--max-new-tokens", "10", "--greedy", "--json", "--threads", "1"});
+        const Output g =
+            run_generate({"--load", test::qpath(t / "ckpt"), "--prompt-file", test::qpath(t / "prompts.txt"),
+                          "--max-new-tokens", "10", "--greedy", "--json", "--threads", "1"});
         QVERIFY2(g.code == 0, qPrintable(g.err));
         const auto lines = json_lines(g.out);
         QVERIFY(!lines.empty());
@@ -140,8 +150,8 @@ private slots:
             QCOMPARE(tokens[i], s["completion_tokens"].get<int>());
         }
         // Plain mode streams the same text after the echoed prompt.
-        const Output plain = run_generate({"--load", test::qpath(t / "ckpt"), "--prompt", "5 6 7", "--max-new-tokens", "10",
-                                           "--greedy"});
+        const Output plain = run_generate(
+            {"--load", test::qpath(t / "ckpt"), "--prompt", "5 6 7", "--max-new-tokens", "10", "--greedy"});
         QCOMPARE(plain.code, 0);
         QVERIFY2(plain.out.startsWith("5 6 7"), qPrintable(plain.out));
         QVERIFY(plain.out.contains(QString::fromStdString(samples[2]["completion"].get<std::string>())));
@@ -151,16 +161,19 @@ private slots:
         test::TempDir t;
         QString log;
         const int code = test::run_train(
-            2, tiny_model(t / "run", 10, {"--tensor-model-parallel-size", "2", "--save", test::qpath(t / "ckpt")}), log);
+            2, tiny_model(t / "run", 10, {"--tensor-model-parallel-size", "2", "--save", test::qpath(t / "ckpt")}),
+            log);
         QVERIFY2(code == 0, qPrintable(log));
-        const QStringList args{"--load", test::qpath(t / "ckpt"), "--prompt", "3 4 5", "--prompt", "9",
-                               "--max-new-tokens", "5", "--temperature", "0.9", "--top-p", "0.9", "--seed", "5", "--json"};
+        const QStringList args{
+            "--load", test::qpath(t / "ckpt"), "--prompt", "3 4 5",   "--prompt", "9",      "--max-new-tokens",
+            "5",      "--temperature",         "0.9",      "--top-p", "0.9",      "--seed", "5",
+            "--json"};
         const Output a = run_generate(args), b = run_generate(args);
         QVERIFY2(a.code == 0, qPrintable(a.err));
         auto la = json_lines(a.out), lb = json_lines(b.out);
         for (auto* lines : {&la, &lb})
             for (auto& l : *lines) l.erase("tokens_per_sec");  // the only field that is a timing
-        QCOMPARE(la, lb);  // same seed, same text
+        QCOMPARE(la, lb);                                      // same seed, same text
         int done = 0;
         for (const auto& l : la) done += l["type"] == "done";
         QCOMPARE(done, 2);
@@ -170,18 +183,23 @@ private slots:
         test::TempDir t;
         write(t / "prompts.txt", "1 2\n3\n" + std::string(5000, '7') + "\n");
         QString log;
-        QCOMPARE(test::run_train(1, tiny_model(t / "run", 2, {"--sample-interval", "1", "--sample-prompts",
-                                                              test::qpath(t / "prompts.txt")}), log),
-                 2);
+        QCOMPARE(
+            test::run_train(1,
+                            tiny_model(t / "run", 2,
+                                       {"--sample-interval", "1", "--sample-prompts", test::qpath(t / "prompts.txt")}),
+                            log),
+            2);
         QVERIFY2(log.contains("prompts.txt' line 3") && log.contains("4096"), qPrintable(log));
-        QCOMPARE(test::run_train(1, tiny_model(t / "run2", 2, {"--sample-interval", "1", "--tensor-model-parallel-size", "2"}),
-                                 log),
-                 2);
+        QCOMPARE(
+            test::run_train(
+                1, tiny_model(t / "run2", 2, {"--sample-interval", "1", "--tensor-model-parallel-size", "2"}), log),
+            2);
         QVERIFY2(log.contains("sample_interval needs the whole model"), qPrintable(log));
         // No prompts file: the run trains and says once why it does not sample.
         QCOMPARE(test::run_train(1, tiny_model(t / "run3", 2, {"--sample-interval", "1"}), log), 0);
         const auto events = test::jsonl_records(t / "run3" / "events.jsonl", "event");
-        QVERIFY(std::any_of(events.begin(), events.end(), [](const auto& e) { return e["kind"] == "sampling_skipped"; }));
+        QVERIFY(
+            std::any_of(events.begin(), events.end(), [](const auto& e) { return e["kind"] == "sampling_skipped"; }));
         QVERIFY(!std::filesystem::exists(t / "run3" / "samples.jsonl"));
 
         const Output no_prompt = run_generate({"--load", test::qpath(t / "nothing"), "--json"});
