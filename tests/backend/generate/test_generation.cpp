@@ -72,8 +72,7 @@ std::vector<float> full_logits(const GptDims& base, const GptModel& weights, con
     std::copy(weights.params().f32(), weights.params().f32() + weights.params().numel(), ref.params().f32());
     std::vector<int32_t> in = tokens;
     in.push_back(0);  // the (unused) target of the last position
-    Buffer logits = ref.forward_logits(in.data());
-    return std::vector<float>(logits.f32(), logits.f32() + d.seq * d.vocab);
+    return ref.forward_logits(in.data());  // (B = 1, S, V)
 }
 
 void check_greedy_against_full_forward(const GptDims& d) {
