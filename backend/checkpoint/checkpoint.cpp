@@ -341,7 +341,7 @@ CheckpointState read_checkpoint_state(const fs::path& iteration_dir) {
 }
 
 CheckpointState load_checkpoint(const fs::path& iteration_dir, const std::vector<CheckpointTensor>& tensors,
-                                Communicator* group) {
+                                Communicator* group, bool subset) {
     const fs::path meta_path = iteration_dir / "metadata.json";
     const nlohmann::json meta = read_metadata(iteration_dir);
     try {
@@ -372,7 +372,7 @@ CheckpointState load_checkpoint(const fs::path& iteration_dir, const std::vector
         std::vector<std::string> unknown;
         for (std::size_t i = 0; i < names.size(); ++i)
             if (needed[i] == 0.0f) unknown.push_back(names[i]);
-        MWB_CHECK(unknown.empty(), "checkpoint '{}' holds {} tensor(s) this model does not have: {}",
+        MWB_CHECK(subset || unknown.empty(), "checkpoint '{}' holds {} tensor(s) this model does not have: {}",
                   iteration_dir.string(), unknown.size(),
                   fmt::join(unknown.begin(), unknown.begin() + std::min<std::ptrdiff_t>(3, std::ssize(unknown)), ", "));
 

@@ -79,8 +79,9 @@ CheckpointState read_checkpoint_state(const fs::path& iteration_dir);
 /// Reads metadata.json of an iteration folder, verifies the size and checksum of every file it reads,
 /// fills each tensor's `dest` from the saved slices (every element must be covered, global shapes must
 /// match) and returns the state. Every saved tensor must be one the model has: with `group` (the
-/// world; collective over it) among the tensors of any of its ranks, else among `tensors`.
+/// world; collective over it) among the tensors of any of its ranks, else among `tensors` — unless
+/// `subset` (generation reads the weights only): then saved tensors the list does not name are skipped.
 CheckpointState load_checkpoint(const fs::path& iteration_dir, const std::vector<CheckpointTensor>& tensors,
-                                Communicator* group = nullptr);
+                                Communicator* group = nullptr, bool subset = false);
 
 }  // namespace mwb

@@ -134,6 +134,14 @@ struct LoggingConfig {
     std::string control_endpoint = "tcp://127.0.0.1:0";             ///< pause/resume/checkpoint/stop/status; "" = off
     std::string curve_secret_key_file;  ///< this run's CURVE key pair (NAME.key_secret); required off loopback
     std::string curve_client_keys;      ///< client public keys admitted: NAME.key, a directory of them, or a list
+    // text samples during training (docs/generation.md): rank 0 generates from its current weights
+    int64_t sample_interval = 0;        ///< generate every N iterations (and at the end); 0 = off
+    std::string sample_prompts;         ///< prompts file: one per line, at most 64, 4096 bytes each
+    int64_t sample_max_new_tokens = 32;
+    double sample_temperature = 0;      ///< 0 = greedy
+    int64_t sample_top_k = 0;           ///< 0 = off
+    double sample_top_p = 1.0;          ///< 1 = off
+    int64_t sample_seed = 1234;
 };
 
 struct Config {

@@ -198,6 +198,20 @@ const auto kFields = std::to_array<Field>({
               "GPU runs bit-identical run to run: no TF32 and no split-K reductions in cuBLAS (the CUDA ops never "
               "reduce with atomics). CPU runs always are, for any thread count.",
               ""),
+    MWB_FIELD(logging, sample_interval,
+              "Generate text from the current weights every N iterations and at the end of training (rank 0; "
+              "sample records on the telemetry stream and in samples.jsonl); 0 off.",
+              ""),
+    MWB_FIELD(logging, sample_prompts,
+              "Prompts for sample_interval: a UTF-8 file, one prompt per line (empty lines ignored), at most 64 "
+              "prompts of at most 4096 bytes.",
+              ""),
+    MWB_FIELD(logging, sample_max_new_tokens, "Tokens generated per prompt at most (also bounded by the context).", ""),
+    MWB_FIELD(logging, sample_temperature, "Sampling temperature; 0 is greedy decoding.", ""),
+    MWB_FIELD(logging, sample_top_k, "Sample from the k most likely tokens; 0 off.", ""),
+    MWB_FIELD(logging, sample_top_p, "Nucleus sampling: the most likely tokens up to this probability mass; 1 off.",
+              ""),
+    MWB_FIELD(logging, sample_seed, "Seed of the sampling random streams (the same seed gives the same text).", ""),
     MWB_FIELD(logging, peak_tflops_per_device,
               "Peak TFLOP/s of one device (e.g. 989.4 for an H100 SXM in bf16, the measured sgemm peak on a CPU): "
               "MFU is reported against it; 0 leaves MFU out.",

@@ -13,7 +13,7 @@
 namespace mwb {
 
 GptModel::GptModel(const GptDims& dims, const RecomputePolicy& recompute, DType storage, OpContext& ctx,
-                   Allocator& alloc)
+                   Allocator& alloc, bool gradients)
     : d_(dims),
       partition_(ModelPartition::whole(dims)),
       self_tp_(std::make_unique<SelfCommunicator>("tp")),
@@ -24,7 +24,7 @@ GptModel::GptModel(const GptDims& dims, const RecomputePolicy& recompute, DType 
       storage_(storage),
       ctx_(ctx),
       alloc_(alloc) {
-    build(1);
+    build(1, gradients);
 }
 
 GptModel::GptModel(const GptDims& dims, const ModelPartition& partition, TensorParallel& tp,
@@ -36,7 +36,7 @@ GptModel::GptModel(const GptDims& dims, const ModelPartition& partition, TensorP
 
 GptModel::~GptModel() = default;
 
-void GptModel::build(int64_t arena_shards) {
+void GptModel::build(int64_t arena_shards, bool gradients) {
     const int t = tp_.size(), r = tp_.rank();
     MWB_CHECK(d_.layers >= 1 && d_.hidden >= 1 && d_.heads >= 1 && d_.head_dim() >= 1 &&
                   d_.heads % d_.kv_groups() == 0 && d_.seq >= 1 && d_.micro_batch >= 1 && d_.vocab >= 2 &&
@@ -90,9 +90,9 @@ void GptModel::build(int64_t arena_shards) {
 
     if (arena_shards > 1) layout_.pad_to_shards(arena_shards);
     params_ = Buffer(alloc_, MemCategory::Weights, layout_.arena_elements());
-    grads_ = Buffer(alloc_, MemCategory::Gradients, layout_.arena_elements());
+    if (gradients) grads_ = Buffer(alloc_, MemCategory::Gradients, layout_.arena_elements());
     ops::fill(ctx_, params_.view(), 0.0f);
-    ops::fill(ctx_, grads_.view(), 0.0f);
+    if (gradients) ops::fill(ctx_, grads_.view(), 0.0f);
     AttentionParams ap;
     ap.num_heads = static_cast<int>(d_.heads / t);
     ap.num_query_groups = static_cast<int>(d_.kv_groups() / t);
@@ -107,7 +107,7 @@ void GptModel::build(int64_t arena_shards) {
     for (int64_t l : layer_ids_) {
         layers_.emplace_back(d_, tp_, l, cos, sin);
         w_.push_back(TransformerLayer::params(layout_, params_.view(), l, d_));
-        g_.push_back(TransformerLayer::params(layout_, grads_.view(), l, d_));
+        if (gradients) g_.push_back(TransformerLayer::params(layout_, grads_.view(), l, d_));
     }
 }
 
@@ -164,7 +164,7 @@ void GptModel::init_weights(uint64_t seed) {
 }
 
 void GptModel::zero_grads() {
-    ops::fill(ctx_, grads_.view(), 0.0f);
+    if (!grads_.empty()) ops::fill(ctx_, grads_.view(), 0.0f);
 }
 
 ModelRuntime GptModel::runtime(uint64_t seed, uint64_t stream_base, bool training) {

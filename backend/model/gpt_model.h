@@ -39,8 +39,10 @@ struct ForwardResult {
 
 class GptModel {
 public:
-    /// The whole model on one process (no communication).
-    GptModel(const GptDims& dims, const RecomputePolicy& recompute, DType storage, OpContext& ctx, Allocator& alloc);
+    /// The whole model on one process (no communication). gradients = false: no gradient arena
+    /// (inference: generation), grads() is then empty and backward must not run.
+    GptModel(const GptDims& dims, const RecomputePolicy& recompute, DType storage, OpContext& ctx, Allocator& alloc,
+             bool gradients = true);
     /// This rank's part: `partition` says which layers (and whether the embedding and head) it holds,
     /// `tp` its tensor-parallel group; the arenas split into `arena_shards` equal shards (the
     /// distributed optimizer's data-parallel size).
@@ -97,7 +99,7 @@ private:
         uint64_t seed = 0, stream_base = 0;
     };
 
-    void build(int64_t arena_shards);
+    void build(int64_t arena_shards, bool gradients = true);
     void build_rope_tables();
     ModelRuntime runtime(uint64_t seed, uint64_t stream_base, bool training);
     void prepare_inputs(MicroState& st, const int32_t* tokens, bool ids, bool targets);

@@ -67,6 +67,13 @@ int64_t drop_torn_tail(const fs::path& file) {
     return size - keep;
 }
 
+/// The files of the stream, in the order ipc::RunDirLog numbers them; a topic's file is stream_of(topic).
+constexpr const char* kStreams[3] = {"metrics.jsonl", "events.jsonl", "samples.jsonl"};
+int stream_of(std::string_view topic) {
+    if (topic == "step" || topic == "eval" || topic == "memory") return 0;
+    return topic == "sample" ? 2 : 1;
+}
+
 std::FILE* open_append(const fs::path& p) {
     std::FILE* f = std::fopen(p.c_str(), "a");
     MWB_CHECK(f != nullptr, "cannot open '{}' for appending: {}", p.string(), std::strerror(errno));
@@ -81,26 +88,25 @@ RunDir::RunDir(const fs::path& path, std::string_view name) {
     std::error_code ec;
     fs::create_directories(path_, ec);
     MWB_CHECK(!ec, "run_dir: cannot create '{}': {}", path_.string(), ec.message());
-    int64_t max_seq = -1, torn[2] = {0, 0};
-    const char* const files[2] = {"metrics.jsonl", "events.jsonl"};
-    for (int i = 0; i < 2; ++i) {
-        torn[i] = drop_torn_tail(path_ / files[i]);
-        scan_existing(path_ / files[i], max_seq, run_id_);
+    int64_t max_seq = -1, torn[3] = {0, 0, 0};
+    for (int i = 0; i < 3; ++i) {
+        torn[i] = drop_torn_tail(path_ / kStreams[i]);
+        scan_existing(path_ / kStreams[i], max_seq, run_id_);
     }
     next_seq_ = max_seq + 1;
     if (run_id_.empty()) {
         std::random_device rd;
         run_id_ = fmt::format("{}-{:08x}", path_.filename().string(), rd());
     }
-    metrics_ = open_append(path_ / "metrics.jsonl");
-    events_ = open_append(path_ / "events.jsonl");
-    for (int i = 0; i < 2; ++i)
-        if (torn[i] > 0) publish("event", {{"kind", "torn_record_dropped"}, {"file", files[i]}, {"bytes", torn[i]}});
+    // samples.jsonl only when a sample is published (runs without samples keep two files)
+    for (int i = 0; i < 2; ++i) files_[i] = open_append(path_ / kStreams[i]);
+    for (int i = 0; i < 3; ++i)
+        if (torn[i] > 0) publish("event", {{"kind", "torn_record_dropped"}, {"file", kStreams[i]}, {"bytes", torn[i]}});
 }
 
 RunDir::~RunDir() {
-    if (metrics_) std::fclose(metrics_);
-    if (events_) std::fclose(events_);
+    for (std::FILE* f : files_)
+        if (f) std::fclose(f);
 }
 
 void RunDir::write_run_json(const nlohmann::json& run) { write_file_atomic(path_ / "run.json", run.dump(2) + "\n"); }
@@ -112,14 +118,14 @@ nlohmann::json RunDir::publish(std::string_view topic, nlohmann::json fields) {
     nlohmann::ordered_json msg = {{"schema", kTelemetrySchema}, {"topic", topic}, {"run_id", run_id_},
                                   {"seq", next_seq_++},         {"time", unix_time()}};
     for (auto& [key, value] : fields.items()) msg[key] = value;
-    const bool metric = topic == "step" || topic == "eval" || topic == "memory";
-    std::FILE* f = metric ? metrics_ : events_;
+    const int stream = stream_of(topic);
+    if (!files_[stream]) files_[stream] = open_append(path_ / kStreams[stream]);
+    std::FILE* f = files_[stream];
     std::string line = msg.dump();
     if (forward_) forward_(topic, line);
     line += "\n";
     MWB_CHECK(std::fwrite(line.data(), 1, line.size(), f) == line.size() && std::fflush(f) == 0,
-              "cannot append to '{}': {}", (path_ / (metric ? "metrics.jsonl" : "events.jsonl")).string(),
-              std::strerror(errno));
+              "cannot append to '{}': {}", (path_ / kStreams[stream]).string(), std::strerror(errno));
     return nlohmann::json(msg);
 }
 

@@ -3,6 +3,7 @@
 //   run.json       resolved config, topology, build info (rewritten when a run resumes)
 //   metrics.jsonl  one JSON object per message of topic step / eval / memory
 //   events.jsonl   run.start, event, run.end messages
+//   samples.jsonl  text samples generated during training (topic sample)
 // Every message carries schema, run_id, seq (one increasing sequence per run directory, continued
 // on resume) and time, exactly as published on the wire (docs/protocol.md). A resumed run first cuts a
 // torn last line (a record the previous run could not finish writing) and says so in an event.
@@ -18,7 +19,8 @@
 
 namespace mwb {
 
-inline constexpr const char* kTelemetrySchema = "mwb.telemetry/1";
+/// What this version writes: 1.1 adds the `sample` topic (readers accept any mwb.telemetry/1.x).
+inline constexpr const char* kTelemetrySchema = "mwb.telemetry/1.1";
 
 class RunDir {
 public:
@@ -48,8 +50,7 @@ private:
     fs::path path_;
     std::string run_id_;
     int64_t next_seq_ = 0;
-    std::FILE* metrics_ = nullptr;
-    std::FILE* events_ = nullptr;
+    std::FILE* files_[3] = {nullptr, nullptr, nullptr};  // kStreams order
     Forwarder forward_;
     std::mutex mutex_;  // the hung-rank watchdog publishes from its own thread
 };

@@ -5,6 +5,7 @@
 #include "config/config_io.h"
 #include "config/validate.h"
 #include "data/data_sources.h"
+#include "generate/training_samples.h"
 #include "mwb/kernels/device.h"
 #include "mwb/kernels/device_runtime.h"
 #include "mwb/kernels/ops.h"
@@ -200,6 +201,8 @@ int main(int argc, char** argv) {
             }
         }
         mwb::check_config(cfg, world.size());
+        if (cfg.logging.sample_interval > 0 && !cfg.logging.sample_prompts.empty())
+            mwb::generate::read_sample_prompts(cfg.logging.sample_prompts);  // a bad file is a config error (exit 2)
         if (print_config) {
             if (!leader) return 0;
             std::cout << mwb::to_json(cfg).dump(2) << "\n";

@@ -4,6 +4,7 @@
 #include "config/config_io.h"
 #include "config/validate.h"
 #include "core/build_info.h"
+#include "generate/training_samples.h"
 #include "core/memory.h"
 #include "model/gpt_model.h"
 #include "mwb/kernels/device_runtime.h"
@@ -120,9 +121,17 @@ public:
             tensorboard_ = std::make_unique<TensorBoardWriter>(cfg_.logging.tensorboard_dir);
     }
 
+    /// Rank 0's text samples (generate/training_samples.h), made once the run directory has its run.start.
+    void start_samples() {
+        if (leader() && cfg_.logging.sample_interval > 0)
+            samples_ = std::make_unique<generate::TrainingSamples>(
+                cfg_, model_, [this](std::string_view topic, nlohmann::json fields) { publish(topic, std::move(fields)); });
+    }
+
     RunStatus run() {
         if (!cfg_.logging.load.empty()) load(cfg_.logging.load);
         announce();
+        start_samples();
         train_start_ = Clock::now();
         const int64_t total = cfg_.training.train_iters;
         const bool validating = in_.valid && cfg_.data.eval_iters > 0;
@@ -130,6 +139,7 @@ public:
             train_step();
             const bool last = iteration_ == total;
             if (iteration_ % cfg_.logging.log_interval == 0 || last) log_interval();
+            if (samples_) samples_->after_iteration(iteration_, consumed_samples_ * dims_.seq, last);
             if (validating && cfg_.data.eval_interval > 0 && iteration_ % cfg_.data.eval_interval == 0)
                 evaluate(*in_.valid, false);
             if (should_save(last)) save();
@@ -822,6 +832,7 @@ private:
     int64_t micro_batches_;
     LrSchedule schedule_;
     std::unique_ptr<TensorBoardWriter> tensorboard_;  // rank 0 with tensorboard_dir
+    std::unique_ptr<generate::TrainingSamples> samples_;  // rank 0 with sample_interval
     LossScaler scaler_;
     FlopCounts flops_;
     Buffer tokens_;  // (B, S+1) of the micro-batch being read

@@ -104,11 +104,20 @@ std::optional<Message> parse_message(std::string_view json, std::string* why) {
 }
 
 std::optional<int64_t> envelope_seq(std::string_view json, std::string_view topic) {
-    const std::string head =
-        "{\"schema\":\"" + std::string(kTelemetrySchema) + "\",\"topic\":\"" + std::string(topic) + "\",\"run_id\":\"";
-    if (json.substr(0, head.size()) != head || json.back() != '}') return std::nullopt;
-    const auto end_of_id = json.find('"', head.size());
-    if (end_of_id == std::string_view::npos || end_of_id == head.size()) return std::nullopt;
+    // {"schema":"mwb.telemetry/1" then an optional minor ".N", then ","topic":"<topic>","run_id":"
+    const std::string open = "{\"schema\":\"" + std::string(kTelemetrySchema);
+    if (json.empty() || json.substr(0, open.size()) != open || json.back() != '}') return std::nullopt;
+    std::size_t at = open.size();
+    if (at < json.size() && json[at] == '.') {
+        const std::size_t digits = at + 1;
+        for (at = digits; at < json.size() && json[at] >= '0' && json[at] <= '9';) ++at;
+        if (at == digits) return std::nullopt;
+    }
+    const std::string head = "\",\"topic\":\"" + std::string(topic) + "\",\"run_id\":\"";
+    if (json.substr(at, head.size()) != head) return std::nullopt;
+    const std::size_t id_start = at + head.size();
+    const auto end_of_id = json.find('"', id_start);
+    if (end_of_id == std::string_view::npos || end_of_id == id_start) return std::nullopt;
     const std::string_view rest = json.substr(end_of_id);
     if (rest.substr(0, 8) != "\",\"seq\":") return std::nullopt;
     int64_t seq = -1;

@@ -58,14 +58,17 @@ void RunDirLog::refresh() {
         }
         scanned_[f] = offset;
     };
-    // The writer appends in seq order, each message to one of the two files, while we read. Scanning
-    // A, B, then A again settles every seq up to max(last of A before B's scan, last of B): anything
-    // below either was written before we read B (so A's second pass saw it too).
-    scan(0);
-    const int64_t a_first = file_last_[0];
-    scan(1);
-    scan(0);
-    settled_ = std::max({settled_, a_first, file_last_[1]});
+    // The writer appends in seq order, each message to one of the files, while we read. A file's last
+    // seq L, read at time T, settles every seq up to L once every other file has been read to its end
+    // after T (anything below L was written before T). So: one pass over all files, then a second
+    // over all but the last; each file's first-pass last seq is then settled.
+    int64_t first_pass[kRunDirStreamCount];
+    for (uint32_t f = 0; f < kRunDirStreamCount; ++f) {
+        scan(f);
+        first_pass[f] = file_last_[f];
+    }
+    for (uint32_t f = 0; f + 1 < kRunDirStreamCount; ++f) scan(f);
+    for (int64_t last : first_pass) settled_ = std::max(settled_, last);
     if (index_.size() == before) return;
     auto by_seq = [](const Loc& a, const Loc& b) { return a.seq < b.seq; };
     std::sort(index_.begin() + static_cast<std::ptrdiff_t>(before), index_.end(), by_seq);
@@ -114,15 +117,15 @@ int64_t RunDirLog::tail_start(std::size_t max_bytes) const {
 
 std::size_t for_each_run_dir_message(const fs::path& run_dir, const std::function<void(Message&&)>& f,
                                      std::size_t* malformed) {
-    std::ifstream in[2];
+    std::ifstream in[kRunDirStreamCount];
     bool any = false;
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < kRunDirStreamCount; ++i) {
         in[i].open(run_dir / kRunDirStreams[i], std::ios::binary);
-        any = any || in[i].is_open();
+        any = any || (i < 2 && in[i].is_open());
     }
     if (!any)
         throw Error("run directory '" + run_dir.string() + "': neither metrics.jsonl nor events.jsonl can be read");
-    std::optional<Message> head[2];
+    std::optional<Message> head[kRunDirStreamCount];
     std::size_t bad = 0, count = 0;
     auto advance = [&](int i) {
         head[i].reset();
@@ -135,11 +138,13 @@ std::size_t for_each_run_dir_message(const fs::path& run_dir, const std::functio
             if (!line.empty()) ++bad;
         }
     };
-    advance(0);
-    advance(1);
+    for (int i = 0; i < kRunDirStreamCount; ++i) advance(i);
     int64_t last = -1;
-    while (head[0] || head[1]) {
-        const int i = !head[0] ? 1 : !head[1] ? 0 : (head[0]->seq <= head[1]->seq ? 0 : 1);
+    while (true) {
+        int i = -1;  // the file whose next message has the lowest seq
+        for (int k = 0; k < kRunDirStreamCount; ++k)
+            if (head[k] && (i < 0 || head[k]->seq < head[i]->seq)) i = k;
+        if (i < 0) break;
         Message& m = *head[i];
         if (m.seq > last) {  // a duplicate seq (a file copied twice) is skipped
             last = m.seq;

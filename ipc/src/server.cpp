@@ -225,7 +225,7 @@ struct TelemetryServer::Impl {
     }
 
     void heartbeat(const char* state) {
-        nlohmann::ordered_json hb = {{"schema", kTelemetrySchema},
+        nlohmann::ordered_json hb = {{"schema", kTelemetrySchemaWritten},
                                      {"topic", "heartbeat"},
                                      {"run_id", o.run_id},
                                      {"seq", history.last_seq()},

@@ -12,7 +12,9 @@
 
 namespace mwb::ipc {
 
-inline constexpr std::string_view kTelemetrySchema = "mwb.telemetry/1";  ///< same as RunDir's
+inline constexpr std::string_view kTelemetrySchema = "mwb.telemetry/1";  ///< the family readers accept (1.x)
+/// What this version writes (RunDir's kTelemetrySchema): 1.1 adds the `sample` topic.
+inline constexpr std::string_view kTelemetrySchemaWritten = "mwb.telemetry/1.1";
 inline constexpr std::string_view kSnapshotSchema = "mwb.snapshot/1";    ///< "everything since seq N"
 inline constexpr std::string_view kControlSchema = "mwb.control/1";      ///< pause/resume/checkpoint/stop/status
 
@@ -23,8 +25,8 @@ inline constexpr std::size_t kMaxTopicBytes = 64;
 inline constexpr std::size_t kMaxRunIdBytes = 256;
 
 /// Topics this version knows; others are passed through untouched.
-inline constexpr std::string_view kKnownTopics[] = {"run.start", "step",      "eval",   "memory",
-                                                    "event",     "heartbeat", "run.end"};
+inline constexpr std::string_view kKnownTopics[] = {"run.start", "step",      "eval",    "memory",
+                                                    "event",     "heartbeat", "run.end", "sample"};
 
 /// One validated telemetry message.
 struct Message {
@@ -42,7 +44,7 @@ struct Message {
 /// version). Returns nullopt and sets `why` when it is not one.
 std::optional<Message> parse_message(std::string_view json, std::string* why = nullptr);
 
-/// The seq of a message as RunDir writes it (envelope first: {"schema":"mwb.telemetry/1","topic":...,
+/// The seq of a message as RunDir writes it (envelope first: {"schema":"mwb.telemetry/1[.N]","topic":...,
 /// "run_id":...,"seq":N,...}) without parsing the rest: the publisher's fast path for its own
 /// messages. nullopt when the text does not start that way (then use parse_message).
 std::optional<int64_t> envelope_seq(std::string_view json, std::string_view topic);

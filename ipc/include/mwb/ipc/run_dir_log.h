@@ -1,6 +1,6 @@
 #pragma once
-// Reading back the message stream a run directory holds (metrics.jsonl + events.jsonl, one JSON
-// object per line, one gap-free seq over both files; docs/run-directory.md). The publisher uses it to
+// Reading back the message stream a run directory holds (metrics.jsonl + events.jsonl + samples.jsonl,
+// one JSON object per line, one gap-free seq over the files; docs/run-directory.md). The publisher uses it to
 // reload history after a restart and to serve sequence numbers it no longer keeps in memory;
 // `mwb-record import` uses it to load a finished run.
 #include "mwb/ipc/message.h"
@@ -20,7 +20,12 @@ struct LogEntry {
     std::string json;
 };
 
-/// An index over the two files (seq -> file, offset), grown as the files grow.
+/// The files of the stream, in the order RunDirLog numbers them (samples.jsonl exists only in runs
+/// that sampled text).
+inline constexpr const char* kRunDirStreams[3] = {"metrics.jsonl", "events.jsonl", "samples.jsonl"};
+inline constexpr int kRunDirStreamCount = 3;
+
+/// An index over the files (seq -> file, offset), grown as the files grow.
 class RunDirLog {
 public:
     explicit RunDirLog(std::filesystem::path run_dir);
@@ -52,19 +57,16 @@ private:
     };
     std::filesystem::path dir_;
     std::vector<Loc> index_;  // sorted by seq, unique
-    uint64_t scanned_[2] = {0, 0};
-    int64_t file_last_[2] = {-1, -1};
+    uint64_t scanned_[kRunDirStreamCount] = {};
+    int64_t file_last_[kRunDirStreamCount] = {-1, -1, -1};
     int64_t settled_ = -1;
     std::size_t malformed_ = 0;
 };
 
-/// Calls `f` for every message of the run directory in seq order, streaming both files (constant
+/// Calls `f` for every message of the run directory in seq order, streaming the files (constant
 /// memory). Lines that are not valid messages are skipped and counted in `malformed` (if given).
-/// Returns the number of messages. Throws Error when neither file exists.
+/// Returns the number of messages. Throws Error when neither metrics.jsonl nor events.jsonl exists.
 std::size_t for_each_run_dir_message(const std::filesystem::path& run_dir, const std::function<void(Message&&)>& f,
                                      std::size_t* malformed = nullptr);
-
-/// The two file names, in the order RunDirLog numbers them.
-inline constexpr const char* kRunDirStreams[2] = {"metrics.jsonl", "events.jsonl"};
 
 }  // namespace mwb::ipc

@@ -1,0 +1,90 @@
+#include "generate/training_samples.h"
+
+#include "config/config_io.h"
+#include "data/tokenizer.h"
+#include "model/gpt_model.h"
+#include "mwb/kernels/error.h"
+
+namespace mwb::generate {
+
+std::vector<std::string> read_sample_prompts(const std::string& path) {
+    try {
+        return read_prompts_file(path, "sample_prompts");
+    } catch (const ConfigError&) {
+        throw;
+    } catch (const Error& e) {
+        throw ConfigError({{"sample_prompts", e.what()}}, "sample_prompts");
+    }
+}
+
+TrainingSamples::TrainingSamples(const Config& config, const GptModel& model, Publish publish)
+    : config_(config), publish_(std::move(publish)) {
+    const LoggingConfig& l = config.logging;
+    const auto skip = [&](const std::string& why) {
+        publish_("event", {{"kind", "sampling_skipped"}, {"reason", why}});
+    };
+    if (l.sample_prompts.empty()) {
+        skip("sample_interval is set but sample_prompts names no prompts file");
+        return;
+    }
+    if (model.params().device != Device::CPU) {
+        skip(
+            "text samples during training are generated on CPU runs only in this version; use mwb-generate "
+            "on a checkpoint");
+        return;
+    }
+    prompts_ = read_sample_prompts(l.sample_prompts);
+    tokenizer_ = data::make_tokenizer(config.data, config.model);
+    int64_t longest = 0;
+    for (const std::string& p : prompts_) {
+        std::vector<int32_t> ids;
+        if (tokenizer_->bos() >= 0) ids.push_back(tokenizer_->bos());
+        tokenizer_->encode(p, ids);
+        if (ids.empty()) ids.push_back(tokenizer_->eod());  // an all-whitespace prompt of a tokenizer that drops it
+        longest = std::max<int64_t>(longest, static_cast<int64_t>(ids.size()));
+        ids_.push_back(std::move(ids));
+    }
+    const GptDims& d = model.dims();
+    const int64_t context = d.max_positions > 0 ? d.max_positions : d.seq;
+    // Prompts that fill the context keep their last context - 1 tokens (a sample needs room for one token).
+    for (auto& ids : ids_)
+        if (static_cast<int64_t>(ids.size()) >= context) ids.erase(ids.begin(), ids.end() - (context - 1));
+    const int64_t max_len = std::min(context, std::min(longest, context - 1) + l.sample_max_new_tokens);
+    decoder_ = std::make_unique<Decoder>(d, model.layout(), model.params(), static_cast<int64_t>(ids_.size()), max_len);
+    options_.sampling = {l.sample_temperature <= 0, l.sample_temperature, l.sample_top_k, l.sample_top_p,
+                         static_cast<uint64_t>(l.sample_seed)};
+    options_.max_new_tokens = l.sample_max_new_tokens;
+    options_.eos = tokenizer_->eod();
+    options_.vocab = tokenizer_->vocab_size();
+}
+
+TrainingSamples::~TrainingSamples() = default;
+
+void TrainingSamples::after_iteration(int64_t iteration, int64_t consumed_tokens, bool last) {
+    const int64_t n = config_.logging.sample_interval;
+    if (!decoder_ || n <= 0 || iteration == last_sampled_) return;
+    if (iteration % n == 0 || last) sample(iteration, consumed_tokens);
+}
+
+void TrainingSamples::sample(int64_t iteration, int64_t consumed_tokens) {
+    last_sampled_ = iteration;
+    const auto out = complete(*decoder_, ids_, options_);
+    const SamplingParams& s = options_.sampling;
+    for (std::size_t i = 0; i < out.size(); ++i)
+        publish_("sample", {{"iteration", iteration},
+                            {"consumed_tokens", consumed_tokens},
+                            {"prompt_index", i},
+                            {"prompt", prompts_[i]},
+                            {"completion", valid_utf8(tokenizer_->decode(out[i].tokens))},
+                            {"prompt_tokens", ids_[i].size()},
+                            {"completion_tokens", out[i].tokens.size()},
+                            {"finish_reason", finish_reason_name(out[i].finish)},
+                            {"greedy", s.is_greedy()},
+                            {"temperature", s.temperature},
+                            {"top_k", s.top_k},
+                            {"top_p", s.top_p},
+                            {"seed", s.seed},
+                            {"time_s", out[i].seconds}});
+}
+
+}  // namespace mwb::generate

@@ -1,0 +1,232 @@
+// mwb-generate: text from any mwb checkpoint (any training layout; the loader reshards the weights to
+// this one process), with a key/value cache, greedy or sampled decoding, streamed as it is produced.
+//   mwb-generate --load CKPT [--ckpt-step N] [--tokenizer-type ... --tokenizer-model ... --vocab-file ...
+//                --merge-file ...] (--prompt TEXT ... | --prompt-file FILE) [--max-new-tokens 64]
+//                [--temperature 1.0] [--top-k 0] [--top-p 1.0] [--seed 1234] [--greedy] [--device cpu]
+//                [--threads N] [--json]
+// Plain mode prints each prompt, then its completion token by token. --json prints one object per line
+// (start, token, done, error; docs/generation.md). Diagnostics go to stderr. Exit 2: bad arguments or input.
+#include "config/config_io.h"
+#include "data/tokenizer.h"
+#include "generate/checkpoint_model.h"
+#include "generate/generation.h"
+#include "mwb/kernels/error.h"
+#include "mwb/kernels/ops.h"
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <optional>
+
+namespace {
+
+using namespace mwb;
+using namespace mwb::generate;
+
+/// An error the user can fix (exit 2), naming the flag or file.
+struct InputError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+struct Args {
+    std::string load, tokenizer_type, tokenizer_model, vocab_file, merge_file, prompt_file, device = "cpu";
+    std::optional<int64_t> ckpt_step;
+    std::vector<std::string> prompts;
+    int64_t max_new_tokens = 64, top_k = 0, threads = 0;
+    double temperature = 1.0, top_p = 1.0;
+    uint64_t seed = 1234;
+    bool greedy = false, json = false;
+};
+
+void emit(const nlohmann::ordered_json& j) {
+    const std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+    std::fwrite(line.data(), 1, line.size(), stdout);
+    std::fflush(stdout);
+}
+
+void check_args(const Args& a) {
+    if (a.prompts.empty() == a.prompt_file.empty())
+        throw InputError("give --prompt TEXT (one or more) or --prompt-file FILE");
+    if (a.max_new_tokens < 1)
+        throw InputError(fmt::format("--max-new-tokens must be at least 1 (got {})", a.max_new_tokens));
+    if (!(a.temperature >= 0)) throw InputError(fmt::format("--temperature must be >= 0 (got {})", a.temperature));
+    if (a.top_k < 0) throw InputError(fmt::format("--top-k must be >= 0 (got {})", a.top_k));
+    if (!(a.top_p > 0 && a.top_p <= 1)) throw InputError(fmt::format("--top-p must be in (0, 1] (got {})", a.top_p));
+    if (a.threads < 0) throw InputError(fmt::format("--threads must be >= 1 (got {})", a.threads));
+    if (a.device != "cpu")
+        throw InputError("--device " + a.device +
+                         ": mwb-generate runs on the CPU in this version (docs/generation.md)");
+}
+
+int run(const Args& a) {
+    check_args(a);
+    if (a.threads > 0) ops::set_num_threads(static_cast<int>(a.threads));
+    const auto t0 = std::chrono::steady_clock::now();
+    std::unique_ptr<CheckpointModel> m;
+    try {
+        m = load_checkpoint_model(a.load, a.ckpt_step);
+    } catch (const Error& e) {
+        throw InputError(fmt::format("--load {}: {}", a.load, e.what()));
+    }
+    Config& cfg = m->config;
+    if (!a.tokenizer_type.empty()) cfg.data.tokenizer_type = a.tokenizer_type;
+    if (!a.tokenizer_model.empty()) cfg.data.tokenizer_model = a.tokenizer_model;
+    if (!a.vocab_file.empty()) cfg.data.vocab_file = a.vocab_file;
+    if (!a.merge_file.empty()) cfg.data.merge_file = a.merge_file;
+    std::unique_ptr<data::Tokenizer> tok;
+    try {
+        tok = data::make_tokenizer(cfg.data, cfg.model);
+    } catch (const Error& e) {
+        throw InputError(
+            fmt::format("tokenizer (--tokenizer-type/--tokenizer-model/--vocab-file/--merge-file): {}", e.what()));
+    }
+    const GptDims& d = m->model->dims();
+    if (tok->vocab_size() > d.vocab)
+        throw InputError(fmt::format("the tokenizer {} has {} ids, the checkpoint's model embeds only {}", tok->name(),
+                                     tok->vocab_size(), d.vocab));
+
+    std::vector<std::string> texts = a.prompts;
+    if (!a.prompt_file.empty()) {
+        try {
+            texts = read_prompts_file(a.prompt_file, "--prompt-file");
+        } catch (const Error& e) {
+            throw InputError(e.what());
+        }
+    }
+    std::vector<std::vector<int32_t>> prompts;
+    int64_t longest = 0;
+    for (std::size_t i = 0; i < texts.size(); ++i) {
+        std::vector<int32_t> ids;
+        if (tok->bos() >= 0) ids.push_back(tok->bos());
+        try {
+            tok->encode(texts[i], ids);
+        } catch (const Error& e) {
+            throw InputError(fmt::format("prompt {}: {}", i, e.what()));
+        }
+        if (ids.empty()) throw InputError(fmt::format("prompt {} encodes to no tokens", i));
+        longest = std::max<int64_t>(longest, static_cast<int64_t>(ids.size()));
+        prompts.push_back(std::move(ids));
+    }
+    const int64_t context = d.max_positions > 0 ? d.max_positions : cfg.model.seq_length;
+    if (longest >= context)
+        throw InputError(fmt::format("a prompt has {} tokens; the model's context is {} positions", longest, context));
+    const int64_t max_len = std::min(context, longest + a.max_new_tokens);
+
+    GenerateOptions o;
+    o.sampling = {a.greedy, a.temperature, a.top_k, a.top_p, a.seed};
+    o.max_new_tokens = a.max_new_tokens;
+    o.eos = tok->eod();
+    o.vocab = tok->vocab_size();
+    const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::fprintf(stderr, "mwb-generate: %s (iteration %lld), %lld parameters, loaded in %.2f s; %zu prompt(s), %s\n",
+                 m->dir.c_str(), static_cast<long long>(m->iteration),
+                 static_cast<long long>(m->model->layout().parameter_count()), load_s, prompts.size(),
+                 o.sampling.is_greedy() ? "greedy" : "sampling");
+
+    const auto done = [&](std::size_t i, const Completion& c) {
+        const double tps = c.seconds > 0 ? static_cast<double>(c.tokens.size()) / c.seconds : 0.0;
+        if (a.json)
+            emit({{"type", "done"},
+                  {"prompt_index", i},
+                  {"completion", valid_utf8(tok->decode(c.tokens))},
+                  {"completion_tokens", c.tokens.size()},
+                  {"finish_reason", finish_reason_name(c.finish)},
+                  {"tokens_per_sec", tps}});
+        else
+            std::fprintf(stderr, "\n[prompt %zu: %zu tokens, %s, %.1f tokens/s]\n", i, c.tokens.size(),
+                         finish_reason_name(c.finish), tps);
+    };
+    if (a.json) {
+        emit({{"type", "start"},
+              {"prompts", prompts.size()},
+              {"model",
+               {{"checkpoint", m->dir.string()},
+                {"iteration", m->iteration},
+                {"num_layers", d.layers},
+                {"hidden_size", d.hidden},
+                {"num_attention_heads", d.heads},
+                {"num_query_groups", d.kv_groups()},
+                {"vocab_size", d.vocab},
+                {"max_position_embeddings", context},
+                {"tokenizer", tok->name()},
+                {"parameters", m->model->layout().parameter_count()}}}});
+        // The whole batch together; tokens stream as each step produces them.
+        Decoder dec(d, m->model->layout(), m->model->params(), static_cast<int64_t>(prompts.size()), max_len);
+        std::vector<TextStream> streams(prompts.size(), TextStream(*tok));
+        const auto comps = complete(dec, prompts, o, [&](int64_t r, int32_t t) {
+            emit({{"type", "token"}, {"prompt_index", r}, {"token", t}, {"text", streams[r].push(t)}});
+        });
+        for (std::size_t i = 0; i < comps.size(); ++i) done(i, comps[i]);
+    } else {
+        // One prompt after the other so the text reads in order; each keeps its own random stream, so
+        // the text is the one --json's batch gives.
+        Decoder dec(d, m->model->layout(), m->model->params(), 1, max_len);
+        for (std::size_t i = 0; i < prompts.size(); ++i) {
+            std::fwrite(texts[i].data(), 1, texts[i].size(), stdout);
+            std::fflush(stdout);
+            TextStream stream(*tok);
+            o.first_stream = static_cast<int64_t>(i);
+            const auto comps = complete(dec, {prompts[i]}, o, [&](int64_t, int32_t t) {
+                const std::string piece = stream.push(t);
+                std::fwrite(piece.data(), 1, piece.size(), stdout);
+                std::fflush(stdout);
+            });
+            const std::string rest = stream.flush();
+            std::fwrite(rest.data(), 1, rest.size(), stdout);
+            std::fputc('\n', stdout);
+            std::fflush(stdout);
+            done(i, comps[0]);
+        }
+    }
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    Args a;
+    CLI::App app{"mwb-generate: text from an mwb checkpoint (KV cache, greedy or sampled, streamed)", "mwb-generate"};
+    app.add_option("--load", a.load, "Checkpoint directory (its latest) or one iter_NNNNNNN folder")->required();
+    app.add_option("--ckpt-step", a.ckpt_step, "Iteration to load instead of latest");
+    app.add_option("--tokenizer-type", a.tokenizer_type, "Tokenizer (default: the checkpoint's configuration)");
+    app.add_option("--tokenizer-model", a.tokenizer_model, "tokenizer.json / tokenizer.model / ranks file");
+    app.add_option("--vocab-file", a.vocab_file, "GPT2BPETokenizer vocab.json");
+    app.add_option("--merge-file", a.merge_file, "GPT2BPETokenizer merges.txt");
+    app.add_option("--prompt", a.prompts, "A prompt (repeat for a batch)");
+    app.add_option("--prompt-file", a.prompt_file, "One prompt per line (UTF-8; empty lines ignored)");
+    app.add_option("--max-new-tokens", a.max_new_tokens, "Tokens to generate per prompt at most")
+        ->capture_default_str();
+    app.add_option("--temperature", a.temperature, "Softmax temperature; 0 = greedy")->capture_default_str();
+    app.add_option("--top-k", a.top_k, "Keep the k most likely tokens; 0 = off")->capture_default_str();
+    app.add_option("--top-p", a.top_p, "Nucleus: keep the most likely tokens up to this mass; 1 = off")
+        ->capture_default_str();
+    app.add_option("--seed", a.seed, "Random seed (the same seed gives the same text)")->capture_default_str();
+    app.add_flag("--greedy", a.greedy, "Argmax decoding");
+    app.add_option("--device", a.device, "cpu (cuda: not in this version)")->capture_default_str();
+    app.add_option("--threads", a.threads, "CPU threads (default: OpenMP's)");
+    app.add_flag("--json", a.json, "One JSON object per line on stdout");
+    bool json_requested = false;
+    for (int i = 1; i < argc; ++i) json_requested |= std::string_view(argv[i]) == "--json";
+    const auto fail = [&](const std::string& message, int code) {
+        if (json_requested) emit({{"type", "error"}, {"message", message}});
+        std::cerr << "mwb-generate: error: " << message << "\n";
+        return code;
+    };
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::CallForHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::ParseError& e) {
+        return fail(e.what(), 2);
+    }
+    try {
+        return run(a);
+    } catch (const InputError& e) {
+        return fail(e.what(), 2);
+    } catch (const std::exception& e) {
+        return fail(e.what(), 1);
+    }
+}
