@@ -46,6 +46,13 @@ struct TokenBucket {
     double wait_for(double need) const { return tokens >= need ? 0.0 : (need - tokens) / rate; }
 };
 
+/// A snapshot peer: its request bucket, and until when it was told to wait (asking again before then
+/// gets no reply, so that a client ignoring retry_after_s cannot make the server spin on refusals).
+struct SnapshotPeer {
+    TokenBucket requests;
+    Clock::time_point quiet_until{};
+};
+
 /// Peers remembered by the snapshot rate limit before idle ones (full buckets) are forgotten.
 constexpr std::size_t kMaxRateLimitedPeers = 1024;
 
@@ -308,6 +315,10 @@ struct TelemetryServer::Impl {
             }
             if (const double wait = snapshot_wait(identity); wait > 0) {
                 ++rate_limited;
+                SnapshotPeer& peer = peers[identity];
+                const auto now = Clock::now();
+                if (now < peer.quiet_until) continue;  // told already: no reply until retry_after_s has passed
+                peer.quiet_until = now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(wait));
                 nlohmann::json refusal = refusal_reply(
                     Refusal::RateLimited, "rate limited: too many snapshot requests or bytes; retry after retry_after_s");
                 refusal["retry_after_s"] = std::ceil(wait * 1000) / 1000;
@@ -350,11 +361,12 @@ struct TelemetryServer::Impl {
         snapshot_bytes.refill(now);
         if (peers.size() >= kMaxRateLimitedPeers && !peers.count(peer))
             for (auto it = peers.begin(); it != peers.end();) {  // forget the idle ones (full buckets)
-                it->second.refill(now);
-                it = it->second.tokens >= it->second.burst ? peers.erase(it) : std::next(it);
+                TokenBucket& r = it->second.requests;
+                r.refill(now);
+                it = r.tokens >= r.burst && now >= it->second.quiet_until ? peers.erase(it) : std::next(it);
             }
         auto [it, fresh] = peers.try_emplace(peer);
-        TokenBucket& b = it->second;
+        TokenBucket& b = it->second.requests;
         if (fresh) b = {o.snapshot_request_burst, o.snapshot_requests_per_s, o.snapshot_request_burst, now};
         b.refill(now);
         const double wait = std::max(b.wait_for(1), snapshot_bytes.tokens > 0 ? 0.0 : snapshot_bytes.wait_for(1));
@@ -453,7 +465,7 @@ struct TelemetryServer::Impl {
     History history;
     std::set<std::string> allowed;
     std::map<std::string, Route> routes;  // thread only
-    std::unordered_map<std::string, TokenBucket> peers;  // snapshot requests per peer; thread only
+    std::unordered_map<std::string, SnapshotPeer> peers;  // snapshot requests per peer; thread only
     TokenBucket snapshot_bytes;                            // snapshot reply bytes, all peers; thread only
     uint64_t anonymous = 0;
     int wake_fd = -1;
