@@ -21,8 +21,9 @@ s = [json.loads(l) for l in open(sys.argv[1]) if '"topic":"step"' in l][100:]
 print("%.4f" % (1000 * (s[-1]["time"] - s[0]["time"]) / (s[-1]["iteration"] - s[0]["iteration"])))
 PY
 }
-# Keeps 8 "everything since seq 0" requests in flight on the run's snapshot socket until the run ends;
-# prints how many pages and rate_limited refusals it got.
+# Keeps 8 "everything since seq 0" requests in flight on the run's snapshot socket until the run ends,
+# ignoring retry_after_s (requests the server then leaves unanswered are re-sent after 200 ms); prints
+# how many pages (and bytes) and rate_limited refusals it got.
 hammer() { /usr/bin/python3 - "$1" <<'PY'
 import json, os, sys, time, zmq
 run = sys.argv[1]
@@ -32,16 +33,24 @@ info = json.load(open(run + "/telemetry.json"))
 s = zmq.Context().socket(zmq.DEALER)
 s.connect(info["snapshot"])
 req = json.dumps({"schema": "mwb.snapshot/1", "since": 0}).encode()
-for _ in range(8): s.send(req)
-pages = limited = 0
-s.RCVTIMEO = 2000
-while True:
-    try: header = json.loads(s.recv_multipart()[0])
-    except zmq.Again: break                       # the run ended
-    if header.get("ok"): pages += 1
-    else: limited += 1
-    s.send(req)
-print(f"hammer: {pages} pages, {limited} rate_limited", file=sys.stderr)
+pages = limited = size = 0
+s.RCVTIMEO = 200
+start = time.time()
+def ended():
+    try: return '"run.end"' in open(run + "/events.jsonl").read()
+    except FileNotFoundError: return False
+while not ended():
+    for _ in range(8): s.send(req)
+    while True:
+        try: frames = s.recv_multipart()
+        except zmq.Again: break                   # unanswered (rate-limited peer): send 8 more
+        if json.loads(frames[0]).get("ok"):
+            pages += 1
+            size += sum(len(f) for f in frames)
+        else: limited += 1
+        s.send(req)
+t = time.time() - start
+print(f"hammer: {pages} pages ({size / t / 2**20:.1f} MiB/s), {limited} rate_limited in {t:.1f} s", file=sys.stderr)
 PY
 }
 modes=(off on recorded)
