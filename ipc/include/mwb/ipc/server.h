@@ -47,7 +47,7 @@ struct ServerOptions {
     /// a peer asking again before then gets no reply (counted in rate_limited).
     double snapshot_requests_per_s = 20;
     double snapshot_request_burst = 10;
-    double snapshot_bytes_per_s = 32.0 * (1 << 20);
+    double snapshot_bytes_per_s = 8.0 * (1 << 20);
 };
 
 struct ServerStats {
