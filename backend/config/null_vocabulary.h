@@ -3,6 +3,8 @@
 // and the model's vocabulary (config/validate): header-only because mwb_data does not link mwb_config.
 #include "config/config.h"
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 
 namespace mwb {
@@ -18,6 +20,14 @@ inline NullVocabulary null_tokenizer_vocabulary(const DataConfig& data, const Mo
     const int64_t n = model.vocab_size;
     if (data.null_tokenizer_legacy_eod) return {n + 1, n};
     return {n, data.null_tokenizer_eod_id >= 0 ? int64_t{data.null_tokenizer_eod_id} : n - 1};
+}
+
+/// Whether a saved configuration (a checkpoint's metadata) has the legacy NullTokenizer vocabulary:
+/// its null_tokenizer_legacy_eod, and true for a NullTokenizer configuration saved before that field
+/// existed (every NullTokenizer vocabulary was vocab_size + 1 then).
+inline bool saved_legacy_null_vocabulary(const nlohmann::json& saved) {
+    return saved.is_object() && saved.value("tokenizer_type", std::string()) == "NullTokenizer" &&
+           saved.value("null_tokenizer_legacy_eod", true);
 }
 
 }  // namespace mwb

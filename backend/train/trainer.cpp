@@ -2,6 +2,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "config/config_io.h"
+#include "config/null_vocabulary.h"
 #include "config/validate.h"
 #include "core/build_info.h"
 #include "core/memory.h"
@@ -797,14 +798,16 @@ private:
                       dir.string(), key, saved[key].dump(), now[key].dump());
         }
         if (saved.contains("vocab_size") && saved["vocab_size"].is_number_integer()) {
-            // A NullTokenizer checkpoint saved before null_tokenizer_legacy_eod existed had the legacy vocabulary.
-            const bool legacy_null = saved.value("tokenizer_type", std::string()) == "NullTokenizer" &&
-                                     saved.value("null_tokenizer_legacy_eod", true);
+            const bool legacy_null = saved_legacy_null_vocabulary(saved);
             const int64_t saved_vocab = saved["vocab_size"].get<int64_t>() + (legacy_null ? 1 : 0);
             MWB_CHECK(saved_vocab == model_vocab_size(cfg_),
                       "checkpoint '{}' was saved by a model with a vocabulary of {} ids, this run has {} (vocab_size, "
-                      "tokenizer_type)",
-                      dir.string(), saved_vocab, model_vocab_size(cfg_));
+                      "tokenizer_type{})",
+                      dir.string(), saved_vocab, model_vocab_size(cfg_),
+                      legacy_null ? fmt::format("; it has the NullTokenizer's legacy vocabulary: pass "
+                                                "--null-tokenizer-legacy-eod, or --vocab-size {}",
+                                                saved_vocab)
+                                  : "");
         }
     }
 
