@@ -41,9 +41,9 @@ def model(name):
 
 
 def padded_vocab(m):
-    """NullTokenizer: vocab_size ids plus the end-of-document id, padded as Megatron-LM pads."""
+    """NullTokenizer: vocab_size ids (EOD among them, current Megatron-LM), padded as Megatron-LM pads."""
     q = m["make_vocab_size_divisible_by"]
-    return (m["vocab_size"] + 1 + q - 1) // q * q
+    return (m["vocab_size"] + q - 1) // q * q
 
 
 def mwb_flags(m):

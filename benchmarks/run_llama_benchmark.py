@@ -24,15 +24,6 @@ def padded(v):
     return (v + 127) // 128 * 128
 
 
-def model_flops(c):
-    """Matmul FLOPs of one iteration (forward + backward = 3 × forward, as Megatron counts): per token
-    2·(L·(h·(a+2G)·D + a·D·h + 3·h·f) + V·h) for the weights plus 2·2·L·s·a·D for q·kᵀ and probs·v."""
-    tokens, d = c["b"] * c["s"], c["h"] // c["a"]
-    weights = c["L"] * (c["h"] * (c["a"] + 2 * c["g"]) * d + c["a"] * d * c["h"] + 3 * c["h"] * c["f"])
-    weights += padded(c["v"]) * c["h"]
-    return 3 * tokens * (2 * weights + 4 * c["L"] * c["s"] * c["a"] * d)
-
-
 def bench_mwb(build, env, c, warmup, iters, threads):
     with tempfile.TemporaryDirectory() as run_dir:
         cmd = [f"{build}/backend/mwb-train", "--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size",
@@ -43,11 +34,16 @@ def bench_mwb(build, env, c, warmup, iters, threads):
                "--attention-dropout", "0", "--seq-length", str(c["s"]), "--micro-batch-size", str(c["b"]),
                "--global-batch-size", str(c["b"]), "--train-iters", str(warmup + iters), "--lr", "1e-4",
                "--min-lr", "0", "--lr-warmup-iters", "0", "--log-interval", "1", "--eval-interval", "0",
-               "--eval-iters", "0", "--threads", str(threads), "--run-dir", run_dir]
+               "--eval-iters", "0", "--threads", str(threads), "--run-dir", run_dir,
+               # the engine's one FLOP count (backend/telemetry/flops.h), over the whole s×s attention
+               # matrix as docs/performance.md's earlier figures
+               "--mfu-attention-flops", "full"]
         _, rss = run_child(cmd, env)
         steps = [r for r in map(json.loads, open(f"{run_dir}/metrics.jsonl")) if r["topic"] == "step"]
         t = statistics.median(r["iteration_time_s"] for r in steps[warmup:])
-        return {"iteration_time_s": t, "tokens_per_sec": c["b"] * c["s"] / t, "peak_rss_bytes": rss}
+        flops = json.load(open(f"{run_dir}/run.json"))["derived"]["model_flops_per_iteration"]
+        return {"iteration_time_s": t, "tokens_per_sec": c["b"] * c["s"] / t, "peak_rss_bytes": rss,
+                "model_flops": flops}
 
 
 def bench_torch(env, c, warmup, iters, threads):
@@ -71,12 +67,11 @@ def main():
     ap.add_argument("--reps", type=int, default=2, help="runs of each engine per environment (alternated)")
     ap.add_argument("--json")
     args = ap.parse_args()
-    flops = model_flops(CONFIG_S)
+    flops = None  # the engine's count, from its first run's run.json
     # What the docs/performance.md entry needs besides the table: when, how loaded, how invoked.
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average {os.getloadavg()[0]:.1f}, "
           f"{os.cpu_count()} CPUs: {' '.join(sys.argv)} (OPENBLAS env as set: "
-          f"{' '.join(f'{k}={os.environ[k]}' for k in ('OPENBLAS_CORETYPE', 'OPENBLAS_L2_SIZE') if k in os.environ) or 'none'})"
-          f"; model FLOPs {flops / 1e9:.1f} GFLOP per iteration")
+          f"{' '.join(f'{k}={os.environ[k]}' for k in ('OPENBLAS_CORETYPE', 'OPENBLAS_L2_SIZE') if k in os.environ) or 'none'})")
     results = []
     for as_set in (True, False):
         env = dict(os.environ)
@@ -90,6 +85,7 @@ def main():
         for _ in range(args.reps):
             runs["mwb-train"].append(bench_mwb(args.build, env, CONFIG_S, args.warmup, args.iters, args.threads))
             runs["PyTorch"].append(bench_torch(env, CONFIG_S, args.warmup, args.iters, args.threads))
+        flops = runs["mwb-train"][0]["model_flops"]
         peaks.append(sgemm_peak(args.build, env))
         peak = statistics.median(peaks)
         for engine, rs in runs.items():
@@ -107,7 +103,8 @@ def main():
         print(f"| {r['openblas_env']} (sgemm {r['sgemm_peak_gflops']:.0f} GFLOP/s) | {r['engine']} | "
               f"{r['tokens_per_sec']:.0f} | {r['iteration_time_s'] * 1e3:.0f} | {r['gflops']:.1f} | "
               f"{100 * r['gflops'] / r['sgemm_peak_gflops']:.0f}% | {r['peak_rss_bytes'] / 2**20:.0f} |")
-    print(f"finished {time.strftime('%H:%M UTC', time.gmtime())}, load average {os.getloadavg()[0]:.1f}")
+    print(f"finished {time.strftime('%H:%M UTC', time.gmtime())}, load average {os.getloadavg()[0]:.1f}; "
+          f"model FLOPs {flops / 1e9:.1f} GFLOP per iteration")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"date": time.strftime("%Y-%m-%d"), "config": CONFIG_S, "model_flops": flops,

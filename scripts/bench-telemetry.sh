@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Publishing overhead on training: the same small run with telemetry off, on (nobody listening) and on
-# with mwb-record following it, alternated, each REPEATS times; prints the median iteration time.
+# Publishing overhead on training: the same small run with telemetry off, on (nobody listening), on
+# with mwb-record following it, and on with a client hammering the snapshot socket (8 requests for the
+# whole history always in flight: the server's rate limit must keep it from slowing training),
+# alternated, each REPEATS times; prints the median iteration time. Needs python3-zmq for "hammered".
 #   scripts/bench-telemetry.sh [BUILD_DIR] [REPEATS] [ITERATIONS] [THREADS]
 # The model is tiny on purpose (a few ms per iteration, a step and a memory record every iteration):
 # the worst case for relative overhead. docs/performance.md has the numbers.
@@ -19,9 +21,43 @@ s = [json.loads(l) for l in open(sys.argv[1]) if '"topic":"step"' in l][100:]
 print("%.4f" % (1000 * (s[-1]["time"] - s[0]["time"]) / (s[-1]["iteration"] - s[0]["iteration"])))
 PY
 }
+# Keeps 8 "everything since seq 0" requests in flight on the run's snapshot socket until the run ends,
+# ignoring retry_after_s (requests the server then leaves unanswered are re-sent after 200 ms); prints
+# how many pages (and bytes) and rate_limited refusals it got.
+hammer() { /usr/bin/python3 - "$1" <<'PY'
+import json, os, sys, time, zmq
+run = sys.argv[1]
+while not os.path.exists(run + "/telemetry.json"): time.sleep(0.01)
+time.sleep(0.05)
+info = json.load(open(run + "/telemetry.json"))
+s = zmq.Context().socket(zmq.DEALER)
+s.connect(info["snapshot"])
+req = json.dumps({"schema": "mwb.snapshot/1", "since": 0}).encode()
+pages = limited = size = 0
+s.RCVTIMEO = 200
+start = time.time()
+def ended():
+    try: return '"run.end"' in open(run + "/events.jsonl").read()
+    except FileNotFoundError: return False
+while not ended():
+    for _ in range(8): s.send(req)
+    while True:
+        try: frames = s.recv_multipart()
+        except zmq.Again: break                   # unanswered (rate-limited peer): send 8 more
+        if json.loads(frames[0]).get("ok"):
+            pages += 1
+            size += sum(len(f) for f in frames)
+        else: limited += 1
+        s.send(req)
+t = time.time() - start
+print(f"hammer: {pages} pages ({size / t / 2**20:.1f} MiB/s), {limited} rate_limited in {t:.1f} s", file=sys.stderr)
+PY
+}
+modes=(off on recorded)
+/usr/bin/python3 -c "import zmq" 2>/dev/null && modes+=(hammered)
 declare -A results
 for r in $(seq "$repeats"); do
-  for mode in off on recorded; do
+  for mode in "${modes[@]}"; do
     dir="$work/$mode-$r"
     case $mode in
       off) "$train" "${args[@]}" --run-dir "$dir" --telemetry-endpoint "" > /dev/null ;;
@@ -30,6 +66,10 @@ for r in $(seq "$repeats"); do
         "$record" --quiet --until-end --store "$work/h-$r.sqlite" "$dir" & rec=$!
         "$train" "${args[@]}" --run-dir "$dir" > /dev/null
         wait $rec ;;
+      hammered)
+        hammer "$dir" & ham=$!
+        "$train" "${args[@]}" --run-dir "$dir" > /dev/null
+        wait $ham ;;
     esac
     results[$mode]+="$(mean_ms "$dir") "
   done
@@ -37,7 +77,7 @@ done
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 off=$(echo "${results[off]}" | median)
 echo "iteration time, median of $repeats runs of $iters iterations ($threads thread(s)), ms:"
-for mode in off on recorded; do
+for mode in "${modes[@]}"; do
   m=$(echo "${results[$mode]}" | median)
   printf "  telemetry %-9s %8s ms  (%+.2f%%)   runs: %s\n" "$mode" "$m" "$(echo "($m - $off) / $off * 100" | bc -l)" "${results[$mode]}"
 done

@@ -230,6 +230,8 @@ fs::path save_checkpoint(const fs::path& dir, const CheckpointState& state, cons
                 {"consumed_samples", state.consumed_samples},
                 {"optimizer_steps", state.optimizer_steps},
                 {"skipped_iterations", state.skipped_iterations},
+                {"scheduler_samples", state.scheduler_samples},
+                {"consumed_valid_samples", state.consumed_valid_samples},
                 {"loss_scaler", state.loss_scaler},
                 {"layout",
                  {{"tensor_model_parallel_size", par.tp_size()},
@@ -305,6 +307,8 @@ CheckpointState state_of(const nlohmann::json& meta, const fs::path& iteration_d
     s.consumed_samples = meta.at("consumed_samples").get<int64_t>();
     s.optimizer_steps = meta.at("optimizer_steps").get<int64_t>();
     s.skipped_iterations = meta.value("skipped_iterations", int64_t{0});
+    s.scheduler_samples = meta.value("scheduler_samples", int64_t{-1});
+    s.consumed_valid_samples = meta.value("consumed_valid_samples", int64_t{-1});
     s.loss_scaler = meta.at("loss_scaler");
     s.config = meta.value("config", nlohmann::json::object());
     MWB_CHECK(s.iteration >= 0, "'{}': iteration is {}, expected 0 or more", where, s.iteration);
@@ -316,6 +320,11 @@ CheckpointState state_of(const nlohmann::json& meta, const fs::path& iteration_d
               s.iteration);
     MWB_CHECK(s.consumed_samples >= s.iteration, "'{}': consumed_samples ({}) is below the iteration ({})", where,
               s.consumed_samples, s.iteration);
+    MWB_CHECK(s.scheduler_samples >= -1 && s.scheduler_samples <= s.consumed_samples,
+              "'{}': scheduler_samples is {}, expected 0 to consumed_samples ({}) (or absent)", where,
+              s.scheduler_samples, s.consumed_samples);
+    MWB_CHECK(s.consumed_valid_samples >= -1, "'{}': consumed_valid_samples is {}, expected 0 or more (or absent)",
+              where, s.consumed_valid_samples);
     MWB_CHECK(s.loss_scaler.is_object(), "'{}': loss_scaler is not an object", where);
     MWB_CHECK(s.config.is_object(), "'{}': config is not an object", where);
     // The folder's name is the iteration ("iter_N", or ".iter_N.old" moved aside by a replacement).

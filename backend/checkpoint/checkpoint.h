@@ -47,6 +47,11 @@ struct CheckpointState {
     int64_t consumed_samples = 0;
     int64_t optimizer_steps = 0;
     int64_t skipped_iterations = 0;
+    /// Samples of the successful steps: the learning-rate scheduler's position (Megatron-LM's
+    /// opt_param_scheduler num_steps); -1 when the checkpoint predates it.
+    int64_t scheduler_samples = -1;
+    /// Validation samples read so far (Megatron-LM's consumed_valid_samples); -1 when it predates it.
+    int64_t consumed_valid_samples = -1;
     nlohmann::json loss_scaler;
     nlohmann::json config;  ///< the resolved configuration of the run that saved it
 };

@@ -99,6 +99,8 @@ struct DataConfig {
     std::string tokenizer_model;               ///< tokenizer.json / dir, tokenizer.model or tiktoken ranks
     std::string tiktoken_pattern = "v2";       ///< TikTokenizer: Megatron's v1 | v2
     int tiktoken_num_special_tokens = 1000;    ///< TikTokenizer: ids before the first rank
+    int null_tokenizer_eod_id = -1;            ///< NullTokenizer's EOD; -1 = vocab_size - 1 (Megatron-LM's default)
+    bool null_tokenizer_legacy_eod = false;    ///< Megatron-LM before core_v0.18: vocab_size + 1 ids, EOD = vocab_size
     bool mock_data = false;                    ///< random tokens from a seeded RNG (needs no files)
     std::string data_cache_path;               ///< where sample indices are cached; "" = next to the data
     int64_t eval_interval = 0;                 ///< evaluate every N iterations; 0 = only after training
@@ -128,6 +130,7 @@ struct LoggingConfig {
     int threads = 0;                           ///< CPU threads; 0 = all cores (or OMP_NUM_THREADS)
     bool deterministic = false;                ///< GPU: bit-identical run to run (no TF32, pinned cuBLAS reductions)
     double peak_tflops_per_device = 0;         ///< the device's peak for MFU; 0 = not reported
+    std::string mfu_attention_flops = "causal";  ///< causal (Megatron-LM since core_v0.12) | full (older, papers)
     // telemetry and control over ZeroMQ (docs/protocol.md); rank 0 binds, loopback by default
     std::string telemetry_endpoint = "tcp://127.0.0.1:0";           ///< PUB socket; port 0 = ephemeral; "" = off
     std::string telemetry_snapshot_endpoint = "tcp://127.0.0.1:0";  ///< "everything since seq N" requests

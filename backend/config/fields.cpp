@@ -53,7 +53,10 @@ const auto kFields = std::to_array<Field>({
               "Rows of the learned position table (learned_absolute), or the longest position RoPE tables cover; "
               "0 means seq_length.",
               ""),
-    MWB_FIELD(model, vocab_size, "Vocabulary of the NullTokenizer (ids 0..vocab_size, the last one is EOD).", ""),
+    MWB_FIELD(model, vocab_size,
+              "Vocabulary of the NullTokenizer: ids 0..vocab_size-1, EOD among them (null_tokenizer_eod_id; with "
+              "null_tokenizer_legacy_eod ids 0..vocab_size, EOD = vocab_size).",
+              ""),
     MWB_FIELD(model, make_vocab_size_divisible_by,
               "Pad the vocabulary to a multiple of this times tensor_model_parallel_size.", ""),
     MWB_FIELD(model, normalization, "Normalisation layer.", "LayerNorm|RMSNorm"),
@@ -157,6 +160,14 @@ const auto kFields = std::to_array<Field>({
               ""),
     MWB_FIELD(data, tiktoken_pattern, "TikTokenizer's split pattern (Megatron-LM's).", "v1|v2"),
     MWB_FIELD(data, tiktoken_num_special_tokens, "TikTokenizer: special token ids before the first rank.", ""),
+    MWB_FIELD(data, null_tokenizer_eod_id,
+              "NullTokenizer's end-of-document id, in [0, vocab_size); -1 means vocab_size - 1 (current Megatron-LM, "
+              "core_v0.18.0 on).",
+              ""),
+    MWB_FIELD(data, null_tokenizer_legacy_eod,
+              "NullTokenizer as Megatron-LM before core_v0.18.0: vocab_size counts the ids without EOD, the "
+              "vocabulary is vocab_size + 1 ids and EOD is vocab_size (null_tokenizer_eod_id must then be -1).",
+              ""),
     MWB_FIELD(data, mock_data, "Train on random tokens from a seeded RNG (no data files needed).", ""),
     MWB_FIELD(data, data_cache_path, "Where sample indices are cached; empty means next to the data.", ""),
     MWB_FIELD(data, eval_interval,
@@ -216,6 +227,11 @@ const auto kFields = std::to_array<Field>({
               "Peak TFLOP/s of one device (e.g. 989.4 for an H100 SXM in bf16, the measured sgemm peak on a CPU): "
               "MFU is reported against it; 0 leaves MFU out.",
               ""),
+    MWB_FIELD(logging, mfu_attention_flops,
+              "How model FLOPs (MFU, TFLOP/s, the planner) count the causal attention core: causal counts the "
+              "unmasked half of the s x s matrix (Megatron-LM since core_v0.12.0), full the whole matrix "
+              "(Megatron-LM up to core_v0.11, Narayanan et al. 2021 and the published MFU tables).",
+              "causal|full"),
     MWB_FIELD(logging, telemetry_endpoint,
               "ZeroMQ PUB endpoint of live telemetry (tcp://HOST:PORT, port 0 = any free port; ipc://PATH); empty "
               "turns telemetry and control off. Bound ports go to <run_dir>/telemetry.json.",

@@ -1,4 +1,5 @@
 #include "config/validate.h"
+#include "config/null_vocabulary.h"
 
 #include <algorithm>
 #include <charconv>
@@ -220,6 +221,16 @@ std::vector<ConfigIssue> validate(const Config& c, int world_size) {
     ck.require(m.position_embedding_type == "none" || m.max_position_embeddings >= m.seq_length,
                "max_position_embeddings", "max_position_embeddings ({}) must be at least seq_length ({}) with {} positions",
                m.max_position_embeddings, m.seq_length, m.position_embedding_type);
+    if (c.data.tokenizer_type == "NullTokenizer" && m.vocab_size >= 1) {
+        const NullVocabulary v = null_tokenizer_vocabulary(c.data, m);
+        ck.require(!c.data.null_tokenizer_legacy_eod || c.data.null_tokenizer_eod_id == -1, "null_tokenizer_eod_id",
+                   "null_tokenizer_eod_id ({}) cannot be combined with null_tokenizer_legacy_eod (EOD is vocab_size "
+                   "there)",
+                   c.data.null_tokenizer_eod_id);
+        ck.require(v.eod >= 0 && v.eod < v.size, "null_tokenizer_eod_id",
+                   "null_tokenizer_eod_id ({}) must be -1 or an id in [0, vocab_size = {})", c.data.null_tokenizer_eod_id,
+                   v.size);
+    }
     ck.require(model_vocab_size(c) >= 2, "vocab_size", "the vocabulary must hold at least 2 ids (got {}); set vocab_size for NullTokenizer",
                model_vocab_size(c));
     ck.require(m.make_vocab_size_divisible_by >= 1, "make_vocab_size_divisible_by",
@@ -517,7 +528,8 @@ void check_config(const Config& config, int world_size) {
 }
 
 int64_t model_vocab_size(const Config& c) {
-    return c.data.tokenizer_type == "NullTokenizer" ? int64_t{c.model.vocab_size} + 1 : c.model.vocab_size;
+    return c.data.tokenizer_type == "NullTokenizer" ? null_tokenizer_vocabulary(c.data, c.model).size
+                                                     : c.model.vocab_size;
 }
 
 int64_t padded_vocab_size(const Config& c) {

@@ -22,9 +22,9 @@ std::vector<ConfigIssue> validate(const Config& config, int world_size);
 /// validate() and throw ConfigError when anything is wrong.
 void check_config(const Config& config, int world_size);
 
-/// Token ids the model must embed: the tokenizer's vocabulary. For NullTokenizer that is
-/// vocab_size + 1 (Megatron-LM's: the extra id is the end-of-document token), else the tokenizer's
-/// size that resolve() stored in vocab_size.
+/// Token ids the model must embed: the tokenizer's vocabulary. For NullTokenizer that is vocab_size
+/// (current Megatron-LM) or vocab_size + 1 (null_tokenizer_legacy_eod, config/null_vocabulary.h), else
+/// the tokenizer's size that resolve() stored in vocab_size.
 int64_t model_vocab_size(const Config& config);
 /// The vocabulary padded as Megatron-LM does: up to a multiple of make_vocab_size_divisible_by × TP.
 int64_t padded_vocab_size(const Config& config);

@@ -1,15 +1,18 @@
 #pragma once
 // Megatron-LM's NullTokenizer: the text already is token ids, written as decimal integers separated
-// by spaces. The vocabulary is model.vocab_size ids plus the end-of-document id vocab_size.
+// by spaces. Current Megatron-LM (core_v0.18.0 on): the vocabulary is vocab_size ids and EOD is
+// vocab_size - 1 unless --null-tokenizer-eod-id names another; older releases: vocab_size + 1 ids with
+// EOD = vocab_size (null_tokenizer_legacy_eod). make_tokenizer() picks; this class takes both numbers.
 #include "data/tokenizer.h"
 
 namespace mwb::data {
 
 class NullTokenizer final : public Tokenizer {
 public:
-    explicit NullTokenizer(int64_t vocab_size_without_eod);
-    int64_t vocab_size() const override { return vocab_ + 1; }
-    int32_t eod() const override { return static_cast<int32_t>(vocab_); }
+    /// `vocab_size` ids in all, `eod` one of them.
+    NullTokenizer(int64_t vocab_size, int64_t eod);
+    int64_t vocab_size() const override { return vocab_; }
+    int32_t eod() const override { return static_cast<int32_t>(eod_); }
     /// Parses whitespace-separated integers in [0, vocab_size()); anything else is an error.
     void encode(std::string_view text, std::vector<int32_t>& out) const override;
     /// The ids in decimal, separated by single spaces.
@@ -21,6 +24,7 @@ public:
 
 private:
     int64_t vocab_;
+    int64_t eod_;
 };
 
 }  // namespace mwb::data

@@ -1,6 +1,7 @@
 #include "data/tokenizer.h"
 
 #include "config/config.h"
+#include "config/null_vocabulary.h"
 #include "data/byte_tokenizer.h"
 #include "data/gpt2_bpe_tokenizer.h"
 #include "data/hf_tokenizer.h"
@@ -37,9 +38,10 @@ std::unique_ptr<Tokenizer> make_tokenizer(const DataConfig& data, const ModelCon
     }
     if (type == "NullTokenizer") {
         MWB_CHECK(model.vocab_size >= 1,
-                  "NullTokenizer needs vocab_size (--vocab-size): the number of token ids "
-                  "in the data, without the end-of-document id it adds");
-        return std::make_unique<NullTokenizer>(model.vocab_size);
+                  "NullTokenizer needs vocab_size (--vocab-size): the number of token ids, the end-of-document "
+                  "id included (without it with --null-tokenizer-legacy-eod)");
+        const NullVocabulary v = null_tokenizer_vocabulary(data, model);
+        return std::make_unique<NullTokenizer>(v.size, v.eod);
     }
     if (type == "HuggingFaceTokenizer") {
         MWB_CHECK(!data.tokenizer_model.empty(),

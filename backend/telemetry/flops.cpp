@@ -2,17 +2,25 @@
 
 #include "config/validate.h"
 
+#include "mwb/kernels/error.h"
+
 #include <algorithm>
 
 namespace mwb {
 
-LayerFlops layer_forward_flops(const ModelConfig& m) {
+double attention_flops_share(std::string_view reading) {
+    if (reading == "causal") return 0.5;
+    if (reading == "full") return 1.0;
+    MWB_FAIL("mfu_attention_flops: expected causal or full, got '{}'", reading);
+}
+
+LayerFlops layer_forward_flops(const ModelConfig& m, std::string_view mfu_attention_flops) {
     const double h = m.hidden_size, a = m.num_attention_heads, G = m.num_query_groups, d = m.kv_channels;
     const double f = m.ffn_hidden_size, s = m.seq_length;
     const double mlp_matrices = m.swiglu ? 3 : 2;  // fc1 is h -> 2f with SwiGLU
     LayerFlops r;
     r.gemm = 2 * h * (a + 2 * G) * d + 2 * a * d * h + 2 * mlp_matrices * h * f;
-    r.attention = 4 * s * a * d;
+    r.attention = attention_flops_share(mfu_attention_flops) * 4 * s * a * d;
     return r;
 }
 
@@ -20,7 +28,7 @@ FlopCounts flops_per_iteration(const Config& c) {
     const double T = static_cast<double>(c.training.global_batch_size) * c.model.seq_length;
     const double L = c.model.num_layers, h = c.model.hidden_size;
     const double V = static_cast<double>(padded_vocab_size(c));
-    const LayerFlops layer = layer_forward_flops(c.model);
+    const LayerFlops layer = layer_forward_flops(c.model, c.logging.mfu_attention_flops);
     const double head_fwd = 2 * h * V;
     FlopCounts r;
     r.model = 3 * T * (L * layer.total() + head_fwd);

@@ -14,6 +14,7 @@
 #include "config/config.h"
 #include "config/config_io.h"
 #include "config/fields.h"
+#include "config/null_vocabulary.h"
 #include "config/validate.h"
 #include "data/tokenizer.h"
 #include "interop/hf_gpt2.h"
@@ -151,9 +152,8 @@ int import_hf(World& world, const fs::path& dir, const fs::path& save, int tp, i
         cfg.data.tokenizer_type = "SentencePieceTokenizer";
         cfg.data.tokenizer_model = fs::absolute(dir / "tokenizer.model").string();
     } else {
-        // No tokenizer files: ids only, as Megatron's NullTokenizer (its vocab_size + 1 ids, the last EOD).
+        // No tokenizer files: ids only, as current Megatron-LM's NullTokenizer (vocab_size ids, the last EOD).
         cfg.data.tokenizer_type = "NullTokenizer";
-        cfg.model.vocab_size -= 1;
     }
     // The weights' precision becomes the checkpoint's (export-hf writes it back by default).
     const std::string embedding =
@@ -232,6 +232,7 @@ int export_hf(const fs::path& ckpt, const fs::path& out, const std::string& dtyp
     const auto meta = nlohmann::json::parse(read_file(meta_file, std::size_t{256} << 20));
     Config cfg;
     apply_json(cfg, meta.value("config", nlohmann::json::object()), meta_file.string());
+    cfg.data.null_tokenizer_legacy_eod = saved_legacy_null_vocabulary(meta.value("config", nlohmann::json::object()));
     const int64_t vocab = model_vocab_size(cfg);
     MWB_CHECK(vocab >= 2, "{}: the saved configuration has no vocab_size", dir.string());
     // Llama-shaped (RMSNorm, SwiGLU or RoPE) or GPT-2-shaped; each side names what does not fit.

@@ -41,7 +41,12 @@ struct TokenizerArgs {
         app.add_option("--tiktoken-num-special-tokens", data.tiktoken_num_special_tokens,
                        "TikTokenizer special ids before the first rank")
             ->capture_default_str();
-        app.add_option("--vocab-size", model.vocab_size, "ids without EOD (NullTokenizer)");
+        app.add_option("--vocab-size", model.vocab_size, "token ids, EOD included (NullTokenizer)");
+        app.add_option("--null-tokenizer-eod-id", data.null_tokenizer_eod_id,
+                       "NullTokenizer's EOD id; -1 = vocab_size - 1")
+            ->capture_default_str();
+        app.add_flag("--null-tokenizer-legacy-eod", data.null_tokenizer_legacy_eod,
+                     "NullTokenizer before Megatron-LM core_v0.18: vocab_size + 1 ids, EOD = vocab_size");
     }
     std::unique_ptr<Tokenizer> make() const { return make_tokenizer(data, model); }
 };

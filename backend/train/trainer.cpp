@@ -2,6 +2,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "config/config_io.h"
+#include "config/null_vocabulary.h"
 #include "config/validate.h"
 #include "core/build_info.h"
 #include "generate/training_samples.h"
@@ -716,6 +717,8 @@ private:
         s.consumed_samples = consumed_samples_;
         s.optimizer_steps = optimizer_->steps();
         s.skipped_iterations = skipped_;
+        s.scheduler_samples = scheduled_samples_;
+        s.consumed_valid_samples = consumed_valid_samples_;
         s.loss_scaler = scaler_.state();
         s.config = to_json(cfg_);
         FullState full = full_state(true);
@@ -768,15 +771,24 @@ private:
             consumed_samples_ = s.consumed_samples;
             skipped_ = s.skipped_iterations;
         }
-        // Not in the checkpoint: the scheduler's sample count follows from the successful steps (exact for
-        // a constant batch; with a batch ramp, skipped steps are counted at the batch they end on), and
-        // validation has read eval_iters batches per evaluation so far (Megatron-LM's own fallback).
+        // The scheduler's position and the validation samples read are in the checkpoint (as Megatron-LM
+        // saves its opt_param_scheduler and consumed_valid_samples), so a resumed run repeats the
+        // uninterrupted one exactly, batch ramp and skipped steps included. A checkpoint from before
+        // they were saved: the scheduler's count follows from the successful steps (exact for a constant
+        // batch), validation from eval_iters batches per evaluation (Megatron-LM's own fallback).
         const int64_t gbs = cfg_.training.global_batch_size;
         const bool constant_batch = cfg_.training.rampup_batch_size.empty() && cfg_.training.step_batch_size_schedule.empty();
-        scheduled_samples_ = constant_batch ? optimizer_->steps() * gbs
-                                            : consumed_samples_ - skipped_ * global_batch_size_at(cfg_, consumed_samples_);
-        if (l.no_load_optim || !has_optimizer) scheduled_samples_ = 0;
-        if (cfg_.data.eval_interval > 0)
+        if (s.scheduler_samples >= 0)
+            scheduled_samples_ = s.scheduler_samples;
+        else
+            scheduled_samples_ = constant_batch ? optimizer_->steps() * gbs
+                                                : consumed_samples_ - skipped_ * global_batch_size_at(cfg_, consumed_samples_);
+        if (l.finetune || l.no_load_optim || !has_optimizer) scheduled_samples_ = 0;
+        if (l.finetune)
+            consumed_valid_samples_ = 0;
+        else if (s.consumed_valid_samples >= 0)
+            consumed_valid_samples_ = s.consumed_valid_samples;
+        else if (cfg_.data.eval_interval > 0)
             consumed_valid_samples_ = iteration_ / cfg_.data.eval_interval * cfg_.data.eval_iters * gbs;
         publish("event", {{"kind", "checkpoint_loaded"}, {"iteration", iteration_}, {"path", dir.string()}});
         if (in_.print_progress && leader()) spdlog::info("resumed from {} at iteration {}", dir.string(), iteration_);
@@ -796,12 +808,16 @@ private:
                       dir.string(), key, saved[key].dump(), now[key].dump());
         }
         if (saved.contains("vocab_size") && saved["vocab_size"].is_number_integer()) {
-            const bool null_tokenizer = saved.value("tokenizer_type", std::string()) == "NullTokenizer";
-            const int64_t saved_vocab = saved["vocab_size"].get<int64_t>() + (null_tokenizer ? 1 : 0);
+            const bool legacy_null = saved_legacy_null_vocabulary(saved);
+            const int64_t saved_vocab = saved["vocab_size"].get<int64_t>() + (legacy_null ? 1 : 0);
             MWB_CHECK(saved_vocab == model_vocab_size(cfg_),
                       "checkpoint '{}' was saved by a model with a vocabulary of {} ids, this run has {} (vocab_size, "
-                      "tokenizer_type)",
-                      dir.string(), saved_vocab, model_vocab_size(cfg_));
+                      "tokenizer_type{})",
+                      dir.string(), saved_vocab, model_vocab_size(cfg_),
+                      legacy_null ? fmt::format("; it has the NullTokenizer's legacy vocabulary: pass "
+                                                "--null-tokenizer-legacy-eod, or --vocab-size {}",
+                                                saved_vocab)
+                                  : "");
         }
     }
 

@@ -204,7 +204,7 @@ struct Follower::Impl {
     }
 
     void maybe_request() {
-        if (!need_sync || in_flight || !have_run || !req) return;
+        if (!need_sync || in_flight || !have_run || !req || Clock::now() < next_request) return;
         if (!detail::send_frames(req, {make_snapshot_request(next)})) return;
         in_flight = true;
         need_sync = false;
@@ -278,6 +278,16 @@ struct Follower::Impl {
         in_flight = false;
         const auto header = frames.empty() ? nlohmann::json() : nlohmann::json::parse(frames[0], nullptr, false);
         const auto schema = get_string(header, "schema");
+        if (schema && schema_compatible(*schema, kSnapshotSchema) &&
+            get_string(header, "code") == std::string(refusal_code(Refusal::RateLimited))) {
+            // The server's snapshot rate limit (docs/protocol.md): ask again once it says so.
+            ++st.rate_limited;
+            const auto after = header.find("retry_after_s");
+            const double wait = std::clamp(after != header.end() && after->is_number() ? after->get<double>() : 0.1, 0.01, 5.0);
+            next_request = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(wait));
+            need_sync = true;
+            return;
+        }
         if (!schema || !schema_compatible(*schema, kSnapshotSchema) || !header.value("ok", false)) {
             ++st.malformed;
             need_sync = true;
@@ -384,6 +394,7 @@ struct Follower::Impl {
     std::map<int64_t, Message> ahead;  // live messages beyond `next`, waiting for the gap to fill
     std::deque<Message> ready;
     Clock::time_point sent_at, last_heard, next_attempt, next_check, next_file_check;
+    Clock::time_point next_request{};  // not before: the server rate-limited us
     std::optional<RunDirLog> files;  // run directories: the files, when the publisher is gone
     milliseconds silence{4000};
     FollowerStats st;

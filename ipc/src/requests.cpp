@@ -29,6 +29,30 @@ nlohmann::json parse_request(std::string_view body, std::string_view schema, std
 
 }  // namespace
 
+std::string_view refusal_code(Refusal refusal) {
+    switch (refusal) {
+    case Refusal::BadRequest: return "bad_request";
+    case Refusal::Unauthorized: return "unauthorized";
+    case Refusal::DuplicateId: return "duplicate_id";
+    case Refusal::Busy: return "busy";
+    case Refusal::RunEnded: return "run_ended";
+    case Refusal::RateLimited: return "rate_limited";
+    }
+    return "bad_request";
+}
+
+nlohmann::json refusal_reply(Refusal refusal, const std::string& message) {
+    return {{"ok", false}, {"code", refusal_code(refusal)}, {"error", message}};
+}
+
+std::string request_id_of(std::string_view body) {
+    if (body.size() > kMaxRequestBytes) return "";
+    const auto j = nlohmann::json::parse(body.begin(), body.end(), nullptr, false);
+    if (j.is_discarded() || !j.is_object()) return "";
+    const auto id = get_string(j, "id");
+    return id && id->size() <= kMaxRequestIdBytes ? *id : "";
+}
+
 std::optional<SnapshotRequest> parse_snapshot_request(std::string_view body, std::string* why) {
     const auto j = parse_request(body, kSnapshotSchema, why);
     if (j.is_discarded()) return std::nullopt;

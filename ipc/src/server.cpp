@@ -11,12 +11,15 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <deque>
 #include <map>
 #include <mutex>
 #include <set>
 #include <thread>
+#include <unordered_map>
 
 namespace mwb::ipc {
 
@@ -29,6 +32,29 @@ using detail::send_frames;
 constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";  // fixed by the ZAP RFC (27/ZAP)
 /// Longest a message waits in the queue while messages keep coming (telemetry latency bound).
 constexpr std::chrono::milliseconds kCoalesce{20};
+
+/// A token bucket: `rate` tokens per second up to `burst`; may go into debt (bytes are counted after
+/// the reply is built).
+struct TokenBucket {
+    double tokens = 0, rate = 0, burst = 0;
+    Clock::time_point last{};
+    void refill(Clock::time_point now) {
+        tokens = std::min(burst, tokens + rate * std::chrono::duration<double>(now - last).count());
+        last = now;
+    }
+    /// Seconds until `need` tokens are there (0 when they are).
+    double wait_for(double need) const { return tokens >= need ? 0.0 : (need - tokens) / rate; }
+};
+
+/// A snapshot peer: its request bucket, and until when it was told to wait (asking again before then
+/// gets no reply, so that a client ignoring retry_after_s cannot make the server spin on refusals).
+struct SnapshotPeer {
+    TokenBucket requests;
+    Clock::time_point quiet_until{};
+};
+
+/// Peers remembered by the snapshot rate limit before idle ones (full buckets) are forgotten.
+constexpr std::size_t kMaxRateLimitedPeers = 1024;
 
 /// Checks the security rule before anything binds: plaintext only on loopback.
 void check_security(const ServerOptions& o) {
@@ -64,6 +90,10 @@ void check_security(const ServerOptions& o) {
 struct TelemetryServer::Impl {
     explicit Impl(ServerOptions options) : o(std::move(options)), history(o.history_budget_bytes, o.run_dir) {
         check_security(o);
+        if (!(o.snapshot_requests_per_s > 0) || !(o.snapshot_request_burst >= 1) || !(o.snapshot_bytes_per_s > 0))
+            throw Error("telemetry server: the snapshot rate limit needs a positive rate and a burst of at least 1");
+        snapshot_bytes = {2.0 * static_cast<double>(o.snapshot_page_bytes), o.snapshot_bytes_per_s,
+                          2.0 * static_cast<double>(o.snapshot_page_bytes), Clock::now()};
         if (o.curve) allowed.insert(o.curve->allowed_clients.begin(), o.curve->allowed_clients.end());
         wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         if (wake_fd < 0) throw Error("telemetry server: cannot create an eventfd");
@@ -174,7 +204,7 @@ struct TelemetryServer::Impl {
         drain_replies();
         heartbeat("ended");
         for (const auto& [id, route] : routes)
-            send_reply(route, id, {{"ok", false}, {"error", "the run ended before this request was applied"}});
+            send_reply(route, id, refusal_reply(Refusal::RunEnded, "the run ended before this request was applied"));
         routes.clear();
         // Sockets close here, in their thread; the PUB socket lingers so run.end reaches subscribers.
         pub.close();
@@ -280,9 +310,19 @@ struct TelemetryServer::Impl {
             const auto r = parse_snapshot_request(body, &why);
             if (!r) {
                 ++malformed;
-                nlohmann::ordered_json err = {{"schema", kSnapshotSchema}, {"ok", false}, {"error", why}};
-                reply.push_back(err.dump());
-                send_frames(snap, reply);
+                send_snapshot_refusal(reply, refusal_reply(Refusal::BadRequest, why));
+                continue;
+            }
+            if (const double wait = snapshot_wait(identity); wait > 0) {
+                ++rate_limited;
+                SnapshotPeer& peer = peers[identity];
+                const auto now = Clock::now();
+                if (now < peer.quiet_until) continue;  // told already: no reply until retry_after_s has passed
+                peer.quiet_until = now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(wait));
+                nlohmann::json refusal = refusal_reply(
+                    Refusal::RateLimited, "rate limited: too many snapshot requests or bytes; retry after retry_after_s");
+                refusal["retry_after_s"] = std::ceil(wait * 1000) / 1000;
+                send_snapshot_refusal(reply, std::move(refusal));
                 continue;
             }
             ++snapshot_requests;
@@ -299,9 +339,39 @@ struct TelemetryServer::Impl {
                                              {"next_seq", history.last_seq() + 1},
                                              {"more", last < history.last_seq()}};
             reply.push_back(header.dump());
-            for (auto& e : entries) reply.push_back(std::move(e.json));
+            double bytes = static_cast<double>(reply.back().size());
+            for (auto& e : entries) {
+                bytes += static_cast<double>(e.json.size());
+                reply.push_back(std::move(e.json));
+            }
+            snapshot_bytes.tokens -= bytes;
             send_frames(snap, reply);
         }
+    }
+    void send_snapshot_refusal(std::vector<std::string>& reply, nlohmann::json refusal) {
+        nlohmann::ordered_json r = {{"schema", kSnapshotSchema}};
+        for (auto& [k, v] : refusal.items()) r[k] = v;
+        reply.push_back(r.dump());
+        send_frames(snap, reply);
+    }
+    /// 0 when `peer` may be served now (its request is counted), else the seconds to wait: one token
+    /// of the peer's request bucket, and a reply-bytes budget (shared by all peers) not in debt.
+    double snapshot_wait(const std::string& peer) {
+        const auto now = Clock::now();
+        snapshot_bytes.refill(now);
+        if (peers.size() >= kMaxRateLimitedPeers && !peers.count(peer))
+            for (auto it = peers.begin(); it != peers.end();) {  // forget the idle ones (full buckets)
+                TokenBucket& r = it->second.requests;
+                r.refill(now);
+                it = r.tokens >= r.burst && now >= it->second.quiet_until ? peers.erase(it) : std::next(it);
+            }
+        auto [it, fresh] = peers.try_emplace(peer);
+        TokenBucket& b = it->second.requests;
+        if (fresh) b = {o.snapshot_request_burst, o.snapshot_requests_per_s, o.snapshot_request_burst, now};
+        b.refill(now);
+        const double wait = std::max(b.wait_for(1), snapshot_bytes.tokens > 0 ? 0.0 : snapshot_bytes.wait_for(1));
+        if (wait == 0) b.tokens -= 1;
+        return wait;
     }
 
     struct Route {
@@ -330,25 +400,24 @@ struct TelemetryServer::Impl {
             auto c = parse_control_request(body, &why);
             if (!c) {
                 ++malformed;
-                send_reply(route, "", {{"ok", false}, {"error", "malformed request: " + why}});
+                send_reply(route, request_id_of(body), refusal_reply(Refusal::BadRequest, "malformed request: " + why));
                 continue;
             }
             if (!o.curve && !tokens_equal(c->token, o.control_token)) {
                 ++unauthorized;
                 send_reply(route, c->id,
-                           {{"ok", false},
-                            {"error",
-                             "unauthorized: wrong or missing token (it is in the run directory's "
-                             "control.token, readable by the run's owner)"}});
+                           refusal_reply(Refusal::Unauthorized,
+                                         "unauthorized: wrong or missing token (it is in the run directory's "
+                                         "control.token, readable by the run's owner)"));
                 continue;
             }
             if (c->id.empty()) c->id = "req-" + std::to_string(++anonymous);
             if (routes.count(c->id)) {
-                send_reply(route, c->id, {{"ok", false}, {"error", "a request with this id is already pending"}});
+                send_reply(route, c->id, refusal_reply(Refusal::DuplicateId, "a request with this id is already pending"));
                 continue;
             }
             if (routes.size() >= o.max_pending_control) {
-                send_reply(route, c->id, {{"ok", false}, {"error", "busy: too many requests are pending"}});
+                send_reply(route, c->id, refusal_reply(Refusal::Busy, "busy: too many requests are pending"));
                 continue;
             }
             routes.emplace(c->id, std::move(route));
@@ -396,6 +465,8 @@ struct TelemetryServer::Impl {
     History history;
     std::set<std::string> allowed;
     std::map<std::string, Route> routes;  // thread only
+    std::unordered_map<std::string, SnapshotPeer> peers;  // snapshot requests per peer; thread only
+    TokenBucket snapshot_bytes;                            // snapshot reply bytes, all peers; thread only
     uint64_t anonymous = 0;
     int wake_fd = -1;
 
@@ -408,7 +479,7 @@ struct TelemetryServer::Impl {
     uint64_t enqueued = 0;
 
     std::atomic<uint64_t> processed{0}, published{0}, dropped{0}, recovered{0}, heartbeats{0};
-    std::atomic<uint64_t> snapshot_requests{0}, control_requests{0}, malformed{0}, unauthorized{0};
+    std::atomic<uint64_t> snapshot_requests{0}, control_requests{0}, malformed{0}, unauthorized{0}, rate_limited{0};
     std::atomic<int64_t> last_seq{-1};
     std::atomic<bool> stopping{false};
     std::thread thread;
@@ -464,10 +535,13 @@ const std::string& TelemetryServer::control_endpoint() const {
 
 nlohmann::json TelemetryServer::info() const {
     const auto& o = impl_->o;
+    // host and pid tell a reader on the same machine whether the file is stale (docs/protocol.md).
+    char host[256] = {};
+    if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
     nlohmann::ordered_json j = {
         {"schema", kEndpointsSchema}, {"run_id", o.run_id},          {"pid", static_cast<int64_t>(::getpid())},
-        {"started", unix_time()},     {"publish", impl_->pub_ep},    {"snapshot", impl_->snap_ep},
-        {"control", impl_->ctl_ep},   {"curve", o.curve.has_value()}};
+        {"host", std::string(host)},  {"started", unix_time()},      {"publish", impl_->pub_ep},
+        {"snapshot", impl_->snap_ep}, {"control", impl_->ctl_ep},    {"curve", o.curve.has_value()}};
     if (o.curve) j["curve_server_public_key"] = o.curve->server.public_key;
     if (!o.curve && !impl_->ctl_ep.empty()) j["control_token_file"] = kControlTokenFile;
     return nlohmann::json(j);
@@ -483,6 +557,7 @@ ServerStats TelemetryServer::stats() const {
     s.control_requests = impl_->control_requests.load();
     s.malformed = impl_->malformed.load();
     s.unauthorized = impl_->unauthorized.load();
+    s.rate_limited = impl_->rate_limited.load();
     s.last_seq = impl_->last_seq.load();
     return s;
 }

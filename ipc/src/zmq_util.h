@@ -1,6 +1,7 @@
 #pragma once
 // Small cppzmq helpers shared by the server and the clients (internal to ipc/).
 #include "mwb/ipc/curve.h"
+#include "mwb/ipc/endpoint.h"
 #include "mwb/ipc/error.h"
 
 #include <zmq.hpp>
@@ -43,9 +44,20 @@ inline bool send_frames(zmq::socket_t& s, const std::vector<std::string>& frames
     }
 }
 
+/// What the loopback names bind to (docs/protocol.md, "Security"): ZeroMQ's bind resolves no host
+/// names, so "localhost" binds 127.0.0.1 (IPv4 only, as Megatron's and PyTorch's rendezvous do); an
+/// IPv6 address such as [::1] needs ZMQ_IPV6 on the socket, for bind and connect alike.
+inline std::string prepare_tcp(zmq::socket_t& s, const std::string& endpoint, bool binding) {
+    if (!endpoint.starts_with("tcp://")) return endpoint;
+    const Endpoint e = parse_endpoint(endpoint);
+    if (e.host.find(':') != std::string::npos) s.set(zmq::sockopt::ipv6, 1);
+    if (binding && e.host == "localhost") return "tcp://127.0.0.1:" + std::to_string(e.port);
+    return endpoint;
+}
+
 inline std::string bind_checked(zmq::socket_t& s, const std::string& endpoint, std::string_view what) {
     try {
-        s.bind(endpoint);
+        s.bind(prepare_tcp(s, endpoint, true));
     } catch (const zmq::error_t& e) {
         throw Error(std::string(what) + " endpoint " + endpoint + ": cannot bind: " + e.what());
     }
@@ -54,7 +66,7 @@ inline std::string bind_checked(zmq::socket_t& s, const std::string& endpoint, s
 
 inline void connect_checked(zmq::socket_t& s, const std::string& endpoint, std::string_view what) {
     try {
-        s.connect(endpoint);
+        s.connect(prepare_tcp(s, endpoint, false));
     } catch (const zmq::error_t& e) {
         throw Error(std::string(what) + " endpoint " + endpoint + ": cannot connect: " + e.what());
     }

@@ -270,6 +270,26 @@ private slots:
 
     void valid_config_passes() { QVERIFY(validate(valid_config(), 1).empty()); }
 
+    // NullTokenizer: current Megatron-LM's vocabulary is vocab_size ids (EOD = vocab_size - 1 or
+    // null_tokenizer_eod_id), the legacy reading vocab_size + 1; the EOD id is checked against it.
+    void null_tokenizer_vocabulary_and_eod_id() {
+        Config c = valid_config();
+        c.data.tokenizer_type = "NullTokenizer";
+        c.model.vocab_size = 50257;
+        QCOMPARE(model_vocab_size(c), int64_t{50257});
+        QVERIFY(validate(c, 1).empty());
+        c.data.null_tokenizer_eod_id = 50257;
+        QVERIFY(mentions(validate(c, 1), "null_tokenizer_eod_id", "[0, vocab_size = 50257)"));
+        c.data.null_tokenizer_eod_id = 0;
+        QVERIFY(validate(c, 1).empty());
+        c.data.null_tokenizer_legacy_eod = true;
+        QVERIFY(mentions(validate(c, 1), "null_tokenizer_eod_id", "cannot be combined"));
+        c.data.null_tokenizer_eod_id = -1;
+        QVERIFY(validate(c, 1).empty());
+        QCOMPARE(model_vocab_size(c), int64_t{50258});
+        QCOMPARE(padded_vocab_size(c), int64_t{50304});
+    }
+
     void validation_names_each_field() {
         Config c = valid_config();
         c.model.num_attention_heads = 5;                        // does not divide 64

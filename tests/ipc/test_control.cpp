@@ -124,6 +124,7 @@ private slots:
             const auto r = client.request("stop", 5s);
             QCOMPARE(r["ok"], false);
             QVERIFY2(r["error"].get<std::string>().find("unauthorized") != std::string::npos, r.dump().c_str());
+            QCOMPARE(r["code"], "unauthorized");
         }
         QVERIFY(trainer.actions().empty());
         QCOMPARE(server.stats().unauthorized, 3u);
@@ -138,14 +139,22 @@ private slots:
         ipc::ControlClient client({server.control_endpoint(), token, std::nullopt});
         const auto unknown = client.request_raw(ipc::make_control_request("explode", "x", token), 5s);
         QVERIFY(unknown && unknown->find("field action") != std::string::npos);
+        const auto unknown_reply = nlohmann::json::parse(*unknown);
+        QCOMPARE(unknown_reply["code"], "bad_request");
+        QCOMPARE(unknown_reply["id"], "x");  // the id of a malformed request is echoed when it parses
         const auto garbage = client.request_raw("{{{", 5s);
         QVERIFY(garbage && garbage->find("malformed") != std::string::npos);
-        QCOMPARE(server.stats().malformed, 2u);
+        QCOMPARE(nlohmann::json::parse(*garbage)["code"], "bad_request");
+        QCOMPARE(nlohmann::json::parse(*garbage)["id"], "");
+        const auto bad_id = client.request_raw(R"({"schema":"mwb.control/1","action":"stop","id":17})", 5s);
+        QCOMPARE(nlohmann::json::parse(*bad_id)["id"], "");  // an id that is not a string is not echoed
+        QCOMPARE(server.stats().malformed, 3u);
         // Nobody polls: the first request stays pending, a second with its id is refused.
         ipc::ControlClient other({server.control_endpoint(), token, std::nullopt});
         QVERIFY(!client.request_raw(ipc::make_control_request("pause", "same", token), 200ms));
         const auto dup = other.request_raw(ipc::make_control_request("pause", "same", token), 5s);
         QVERIFY(dup && dup->find("already pending") != std::string::npos);
+        QCOMPARE(nlohmann::json::parse(*dup)["code"], "duplicate_id");
         QVERIFY(server.poll_control());
     }
 
@@ -161,6 +170,30 @@ private slots:
         end.join();
         QCOMPARE(r["ok"], false);
         QVERIFY(r["error"].get<std::string>().find("ended") != std::string::npos);
+        QCOMPARE(r["code"], "run_ended");
+    }
+
+    // "Loopback" is 127.0.0.0/8, localhost (bound as 127.0.0.1: ZeroMQ resolves no names when binding)
+    // and [::1] (ZMQ_IPV6 on the socket): each binds in plaintext and answers a control request.
+    void loopback_names_bind_and_answer() {
+        for (const std::string host : {"127.0.0.1", "127.0.0.2", "localhost", "[::1]"}) {
+            const std::string token = ipc::random_token();
+            auto o = plain(token);
+            o.publish_endpoint = o.snapshot_endpoint = o.control_endpoint = "tcp://" + host + ":0";
+            std::unique_ptr<ipc::TelemetryServer> server;
+            const QString err = error_of([&] { server = std::make_unique<ipc::TelemetryServer>(o); });
+            if (host == "[::1]" && err.contains("cannot bind")) {
+                qWarning("no IPv6 loopback on this machine: [::1] not checked (%s)", qPrintable(err));
+                continue;
+            }
+            QVERIFY2(err.isEmpty(), qPrintable(err));
+            const std::string bound = server->control_endpoint();
+            QVERIFY2(bound.starts_with("tcp://" + (host == "localhost" ? std::string("127.0.0.1") : host) + ":"),
+                     bound.c_str());
+            FakeTrainer trainer(*server);
+            ipc::ControlClient client({bound, token, std::nullopt});
+            QCOMPARE(client.request("status", 5s, "loop")["ok"], true);
+        }
     }
 
     void a_silent_run_times_out_with_a_clear_error() {

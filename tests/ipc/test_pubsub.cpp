@@ -6,10 +6,13 @@
 #include "support/fixtures.h"
 
 #include "mwb/ipc/follower.h"
+#include "mwb/ipc/requests.h"
 #include "mwb/ipc/server.h"
 
 #include <QtTest>
+#include <zmq.hpp>
 
+#include <algorithm>
 #include <fstream>
 
 using namespace mwb;
@@ -54,6 +57,29 @@ ipc::FollowerOptions follow(const std::string& endpoint) {
     f.silence_timeout = 600ms;
     f.request_timeout = 1000ms;
     return f;
+}
+
+/// Sends `n` snapshot requests from `s` back to back, waits until the server has handled them all
+/// (its counters, not a clock), and returns the header frames of the replies that came.
+std::vector<nlohmann::json> ask_snapshots(zmq::socket_t& s, ipc::TelemetryServer& server, int n) {
+    const auto handled = [&] { return server.stats().snapshot_requests + server.stats().rate_limited; };
+    const uint64_t target = handled() + static_cast<uint64_t>(n);
+    for (int i = 0; i < n; ++i) s.send(zmq::buffer(ipc::make_snapshot_request(0)), zmq::send_flags::none);
+    test::wait_until([&] { return handled() >= target; });
+    std::vector<nlohmann::json> headers;
+    zmq::message_t part;
+    // The replies were sent right after counting; 300 ms is only how long a reply may still be on its way.
+    s.set(zmq::sockopt::rcvtimeo, 300);
+    while (s.recv(part, zmq::recv_flags::none)) {
+        headers.push_back(nlohmann::json::parse(part.to_string(), nullptr, false));
+        while (part.more() && s.recv(part, zmq::recv_flags::none)) {
+        }
+    }
+    return headers;
+}
+
+int count_ok(const std::vector<nlohmann::json>& headers) {
+    return static_cast<int>(std::count_if(headers.begin(), headers.end(), [](const auto& h) { return h["ok"] == true; }));
 }
 
 /// Reads until message `last` of `run` arrived (or the timeout); checks order and contiguity.
@@ -120,6 +146,82 @@ private slots:
         collect(f, 0, 99, run);
         QVERIFY(f.stats().snapshots >= 15);
         QCOMPARE(f.stats().from_snapshots, 100u);
+    }
+
+    // The snapshot socket's rate limit, counted not timed: with a refill rate no test reaches, each
+    // peer (connection) gets exactly its burst, a second peer its own; the first refusal says
+    // rate_limited with a retry_after_s, in the snapshot schema, and what the peer asks before that
+    // time is dropped unanswered (counted).
+    void snapshot_requests_are_limited_per_peer() {
+        FakeRun run;
+        auto o = options(run);
+        o.snapshot_requests_per_s = 1e-6;
+        o.snapshot_request_burst = 3;
+        ipc::TelemetryServer server(o);
+        run.publish(server, 10);
+        QVERIFY(server.flush(5s));
+        zmq::context_t ctx;
+        zmq::socket_t a(ctx, zmq::socket_type::dealer), b(ctx, zmq::socket_type::dealer);
+        for (zmq::socket_t* s : {&a, &b}) {
+            s->set(zmq::sockopt::linger, 0);
+            s->connect(server.snapshot_endpoint());
+        }
+        const auto first = ask_snapshots(a, server, 8);
+        QCOMPARE(first.size(), std::size_t{4});  // 3 pages and one refusal
+        QCOMPARE(count_ok(first), 3);
+        for (const auto& h : first) {
+            QCOMPARE(h["schema"], "mwb.snapshot/1");
+            if (h["ok"] == true) continue;
+            QCOMPARE(h["code"], "rate_limited");
+            QVERIFY2(h["retry_after_s"].get<double>() > 0, h.dump().c_str());
+        }
+        const auto second = ask_snapshots(b, server, 4);
+        QCOMPARE(second.size(), std::size_t{4});
+        QCOMPARE(count_ok(second), 3);
+        QCOMPARE(server.stats().rate_limited, 6u);
+        QCOMPARE(server.stats().snapshot_requests, 6u);
+    }
+
+    // The reply-bytes budget is shared by all peers: once two pages (the burst) are sent, a fresh
+    // connection is refused too.
+    void snapshot_bytes_are_limited_across_peers() {
+        FakeRun run;
+        auto o = options(run);
+        o.snapshot_bytes_per_s = 1e-6;
+        o.snapshot_page_bytes = 2000;  // burst: 4000 bytes
+        ipc::TelemetryServer server(o);
+        run.publish(server, 100);
+        QVERIFY(server.flush(5s));
+        zmq::context_t ctx;
+        std::vector<nlohmann::json> headers;
+        for (int i = 0; i < 8; ++i) {
+            zmq::socket_t s(ctx, zmq::socket_type::dealer);
+            s.set(zmq::sockopt::linger, 0);
+            s.connect(server.snapshot_endpoint());
+            const auto h = ask_snapshots(s, server, 1);
+            QCOMPARE(h.size(), std::size_t{1});
+            headers.push_back(h[0]);
+        }
+        const int ok = count_ok(headers);
+        QVERIFY2(ok >= 2 && ok <= 3, qPrintable(QString::number(ok)));
+        for (int i = ok; i < 8; ++i) QCOMPARE(headers[static_cast<std::size_t>(i)]["code"], "rate_limited");
+    }
+
+    // A follower that is rate-limited waits as told and still gets the whole series.
+    void a_rate_limited_follower_still_gets_everything() {
+        FakeRun run;
+        auto o = options(run);
+        o.snapshot_page_messages = 7;  // 100 messages: 15 pages
+        o.snapshot_requests_per_s = 50;
+        o.snapshot_request_burst = 1;
+        ipc::TelemetryServer server(o);
+        run.publish(server, 100);
+        QVERIFY(server.flush(5s));
+        ipc::Follower f(follow(server.publish_endpoint()));
+        collect(f, 0, 99, run);
+        QCOMPARE(f.stats().from_snapshots, 100u);
+        QCOMPARE(f.stats().malformed, 0u);
+        QCOMPARE(f.stats().rate_limited, server.stats().rate_limited);
     }
 
     void slow_subscriber_loses_live_messages_and_refills_them() {

@@ -25,7 +25,7 @@ constexpr int kGlobalBatch = 8;
 constexpr int kIterations = 20;
 
 QStringList model_args(const fs::path& run_dir) {
-    return {"--preset", "tiny-cpu-demo", "--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", "255",
+    return {"--preset", "tiny-cpu-demo", "--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", "256",
             "--make-vocab-size-divisible-by", "64", "--num-layers", "4", "--hidden-size", "32",
             "--num-attention-heads", "4", "--seq-length", "16", "--micro-batch-size", "2", "--global-batch-size",
             QString::number(kGlobalBatch), "--train-iters", QString::number(kIterations), "--lr", "2e-3",

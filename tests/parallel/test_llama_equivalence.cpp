@@ -30,7 +30,7 @@ QStringList model_args(const fs::path& run_dir) {
             "--tokenizer-type",
             "NullTokenizer",
             "--vocab-size",
-            "255",
+            "256",
             "--make-vocab-size-divisible-by",
             "64",
             "--num-layers",

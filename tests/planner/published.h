@@ -56,7 +56,7 @@ inline Config paper_gpt(int layers, int hidden, int heads, int tp, int pp, int b
     c.model.hidden_size = hidden;
     c.model.num_attention_heads = heads;
     c.model.seq_length = 2048;
-    c.model.vocab_size = 51199;
+    c.model.vocab_size = 51200;
     c.data.tokenizer_type = "NullTokenizer";
     c.data.mock_data = true;
     c.parallel.tensor_model_parallel_size = tp;
@@ -66,6 +66,7 @@ inline Config paper_gpt(int layers, int hidden, int heads, int tp, int pp, int b
     c.training.fp16 = true;
     c.training.lr = 1e-4;
     c.training.train_iters = 1;
+    c.logging.mfu_attention_flops = "full";  // the paper counts the whole s×s attention matrix
     return c;
 }
 
@@ -118,7 +119,7 @@ inline Config small_gpt(int tp, int pp) {
     c.model.hidden_size = 32;
     c.model.num_attention_heads = 4;
     c.model.seq_length = 16;
-    c.model.vocab_size = 127;
+    c.model.vocab_size = 128;
     c.data.tokenizer_type = "NullTokenizer";
     c.data.mock_data = true;
     c.parallel.tensor_model_parallel_size = tp;

@@ -114,10 +114,14 @@ private slots:
 
     // Megatron-LM's num_floating_point_operations for a dense GQA/SwiGLU model (BSHD, no MoE/MTP):
     //   T·3·2·[ h·f·3·L + (h·(q + 2k) + q·h)·L + h·V ] + B·s²·(3·2·q/2·2)·L,  q = a·d, k = G·d;
-    // the project counts the attention core over the full matrix: B·s²·3·2·q·L more.
-    void flops_are_megatron_lms_with_the_full_attention_matrix() {
+    // that is the default (causal) reading; the full reading counts the attention core over the whole
+    // matrix: B·s²·3·2·q·L more.
+    void flops_are_megatron_lms_in_both_attention_readings() {
         for (const test::LlamaRow& r : test::kLlamaFamily) {
-            const Plan p = plan_preset(r);
+            const Plan current = plan_preset(r);
+            Config c = load_preset(r.preset);
+            c.logging.mfu_attention_flops = "full";
+            const Plan p = plan(c, make_cluster(find_device(device_catalogue(), "H100"), 8, r.nodes));
             const double B = static_cast<double>(p.layout.global_batch), s = static_cast<double>(p.model.s);
             const double T = B * s, L = r.layers, h = r.hidden, f = r.ffn, V = static_cast<double>(p.model.V);
             const double q = static_cast<double>(r.heads) * (h / r.heads), k = r.groups * (h / r.heads);
@@ -125,11 +129,15 @@ private slots:
                 T * (3 * 2 * h * f * 3 * L + 3 * 2 * (h * (q + 2 * k) + q * h) * L + 3 * 2 * h * V) +
                 B * s * s * (3 * 2 * q / 2 * 2) * L;
             const double causal_half = B * s * s * 3 * 2 * q * L / 2 * 2;
+            QVERIFY2(std::fabs(current.flops.model / megatron - 1) < 1e-12,
+                     qPrintable(QString("%1: %2 vs %3").arg(r.preset).arg(current.flops.model).arg(megatron)));
             QVERIFY2(std::fabs(p.flops.model / (megatron + causal_half) - 1) < 1e-12,
                      qPrintable(QString("%1: %2 vs %3").arg(r.preset).arg(p.flops.model).arg(megatron + causal_half)));
             // Selective recomputation adds the attention core's forward: 4·s·a·d per token and layer.
-            if (p.layout.recompute == Recompute::Selective)
+            if (p.layout.recompute == Recompute::Selective) {
                 QVERIFY(std::fabs(p.flops.hardware / (p.flops.model + T * L * 4 * s * q) - 1) < 1e-12);
+                QVERIFY(std::fabs(current.flops.hardware / (current.flops.model + T * L * 2 * s * q) - 1) < 1e-12);
+            }
         }
     }
 
@@ -139,8 +147,9 @@ private slots:
             Config c = test::paper_gpt(r.layers, r.hidden, r.heads, r.tp, r.pp, r.batch, 1);
             resolve(c, r.gpus, 0);
             const double h = r.hidden, f = 4 * h, s = 2048;
-            QCOMPARE(layer_forward_flops(c.model).total(), 8 * h * h + 4 * h * f + 4 * s * h);
-            QCOMPARE(layer_forward_flops(c.model).attention, 4 * s * h);
+            QCOMPARE(layer_forward_flops(c.model, "full").total(), 8 * h * h + 4 * h * f + 4 * s * h);
+            QCOMPARE(layer_forward_flops(c.model, "full").attention, 4 * s * h);
+            QCOMPARE(layer_forward_flops(c.model, "causal").attention, 2 * s * h);
         }
     }
 

@@ -27,7 +27,7 @@ QStringList model_flags() {
             "--tokenizer-type",
             "NullTokenizer",
             "--vocab-size",
-            "255",
+            "256",
             "--make-vocab-size-divisible-by",
             "64",
             "--num-layers",

@@ -47,6 +47,36 @@ private slots:
         }
     }
 
+    // GPT-3 175B (Table 1: L 96, h 12288, batch 1536; s 2048, V 51200), model FLOPs per iteration in
+    // both readings, the formulas' text evaluated in float64 outside this code:
+    //   full   (Narayanan et al. 2021, eq. 3 without the recompute term; Megatron-LM up to core_v0.11)
+    //          72·B·s·L·h²·(1 + s/(6h)  + V/(12·L·h)) = 3.3861967463873244e18
+    //   causal (Megatron-LM since core_v0.12.0: half of the s×s scores and context)
+    //          72·B·s·L·h²·(1 + s/(12h) + V/(12·L·h)) = 3.3405978001601987e18
+    // Full recomputation adds one forward in the same reading: 4/3 of the layer terms.
+    void gpt3_175b_flops_in_both_attention_readings() {
+        Config c = test::paper_gpt(96, 12288, 96, 8, 8, 1536, 1);
+        test::full_recompute(c);
+        const double B = 1536, s = 2048, L = 96, h = 12288, V = 51200;
+        for (const char* reading : {"full", "causal"}) {
+            c.logging.mfu_attention_flops = reading;
+            const bool full = std::string(reading) == "full";
+            const Plan p = plan(c, test::dgx_a100(1024));
+            QVERIFY2(p.estimated, reading);
+            const double expected = full ? 3.3861967463873244e18 : 3.3405978001601987e18;
+            QVERIFY2(std::fabs(p.flops.model / expected - 1) < 1e-15, qPrintable(QString::number(p.flops.model)));
+            const double attention = full ? s / (6 * h) : s / (12 * h);
+            const double layers = 72 * B * s * L * h * h * (1 + attention);
+            QVERIFY(std::fabs(p.flops.hardware / (p.flops.model + layers / 3) - 1) < 1e-12);
+            // The planner's MFU is the model FLOPs over its predicted time: the reading moves it alike.
+            QVERIFY(std::fabs(p.time.mfu - p.flops.model / p.time.iteration_s / 1024 / p.time.peak_flops) < 1e-12);
+        }
+        c.logging.mfu_attention_flops = "full";
+        const double full_flops = plan(c, test::dgx_a100(1024)).flops.model;
+        c.logging.mfu_attention_flops = "causal";
+        QCOMPARE(full_flops / plan(c, test::dgx_a100(1024)).flops.model, 3.3861967463873244 / 3.3405978001601987);
+    }
+
     // The per-stage split used for timing adds up to the project's definition for every mode.
     void stage_flops_add_up_to_flops_per_iteration() {
         struct Case {

@@ -78,7 +78,7 @@ private slots:
     }
 
     void null_tokenizer_is_refused() {
-        NullTokenizer tok(100);
+        NullTokenizer tok(100, 99);
         const std::string e = mwb::test::error_of([&] { ensure_bundled_corpus(tok, true); });
         QVERIFY2(e.find("NullTokenizer") != std::string::npos, e.c_str());
     }

@@ -44,8 +44,8 @@ private slots:
     }
 
     void null_tokenizer_is_megatrons() {
-        NullTokenizer tok(1000);
-        QCOMPARE(tok.vocab_size(), 1001);  // vocab_size + EOD, as Megatron-LM
+        NullTokenizer tok(1001, 1000);
+        QCOMPARE(tok.vocab_size(), 1001);
         QCOMPARE(tok.eod(), 1000);
         const auto ids = tok.encode("1 2  999\n0 1000");
         QCOMPARE(ids, (std::vector<int32_t>{1, 2, 999, 0, 1000}));
@@ -54,7 +54,8 @@ private slots:
         QVERIFY(error_of([&] { tok.encode("1 x 2"); }).find("'x'") != std::string::npos);
         QVERIFY(error_of([&] { tok.encode("1001"); }).find("1001") != std::string::npos);
         QVERIFY(error_of([&] { tok.encode("-3"); }).find("-3") != std::string::npos);
-        QVERIFY(!error_of([] { NullTokenizer bad(0); }).empty());
+        QVERIFY(!error_of([] { NullTokenizer bad(0, 0); }).empty());
+        QVERIFY(error_of([] { NullTokenizer bad(10, 10); }).find("null-tokenizer-eod-id") != std::string::npos);
     }
 
     void factory_builds_each_type() {
@@ -65,8 +66,31 @@ private slots:
         d.tokenizer_type = "NullTokenizer";
         m.vocab_size = 50;
         const auto null = make_tokenizer(d, m);
-        QCOMPARE(null->vocab_size(), 51);
-        QCOMPARE(null->fingerprint(), std::string("NullTokenizer-50"));
+        QCOMPARE(null->vocab_size(), 50);
+        QCOMPARE(null->fingerprint(), std::string("NullTokenizer-50-eod49"));
+    }
+
+    // Megatron-LM's NullTokenizer, megatron/core/tokenizers/text/libraries/null_tokenizer.py: since
+    // core_v0.18.0 (commit c9dfe34, #4057) vocab_size = N and eod = N - 1 unless --null-tokenizer-eod-id;
+    // before it (and the legacy megatron/training/tokenizer _NullTokenizer) vocab_size = N + 1, eod = N.
+    void null_tokenizer_readings_current_and_legacy() {
+        DataConfig d;
+        ModelConfig m;
+        d.tokenizer_type = "NullTokenizer";
+        m.vocab_size = 128256;
+        auto tok = make_tokenizer(d, m);
+        QCOMPARE(tok->vocab_size(), 128256);
+        QCOMPARE(tok->eod(), 128255);
+        d.null_tokenizer_eod_id = 0;
+        tok = make_tokenizer(d, m);
+        QCOMPARE(tok->vocab_size(), 128256);
+        QCOMPARE(tok->eod(), 0);
+        d.null_tokenizer_eod_id = -1;
+        d.null_tokenizer_legacy_eod = true;
+        tok = make_tokenizer(d, m);
+        QCOMPARE(tok->vocab_size(), 128257);
+        QCOMPARE(tok->eod(), 128256);
+        QCOMPARE(tok->encode("128256"), (std::vector<int32_t>{128256}));
     }
 
     void factory_errors_name_the_field_and_file() {

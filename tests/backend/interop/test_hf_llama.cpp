@@ -50,7 +50,7 @@ GptDims dims_of(const HfLlamaConfig& c, int64_t seq, int64_t micro_batch) {
     Config cfg;
     c.apply_to(cfg.model);
     cfg.data.tokenizer_type = "NullTokenizer";
-    cfg.model.vocab_size = static_cast<int>(c.vocab - 1);
+    cfg.model.vocab_size = static_cast<int>(c.vocab);  // NullTokenizer: vocab_size ids, EOD among them
     resolve(cfg, 1, 0);
     GptDims d = GptDims::from_config(cfg);
     d.seq = seq;

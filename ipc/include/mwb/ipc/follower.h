@@ -45,6 +45,7 @@ struct FollowerStats {
     uint64_t duplicates = 0;      ///< messages dropped because they were already handed out
     uint64_t reconnects = 0;
     uint64_t malformed = 0;      ///< frames that were not valid messages or replies
+    uint64_t rate_limited = 0;   ///< snapshot requests the server refused as rate_limited (asked again later)
     uint64_t unrecoverable = 0;  ///< seqs the server no longer had (holes skipped)
     uint64_t runs = 0;           ///< distinct run_ids seen
 };

@@ -39,6 +39,15 @@ struct ServerOptions {
     std::size_t snapshot_page_bytes = std::size_t{8} << 20;
     std::size_t max_pending_control = 64;  ///< requests waiting for the trainer
     int publish_hwm = 100000;  ///< messages queued per subscriber; a slower one loses messages (and re-asks)
+    /// The snapshot socket answers whoever can connect (anyone on the machine, on loopback without
+    /// CURVE), and a page costs the server's thread a copy of up to snapshot_page_bytes: each peer
+    /// (connection) may send snapshot_requests_per_s requests per second, in bursts of
+    /// snapshot_request_burst, and all peers together receive snapshot_bytes_per_s reply bytes per
+    /// second, in bursts of two pages. Beyond that the reply is "rate_limited" with "retry_after_s";
+    /// a peer asking again before then gets no reply (counted in rate_limited).
+    double snapshot_requests_per_s = 20;
+    double snapshot_request_burst = 10;
+    double snapshot_bytes_per_s = 8.0 * (1 << 20);
 };
 
 struct ServerStats {
@@ -50,6 +59,7 @@ struct ServerStats {
     uint64_t control_requests = 0;  ///< accepted and handed to the trainer
     uint64_t malformed = 0;         ///< frames dropped or refused as malformed
     uint64_t unauthorized = 0;      ///< control requests with a wrong token, CURVE clients not admitted
+    uint64_t rate_limited = 0;      ///< snapshot requests refused by the rate limit (answered or not)
     int64_t last_seq = -1;          ///< newest message in the history
 };
 
