@@ -186,7 +186,7 @@ private slots:
             db.exec("PRAGMA user_version = 99");
         }
         QString err = error_of([&] { store::Store s(t / "future.sqlite"); });
-        QVERIFY2(err.contains("future.sqlite") && err.contains("schema version 99") && err.contains("up to 3"),
+        QVERIFY2(err.contains("future.sqlite") && err.contains("schema version 99") && err.contains(QString("up to %1").arg(store::kSchemaVersion)),
                  qPrintable(err));
         {
             store::Database db(t / "foreign.sqlite");
