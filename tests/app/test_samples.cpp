@@ -171,7 +171,7 @@ private slots:
         // and the highlight is drawn: rows of the amber behind nine prompts
         const int amber = pixels_of(panel->text()->viewport(), prompt_background());
         QVERIFY2(amber > 9 * 200, qPrintable(QString::number(amber)));
-        test::maybe_save_shot(view, "samples_panel");
+        test::maybe_save_shot(view, "samples-panel");
 
         // selectable and copyable with the keyboard
         QTest::mouseClick(panel->text()->viewport(), Qt::LeftButton, {}, QPoint(20, 20));
