@@ -48,30 +48,16 @@ std::string completion_of(int64_t iteration, std::size_t prompt) {
 
 std::string sample_message(const std::string& run, int64_t seq, int64_t iteration, std::size_t prompt,
                            json overrides = json::object()) {
-    json f = {{"iteration", iteration},
-              {"consumed_tokens", iteration * 256},
-              {"prompt_index", static_cast<int64_t>(prompt)},
-              {"prompt", kPrompts[prompt]},
-              {"completion", completion_of(iteration, prompt)},
-              {"prompt_tokens", 3},
-              {"completion_tokens", 4},
-              {"finish_reason", "length"},
-              {"greedy", true},
-              {"temperature", 0},
-              {"top_k", 0},
-              {"top_p", 1.0},
-              {"seed", 1234},
-              {"time_s", 0.01}};
+    json f = test::sample_fields(iteration, static_cast<int64_t>(prompt), kPrompts[prompt], completion_of(iteration, prompt));
+    f["consumed_tokens"] = iteration * 256;
+    f["completion_tokens"] = 4;
+    f["time_s"] = 0.01;
     f.update(overrides);
-    auto m = json::parse(test::wire_message(run, seq, "sample", f));
-    m["schema"] = "mwb.telemetry/1.1";
-    return m.dump();
+    return test::wire_message_1_1(run, seq, "sample", f);
 }
 
 std::string start_message(const std::string& run) {
-    auto m = json::parse(test::wire_message(run, 0, "run.start", {{"config", {{"log_interval", 1}}}, {"iteration", 0}}));
-    m["schema"] = "mwb.telemetry/1.1";
-    return m.dump();
+    return test::wire_message_1_1(run, 0, "run.start", {{"config", {{"log_interval", 1}}}, {"iteration", 0}});
 }
 
 ipc::Message parsed(const std::string& text) {

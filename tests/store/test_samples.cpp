@@ -4,6 +4,7 @@
 // both envelopes (mwb.telemetry/1 and /1.1); a malformed sample is refused with its field named and
 // kept whole; the same prompt is compared across runs at their newest or a chosen iteration.
 #include "ipc/wire_fixtures.h"
+#include "store_fixtures.h"
 #include "support/fixtures.h"
 
 #include "mwb/ipc/follower.h"
@@ -14,10 +15,7 @@
 
 #include <QtTest>
 
-#include <sqlite3.h>
 
-#include <fstream>
-#include <sstream>
 
 using namespace mwb;
 using namespace std::chrono_literals;
@@ -29,44 +27,17 @@ namespace {
 const std::string kOld = "20261130-090000-gpt-5a6b7c8d";
 
 fs::path make_v3(const test::TempDir& t) {
-    std::ifstream in(fs::path(MWB_STORE_FIXTURES) / "store_v3.sql");
-    std::stringstream sql;
-    sql << in.rdbuf();
-    const fs::path file = t / "v3.sqlite";
-    sqlite3* db = nullptr;
-    sqlite3_open(file.c_str(), &db);
-    char* err = nullptr;
-    const int rc = sqlite3_exec(db, sql.str().c_str(), nullptr, nullptr, &err);
-    const std::string why = err ? err : "";
-    sqlite3_free(err);
-    sqlite3_close(db);
-    if (rc != SQLITE_OK) throw std::runtime_error("fixture: " + why);
-    return file;
+    return test::store_from_dump("store_v3.sql", t / "v3.sqlite");
 }
 
-/// A sample's fields as the trainer publishes them (contract: SAMPLES_CONTRACT.md).
 json sample_fields(int64_t iteration, int64_t prompt_index, const std::string& prompt, const std::string& completion) {
-    return {{"iteration", iteration},
-            {"consumed_tokens", iteration * 2048},
-            {"prompt_index", prompt_index},
-            {"prompt", prompt},
-            {"completion", completion},
-            {"prompt_tokens", 3},
-            {"completion_tokens", 7},
-            {"finish_reason", "length"},
-            {"greedy", false},
-            {"temperature", 0.8},
-            {"top_k", 40},
-            {"top_p", 0.95},
-            {"seed", 1234},
-            {"time_s", 0.05}};
+    return test::sample_fields(iteration, prompt_index, prompt, completion, true);
 }
 
 std::string wire(const std::string& run, int64_t seq, const std::string& topic, const json& fields,
                  const char* schema = "mwb.telemetry/1.1") {
-    auto m = json::parse(test::wire_message(run, seq, topic, fields));
-    m["schema"] = schema;
-    return m.dump();
+    return schema == std::string("mwb.telemetry/1") ? test::wire_message(run, seq, topic, fields)
+                                                    : test::wire_message_1_1(run, seq, topic, fields);
 }
 
 ipc::Message msg(const std::string& text) {

@@ -30,9 +30,7 @@ void check(bool ok, const std::string& what) {
 }
 
 std::string line(const std::string& run, int64_t seq, const std::string& topic, const json& fields) {
-    auto m = json::parse(test::wire_message(run, seq, topic, fields));
-    m["schema"] = "mwb.telemetry/1.1";
-    return m.dump() + "\n";
+    return test::wire_message_1_1(run, seq, topic, fields) + "\n";
 }
 
 }  // namespace
@@ -50,20 +48,8 @@ int main() {
         if (it % 2 == 0)
             for (int64_t p = 0; p < 2; ++p)
                 samples << line(run, seq++, "sample",
-                                {{"iteration", it},
-                                 {"consumed_tokens", it * 1024},
-                                 {"prompt_index", p},
-                                 {"prompt", p == 0 ? "In the beginning" : "And the earth"},
-                                 {"completion", " at " + std::to_string(it)},
-                                 {"prompt_tokens", 3},
-                                 {"completion_tokens", 2},
-                                 {"finish_reason", "length"},
-                                 {"greedy", true},
-                                 {"temperature", 0},
-                                 {"top_k", 0},
-                                 {"top_p", 1.0},
-                                 {"seed", 1234},
-                                 {"time_s", 0.01}});
+                                test::sample_fields(it, p, p == 0 ? "In the beginning" : "And the earth",
+                                                    " at " + std::to_string(it)));
     }
     events << line(run, seq++, "run.end", {{"status", "finished"}, {"iteration", 4}});
     events.close();
