@@ -15,8 +15,6 @@
 
 #include <QtTest>
 
-
-
 using namespace mwb;
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
