@@ -193,7 +193,8 @@ void MonitorView::onUpdated(std::size_t new_events, bool reset) {
 void MonitorView::syncSamples(bool reset) {
     const auto& samples = live_->traces().samples;
     samples_->sync(samples, reset);
-    log_tabs_->setTabText(1, samples.empty() ? tr("Samples") : tr("Samples (%1)").arg(samples.size()));
+    const QString title = samples.empty() ? tr("Samples") : tr("Samples (%1)").arg(samples.size());
+    if (log_tabs_->tabText(1) != title) log_tabs_->setTabText(1, title);  // not 30 relayouts a second
 }
 
 void MonitorView::redraw() {

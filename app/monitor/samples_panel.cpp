@@ -46,6 +46,7 @@ SamplesPanel::SamplesPanel(QWidget* parent) : QWidget(parent) {
     text_->setObjectName(QStringLiteral("samplesText"));
     text_->setOpenLinks(false);
     text_->setTextInteractionFlags(Qt::TextSelectableByMouse | Qt::TextSelectableByKeyboard);
+    text_->document()->setUndoRedoEnabled(false);  // rebuilt, never edited
     layout->addWidget(text_, 1);
     connect(filter_, &QComboBox::currentIndexChanged, this, [this] { rebuild(); });
     rebuild();
@@ -82,13 +83,16 @@ void SamplesPanel::rebuild() {
     const int keep_scroll = text_->verticalScrollBar()->value();
     text_->clear();
     QTextCursor c(text_->document());
+    c.beginEditBlock();  // one layout pass for the whole text, not one per insert
     QTextBlockFormat first_block, block, heading_block;
     heading_block.setTopMargin(10);
     block.setTopMargin(4);
-    int shown = 0;
+    std::size_t shown = 0, drawn = 0;
     bool first = true;
     for (const auto& [iteration, prompts] : by_iteration) {
-        if (shown++ == kMaxIterations) break;
+        if (drawn >= static_cast<std::size_t>(kMaxShownSamples)) break;
+        ++shown;
+        drawn += prompts.size();
         if (!first) c.insertBlock(heading_block);
         else c.setBlockFormat(first_block);
         first = false;
@@ -113,6 +117,7 @@ void SamplesPanel::rebuild() {
                                       : tr("No sample of this prompt."),
                      note_format());
     }
+    c.endEditBlock();
     text_->verticalScrollBar()->setValue(keep_scroll);
     const auto iterations = by_iteration.size();
     summary_->setText(samples_.empty()
@@ -120,9 +125,10 @@ void SamplesPanel::rebuild() {
                           : tr("%1 samples at %2 iterations%3")
                                 .arg(samples_.size())
                                 .arg(iterations)
-                                .arg(iterations > static_cast<std::size_t>(kMaxIterations)
-                                         ? tr(" (newest %1 shown)").arg(kMaxIterations)
-                                         : QString()));
+                                .arg(iterations > shown ? tr(" (newest %1 shown%2)")
+                                                              .arg(shown)
+                                                              .arg(one ? QString() : tr("; one prompt shows more"))
+                                                        : QString()));
 }
 
 }  // namespace mwb::app

@@ -5,7 +5,9 @@
 #include "mwb/store/store.h"
 #include "statements.h"
 
+#include <algorithm>
 #include <set>
+#include <tuple>
 
 namespace mwb::store {
 
@@ -84,17 +86,29 @@ std::vector<SampleRecord> Store::samples(const std::string& uid, const SampleQue
 }
 
 std::vector<std::string> Store::sample_prompts(const std::vector<std::string>& uids) {
-    Statement s = db_.prepare(
-        "SELECT prompt, min(prompt_index), min(seq) FROM samples WHERE run = ? GROUP BY prompt "
-        "ORDER BY min(prompt_index), min(seq)");
-    std::vector<std::string> out;
+    // Skip-scan over samples_by_prompt: one seek per distinct prompt, not a read of every sample.
+    Statement first = db_.prepare("SELECT prompt, prompt_index FROM samples WHERE run = ? ORDER BY prompt LIMIT 1");
+    Statement next = db_.prepare(
+        "SELECT prompt, prompt_index FROM samples WHERE run = ? AND prompt > ? ORDER BY prompt LIMIT 1");
+    std::vector<std::tuple<int64_t, std::size_t, std::string>> found;  // prompt index, first seen, prompt
     std::set<std::string> seen;
     for (const auto& uid : uids) {
-        s.bind(1, run_row_or_throw(uid));
-        while (s.step())
-            if (seen.insert(s.text(0)).second) out.push_back(s.text(0));
-        s.reset();
+        const int64_t run = run_row_or_throw(uid);
+        first.bind(1, run);
+        std::optional<std::string> at = first.step() ? std::optional<std::string>(first.text(0)) : std::nullopt;
+        int64_t index = at ? first.int64(1) : 0;
+        first.reset();
+        while (at) {
+            if (seen.insert(*at).second) found.emplace_back(index, found.size(), *at);
+            next.bind(1, run).bind(2, *at);
+            at = next.step() ? std::optional<std::string>(next.text(0)) : std::nullopt;
+            index = at ? next.int64(1) : 0;
+            next.reset();
+        }
     }
+    std::sort(found.begin(), found.end());
+    std::vector<std::string> out;
+    for (auto& f : found) out.push_back(std::move(std::get<2>(f)));
     return out;
 }
 
