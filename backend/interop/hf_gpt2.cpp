@@ -9,43 +9,15 @@ namespace mwb::interop {
 namespace {
 
 // HF's name, with or without the "transformer." prefix (GPT2LMHeadModel saves it, GPT2Model not).
-const StTensor& hf_tensor(const SafetensorsModel& hf, const std::string& name, const std::vector<int64_t>& shape) {
+const StTensor& gpt2_tensor(const SafetensorsModel& hf, const std::string& name, const std::vector<int64_t>& shape) {
     const std::string full = "transformer." + name;
-    const StTensor& t = hf.contains(full) ? hf.get(full) : hf.get(name);
-    MWB_CHECK(t.shape == shape, "{}: tensor '{}' has shape [{}], GPT2LMHeadModel's config needs [{}]",
-              hf.file_of(t.name).path().string(), t.name, fmt::join(t.shape, ", "), fmt::join(shape, ", "));
-    return t;
-}
-
-std::vector<float> read(const SafetensorsModel& hf, const StTensor& t) {
-    std::vector<float> v(static_cast<std::size_t>(t.numel()));
-    hf.file_of(t.name).read_f32(t, v);
-    return v;
-}
-
-// (rows, cols) -> (cols, rows)
-std::vector<float> transposed(const std::vector<float>& a, int64_t rows, int64_t cols) {
-    std::vector<float> out(a.size());
-    for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = a[r * cols + c];
-    return out;
+    return hf_tensor(hf, hf.contains(full) ? full : name, shape, "GPT2LMHeadModel");
 }
 
 // Megatron's qkv row (or bias entry) for HF's c_attn output column: a·3D + j·D + d <- j·H + a·D + d.
 int64_t qkv_row(int64_t hf_col, int64_t H, int64_t D) {
     const int64_t j = hf_col / H, a = (hf_col % H) / D, d = hf_col % D;
     return a * 3 * D + j * D + d;
-}
-
-struct LayerName {
-    int64_t layer = -1;
-    std::string rest;
-};
-LayerName split_layer(const std::string& name) {
-    const std::string p = "decoder.layers.";
-    if (!name.starts_with(p)) return {};
-    const std::size_t dot = name.find('.', p.size());
-    return {std::stoll(name.substr(p.size(), dot - p.size())), name.substr(dot + 1)};
 }
 
 }  // namespace
@@ -57,11 +29,7 @@ HfGpt2Config HfGpt2Config::from_json(const nlohmann::json& j, const std::string&
                   j.value("model_type", "") == "gpt2",
               "{}: architectures {} is not GPT2LMHeadModel (model_type gpt2)", origin, archs.dump());
     HfGpt2Config c;
-    const auto need = [&](const char* key) {
-        MWB_CHECK(j.contains(key) && j[key].is_number_integer() && j[key].get<int64_t>() > 0,
-                  "{}: \"{}\" must be a positive integer", origin, key);
-        return j[key].get<int64_t>();
-    };
+    const auto need = [&](const char* key) { return positive_integer(j, key, origin); };
     c.layers = need("n_layer");
     c.hidden = need("n_embd");
     c.heads = need("n_head");
@@ -84,14 +52,14 @@ NamedTensor gpt2_from_hf(const SafetensorsModel& hf, const HfGpt2Config& c, cons
                          const std::vector<int64_t>& shape) {
     const int64_t H = c.hidden, F = c.ffn, D = c.hidden / c.heads;
     NamedTensor out{name, shape, {}};
-    const auto direct = [&](const std::string& hf_name) { out.values = read(hf, hf_tensor(hf, hf_name, shape)); };
+    const auto direct = [&](const std::string& hf_name) { out.values = hf_values(hf, gpt2_tensor(hf, hf_name, shape)); };
     const auto conv1d = [&](const std::string& hf_name, int64_t in, int64_t outs) {
-        out.values = transposed(read(hf, hf_tensor(hf, hf_name, {in, outs})), in, outs);
+        out.values = transposed(hf_values(hf, gpt2_tensor(hf, hf_name, {in, outs})), in, outs);
     };
     if (name == "embedding.word_embeddings.weight") {
         MWB_CHECK(shape.size() == 2 && shape[0] >= c.vocab && shape[1] == H,
                   "word embedding [{}] cannot hold GPT-2's [{}, {}]", fmt::join(shape, ", "), c.vocab, H);
-        out.values = read(hf, hf_tensor(hf, "wte.weight", {c.vocab, H}));
+        out.values = hf_values(hf, gpt2_tensor(hf, "wte.weight", {c.vocab, H}));
         out.values.resize(static_cast<std::size_t>(shape[0] * H), 0.0f);  // padding rows
         return out;
     }
@@ -112,14 +80,14 @@ NamedTensor gpt2_from_hf(const SafetensorsModel& hf, const HfGpt2Config& c, cons
     if (l.rest == "mlp.linear_fc2.weight") return conv1d(h + "mlp.c_proj.weight", F, H), out;
     if (l.rest == "mlp.linear_fc2.bias") return direct(h + "mlp.c_proj.bias"), out;
     if (l.rest == "self_attention.linear_qkv.weight") {
-        const auto w = read(hf, hf_tensor(hf, h + "attn.c_attn.weight", {H, 3 * H}));  // (in, out)
+        const auto w = hf_values(hf, gpt2_tensor(hf, h + "attn.c_attn.weight", {H, 3 * H}));  // (in, out)
         out.values.assign(static_cast<std::size_t>(3 * H * H), 0.0f);
         for (int64_t i = 0; i < H; ++i)
             for (int64_t col = 0; col < 3 * H; ++col) out.values[qkv_row(col, H, D) * H + i] = w[i * 3 * H + col];
         return out;
     }
     if (l.rest == "self_attention.linear_qkv.bias") {
-        const auto b = read(hf, hf_tensor(hf, h + "attn.c_attn.bias", {3 * H}));
+        const auto b = hf_values(hf, gpt2_tensor(hf, h + "attn.c_attn.bias", {3 * H}));
         out.values.assign(static_cast<std::size_t>(3 * H), 0.0f);
         for (int64_t col = 0; col < 3 * H; ++col) out.values[qkv_row(col, H, D)] = b[col];
         return out;

@@ -10,7 +10,7 @@
 //   -> embedding.word_embeddings / position_embeddings, decoder.layers.N.input_layernorm /
 //      self_attention.linear_qkv / linear_proj / pre_mlp_layernorm / mlp.linear_fc1 / linear_fc2,
 //      decoder.final_layernorm
-#include "interop/safetensors.h"
+#include "interop/hf_common.h"
 
 #include <nlohmann/json.hpp>
 
@@ -27,13 +27,6 @@ struct HfGpt2Config {
     /// Reads and checks config.json: architectures GPT2LMHeadModel, gelu_new activation, tied
     /// embeddings; errors name the file and the field.
     static HfGpt2Config from_json(const nlohmann::json& config, const std::string& origin);
-};
-
-/// A whole tensor by its Megatron-core name.
-struct NamedTensor {
-    std::string name;
-    std::vector<int64_t> shape;
-    std::vector<float> values;
 };
 
 /// The Megatron tensor `name` (global shape `shape`: the word embedding's rows may exceed the HF

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <set>
@@ -312,6 +313,71 @@ void write_safetensors(const fs::path& path, const std::vector<StWriteTensor>& t
         MWB_FAIL("{}: cannot rename into place: {}", path.string(), ec.message());
     }
     sync_directory(path.parent_path().empty() ? fs::path(".") : path.parent_path());
+}
+
+std::vector<fs::path> write_safetensors_model(const fs::path& dir, const std::vector<StWriteTensor>& tensors,
+                                              uint64_t max_shard_bytes, const std::map<std::string, std::string>& metadata) {
+    MWB_CHECK(max_shard_bytes > 0, "{}: the shard size must be positive", dir.string());
+    std::vector<std::vector<StWriteTensor>> shards(1);
+    uint64_t in_shard = 0, total = 0;
+    for (const StWriteTensor& t : tensors) {
+        if (!shards.back().empty() && in_shard + t.bytes.size() > max_shard_bytes) {
+            shards.emplace_back();
+            in_shard = 0;
+        }
+        shards.back().push_back(t);
+        in_shard += t.bytes.size();
+        total += t.bytes.size();
+    }
+    fs::create_directories(dir);
+    const fs::path index = dir / "model.safetensors.index.json";
+    std::vector<fs::path> written;
+    if (shards.size() == 1) {
+        write_safetensors(dir / "model.safetensors", shards[0], metadata);
+        written.push_back(dir / "model.safetensors");
+    } else {
+        nlohmann::ordered_json map = nlohmann::ordered_json::object();
+        for (std::size_t i = 0; i < shards.size(); ++i) {
+            const std::string name = fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, shards.size());
+            write_safetensors(dir / name, shards[i], metadata);
+            written.push_back(dir / name);
+            for (const StWriteTensor& t : shards[i]) map[t.name] = name;
+        }
+        nlohmann::ordered_json j = {{"metadata", {{"total_size", total}}}, {"weight_map", map}};
+        write_file_atomic(index, j.dump(2) + "\n");
+        written.push_back(index);
+    }
+    // A reader must not find the weights of an earlier export beside these (Hugging Face prefers
+    // model.safetensors over an index).
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+        const std::string f = e.path().filename().string();
+        const bool weights = f == "model.safetensors" || f == "model.safetensors.index.json" ||
+                             (f.starts_with("model-") && f.ends_with(".safetensors") && f.find("-of-") != std::string::npos);
+        if (weights && std::find(written.begin(), written.end(), e.path()) == written.end()) fs::remove(e.path(), ec);
+    }
+    return written;
+}
+
+uint64_t parse_byte_size(std::string_view text) {
+    std::size_t digits = 0;
+    while (digits < text.size() && (std::isdigit(static_cast<unsigned char>(text[digits])) || text[digits] == '.')) ++digits;
+    const std::string number(text.substr(0, digits)), unit(text.substr(digits));
+    static const std::pair<const char*, double> kUnits[] = {{"", 1},      {"B", 1},          {"KB", 1e3},
+                                                            {"MB", 1e6},  {"GB", 1e9},       {"TB", 1e12},
+                                                            {"KiB", 1024}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}};
+    double value = 0;
+    try {
+        std::size_t used = 0;
+        value = number.empty() ? -1 : std::stod(number, &used);
+        if (used != number.size()) value = -1;
+    } catch (const std::exception&) {
+        value = -1;
+    }
+    for (const auto& [name, scale] : kUnits)
+        if (unit == name && value > 0 && value * scale >= 1 && value * scale < 1e18)
+            return static_cast<uint64_t>(value * scale);
+    MWB_FAIL("size '{}': expected a positive number of bytes with an optional unit (e.g. 5GB, 500MB, 2GiB)", text);
 }
 
 SafetensorsModel::SafetensorsModel(const fs::path& dir) : dir_(dir) {

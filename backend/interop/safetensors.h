@@ -70,6 +70,19 @@ struct StWriteTensor {
 void write_safetensors(const fs::path& path, const std::vector<StWriteTensor>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
+/// A model directory's weights as Hugging Face's save_pretrained lays them out: `model.safetensors` when
+/// they fit in `max_shard_bytes`, else `model-0000i-of-0000n.safetensors` (tensors in the order given; a
+/// new shard when the next tensor would pass the limit, a larger tensor alone) and
+/// `model.safetensors.index.json` ({"metadata": {"total_size": bytes}, "weight_map": name -> shard}),
+/// written last. Weight files of another sharding left in `dir` are removed. Returns the files written.
+std::vector<fs::path> write_safetensors_model(const fs::path& dir, const std::vector<StWriteTensor>& tensors,
+                                              uint64_t max_shard_bytes,
+                                              const std::map<std::string, std::string>& metadata = {});
+
+/// A size as Hugging Face's --max-shard-size takes it: "5GB" (10^9 bytes), "500MB", "2GiB" (2^30),
+/// "100KB", or plain bytes. Errors name the text.
+uint64_t parse_byte_size(std::string_view text);
+
 /// float32 -> F32 / F16 / BF16 bytes (round to nearest even), appended to `out`.
 void encode_f32(std::span<const float> values, StDtype dtype, std::vector<unsigned char>& out);
 

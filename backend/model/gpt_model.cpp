@@ -415,4 +415,34 @@ double GptModel::evaluate(const int32_t* tokens) {
     return forward(0, mb, {}).loss;
 }
 
+std::vector<float> GptModel::forward_logits(const int32_t* tokens) {
+    MWB_CHECK(num_chunks() == 1 && partition_.embedding && partition_.head && tp_.size() == 1,
+              "forward_logits needs the whole model on one process");
+    const int64_t S = d_.seq, B = d_.micro_batch, N = d_.rows(), H = d_.hidden, V = d_.vocab;
+    ModelRuntime rt = runtime(0, 0, false);
+    MicroState st;
+    st.acts.resize(static_cast<std::size_t>(d_.layers));
+    prepare_inputs(st, tokens, true, false);
+    embed(rt, st, st.acts[0].input);
+    Buffer out;
+    for (int64_t l = 0; l < d_.layers; ++l) {
+        Buffer& next = l + 1 < d_.layers ? st.acts[l + 1].input : out;
+        forward_layer(rt, l, st.acts[l], next, false);
+        st.acts[l].input.reset();
+    }
+    NormActivations lnf;
+    norm_forward(rt, d_, lnf, out.view({N, H}), layout_.view(params_.view(), lnf_w_), final_norm_bias(params_.view()));
+    Buffer logits = rt.workspace(N * V);
+    ops::linear_forward(ctx_, logits.view({N, V}), lnf.out.view({N, H}), layout_.view(params_.view(), out_w_), {});
+    std::vector<float> rows(static_cast<std::size_t>(N * V)), result(rows.size());  // rows in (s, b) order
+    if (alloc_.device() == Device::CPU)
+        std::copy(logits.f32(), logits.f32() + N * V, rows.begin());
+    else
+        device::copy_to_host(rows.data(), logits.data(), N * V * 4);
+    for (int64_t s = 0; s < S; ++s)
+        for (int64_t b = 0; b < B; ++b)
+            std::copy_n(rows.begin() + (s * B + b) * V, V, result.begin() + (b * S + s) * V);
+    return result;
+}
+
 }  // namespace mwb

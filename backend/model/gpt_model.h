@@ -80,6 +80,10 @@ public:
     double forward_backward(const int32_t* tokens, float grad_scale, uint64_t seed, uint64_t stream_base);
     /// Mean loss of a micro-batch without dropout or gradients (whole model on this rank).
     double evaluate(const int32_t* tokens);
+    /// The logits of a micro-batch without dropout or gradients (whole model on one process, tensor
+    /// parallel size 1): tokens (B, S+1) as evaluate() reads them; returns (B, S, V) row-major, V the
+    /// padded vocabulary, on the host. For checks against other implementations and generation.
+    std::vector<float> forward_logits(const int32_t* tokens);
 
     /// Activation bytes held at the end of the last forward (what is kept for backward: the quantity
     /// Korthikanti et al. 2022 count, plus other micro-batches still in flight), as tracked.
