@@ -43,9 +43,10 @@ constexpr std::size_t kMaxCompared = 10;  // series_color cycles after 10
 /// Where a run's checkpoints are: its --save, else <run_dir>/checkpoints ("" when neither exists).
 QString checkpoint_dir(const RunRow& row) {
     const auto save = row.settings.find("save");
-    std::filesystem::path dir = save != row.settings.end() && !save->second.empty()
-                                    ? std::filesystem::path(save->second)
-                                    : (row.run_dir.empty() ? std::filesystem::path() : std::filesystem::path(row.run_dir) / "checkpoints");
+    std::filesystem::path dir =
+        save != row.settings.end() && !save->second.empty()
+            ? std::filesystem::path(save->second)
+            : (row.run_dir.empty() ? std::filesystem::path() : std::filesystem::path(row.run_dir) / "checkpoints");
     std::error_code ec;
     return !dir.empty() && std::filesystem::is_directory(dir, ec) ? QString::fromStdString(dir.string()) : QString();
 }
@@ -424,7 +425,7 @@ void HistoryView::updateActions() {
     csv_->setEnabled(n > 0);
     const bool can_generate = n == 1 && r && r->status != "running" && !checkpoint_dir(*r).isEmpty();
     generate_->setEnabled(can_generate);
-    generate_->setToolTip(can_generate || !r ? tr("Write text with this run's last checkpoint")
+    generate_->setToolTip(can_generate || !r       ? tr("Write text with this run's last checkpoint")
                           : r->status == "running" ? tr("The run is still training")
                                                    : tr("The run saved no checkpoint"));
 }

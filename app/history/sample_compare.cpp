@@ -106,10 +106,9 @@ void SampleCompare::refresh() {
                 for (auto& s : store_->samples(run.uid))
                     if (s.prompt == prompt) shown.push_back(std::move(s));
             } else {
-                const auto one =
-                    store_->prompt_samples({run.uid}, prompt,
-                                           at == At::AtOrBefore ? std::optional<int64_t>(iteration_->value())
-                                                                : std::nullopt);
+                const auto one = store_->prompt_samples(
+                    {run.uid}, prompt,
+                    at == At::AtOrBefore ? std::optional<int64_t>(iteration_->value()) : std::nullopt);
                 if (one.front()) shown.push_back(*one.front());
             }
         } catch (const std::exception&) {
@@ -122,10 +121,11 @@ void SampleCompare::refresh() {
         c.insertText(QStringLiteral("■ "), title);
         c.insertText(run.title, heading_format());
         if (shown.empty()) {
-            c.insertText(at == At::AtOrBefore ? tr("  ·  no sample of this prompt at or before iteration %1")
-                                                    .arg(format_int(iteration_->value()))
-                                              : tr("  ·  no sample of this prompt"),
-                         note_format());
+            c.insertText(
+                at == At::AtOrBefore
+                    ? tr("  ·  no sample of this prompt at or before iteration %1").arg(format_int(iteration_->value()))
+                    : tr("  ·  no sample of this prompt"),
+                note_format());
             continue;
         }
         for (const auto& s : shown) {

@@ -26,7 +26,8 @@
 namespace mwb::app {
 
 QStringList GenerateSettings::arguments() const {
-    QStringList a{QStringLiteral("--load"), checkpoint, QStringLiteral("--prompt"), prompt,
+    QStringList a{QStringLiteral("--load"),           checkpoint,
+                  QStringLiteral("--prompt"),         prompt,
                   QStringLiteral("--max-new-tokens"), QString::number(max_new_tokens)};
     if (greedy) {
         a << QStringLiteral("--greedy");
@@ -228,7 +229,8 @@ void GenerateDialog::showCompletion(const QString& completion) {
 
 void GenerateDialog::onOutput() {
     const QByteArray bytes = process_.readAllStandardOutput();
-    for (const GenerateEvent& e : stream_.feed(std::string_view(bytes.constData(), static_cast<std::size_t>(bytes.size()))))
+    for (const GenerateEvent& e :
+         stream_.feed(std::string_view(bytes.constData(), static_cast<std::size_t>(bytes.size()))))
         handle(e);
 }
 
@@ -280,9 +282,9 @@ void GenerateDialog::onFinished(int exit_code, QProcess::ExitStatus status) {
         // no error event: the process's last diagnostic line says why
         const QList<QByteArray> lines = stderr_tail_.trimmed().split('\n');
         const QString last = lines.isEmpty() ? QString() : QString::fromUtf8(lines.back()).trimmed();
-        error_ = status != QProcess::NormalExit ? tr("mwb-generate crashed%1").arg(last.isEmpty() ? "" : ": " + last)
-                                                : (last.isEmpty() ? tr("mwb-generate exited with status %1").arg(exit_code)
-                                                                  : last);
+        error_ = status != QProcess::NormalExit
+                     ? tr("mwb-generate crashed%1").arg(last.isEmpty() ? "" : ": " + last)
+                     : (last.isEmpty() ? tr("mwb-generate exited with status %1").arg(exit_code) : last);
         setStatus(error_, true);
     } else {
         ok = done_;

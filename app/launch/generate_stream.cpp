@@ -80,16 +80,15 @@ std::vector<GenerateEvent> GenerateStream::line(std::string_view text) {
         e.text = j["text"].get<std::string>();
     } else if (type == "done") {
         if (!is_int(j, "prompt_index") || !is_text(j, "completion"))
-            return {error("mwb-generate: a done event without an integer prompt_index and a string completion: " +
-                          shown)};
+            return {
+                error("mwb-generate: a done event without an integer prompt_index and a string completion: " + shown)};
         e.type = GenerateEvent::Type::Done;
         e.prompt_index = j["prompt_index"].get<int64_t>();
         e.text = j["completion"].get<std::string>();
         e.completion_tokens = is_int(j, "completion_tokens") ? j["completion_tokens"].get<int64_t>() : 0;
         e.finish_reason = is_text(j, "finish_reason") ? j["finish_reason"].get<std::string>() : "";
-        e.tokens_per_sec = j.contains("tokens_per_sec") && j["tokens_per_sec"].is_number()
-                               ? j["tokens_per_sec"].get<double>()
-                               : 0;
+        e.tokens_per_sec =
+            j.contains("tokens_per_sec") && j["tokens_per_sec"].is_number() ? j["tokens_per_sec"].get<double>() : 0;
     } else if (type == "error") {
         e = error(is_text(j, "message") ? j["message"].get<std::string>() : "mwb-generate failed");
     } else {

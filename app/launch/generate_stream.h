@@ -14,12 +14,12 @@ struct GenerateEvent {
     enum class Type { Start, Token, Done, Error };
     Type type = Type::Error;
     int64_t prompt_index = 0;
-    int64_t token = -1;               ///< Token
-    std::string text;                 ///< Token: the piece (may be empty); Done: the completion; Error: the message
-    int64_t completion_tokens = 0;    ///< Done
-    std::string finish_reason;        ///< Done: eos or length
-    double tokens_per_sec = 0;        ///< Done
-    int64_t prompts = 0;              ///< Start
+    int64_t token = -1;             ///< Token
+    std::string text;               ///< Token: the piece (may be empty); Done: the completion; Error: the message
+    int64_t completion_tokens = 0;  ///< Done
+    std::string finish_reason;      ///< Done: eos or length
+    double tokens_per_sec = 0;      ///< Done
+    int64_t prompts = 0;            ///< Start
 };
 
 class GenerateStream {

@@ -93,13 +93,15 @@ void SamplesPanel::rebuild() {
         if (drawn >= static_cast<std::size_t>(kMaxShownSamples)) break;
         ++shown;
         drawn += prompts.size();
-        if (!first) c.insertBlock(heading_block);
-        else c.setBlockFormat(first_block);
+        if (!first)
+            c.insertBlock(heading_block);
+        else
+            c.setBlockFormat(first_block);
         first = false;
         const auto& any = *prompts.begin()->second;
         c.insertText(tr("Iteration %1").arg(format_int(iteration)), heading_format());
-        c.insertText(tr("  ·  %1 tokens trained  ·  %2").arg(format_count(static_cast<double>(any.consumed_tokens)),
-                                                             settings_note(any)),
+        c.insertText(tr("  ·  %1 tokens trained  ·  %2")
+                         .arg(format_count(static_cast<double>(any.consumed_tokens)), settings_note(any)),
                      note_format());
         for (const auto& [index, s] : prompts) {
             c.insertBlock(block);
@@ -120,15 +122,15 @@ void SamplesPanel::rebuild() {
     c.endEditBlock();
     text_->verticalScrollBar()->setValue(keep_scroll);
     const auto iterations = by_iteration.size();
-    summary_->setText(samples_.empty()
-                          ? tr("Samples")
-                          : tr("%1 samples at %2 iterations%3")
-                                .arg(samples_.size())
-                                .arg(iterations)
-                                .arg(iterations > shown ? tr(" (newest %1 shown%2)")
-                                                              .arg(shown)
-                                                              .arg(one ? QString() : tr("; one prompt shows more"))
-                                                        : QString()));
+    summary_->setText(
+        samples_.empty()
+            ? tr("Samples")
+            : tr("%1 samples at %2 iterations%3")
+                  .arg(samples_.size())
+                  .arg(iterations)
+                  .arg(iterations > shown
+                           ? tr(" (newest %1 shown%2)").arg(shown).arg(one ? QString() : tr("; one prompt shows more"))
+                           : QString()));
 }
 
 }  // namespace mwb::app

@@ -11,8 +11,8 @@ namespace {
 
 using nlohmann::json;
 
-using Target = std::variant<int64_t SampleRecord::*, double SampleRecord::*, std::string SampleRecord::*,
-                            bool SampleRecord::*>;
+using Target =
+    std::variant<int64_t SampleRecord::*, double SampleRecord::*, std::string SampleRecord::*, bool SampleRecord::*>;
 
 struct Field {
     const char* name;
@@ -46,9 +46,7 @@ const Field kFields[] = {
 // clang-format on
 
 std::string range(const Field& f, bool integer) {
-    auto num = [&](double v) {
-        return integer ? std::to_string(static_cast<int64_t>(v)) : json(v).dump();
-    };
+    auto num = [&](double v) { return integer ? std::to_string(static_cast<int64_t>(v)) : json(v).dump(); };
     return num(f.lo) + ".." + num(f.hi);
 }
 

@@ -88,8 +88,8 @@ std::vector<SampleRecord> Store::samples(const std::string& uid, const SampleQue
 std::vector<std::string> Store::sample_prompts(const std::vector<std::string>& uids) {
     // Skip-scan over samples_by_prompt: one seek per distinct prompt, not a read of every sample.
     Statement first = db_.prepare("SELECT prompt, prompt_index FROM samples WHERE run = ? ORDER BY prompt LIMIT 1");
-    Statement next = db_.prepare(
-        "SELECT prompt, prompt_index FROM samples WHERE run = ? AND prompt > ? ORDER BY prompt LIMIT 1");
+    Statement next =
+        db_.prepare("SELECT prompt, prompt_index FROM samples WHERE run = ? AND prompt > ? ORDER BY prompt LIMIT 1");
     std::vector<std::tuple<int64_t, std::size_t, std::string>> found;  // prompt index, first seen, prompt
     std::set<std::string> seen;
     for (const auto& uid : uids) {

@@ -49,16 +49,25 @@ int samples_bench(const std::string& file, int runs, int points) {
             int64_t seq = 0;
             for (int p = 1; p <= points; ++p)
                 for (int k = 0; k < 64; ++k) {
-                    nlohmann::ordered_json m = {{"schema", "mwb.telemetry/1.1"}, {"topic", "sample"},
-                                                {"run_id", uids.back()},    {"seq", seq++},
-                                                {"time", 1e9 + p},          {"iteration", p * 100},
-                                                {"consumed_tokens", p * 1000000}, {"prompt_index", k},
+                    nlohmann::ordered_json m = {{"schema", "mwb.telemetry/1.1"},
+                                                {"topic", "sample"},
+                                                {"run_id", uids.back()},
+                                                {"seq", seq++},
+                                                {"time", 1e9 + p},
+                                                {"iteration", p * 100},
+                                                {"consumed_tokens", p * 1000000},
+                                                {"prompt_index", k},
                                                 {"prompt", "Prompt number " + std::to_string(k)},
-                                                {"completion", completion}, {"prompt_tokens", 4},
-                                                {"completion_tokens", 32},  {"finish_reason", "length"},
-                                                {"greedy", true},           {"temperature", 0},
-                                                {"top_k", 0},               {"top_p", 1.0},
-                                                {"seed", 1234},             {"time_s", 0.1}};
+                                                {"completion", completion},
+                                                {"prompt_tokens", 4},
+                                                {"completion_tokens", 32},
+                                                {"finish_reason", "length"},
+                                                {"greedy", true},
+                                                {"temperature", 0},
+                                                {"top_k", 0},
+                                                {"top_p", 1.0},
+                                                {"seed", 1234},
+                                                {"time_s", 0.1}};
                     store.ingest(*mwb::ipc::parse_message(m.dump()));
                 }
         }
@@ -98,7 +107,8 @@ int main(int argc, char** argv) {
     int sample_runs = 10, sample_points = 500;
     app.add_flag("--samples", samples, "Time text samples (ingest, the Samples panel's and History's queries) instead");
     app.add_option("--sample-runs", sample_runs, "Runs with samples")->capture_default_str();
-    app.add_option("--sample-points", sample_points, "Sampling points per run (64 prompts each)")->capture_default_str();
+    app.add_option("--sample-points", sample_points, "Sampling points per run (64 prompts each)")
+        ->capture_default_str();
     CLI11_PARSE(app, argc, argv);
     if (!reuse || samples)
         for (const char* ext : {"", "-wal", "-shm"}) std::filesystem::remove(file + ext);

@@ -207,8 +207,9 @@ int main(int argc, char** argv) {
         ok &= save(&w, out, QStringLiteral("monitor-samples.png"));
         w.monitor()->logTabs()->setCurrentIndex(0);
     } else {
-        std::printf("mwb-screenshots: the trainer wrote no samples (no --sample-interval in this build): "
-                    "no monitor-samples.png\n");
+        std::printf(
+            "mwb-screenshots: the trainer wrote no samples (no --sample-interval in this build): "
+            "no monitor-samples.png\n");
     }
     // the crosshair where the mouse would be: every chart's value at iteration 50
     for (int c = 0; c < MetricCharts::ChartCount; ++c)

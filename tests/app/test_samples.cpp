@@ -10,8 +10,8 @@
 
 #include "core/sample_text.h"
 #include "history/history_view.h"
-#include "history/run_list_model.h"
 #include "history/run_filter_proxy.h"
+#include "history/run_list_model.h"
 #include "history/sample_compare.h"
 #include "launch/generate_stream.h"
 #include "monitor/event_log_model.h"
@@ -48,7 +48,8 @@ std::string completion_of(int64_t iteration, std::size_t prompt) {
 
 std::string sample_message(const std::string& run, int64_t seq, int64_t iteration, std::size_t prompt,
                            json overrides = json::object()) {
-    json f = test::sample_fields(iteration, static_cast<int64_t>(prompt), kPrompts[prompt], completion_of(iteration, prompt));
+    json f = test::sample_fields(iteration, static_cast<int64_t>(prompt), kPrompts[prompt],
+                                 completion_of(iteration, prompt));
     f["consumed_tokens"] = iteration * 256;
     f["completion_tokens"] = 4;
     f["time_s"] = 0.01;
@@ -139,7 +140,8 @@ private slots:
 
         // newest iteration first, prompts in file order within one
         const QString text = panel->text()->toPlainText();
-        const int i30 = text.indexOf("Iteration 30"), i20 = text.indexOf("Iteration 20"), i10 = text.indexOf("Iteration 10");
+        const int i30 = text.indexOf("Iteration 30"), i20 = text.indexOf("Iteration 20"),
+                  i10 = text.indexOf("Iteration 10");
         QVERIFY2(i30 >= 0 && i30 < i20 && i20 < i10, qPrintable(text));
         const QString first_sample = QString::fromStdString(kPrompts[0] + completion_of(30, 0));
         const QString last_prompt = QString::fromStdString(kPrompts[2] + completion_of(30, 2));
@@ -150,7 +152,10 @@ private slots:
         QStringList lit, plain;
         split_by_highlight(*panel->text()->document(), lit, plain);
         QCOMPARE(lit.size(), 9);
-        for (const QString& l : lit) QVERIFY2(l == QString::fromStdString(kPrompts[0]) || l == QString::fromStdString(kPrompts[1]) || l == QString::fromStdString(kPrompts[2]), qPrintable(l));
+        for (const QString& l : lit)
+            QVERIFY2(l == QString::fromStdString(kPrompts[0]) || l == QString::fromStdString(kPrompts[1]) ||
+                         l == QString::fromStdString(kPrompts[2]),
+                     qPrintable(l));
         for (int64_t it : {10, 20, 30})
             for (std::size_t p = 0; p < kPrompts.size(); ++p)
                 QVERIFY(plain.contains(QString::fromStdString(completion_of(it, p))));
@@ -173,7 +178,8 @@ private slots:
         QTest::keyClick(panel->promptFilter(), Qt::Key_Down);
         QCOMPARE(panel->promptFilter()->currentText(), QString::fromStdString(kPrompts[1]));
         const QString one = panel->text()->toPlainText();
-        QVERIFY(!one.contains(QString::fromStdString(kPrompts[0])) && one.contains(QString::fromStdString(kPrompts[1] + completion_of(10, 1))));
+        QVERIFY(!one.contains(QString::fromStdString(kPrompts[0])) &&
+                one.contains(QString::fromStdString(kPrompts[1] + completion_of(10, 1))));
         QCOMPARE(one.count("Iteration"), 3);
 
         // a malformed sample: not shown as one, a warning in the event log naming the field
@@ -184,7 +190,8 @@ private slots:
         QTest::qWait(50);
         bool warned = false;
         for (int r = 0; r < view.eventLog()->rowCount(); ++r)
-            warned = warned || view.eventLog()->index(r, EventLogModel::Detail).data().toString().contains("'prompt_index'");
+            warned =
+                warned || view.eventLog()->index(r, EventLogModel::Detail).data().toString().contains("'prompt_index'");
         QVERIFY(warned);
         // the filter kept its prompt while the new sample arrived
         QCOMPARE(panel->promptFilter()->currentText(), QString::fromStdString(kPrompts[1]));
@@ -218,7 +225,8 @@ private slots:
         QCOMPARE(view.model()->rowCount(), 2);
         // select both runs with the mouse (click, then Ctrl+click)
         QTableView* table = view.table();
-        QTest::mouseClick(table->viewport(), Qt::LeftButton, {}, table->visualRect(view.proxy()->index(0, RunListModel::Name)).center());
+        QTest::mouseClick(table->viewport(), Qt::LeftButton, {},
+                          table->visualRect(view.proxy()->index(0, RunListModel::Name)).center());
         QTest::mouseClick(table->viewport(), Qt::LeftButton, Qt::ControlModifier,
                           table->visualRect(view.proxy()->index(1, RunListModel::Name)).center());
         QCOMPARE(view.selectedRuns().size(), std::size_t{2});
@@ -301,8 +309,9 @@ private slots:
             QCOMPARE(events[4].tokens_per_sec, 812.5);
         }
         GenerateStream s;
-        auto e = s.feed("{\"type\":\"error\",\"message\":\"--load /x: no checkpoint\"}\nnot json\n"
-                        "{\"type\":\"token\",\"prompt_index\":\"0\",\"text\":\"a\"}\n");
+        auto e = s.feed(
+            "{\"type\":\"error\",\"message\":\"--load /x: no checkpoint\"}\nnot json\n"
+            "{\"type\":\"token\",\"prompt_index\":\"0\",\"text\":\"a\"}\n");
         QCOMPARE(e.size(), std::size_t{3});
         QCOMPARE(e[0].text, std::string("--load /x: no checkpoint"));
         QVERIFY(e[1].type == GenerateEvent::Type::Error && e[1].text.find("not a JSON event") != std::string::npos);

@@ -61,7 +61,7 @@ private slots:
         store::Store s(file);
         QCOMPARE(s.database().user_version(), store::kSchemaVersion);
         QCOMPARE(s.counts(kOld)["samples"], 3);
-        QVERIFY(s.events(kOld, "sample").empty());   // moved, not copied
+        QVERIFY(s.events(kOld, "sample").empty());        // moved, not copied
         QCOMPARE(s.events(kOld).size(), std::size_t{2});  // run.start and run.end stay
         const auto all = s.samples(kOld);
         QCOMPARE(all.size(), std::size_t{3});
