@@ -43,7 +43,7 @@ def bench_mwb(build, env, c, warmup, iters, threads):
                "--attention-dropout", "0", "--seq-length", str(c["s"]), "--micro-batch-size", str(c["b"]),
                "--global-batch-size", str(c["b"]), "--train-iters", str(warmup + iters), "--lr", "1e-4",
                "--min-lr", "0", "--lr-warmup-iters", "0", "--log-interval", "1", "--eval-interval", "0",
-               "--threads", str(threads), "--run-dir", run_dir]
+               "--eval-iters", "0", "--threads", str(threads), "--run-dir", run_dir]
         _, rss = run_child(cmd, env)
         steps = [r for r in map(json.loads, open(f"{run_dir}/metrics.jsonl")) if r["topic"] == "step"]
         t = statistics.median(r["iteration_time_s"] for r in steps[warmup:])
@@ -72,6 +72,11 @@ def main():
     ap.add_argument("--json")
     args = ap.parse_args()
     flops = model_flops(CONFIG_S)
+    # What the docs/performance.md entry needs besides the table: when, how loaded, how invoked.
+    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average {os.getloadavg()[0]:.1f}, "
+          f"{os.cpu_count()} CPUs: {' '.join(sys.argv)} (OPENBLAS env as set: "
+          f"{' '.join(f'{k}={os.environ[k]}' for k in ('OPENBLAS_CORETYPE', 'OPENBLAS_L2_SIZE') if k in os.environ) or 'none'})"
+          f"; model FLOPs {flops / 1e9:.1f} GFLOP per iteration")
     results = []
     for as_set in (True, False):
         env = dict(os.environ)
@@ -102,6 +107,7 @@ def main():
         print(f"| {r['openblas_env']} (sgemm {r['sgemm_peak_gflops']:.0f} GFLOP/s) | {r['engine']} | "
               f"{r['tokens_per_sec']:.0f} | {r['iteration_time_s'] * 1e3:.0f} | {r['gflops']:.1f} | "
               f"{100 * r['gflops'] / r['sgemm_peak_gflops']:.0f}% | {r['peak_rss_bytes'] / 2**20:.0f} |")
+    print(f"finished {time.strftime('%H:%M UTC', time.gmtime())}, load average {os.getloadavg()[0]:.1f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"date": time.strftime("%Y-%m-%d"), "config": CONFIG_S, "model_flops": flops,

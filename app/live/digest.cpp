@@ -76,37 +76,8 @@ void digest_step(Update& u, const ipc::Message& m) {
     add_point(u, SeriesId::Tokens, it, static_cast<double>(s.consumed_tokens));
     if (m.time > 0) add_point(u, SeriesId::Time, it, m.time);
     u.last_step = s;
-    // everything else numeric, for the metric picker: top-level fields and, per rank, its numbers
-    static const std::set<std::string> kCharted = {"iteration", "lm_loss", "lr", "grad_norm", "loss_scale",
-                                                   "tokens_per_sec", "tflops_per_device", "mfu", "iteration_time_s",
-                                                   "consumed_tokens"};
-    const auto add_numbers = [&u, it](const nlohmann::json& o, const std::string& prefix, const auto& self,
-                                      int depth) -> void {
-        for (const auto& [k, v] : o.items()) {
-            if (v.is_number()) {
-                const double y = v.template get<double>();
-                if (std::isfinite(y)) u.metrics[prefix + k].push_back({it, y});
-            } else if (v.is_object() && depth < 2) {
-                self(v, prefix + k + ".", self, depth + 1);
-            }
-        }
-    };
-    for (const auto& [k, v] : b.items()) {
-        if (kCharted.count(k) || k == "ranks") continue;
-        if (v.is_number() && std::isfinite(v.get<double>()))
-            u.metrics[k].push_back({it, v.get<double>()});
-        else if (v.is_object())
-            add_numbers(v, k + ".", add_numbers, 1);
-    }
+    add_picker_metrics(b, it, u.metrics);
     const auto ranks = b.find("ranks");
-    if (ranks != b.end() && ranks->is_array()) {
-        for (const auto& r : *ranks) {
-            if (!r.is_object()) continue;
-            nlohmann::json numbers = r;
-            for (const char* k : {"rank", "tp", "pp", "dp"}) numbers.erase(k);
-            add_numbers(numbers, "rank" + std::to_string(integer(r, "rank", 0)) + ".", add_numbers, 0);
-        }
-    }
     if (ranks != b.end() && ranks->is_array() && !ranks->empty()) {
         std::vector<RankTiming> t;
         t.reserve(ranks->size());
@@ -277,6 +248,45 @@ void Update::merge(Update&& later) {
     if (later.timings) timings = std::move(later.timings);
     messages += later.messages;
     history_messages += later.history_messages;
+}
+
+bool is_charted_field(const std::string& field) {
+    // the built-in charts' fields (Update::points), everything else goes to the metric picker
+    static const std::set<std::string> kCharted = {"iteration", "lm_loss", "lr", "grad_norm", "loss_scale",
+                                                   "tokens_per_sec", "tflops_per_device", "mfu", "iteration_time_s",
+                                                   "consumed_tokens"};
+    return kCharted.count(field) > 0;
+}
+
+void add_picker_metrics(const nlohmann::json& b, double it, std::map<std::string, std::vector<PlotPoint>>& metrics) {
+    // top-level numbers, nested objects' numbers ("mem.peak") and per rank its numbers ("rank3.forward_s")
+    const auto add_numbers = [&metrics, it](const nlohmann::json& o, const std::string& prefix, const auto& self,
+                                            int depth) -> void {
+        for (const auto& [k, v] : o.items()) {
+            if (v.is_number()) {
+                const double y = v.template get<double>();
+                if (std::isfinite(y)) metrics[prefix + k].push_back({it, y});
+            } else if (v.is_object() && depth < 2) {
+                self(v, prefix + k + ".", self, depth + 1);
+            }
+        }
+    };
+    for (const auto& [k, v] : b.items()) {
+        if (is_charted_field(k) || k == "ranks") continue;
+        if (v.is_number() && std::isfinite(v.get<double>()))
+            metrics[k].push_back({it, v.get<double>()});
+        else if (v.is_object())
+            add_numbers(v, k + ".", add_numbers, 1);
+    }
+    const auto ranks = b.find("ranks");
+    if (ranks != b.end() && ranks->is_array()) {
+        for (const auto& r : *ranks) {
+            if (!r.is_object()) continue;
+            nlohmann::json numbers = r;
+            for (const char* k : {"rank", "tp", "pp", "dp"}) numbers.erase(k);
+            add_numbers(numbers, "rank" + std::to_string(integer(r, "rank", 0)) + ".", add_numbers, 0);
+        }
+    }
 }
 
 void digest(Update& u, const ipc::Message& m) {

@@ -111,6 +111,12 @@ struct Update {
 /// Adds one message's contribution to `u` (unknown topics and fields are ignored).
 void digest(Update& u, const ipc::Message& m);
 
+/// Whether a step record's field has a built-in chart (Update::points) rather than a picker entry.
+bool is_charted_field(const std::string& field);
+/// The metric picker's numbers of a step record's body at iteration `it` (Update::metrics' names):
+/// top-level numbers without a built-in chart, nested objects' ("mem.peak"), per rank ("rank3.forward_s").
+void add_picker_metrics(const nlohmann::json& body, double it, std::map<std::string, std::vector<PlotPoint>>& metrics);
+
 /// One readable line for an event-like message, and its severity.
 EventItem describe(const ipc::Message& m);
 

@@ -1,7 +1,11 @@
 #include "live/history_loader.h"
 
+#include "mwb/store/schema.h"
+
 #include <algorithm>
 #include <map>
+#include <set>
+#include <string_view>
 
 namespace mwb::app {
 
@@ -37,6 +41,42 @@ ipc::Message as_message(const std::string& uid, const store::EventRecord& e) {
     if (!e.kind.empty() && !m.body.contains("kind")) m.body["kind"] = e.kind;
     if (e.iteration && !m.body.contains("iteration")) m.body["iteration"] = *e.iteration;
     return m;
+}
+
+/// The metric picker's series (Update::metrics, named as the live digest names them): the store's
+/// columns without a built-in chart (min/max buckets, as the built-in series), and what only the
+/// records' step_details keep (per rank, nested, new fields), from at most kDetailRecords records
+/// spread evenly over the run (every record of any run up to that size).
+void load_picker_metrics(store::Store& st, const std::string& uid, int max_points,
+                         std::map<std::string, std::vector<PlotPoint>>& metrics) {
+    // the step time breakdown's columns are the slowest rank's: the picker has them per rank
+    static const std::set<std::string_view> kDerived = {"forward_s",   "backward_s",      "gradient_reduce_s",
+                                                        "optimizer_s", "data_s",          "communication_s",
+                                                        "pipeline_bubble_s"};
+    for (std::string_view m : store::step_metrics()) {
+        const std::string name(m);
+        if (is_charted_field(name) || kDerived.count(m)) continue;
+        auto pts = series(st, uid, name.c_str(), max_points);
+        if (!pts.empty()) metrics[name] = std::move(pts);
+    }
+    // Store has no reader of step_details: read the table (its schema, store/src/schema.cpp) directly
+    constexpr int64_t kDetailRecords = 1 << 16;
+    const auto& db = st.database();
+    store::Statement count = db.prepare(
+        "SELECT count(*) FROM step_details WHERE run = (SELECT id FROM runs WHERE uid = ?)");
+    count.bind(1, uid);
+    const int64_t n = count.step() ? count.int64(0) : 0;
+    if (n == 0) return;
+    const int64_t stride = (n + kDetailRecords - 1) / kDetailRecords;
+    store::Statement rows = db.prepare(
+        "SELECT s.iteration, d.body FROM step_details d JOIN steps s ON s.run = d.run AND s.seq = d.seq "
+        "WHERE d.run = (SELECT id FROM runs WHERE uid = ?) ORDER BY d.seq");
+    rows.bind(1, uid);
+    for (int64_t k = 0; rows.step(); ++k) {
+        if (k % stride) continue;
+        const auto body = nlohmann::json::parse(rows.text(1), nullptr, false);
+        if (body.is_object()) add_picker_metrics(body, static_cast<double>(rows.int64(0)), metrics);
+    }
 }
 
 }  // namespace
@@ -89,6 +129,8 @@ Update load_run_history(store::Store& st, const std::string& uid, int64_t& next_
         u.points[series_index(SeriesId::Communication)] = comm;
         u.points[series_index(SeriesId::Bubble)] = bubble;
     }
+
+    load_picker_metrics(st, uid, max_points, u.metrics);
 
     // the run's description, then events and evaluations in seq order
     std::vector<ipc::Message> messages;

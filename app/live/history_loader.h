@@ -8,7 +8,8 @@
 namespace mwb::app {
 
 /// Series (every point when the run has at most `max_points` per metric, else min/max per bucket),
-/// evaluations, events, the run's start and end, the newest memory sample per rank, and the last step.
+/// the metric picker's series (Update::metrics), evaluations, events, the run's start and end, the
+/// newest memory sample per rank, and the last step.
 /// Sets `next_seq` to the first seq the store lacks.
 /// The points of a stored series to draw: every point when raw, else each bucket's minimum and maximum
 /// (at its first and last iteration), so no spike is lost.

@@ -342,7 +342,7 @@ void MetricCharts::refresh() {
         mfu_factor_ = 1 / peak;
         // MFU = TFLOP/s / peak: a right axis with the same lines, in percent
         charts_[TflopsChart]->setRightMirror(tr("MFU (peak %1 TFLOP/s)").arg(format_value(peak)), 100 * mfu_factor_,
-                                             QStringLiteral("%.1f%%"));
+                                             QStringLiteral("%"));
     }
     if (x_ == XAxis::WallTime) applyXAxis();  // seconds become minutes as the run grows
     bindCustom();
@@ -363,6 +363,13 @@ void MetricCharts::refresh() {
     } else if (!step_bar_->segments().empty()) {
         step_bar_->setSegments({}, [](double s) { return format_duration(s); });
     }
+}
+
+double MetricCharts::lastPaintMs() const {
+    double ms = 0;
+    for (PlotView* p : charts_) ms += p->lastPaintMs();
+    for (const Custom& c : custom_) ms += c.view->lastPaintMs();
+    return ms;
 }
 
 void MetricCharts::restyle() {

@@ -53,6 +53,8 @@ public:
     void setLogLoss(bool on);
     bool logLoss() const;
     PlotView* chart(Chart c) const { return charts_[c]; }
+    /// The charts' last paints together (ms): the owner paces its redraws by it.
+    double lastPaintMs() const;
 
     // ---- the metric picker: any recorded metric as a chart of its own, below the built-in grid ----
     /// Every metric the run has recorded beyond the built-in charts (RunTraces::metrics), sorted.

@@ -177,9 +177,10 @@ void MonitorView::onUpdated(std::size_t new_events, bool reset) {
     QElapsedTimer timer;
     timer.start();
     redraw();
-    // keep the GUI thread at most about a third busy drawing: a slow machine or huge runs redraw less often
-    const int ms = static_cast<int>(timer.elapsed());
-    live_->setRedrawInterval(std::clamp(3 * ms, 33, 500));
+    // keep the GUI thread at most about a third busy drawing (preparing the charts here, painting them
+    // afterwards): a slow machine or huge runs redraw less often, and a click finds the thread free
+    const double ms = static_cast<double>(timer.nsecsElapsed()) / 1e6 + charts_->lastPaintMs();
+    live_->setRedrawInterval(std::clamp(static_cast<int>(3 * ms), 33, 500));
     const RunTraces& t = live_->traces();
     if (t.end && !ended_shown_) {
         ended_shown_ = true;

@@ -71,18 +71,13 @@ PlotView::PlotView(const QString& title, QWidget* parent) : QChartView(new QChar
 
 int PlotView::addLine(const QString& name, const LineStyle& style) {
     Line l;
-    l.raw = new QLineSeries;  // behind the line: added first
     l.series = new QLineSeries;
     l.series->setName(name);
-    l.raw->setName(name + tr(" (raw)"));
     l.style = style;
     l.name = name;
-    for (QLineSeries* s : {l.raw, l.series}) {
-        chart()->addSeries(s);
-        s->attachAxis(x_axis_);
-        s->attachAxis(y_axis_);
-    }
-    l.raw->setVisible(false);
+    chart()->addSeries(l.series);
+    l.series->attachAxis(x_axis_);
+    l.series->attachAxis(y_axis_);
     applyStyle(l);
     lines_.push_back(std::move(l));
     updateLegend();
@@ -116,7 +111,6 @@ void PlotView::updateLegend() {
     for (auto& line : lines_) {
         if (line.area) continue;
         for (QLegendMarker* m : chart()->legend()->markers(line.series)) m->setVisible(line.style.in_legend);
-        for (QLegendMarker* m : chart()->legend()->markers(line.raw)) m->setVisible(false);
     }
 }
 
@@ -153,15 +147,7 @@ void PlotView::applyStyle(Line& l) {
     pen.setWidthF(l.style.width);
     pen.setStyle(l.style.pen);
     pen.setCosmetic(true);
-    l.series->setPen(pen);
-    l.series->setPointsVisible(l.style.markers);
-    if (l.style.markers) l.series->setMarkerSize(6);
-    QColor faint = l.style.color;  // the raw line behind the smoothed one (TensorBoard's look)
-    faint.setAlphaF(faint.alphaF() * (dark_theme() ? 0.45 : 0.3));
-    QPen raw_pen(faint);
-    raw_pen.setWidthF(1);
-    raw_pen.setCosmetic(true);
-    l.raw->setPen(raw_pen);
+    l.series->setPen(pen);  // the legend's marker
 }
 
 void PlotView::setTrace(int line, const Trace* trace) {
@@ -180,7 +166,6 @@ void PlotView::setLineVisible(int line, bool visible) {
         l.area->setVisible(visible);
     } else {
         l.series->setVisible(visible);
-        l.raw->setVisible(visible && smoothed(l));
     }
     updateLegend();
     dirty_ = true;
@@ -195,9 +180,7 @@ void PlotView::clearLines() {
             delete l.lower;
         } else {
             chart()->removeSeries(l.series);
-            chart()->removeSeries(l.raw);
             delete l.series;
-            delete l.raw;
         }
     }
     lines_.clear();
@@ -223,9 +206,7 @@ void PlotView::setSmoothing(double weight) {
     for (auto& l : lines_) {
         l.ema.clear();
         l.ema_state.reset(weight);
-        if (l.raw) l.raw->setVisible(l.visible && smoothed(l));
     }
-    updateLegend();  // a series shown again gets its legend marker back
     dirty_ = true;
 }
 
@@ -287,7 +268,7 @@ double PlotView::iterationAt(double shown) const {
     return x_map_ && !x_map_->empty() ? interpolate(x_map_->y, x_map_->x, x + x_offset_) : x;
 }
 
-void PlotView::setRightMirror(const QString& title, double factor, const QString& format) {
+void PlotView::setRightMirror(const QString& title, double factor, const QString& suffix) {
     if (factor <= 0) {
         if (right_) {
             chart()->removeAxis(right_);
@@ -304,7 +285,7 @@ void PlotView::setRightMirror(const QString& title, double factor, const QString
     }
     right_->setTitleText(title);
     mirror_factor_ = factor;
-    right_format_ = format;
+    right_suffix_ = suffix;
     dirty_ = true;
 }
 
@@ -340,7 +321,12 @@ QStringList PlotView::tickLabels(const QString& axis) const {
 
 QList<QPointF> PlotView::drawnPoints(int line) const {
     const Line& l = lines_.at(static_cast<std::size_t>(line));
-    return l.series->points();
+    return QList<QPointF>(l.points.begin(), l.points.end());
+}
+
+QList<QPointF> PlotView::drawnRawPoints(int line) const {
+    const Line& l = lines_.at(static_cast<std::size_t>(line));
+    return QList<QPointF>(l.raw.begin(), l.raw.end());
 }
 
 void PlotView::setTicks(QCategoryAxis* axis, double lo, double hi, const std::vector<double>& at,
@@ -397,14 +383,28 @@ void PlotView::updateYAxis(double lo, double hi) {
         });
     }
     if (right_) {
+        // round numbers in the right axis' own unit, placed where its values fall on the left scale
         const double f = mirror_factor_;
-        const QString fmt = right_format_;
-        const bool log = log_y_;
-        std::vector<double> at;  // the left axis' ticks, labelled in the right one's unit
-        for (const QString& c : y_axis_->categoriesLabels()) at.push_back(y_axis_->endValue(c));
-        setTicks(right_, a, b, at, [f, fmt, log](double p) {
-            const double v = (log ? std::pow(10.0, p) : p) * f;
-            return QString::asprintf(fmt.toLatin1().constData(), v);
+        const QString suffix = right_suffix_;
+        std::vector<double> values, at;
+        if (!log_y_) {
+            values = nice_ticks(a * f, b * f, 5);
+            for (double v : values) at.push_back(v / f);
+        } else {
+            values = log_ticks(std::pow(10.0, a) * f, std::pow(10.0, b) * f, 5);
+            for (double v : values) at.push_back(std::log10(v / f));
+        }
+        const double rstep = log_y_ ? 0 : nice_step(a * f, b * f, 5);
+        const double rmag = log_y_ ? 0 : std::max(std::abs(a * f), std::abs(b * f));
+        setTicks(right_, a, b, at, [&values, &at, rstep, rmag, suffix](double p) {
+            const auto i = static_cast<std::size_t>(std::find(at.begin(), at.end(), p) - at.begin());
+            const double v = values[i];
+            const double gap = rstep > 0 ? rstep
+                               : values.size() > 1 ? (i > 0 ? v - values[i - 1] : values[1] - v)
+                                                   : v;
+            // with a unit ("%") plain numbers: "40%", not "0.04k%"
+            const double mag = suffix.isEmpty() ? (rmag > 0 ? rmag : -1) : 1;
+            return QString::fromStdString(format_tick(v, gap, mag)) + suffix;
         });
     }
 }
@@ -422,31 +422,29 @@ bool PlotView::changed() {
 
 void PlotView::drawLine(Line& l, double a, double b, int columns, double& lo, double& hi) {
     const double ia = iterationAt(a), ib = iterationAt(b);
-    const auto to_points = [&](const Trace& t, bool range, int cols) {
+    const auto to_points = [&](const Trace& t, bool range, int cols, std::vector<QPointF>& pts) {
         decimate_minmax(t, ia, ib, cols, scratch_);
-        QList<QPointF> pts;
-        pts.reserve(static_cast<qsizetype>(scratch_.size()));
+        pts.clear();
+        pts.reserve(scratch_.size());
         for (const PlotPoint& p : scratch_) {
             if (log_y_ && p.y <= 0) continue;
             const double y = log_y_ ? std::log10(p.y) : p.y;
-            const double x = shownX(p.x);
-            pts.append(QPointF(x, y));
+            pts.emplace_back(shownX(p.x), y);
             if (range && p.x >= ia && p.x <= ib) {
                 lo = std::min(lo, y);
                 hi = std::max(hi, y);
             }
         }
         points_drawn_ += static_cast<int>(pts.size());
-        return pts;
     };
     if (smoothed(l)) {
         extendEma(l);
         // the axis covers the raw extremes, as TensorBoard does; the faint line needs half the detail
-        l.raw->replace(to_points(*l.trace, true, std::max(50, columns / 2)));
-        l.series->replace(to_points(l.ema, false, columns));
+        to_points(*l.trace, true, std::max(50, columns / 2), l.raw);
+        to_points(l.ema, false, columns, l.points);
     } else {
-        if (l.raw->count()) l.raw->clear();
-        l.series->replace(to_points(*l.trace, true, columns));
+        l.raw.clear();
+        to_points(*l.trace, true, columns, l.points);
     }
 }
 
@@ -470,12 +468,17 @@ void PlotView::refresh() {
         a -= 0.5;
         b += 0.5;
     }
+    const int columns = std::max(50, static_cast<int>(chart()->plotArea().width()));
     if (follow_ && x_padding_ > 0) {  // markers at the ends stay inside the plot
         const double pad = (b - a) * x_padding_;
         a -= pad;
         b += pad;
+    } else if (follow_) {
+        // a growing run: the axis ends on the next fifth of a tick step, so it changes a few times a
+        // second rather than every frame (each change makes QtCharts lay out its labels again)
+        const double fine = nice_step(a, b, std::clamp(columns / 90, 3, 8)) / 5;
+        b = std::max(b, std::ceil(b / fine - 1e-9) * fine);
     }
-    const int columns = std::max(50, static_cast<int>(chart()->plotArea().width()));
     drawn_columns_ = columns;
     const double xstep = nice_step(a, b, std::clamp(columns / 90, 3, 8));
     const double xmag = std::max(std::abs(a), std::abs(b));
@@ -483,42 +486,31 @@ void PlotView::refresh() {
              [xstep, xmag](double v) { return QString::fromStdString(format_tick(v, xstep, xmag)); });
     double lo = std::numeric_limits<double>::infinity(), hi = -lo;
     points_drawn_ = 0;
-    QList<QPointF> pts, lower;
     stack_.clear();
     for (auto& l : lines_) {
         l.drawn_size = l.trace && l.visible ? l.trace->size() : 0;
         l.drawn_last = l.drawn_size ? l.trace->x_last() : 0;
-        if (!l.trace || !l.visible) {
-            if (l.series->count()) l.series->clear();
-            if (l.raw && l.raw->count()) l.raw->clear();
-            if (l.lower && l.lower->count()) l.lower->clear();
-            continue;
-        }
+        l.points.clear();
+        l.raw.clear();
+        l.bottom.clear();
+        if (!l.trace || !l.visible) continue;
         if (l.area) {  // stacked: per-column means added onto the areas below
             decimate_mean(*l.trace, iterationAt(a), iterationAt(b), columns, scratch_);
             if (stack_.size() != scratch_.size()) stack_.assign(scratch_.size(), 0.0);
-            pts.clear();
-            lower.clear();
             for (std::size_t i = 0; i < scratch_.size(); ++i) {
                 const double x = shownX(scratch_[i].x);
-                lower.append(QPointF(x, stack_[i]));
+                l.bottom.emplace_back(x, stack_[i]);
                 stack_[i] += scratch_[i].y;
-                pts.append(QPointF(x, stack_[i]));
+                l.points.emplace_back(x, stack_[i]);
                 lo = std::min(lo, 0.0);
                 hi = std::max(hi, stack_[i]);
             }
-            points_drawn_ += static_cast<int>(2 * pts.size());
-            l.lower->replace(lower);
-            l.series->replace(pts);
+            points_drawn_ += static_cast<int>(2 * l.points.size());
             continue;
         }
         drawLine(l, a, b, columns, lo, hi);
     }
     updateYAxis(lo, hi);
-    // antialiased painting dominates with many lines (10 overlaid runs): crisp pixels instead
-    constexpr int kAntialiasPoints = 12000;
-    if (renderHints().testFlag(QPainter::Antialiasing) != (points_drawn_ <= kAntialiasPoints))
-        setRenderHint(QPainter::Antialiasing, points_drawn_ <= kAntialiasPoints);
     last_ms_ = static_cast<double>(timer.nsecsElapsed()) / 1e6;
     viewport()->update();
 }
@@ -701,14 +693,98 @@ void PlotView::keyPressEvent(QKeyEvent* e) {
     QChartView::keyPressEvent(e);
 }
 
+void PlotView::paintEvent(QPaintEvent* e) {
+    QElapsedTimer timer;
+    timer.start();
+    QChartView::paintEvent(e);
+    last_paint_ms_ = static_cast<double>(timer.nsecsElapsed()) / 1e6;
+}
+
 void PlotView::resizeEvent(QResizeEvent* e) {
     QChartView::resizeEvent(e);
     refresh();
 }
 
+void PlotView::paintLines(QPainter* painter, const QRectF& area) {
+    const double xa = x_axis_->min(), xb = x_axis_->max(), ya = y_axis_->min(), yb = y_axis_->max();
+    if (!(xb > xa) || !(yb > ya)) return;
+    const double sx = area.width() / (xb - xa), sy = area.height() / (yb - ya);
+    const double left = area.left(), bottom = area.bottom();
+    // to pixels in place (one pass, no allocation once polygon_ has grown)
+    const auto map = [&](const std::vector<QPointF>& pts, bool append = false) {
+        if (!append) polygon_.resize(0);
+        for (const QPointF& p : pts) polygon_.append(QPointF(left + (p.x() - xa) * sx, bottom - (p.y() - ya) * sy));
+    };
+    painter->save();
+    painter->setClipRect(area.adjusted(-1, -3, 1, 3));
+    // antialiased wide lines dominate with many of them (10 overlaid runs): crisp pixels instead
+    constexpr int kAntialiasPoints = 12000;
+    const bool crisp = points_drawn_ > kAntialiasPoints;
+    painter->setRenderHint(QPainter::Antialiasing, !crisp);
+    const bool dark = dark_theme();
+    for (const Line& l : lines_) {
+        if (!l.visible || l.points.empty()) continue;
+        if (l.area) {  // the top edge left to right, the lower edge back
+            map(l.points);
+            for (auto it = l.bottom.rbegin(); it != l.bottom.rend(); ++it)
+                polygon_.append(QPointF(left + (it->x() - xa) * sx, bottom - (it->y() - ya) * sy));
+            QColor fill = l.style.color;
+            fill.setAlpha(190);
+            QPen pen(l.style.color.darker(dark ? 80 : 120));
+            pen.setWidthF(1);
+            pen.setCosmetic(true);
+            painter->setPen(pen);
+            painter->setBrush(fill);
+            // an antialiased fill of a polygon with thousands of corners costs tens of ms a frame
+            painter->setRenderHint(QPainter::Antialiasing, false);
+            painter->drawPolygon(polygon_);
+            painter->setRenderHint(QPainter::Antialiasing, !crisp);
+            continue;
+        }
+        if (!l.raw.empty()) {  // the raw line faint behind the smoothed one (TensorBoard's look)
+            QColor faint = l.style.color;
+            faint.setAlphaF(faint.alphaF() * (dark ? 0.45 : 0.3));
+            QPen raw_pen(faint);
+            raw_pen.setWidthF(1);
+            raw_pen.setCosmetic(true);
+            painter->setPen(raw_pen);
+            map(l.raw);
+            painter->drawPolyline(polygon_);
+        }
+        QPen pen(l.style.color);
+        pen.setStyle(l.style.pen);
+        pen.setCosmetic(true);
+        map(l.points);
+        if (l.style.width >= 1.5) {
+            // Qt strokes a wide pen as a path: the Monitor's charts took ~250 ms a frame antialiased,
+            // 20 overlaid runs ~40 ms crisp. Its 1-pixel cosmetic stroker takes a few ms for all of
+            // them: a wide line as three 1-pixel passes, shifted right and down by the extra width
+            pen.setWidthF(1);
+            painter->setPen(pen);
+            const double d = crisp ? std::max(1.0, std::round(l.style.width - 1)) : l.style.width - 1;
+            for (const QPointF shift : {QPointF(0, 0), QPointF(d, 0), QPointF(0, d)}) {
+                polygon_.translate(shift);
+                painter->drawPolyline(polygon_);
+                polygon_.translate(-shift);
+            }
+        } else {
+            pen.setWidthF(l.style.width);
+            painter->setPen(pen);
+            painter->drawPolyline(polygon_);
+        }
+        if (l.style.markers) {
+            painter->setBrush(l.style.color);
+            for (const QPointF& p : polygon_) painter->drawEllipse(p, 3.0, 3.0);
+            painter->setBrush(Qt::NoBrush);
+        }
+    }
+    painter->restore();
+}
+
 void PlotView::drawForeground(QPainter* painter, const QRectF& rect) {
     QChartView::drawForeground(painter, rect);
     const QRectF area = chart()->mapToScene(chart()->plotArea()).boundingRect();
+    paintLines(painter, area);
     if (!hasData()) {
         if (empty_text_.isEmpty()) return;
         painter->save();

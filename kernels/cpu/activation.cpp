@@ -23,7 +23,7 @@ void gelu_forward(OpContext&, TensorView out, TensorView x) {
     const float* px = x.f32();
     float* po = out.f32();
     const int64_t n = x.numel();
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) simdlen(16)
     for (int64_t i = 0; i < n; ++i) {
         const float v = px[i];
         po[i] = 0.5f * v * one_plus_tanh(kSqrt2OverPi * (v + kCubic * v * v * v));
@@ -36,7 +36,7 @@ void gelu_backward(OpContext&, TensorView dx, TensorView dout, TensorView x) {
     const float *px = x.f32(), *pd = dout.f32();
     float* pdx = dx.f32();
     const int64_t n = x.numel();
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) simdlen(16)
     for (int64_t i = 0; i < n; ++i) {
         const float v = px[i];
         const float e = exp_approx(-2.0f * kSqrt2OverPi * (v + kCubic * v * v * v));
@@ -76,7 +76,7 @@ void swiglu_forward(OpContext&, TensorView out, TensorView x) {
     for (int64_t n = 0; n < rows; ++n) {
         const float *gate = px + n * 2 * F, *up = gate + F;
         float* o = po + n * F;
-#pragma omp simd
+#pragma omp simd simdlen(16)
         for (int64_t i = 0; i < F; ++i) o[i] = gate[i] * sigmoid(gate[i]) * up[i];
     }
 }
@@ -90,7 +90,7 @@ void swiglu_backward(OpContext&, TensorView dx, TensorView dout, TensorView x) {
     for (int64_t n = 0; n < rows; ++n) {
         const float *gate = px + n * 2 * F, *up = gate + F, *d = pd + n * F;
         float *dgate = pdx + n * 2 * F, *dup = dgate + F;
-#pragma omp simd
+#pragma omp simd simdlen(16)
         for (int64_t i = 0; i < F; ++i) {
             const float g = gate[i], s = sigmoid(g), silu = g * s;
             // silu'(g) = s·(1 + g·(1 - s))

@@ -3,8 +3,9 @@
 // their group's K and V in place (never expanded). Work is tiled in row blocks of kTile so that only the
 // lower triangle (plus the diagonal tiles) is ever multiplied. Forward runs (b, head) pairs in parallel,
 // backward (b, group) pairs, so each group's dk and dv sum over its query heads in a fixed order without
-// sharing writes. OpenBLAS runs single-threaded inside the parallel region, so every GEMM is sequential
-// and results are the same for any thread count.
+// sharing writes; with fewer (b, group) pairs than threads (multi-query attention at micro-batch 1) the
+// row and column tiles of each head run in parallel instead. OpenBLAS runs single-threaded inside the
+// parallel region, so every GEMM is sequential and results are the same for any thread count.
 #include "cpu_ops.h"
 #include "dropout_mask.h"
 #include "vec_math.h"
@@ -124,11 +125,9 @@ void attention_forward(OpContext&, TensorView out, TensorView probs, TensorView 
                             k, ld, 0.0f, P + r0 * g.S, S);
                 for (int64_t i = r0; i < r1; ++i) {
                     float* row = P + i * g.S;
-                    float mx = row[0];
-#pragma omp simd reduction(max : mx)
-                    for (int64_t j = 0; j <= i; ++j) mx = std::max(mx, row[j]);
+                    const float mx = max_of(row, i + 1);
                     float sum = 0;
-#pragma omp simd reduction(+ : sum)
+#pragma omp simd reduction(+ : sum) simdlen(16)
                     for (int64_t j = 0; j <= i; ++j) {
                         row[j] = exp_approx(row[j] - mx);
                         sum += row[j];
@@ -152,80 +151,121 @@ void attention_forward(OpContext&, TensorView out, TensorView probs, TensorView 
     }
 }
 
+namespace {
+
+/// The backward of one (sequence b, query head h), in tiles that depend only on the shapes: row tiles
+/// (dP, the score gradient and dq of kTile query rows) and then column tiles (dk and dv of kTile key
+/// rows, which read every row tile's score gradient). Tiles of one phase are independent, so they can
+/// run on any threads in any order and give the same bits.
+struct HeadBackward {
+    const HeadGeometry& g;
+    const AttentionParams& p;
+    const DropoutDraw& draw;
+    const float *base, *pd, *pp;
+    float* dbase;
+
+    int64_t tiles() const { return (g.S + kTile - 1) / kTile; }
+
+    /// Row tile t: Pd (dropout(P)) and dS rows [r0, r1); dq rows [r0, r1).
+    void row_tile(int64_t b, int64_t h, int64_t t, float* Pd, float* dS) const {
+        const bool dropout = p.dropout_p > 0.0f;
+        const int ld = static_cast<int>(g.ld_qkv()), ldo = static_cast<int>(g.ld_out()), S = static_cast<int>(g.S),
+                  D = static_cast<int>(g.D);
+        const float *k = base + g.k(b, h), *v = base + g.v(b, h);
+        float* dq = dbase + g.q(b, h);
+        const float* dO = pd + g.o(b, h);
+        const float* P = pp + (b * g.A + h) * g.S * g.S;
+        const int64_t r0 = t * kTile, r1 = std::min(g.S, r0 + kTile);
+        const int rows = static_cast<int>(r1 - r0), width = static_cast<int>(r1);
+        if (dropout)
+            for (int64_t i = r0; i < r1; ++i)
+                dropped_row(Pd + i * g.S, P + i * g.S, i, r1, &draw, mask_row_index(g, p, b, h, i));
+        // dPd[r0:r1, 0:r1] = dO[r0:r1] · v[0:r1]ᵀ
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, width, D, 1.0f, dO + r0 * ldo, ldo, v, ld, 0.0f,
+                    dS + r0 * g.S, S);
+        for (int64_t i = r0; i < r1; ++i) {
+            float* row = dS + i * g.S;
+            const float* prow = P + i * g.S;
+            if (dropout) {
+                float mult[kTile * 64];  // multipliers of one row, in pieces
+                for (int64_t j0 = 0; j0 <= i; j0 += kTile * 64) {
+                    const int64_t len = std::min<int64_t>(kTile * 64, i + 1 - j0);
+                    draw.multipliers(mask_row_index(g, p, b, h, i) + static_cast<uint64_t>(j0), len, mult);
+#pragma omp simd
+                    for (int64_t j = 0; j < len; ++j) row[j0 + j] *= mult[j];
+                }
+            }
+            float dot = 0;
+#pragma omp simd reduction(+ : dot)
+            for (int64_t j = 0; j <= i; ++j) dot += prow[j] * row[j];
+#pragma omp simd
+            for (int64_t j = 0; j <= i; ++j) row[j] = p.softmax_scale * prow[j] * (row[j] - dot);
+            std::fill(row + i + 1, row + r1, 0.0f);
+        }
+        // dq[r0:r1] = dS[r0:r1, 0:r1] · k[0:r1]
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, width, 1.0f, dS + r0 * g.S, S, k, ld, 0.0f,
+                    dq + r0 * ld, ld);
+    }
+
+    /// Column tile t: dv and dk rows [c0, c1), written by the group's first query head (beta 0) and
+    /// added to by the others.
+    void col_tile(int64_t b, int64_t h, int64_t t, const float* Pd, const float* dS, float beta_kv) const {
+        const int ld = static_cast<int>(g.ld_qkv()), ldo = static_cast<int>(g.ld_out()), S = static_cast<int>(g.S),
+                  D = static_cast<int>(g.D);
+        const float* q = base + g.q(b, h);
+        float *dk = dbase + g.k(b, h), *dv = dbase + g.v(b, h);
+        const float* dO = pd + g.o(b, h);
+        const float* A = p.dropout_p > 0.0f ? Pd : pp + (b * g.A + h) * g.S * g.S;
+        const int64_t c0 = t * kTile, c1 = std::min(g.S, c0 + kTile);
+        const int cols = static_cast<int>(c1 - c0), depth = static_cast<int>(g.S - c0);
+        // dv[c0:c1] (+)= Pd[c0:S, c0:c1]ᵀ · dO[c0:S];  dk[c0:c1] (+)= dS[c0:S, c0:c1]ᵀ · q[c0:S]
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, D, depth, 1.0f, A + c0 * g.S + c0, S,
+                    dO + c0 * ldo, ldo, beta_kv, dv + c0 * ld, ld);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, D, depth, 1.0f, dS + c0 * g.S + c0, S,
+                    q + c0 * ld, ld, beta_kv, dk + c0 * ld, ld);
+    }
+};
+
+}  // namespace
+
 void attention_backward(OpContext&, TensorView dqkv, TensorView dout, TensorView qkv, TensorView probs,
                         TensorView workspace, const AttentionParams& p) {
     const HeadGeometry g = check_shapes("attention_backward", qkv, dout, probs, p);
     MWB_CHECK(dqkv.numel() == qkv.numel(), "attention_backward: dqkv {} for qkv {}", dqkv.describe(), qkv.describe());
-    const float* base = qkv.f32();
-    const float* pd = dout.f32();
-    const float* pp = probs.f32();
-    float* dbase = dqkv.f32();
-    const bool dropout = p.dropout_p > 0.0f;
     const DropoutDraw draw(p.rng, p.dropout_p);
-    const int ld = static_cast<int>(g.ld_qkv()), ldo = static_cast<int>(g.ld_out()), S = static_cast<int>(g.S),
-              D = static_cast<int>(g.D);
-
+    const HeadBackward hb{g, p, draw, qkv.f32(), dout.f32(), probs.f32(), dqkv.f32()};
     const int threads = check_workspace("attention_backward", workspace, p, g.S);
-    const int64_t group_pairs = g.B * g.G;
+    const int64_t group_pairs = g.B * g.G, tiles = hb.tiles();
+    if (group_pairs >= threads) {
+        // (b, group) pairs in parallel: each group's dk and dv sum over its query heads in order.
 #pragma omp parallel num_threads(threads)
-    {
-        float* scratch = thread_scratch(workspace, g.S);
-        float* Pd = scratch;              // dropout(P), S×S
-        float* dS = scratch + g.S * g.S;  // dP, then the score gradient, S×S
+        {
+            float* scratch = thread_scratch(workspace, g.S);
+            float *Pd = scratch, *dS = scratch + g.S * g.S;  // dropout(P) and dP / the score gradient, S×S
 #pragma omp for schedule(static)
-        for (int64_t pair = 0; pair < group_pairs; ++pair) {
-            const int64_t b = pair / g.G, first_head = pair % g.G * g.per_group();
-            for (int64_t h = first_head; h < first_head + g.per_group(); ++h) {
-                // The group's first query head writes dk and dv, the others add to them.
-                const float beta_kv = h == first_head ? 0.0f : 1.0f;
-                const float *q = base + g.q(b, h), *k = base + g.k(b, h), *v = base + g.v(b, h);
-                float *dq = dbase + g.q(b, h), *dk = dbase + g.k(b, h), *dv = dbase + g.v(b, h);
-                const float* dO = pd + g.o(b, h);
-                const float* P = pp + (b * g.A + h) * g.S * g.S;
-
-                for (int64_t r0 = 0; r0 < g.S; r0 += kTile) {
-                    const int64_t r1 = std::min(g.S, r0 + kTile);
-                    const int rows = static_cast<int>(r1 - r0), width = static_cast<int>(r1);
-                    if (dropout)
-                        for (int64_t i = r0; i < r1; ++i)
-                            dropped_row(Pd + i * g.S, P + i * g.S, i, r1, &draw, mask_row_index(g, p, b, h, i));
-                    // dPd[r0:r1, 0:r1] = dO[r0:r1] · v[0:r1]ᵀ
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, width, D, 1.0f, dO + r0 * ldo, ldo, v,
-                                ld, 0.0f, dS + r0 * g.S, S);
-                    for (int64_t i = r0; i < r1; ++i) {
-                        float* row = dS + i * g.S;
-                        const float* prow = P + i * g.S;
-                        if (dropout) {
-                            float mult[kTile * 64];  // multipliers of one row, in pieces
-                            for (int64_t j0 = 0; j0 <= i; j0 += kTile * 64) {
-                                const int64_t len = std::min<int64_t>(kTile * 64, i + 1 - j0);
-                                draw.multipliers(mask_row_index(g, p, b, h, i) + static_cast<uint64_t>(j0), len, mult);
-#pragma omp simd
-                                for (int64_t j = 0; j < len; ++j) row[j0 + j] *= mult[j];
-                            }
-                        }
-                        float dot = 0;
-#pragma omp simd reduction(+ : dot)
-                        for (int64_t j = 0; j <= i; ++j) dot += prow[j] * row[j];
-#pragma omp simd
-                        for (int64_t j = 0; j <= i; ++j) row[j] = p.softmax_scale * prow[j] * (row[j] - dot);
-                        std::fill(row + i + 1, row + r1, 0.0f);
-                    }
-                    // dq[r0:r1] = dS[r0:r1, 0:r1] · k[0:r1]
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, width, 1.0f, dS + r0 * g.S, S, k,
-                                ld, 0.0f, dq + r0 * ld, ld);
-                }
-                const float* A = dropout ? Pd : P;
-                for (int64_t c0 = 0; c0 < g.S; c0 += kTile) {
-                    const int64_t c1 = std::min(g.S, c0 + kTile);
-                    const int cols = static_cast<int>(c1 - c0), depth = static_cast<int>(g.S - c0);
-                    // dv[c0:c1] (+)= Pd[c0:S, c0:c1]ᵀ · dO[c0:S];  dk[c0:c1] (+)= dS[c0:S, c0:c1]ᵀ · q[c0:S]
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, D, depth, 1.0f, A + c0 * g.S + c0, S,
-                                dO + c0 * ldo, ldo, beta_kv, dv + c0 * ld, ld);
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, D, depth, 1.0f, dS + c0 * g.S + c0, S,
-                                q + c0 * ld, ld, beta_kv, dk + c0 * ld, ld);
+            for (int64_t pair = 0; pair < group_pairs; ++pair) {
+                const int64_t b = pair / g.G, first_head = pair % g.G * g.per_group();
+                for (int64_t h = first_head; h < first_head + g.per_group(); ++h) {
+                    for (int64_t t = 0; t < tiles; ++t) hb.row_tile(b, h, t, Pd, dS);
+                    for (int64_t t = 0; t < tiles; ++t) hb.col_tile(b, h, t, Pd, dS, h == first_head ? 0.0f : 1.0f);
                 }
             }
+        }
+        return;
+    }
+    // Fewer (b, group) pairs than threads (multi-query attention at micro-batch 1): the tiles of each
+    // head in parallel instead, sharing one Pd/dS; the same calls as above, so the same bits. Largest
+    // row tiles (the causal triangle's widest) first.
+    float* Pd = static_cast<float*>(workspace.data);
+    float* dS = Pd + g.S * g.S;
+#pragma omp parallel num_threads(threads)
+    for (int64_t pair = 0; pair < group_pairs; ++pair) {
+        const int64_t b = pair / g.G, first_head = pair % g.G * g.per_group();
+        for (int64_t h = first_head; h < first_head + g.per_group(); ++h) {
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t t = tiles - 1; t >= 0; --t) hb.row_tile(b, h, t, Pd, dS);
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t t = 0; t < tiles; ++t) hb.col_tile(b, h, t, Pd, dS, h == first_head ? 0.0f : 1.0f);
         }
     }
 }

@@ -23,11 +23,9 @@ void cross_entropy_partials(OpContext&, TensorView row_max, TensorView row_sumex
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
         const float* row = pl + r * v;
-        float mx = row[0];
-#pragma omp simd reduction(max : mx)
-        for (int64_t j = 0; j < v; ++j) mx = std::max(mx, row[j]);
+        const float mx = max_of(row, v);
         float sum = 0;
-#pragma omp simd reduction(+ : sum)
+#pragma omp simd reduction(+ : sum) simdlen(16)
         for (int64_t j = 0; j < v; ++j) sum += exp_approx(row[j] - mx);
         pm[r] = mx;
         ps[r] = sum;
@@ -49,7 +47,7 @@ void cross_entropy_backward(OpContext&, TensorView logits, TensorView targets, T
     for (int64_t r = 0; r < rows; ++r) {
         float* row = pl + r * v;
         const float m = plse[r], s = pscale[r];
-#pragma omp simd
+#pragma omp simd simdlen(16)
         for (int64_t j = 0; j < v; ++j) row[j] = exp_approx(row[j] - m) * s;
         const int64_t local = static_cast<int64_t>(pt[r]) - vocab_start;
         if (local >= 0 && local < v) row[local] -= s;

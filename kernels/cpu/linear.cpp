@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <vector>
 
 namespace mwb::cpu {
 
@@ -17,23 +18,50 @@ namespace {
 /// floating-point sums with the number of threads for some kernels (its Haswell sgemm does), which
 /// would make results depend on --threads.
 struct GemmSplit {
-    bool along_rows = true;  ///< split the rows of C (re-reading op(B) per chunk) or its columns (op(A))
-    int64_t chunks = 1;      ///< 1, 2, 4 or 8: balanced for 1, 2, 4 or 8 threads
+    enum class Axis { Rows, Cols, Depth };
+    /// Rows of C (each chunk re-packs op(B)), its columns (each re-packs op(A)), or the inner
+    /// dimension (each chunk packs only its slice of both; partial products summed in chunk order).
+    Axis axis = Axis::Rows;
+    int64_t chunks = 1;  ///< 1, 2, 4 or 8: balanced for 1, 2, 4 or 8 threads
 };
+
+/// The most partial-product scratch a depth split may use (bytes): beyond it, rows or columns.
+constexpr int64_t kMaxDepthScratch = int64_t{64} << 20;
 
 GemmSplit plan_gemm_split(int64_t m, int64_t n, int64_t k) {
     constexpr double kFlopsPerChunk = 128.0 * 1024 * 1024;  // below this a chunk is not worth a thread
     constexpr int64_t kMinChunk = 64;                       // rows/columns per chunk, a multiple of any unroll
+    constexpr int64_t kMinDepthChunk = 512;                 // inner-dimension slice: several packing blocks
     const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
     GemmSplit s;
-    // Re-packing cost of each axis: splitting rows re-reads op(B) (k·n) per chunk, columns op(A) (m·k).
-    s.along_rows = static_cast<double>(k) * n <= static_cast<double>(m) * k ? m >= 2 * kMinChunk
-                                                                            : !(n >= 2 * kMinChunk);
-    const int64_t dim = s.along_rows ? m : n;
+    // Re-packing cost per extra chunk: splitting rows re-reads op(B) (k·n), columns op(A) (m·k), depth
+    // writes and re-reads one partial C (2·m·n). Depth only where it wins clearly: a long inner
+    // dimension such as the LM head's dx = dlogits · W over the vocabulary, where either other cut
+    // re-packs a vocabulary-sized operand per chunk.
+    const double rows_cost = static_cast<double>(k) * n, cols_cost = static_cast<double>(m) * k;
+    const double depth_cost = 2.0 * static_cast<double>(m) * n;
+    if (8 * depth_cost <= std::min(rows_cost, cols_cost) && k >= 2 * kMinDepthChunk)
+        s.axis = GemmSplit::Axis::Depth;
+    else if (rows_cost <= cols_cost ? m >= 2 * kMinChunk : !(n >= 2 * kMinChunk))
+        s.axis = GemmSplit::Axis::Rows;
+    else
+        s.axis = GemmSplit::Axis::Cols;
+    const bool depth = s.axis == GemmSplit::Axis::Depth;
+    const int64_t dim = depth ? k : s.axis == GemmSplit::Axis::Rows ? m : n;
+    const int64_t min_chunk = depth ? kMinDepthChunk : kMinChunk;
     while (s.chunks < 8 && flops / static_cast<double>(2 * s.chunks) >= kFlopsPerChunk &&
-           dim / (2 * s.chunks) >= kMinChunk)
+           dim / (2 * s.chunks) >= min_chunk &&
+           (!depth || (2 * s.chunks - 1) * m * n * static_cast<int64_t>(sizeof(float)) <= kMaxDepthScratch))
         s.chunks *= 2;
     return s;
+}
+
+/// Scratch for the partial products of a depth split, kept per thread and grown as needed (the
+/// GEMM's caller cannot size it: it depends on the cut).
+float* depth_scratch(int64_t elements) {
+    thread_local std::vector<float> scratch;
+    if (static_cast<int64_t>(scratch.size()) < elements) scratch.resize(static_cast<std::size_t>(elements));
+    return scratch.data();
 }
 
 /// Σ over rows of a row-major (rows, cols) matrix, added to out (cols). Columns are split across
@@ -68,33 +96,56 @@ void matmul(OpContext&, TensorView c, TensorView a, TensorView b, bool trans_a, 
               c.describe(), trans_a ? "ᵀ" : "", a.describe(), trans_b ? "ᵀ" : "", b.describe());
     if (m == 0 || n == 0) return;
     const GemmSplit split = plan_gemm_split(m, n, k);
-    const int64_t dim = split.along_rows ? m : n;
+    const bool depth = split.axis == GemmSplit::Axis::Depth, rows = split.axis == GemmSplit::Axis::Rows;
+    const int64_t dim = depth ? k : rows ? m : n;
     const int64_t chunk = (dim + split.chunks - 1) / split.chunks;
     const int64_t lda = a.dim(1), ldb = b.dim(1);
     const float *pa = a.f32(), *pb = b.f32();
     float* pc = c.f32();
-    const auto run = [&](int64_t first, int64_t count) {
-        // A chunk of rows of C is a chunk of rows of op(A); a chunk of columns, one of op(B).
-        const float* ca = split.along_rows ? (trans_a ? pa + first : pa + first * lda) : pa;
-        const float* cb = split.along_rows ? pb : (trans_b ? pb + first * ldb : pb + first);
-        float* cc = split.along_rows ? pc + first * n : pc + first;
+    float* partial = depth && split.chunks > 1 ? depth_scratch((split.chunks - 1) * m * n) : nullptr;
+    const auto run = [&](int64_t i, int64_t first, int64_t count) {
+        // A chunk of rows of C is a chunk of rows of op(A); a chunk of columns, one of op(B); a depth
+        // chunk, columns of op(A) and rows of op(B). Depth chunk 0 applies beta to C, the others write
+        // their own partial product.
+        const float* ca = rows ? (trans_a ? pa + first : pa + first * lda)
+                               : depth ? (trans_a ? pa + first * lda : pa + first) : pa;
+        const float* cb = rows ? pb : (trans_b ? pb + first * ldb : pb + first);
+        if (depth) cb = trans_b ? pb + first : pb + first * ldb;
+        float* cc = rows ? pc + first * n : depth ? (i == 0 ? pc : partial + (i - 1) * m * n) : pc + first;
+        const int64_t cm = rows ? count : m, cn = rows || depth ? n : count, ck = depth ? count : k;
         cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-                    static_cast<blasint>(split.along_rows ? count : m), static_cast<blasint>(split.along_rows ? n : count),
-                    static_cast<blasint>(k), alpha, ca, static_cast<blasint>(lda), cb, static_cast<blasint>(ldb), beta, cc,
+                    static_cast<blasint>(cm), static_cast<blasint>(cn), static_cast<blasint>(ck), alpha, ca,
+                    static_cast<blasint>(lda), cb, static_cast<blasint>(ldb), depth && i > 0 ? 0.0f : beta, cc,
                     static_cast<blasint>(n));
     };
     if (split.chunks == 1) {
         // OpenBLAS (OpenMP build) follows omp_get_max_threads() outside parallel regions: make it 1.
         const int threads = omp_get_max_threads();
         omp_set_num_threads(1);
-        run(0, dim);
+        run(0, 0, dim);
         omp_set_num_threads(threads);
         return;
     }
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < split.chunks; ++i) {
-        const int64_t first = i * chunk;
-        if (first < dim) run(first, std::min(chunk, dim - first));
+#pragma omp parallel
+    {
+#pragma omp for schedule(static)
+        for (int64_t i = 0; i < split.chunks; ++i) {
+            const int64_t first = i * chunk;
+            if (first < dim) run(i, first, std::min(chunk, dim - first));
+        }
+        if (depth) {
+            // C += Σ partials in chunk order, row by row: the same sums for any thread count.
+            const int64_t used = (dim + chunk - 1) / chunk;
+#pragma omp for schedule(static)
+            for (int64_t r = 0; r < m; ++r) {
+                float* cr = pc + r * n;
+                for (int64_t i = 1; i < used; ++i) {
+                    const float* pr = partial + (i - 1) * m * n + r * n;
+#pragma omp simd
+                    for (int64_t j = 0; j < n; ++j) cr[j] += pr[j];
+                }
+            }
+        }
     }
 }
 

@@ -27,9 +27,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <thread>
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <sstream>
 #include <vector>
 
@@ -38,9 +43,9 @@ using namespace mwb::app;
 
 namespace {
 
-/// CPU seconds (user + system) of this process so far.
-double cpu_seconds() {
-    std::ifstream in("/proc/self/stat");
+/// CPU seconds (user + system) of this process so far, or of its main (GUI) thread only.
+double cpu_seconds(bool gui_thread_only = false) {
+    std::ifstream in(gui_thread_only ? "/proc/self/task/" + std::to_string(getpid()) + "/stat" : "/proc/self/stat");
     std::string s((std::istreambuf_iterator<char>(in)), {});
     std::istringstream fields(s.substr(s.rfind(')') + 2));
     std::string f;
@@ -75,29 +80,81 @@ double percentile(std::vector<double> v, double p) {
     return v[static_cast<std::size_t>(p * static_cast<double>(v.size() - 1))];
 }
 
-/// Records how long posted clicks wait for the GUI thread.
+/// Records how long clicks wait for the GUI thread: a thread of its own posts a mouse press every
+/// 50 ms (so a busy GUI thread cannot delay the posting too), the GUI thread notes when it arrives.
 class ClickProbe : public QObject {
 public:
     explicit ClickProbe(QWidget* target) : target_(target) { target->installEventFilter(this); }
-    void post() {
-        posted_.push_back(wall());
-        const QPointF at(target_->width() / 2.0, target_->height() / 2.0);
-        QCoreApplication::postEvent(target_, new QMouseEvent(QEvent::MouseButtonPress, at, target_->mapToGlobal(at),
-                                                             Qt::MiddleButton, Qt::MiddleButton, Qt::NoModifier));
+    ~ClickProbe() override { stop(); }
+    void start() {
+        running_ = true;
+        poster_ = std::thread([this] {
+            while (running_) {
+                const QPointF at(target_->width() / 2.0, target_->height() / 2.0);
+                {
+                    std::lock_guard<std::mutex> lock(mutex_);
+                    posted_.push_back(wall());
+                }
+                QCoreApplication::postEvent(target_, new QMouseEvent(QEvent::MouseButtonPress, at, at, Qt::MiddleButton,
+                                                                     Qt::MiddleButton, Qt::NoModifier));
+                std::this_thread::sleep_for(std::chrono::milliseconds(50));
+            }
+        });
+    }
+    void stop() {
+        running_ = false;
+        if (poster_.joinable()) poster_.join();
     }
     std::vector<double> delays;
 
 protected:
     bool eventFilter(QObject*, QEvent* e) override {
-        if (e->type() == QEvent::MouseButtonPress && next_ < posted_.size())
-            delays.push_back(1e3 * (wall() - posted_[next_++]));
+        if (e->type() == QEvent::MouseButtonPress) {
+            std::lock_guard<std::mutex> lock(mutex_);
+            if (next_ < posted_.size()) delays.push_back(1e3 * (wall() - posted_[next_++]));
+        }
         return false;
     }
 
 private:
     QWidget* target_;
+    std::thread poster_;
+    std::atomic<bool> running_{false};
+    std::mutex mutex_;
     std::vector<double> posted_;
     std::size_t next_ = 0;
+};
+
+/// The GUI thread's time per event, by event type and receiver class: what keeps a click waiting.
+class TimedApp : public QApplication {
+public:
+    using QApplication::QApplication;
+    bool notify(QObject* receiver, QEvent* e) override {
+        if (!timing || depth_ > 0) return QApplication::notify(receiver, e);
+        ++depth_;
+        // before delivery: the receiver may be deleted by it
+        const std::string key = std::string(receiver->metaObject()->className()) + " " + std::to_string(e->type());
+        const double t0 = wall();
+        const bool r = QApplication::notify(receiver, e);
+        const double ms = 1e3 * (wall() - t0);
+        --depth_;
+        auto& s = stats[key];
+        s.first += ms;
+        s.second = std::max(s.second, ms);
+        return r;
+    }
+    void report() const {
+        std::vector<std::pair<std::string, std::pair<double, double>>> v(stats.begin(), stats.end());
+        std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second.second > b.second.second; });
+        for (std::size_t i = 0; i < v.size() && i < 8; ++i)
+            std::printf("  GUI thread: %-40s total %8.1f ms, longest %7.1f ms\n", v[i].first.c_str(), v[i].second.first,
+                        v[i].second.second);
+    }
+    bool timing = false;
+    std::map<std::string, std::pair<double, double>> stats;
+
+private:
+    int depth_ = 0;
 };
 
 void bench_monitor(const QString& trainer, int iterations) {
@@ -112,7 +169,7 @@ void bench_monitor(const QString& trainer, int iterations) {
     p.setStandardOutputFile(QProcess::nullDevice());
     p.start(trainer, {"--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", "64", "--num-layers", "1",
                       "--hidden-size", "16", "--num-attention-heads", "2", "--seq-length", "16", "--micro-batch-size",
-                      "1", "--global-batch-size", "1", "--lr-warmup-iters", "0", "--log-interval", "1",
+                      "1", "--global-batch-size", "1", "--lr", "1e-4", "--lr-warmup-iters", "0", "--log-interval", "1",
                       "--eval-interval", "0", "--threads", "1", "--train-iters", QString::number(iterations),
                       "--run-dir", run});
     if (!p.waitForStarted()) {
@@ -127,22 +184,26 @@ void bench_monitor(const QString& trainer, int iterations) {
     const RunTraces& t = view.liveRun()->traces();
     run_for(20, [&] { return t.last_step.iteration >= 50; });
     ClickProbe probe(view.charts()->chart(MetricCharts::LossChart)->viewport());
-    QTimer clicks;
-    clicks.setInterval(50);
-    QObject::connect(&clicks, &QTimer::timeout, [&] { probe.post(); });
-    const double c0 = cpu_seconds(), w0 = wall();
+    const double c0 = cpu_seconds(), g0 = cpu_seconds(true), w0 = wall();
     const int64_t i0 = t.last_step.iteration;
-    clicks.start();
+    probe.start();
+    auto* app = static_cast<TimedApp*>(QCoreApplication::instance());
+    app->timing = std::getenv("MWB_BENCH_EVENTS") != nullptr;
     run_for(600, [&] { return p.state() == QProcess::NotRunning; });
-    clicks.stop();
-    const double c1 = cpu_seconds(), w1 = wall();
+    probe.stop();
+    if (app->timing) app->report();
+    app->timing = false;
+    const double c1 = cpu_seconds(), g1 = cpu_seconds(true), w1 = wall();
+    run_for(0.5);  // the last presses arrive
     run_for(2, [&] { return t.end.has_value(); });
     const double its = static_cast<double>(t.last_step.iteration - i0) / (w1 - w0);
+    double load = 0;
+    std::ifstream("/proc/loadavg") >> load;
     std::printf("monitor following: %.0f iterations/s logged and drawn over %.1f s, GUI process %.1f %% of one core "
-                "(receiver thread and store included), click delay median %.1f ms, p99 %.1f ms, max %.1f ms "
-                "(%zu clicks)\n",
-                its, w1 - w0, 100 * (c1 - c0) / (w1 - w0), percentile(probe.delays, 0.5),
-                percentile(probe.delays, 0.99), percentile(probe.delays, 1.0), probe.delays.size());
+                "(receiver thread and store included; the GUI thread %.1f %%), click delay median %.1f ms, p99 %.1f ms, "
+                "max %.1f ms (%zu clicks), load average %.1f\n",
+                its, w1 - w0, 100 * (c1 - c0) / (w1 - w0), 100 * (g1 - g0) / (w1 - w0), percentile(probe.delays, 0.5),
+                percentile(probe.delays, 0.99), percentile(probe.delays, 1.0), probe.delays.size(), load);
     // the run is over; the Monitor keeps showing it
     const double c2 = cpu_seconds(), w2 = wall();
     run_for(5);
@@ -202,14 +263,14 @@ void bench_history(const QString& keep) {
         redraw.push_back(1e3 * (wall() - b));
     }
     std::printf("history: overlay of 10 x 1M-step runs: read + draw %.1f ms, redraw (zoom, repaint) %.1f ms, of which "
-                "decimating and handing the points to QtCharts %.1f ms (medians of 9), %d points drawn\n",
+                "decimating and preparing the points %.1f ms (medians of 9), %d points drawn\n",
                 percentile(load, 0.5), percentile(redraw, 0.5), percentile(refresh, 0.5), plot.plot()->pointsDrawn());
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-    QApplication app(argc, argv);
+    TimedApp app(argc, argv);
     bool history = true;
     QString keep;  // --store FILE: build the 10 x 1M store once, reuse it afterwards
     int iterations = 4000;

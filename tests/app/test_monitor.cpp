@@ -55,6 +55,21 @@ void check_trace(const Trace& t, const std::vector<ipc::Message>& steps, const c
     QVERIFY2(t.y == y, field);  // the very values the trainer wrote
 }
 
+/// The trace holds exactly the step records' (iteration, value at `pointer`) pairs, in order.
+void check_metric(const Trace& t, const std::vector<ipc::Message>& steps, const char* pointer) {
+    const nlohmann::json::json_pointer at(pointer);
+    std::vector<double> x, y;
+    for (const auto& s : steps)
+        if (s.body.contains(at) && s.body[at].is_number()) {
+            x.push_back(num(s.body, "iteration"));
+            y.push_back(s.body[at].get<double>());
+        }
+    QVERIFY2(!x.empty(), pointer);
+    QCOMPARE(t.x.size(), x.size());
+    QVERIFY2(t.x == x, pointer);
+    QVERIFY2(t.y == y, pointer);
+}
+
 std::vector<QString> event_kinds(const EventLogModel& m) {
     std::vector<QString> out;
     for (int r = 0; r < m.rowCount(); ++r) out.push_back(m.data(m.index(r, EventLogModel::Kind)).toString());
@@ -237,6 +252,21 @@ private slots:
         QCOMPARE(test::of_topic(all, "run.start").size(), std::size_t{1});
         QCOMPARE(event_kinds(*second.eventLog()).front(), QString("run.start"));  // reloaded from the store
         QCOMPARE(tr.end->status, "stopped");
+        // the metric picker's series hold the whole run as well, the part before the restart read from
+        // the store: a column (hardware TFLOP/s), a field only step_details keeps, a per-rank number
+        const auto steps = test::of_topic(all, "step");
+        QVERIFY(tr.metrics.count("hardware_tflops_per_device") && tr.metrics.count("global_batch_size") &&
+                tr.metrics.count("rank0.time.forward_s"));
+        check_metric(tr.metrics.at("hardware_tflops_per_device"), steps, "/hardware_tflops_per_device");
+        check_metric(tr.metrics.at("global_batch_size"), steps, "/global_batch_size");
+        check_metric(tr.metrics.at("rank0.time.forward_s"), steps, "/ranks/0/time/forward_s");
+        // a chart added now shows it from the first iteration
+        second.charts()->addChart(QStringLiteral("rank0.time.forward_s"));
+        second.redraw();
+        PlotView* added = second.charts()->customChart(0);
+        QVERIFY(added && !added->drawnPoints(0).isEmpty());
+        QCOMPARE(added->visibleXRange().first, num(steps.front().body, "iteration"));
+        QCOMPARE(added->visibleXRange().second, num(steps.back().body, "iteration"));
     }
 
     void a_killed_run_keeps_its_data_and_says_how_it_ended() {

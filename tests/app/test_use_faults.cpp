@@ -67,6 +67,40 @@ bool round_labels(const QStringList& labels) {
     return true;
 }
 
+/// The labels' values (SI prefix and `suffix` read back), evenly spaced by 1, 2 or 5 times a power
+/// of ten, each a multiple of that step: what a reader calls round ticks.
+bool one_two_five(const QStringList& labels, const QString& suffix = {}) {
+    std::vector<double> v;
+    for (const QString& l : labels) {
+        QString s = l;
+        s.remove(QChar(0x200B));
+        if (!suffix.isEmpty()) {
+            if (!s.endsWith(suffix)) return false;
+            s.chop(suffix.size());
+        }
+        double scale = 1;
+        const QString prefixes = QStringLiteral("pnµmkMGT");
+        const double scales[] = {1e-12, 1e-9, 1e-6, 1e-3, 1e3, 1e6, 1e9, 1e12};
+        if (!s.isEmpty() && prefixes.contains(s.back())) {
+            scale = scales[prefixes.indexOf(s.back())];
+            s.chop(1);
+        }
+        bool ok = false;
+        v.push_back(s.toDouble(&ok) * scale);
+        if (!ok) return false;
+    }
+    if (v.size() < 2) return false;
+    const double step = v[1] - v[0];
+    if (!(step > 0)) return false;
+    const double mantissa = step / std::pow(10.0, std::floor(std::log10(step) + 1e-9));
+    if (std::abs(mantissa - 1) > 1e-6 && std::abs(mantissa - 2) > 1e-6 && std::abs(mantissa - 5) > 1e-6) return false;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+        if (std::abs(v[i] - v[0] - static_cast<double>(i) * step) > 1e-6 * step) return false;
+        if (std::abs(v[i] / step - std::round(v[i] / step)) > 1e-6) return false;
+    }
+    return true;
+}
+
 }  // namespace
 
 class TestUseFaults : public QObject {
@@ -255,6 +289,50 @@ private slots:
         const auto pts = plot.drawnPoints(0);
         QVERIFY(!pts.isEmpty());
         QVERIFY(std::abs(pts.front().y() - std::log10(11.0)) < 1e-9);  // drawn as log10
+    }
+
+    void every_monitor_axis_has_round_ticks_the_mfu_axis_too() {
+        MonitorView view;
+        view.resize(1300, 800);
+        view.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&view));
+        RunTraces& tr = view.liveRun()->traces();
+        const double peak = 98;  // MFU 26-56 %: the issue saw "10, 83, 155, 228, 300" and "3.1 %, 8.7 %"
+        for (int i = 10; i <= 300; ++i) {
+            const double tflops = 40 + 15 * std::sin(i / 20.0);
+            tr[SeriesId::Loss].append(i, 3.0 - i * 1e-3);
+            tr[SeriesId::Lr].append(i, 3e-4 * i / 300);
+            tr[SeriesId::TokensPerSec].append(i, 1.2e6 + 3e4 * std::cos(i / 7.0));
+            tr[SeriesId::Tflops].append(i, tflops);
+            tr[SeriesId::Mfu].append(i, tflops / peak);
+            tr[SeriesId::IterationTime].append(i, 0.25 + 0.01 * (i % 5));
+        }
+        view.redraw();
+        QTest::qWait(30);  // the layout settles; the next tick draws at the final width
+        view.redraw();
+        for (auto c : {MetricCharts::LossChart, MetricCharts::LrChart, MetricCharts::ThroughputChart,
+                       MetricCharts::TflopsChart, MetricCharts::IterationTimeChart}) {
+            PlotView* p = view.charts()->chart(c);
+            for (const char* axis : {"x", "y"})
+                QVERIFY2(one_two_five(p->tickLabels(QLatin1String(axis))),
+                         qPrintable(QStringLiteral("chart %1 %2: %3").arg(c).arg(axis, p->tickLabels(axis).join(' '))));
+        }
+        PlotView* tf = view.charts()->chart(MetricCharts::TflopsChart);
+        QVERIFY(tf->hasRightAxis());
+        const QStringList mfu = tf->tickLabels(QStringLiteral("right"));
+        QVERIFY2(one_two_five(mfu, QStringLiteral("%")), qPrintable(mfu.join(' ')));
+        // where they stand: the right axis' labels mark the left axis' values times 100 / peak
+        const auto [lo, hi] = tf->yRange();
+        QVERIFY2(mfu.size() >= 3, qPrintable(mfu.join(' ')));
+        QString text = mfu.front();
+        text.remove(QChar(0x200B)).chop(1);
+        const double first = text.toDouble();
+        QVERIFY2(first >= lo * 100 / peak - 1e-9 && first <= hi * 100 / peak + 1e-9,
+                 qPrintable(QStringLiteral("%1 outside [%2, %3]").arg(mfu.join(' ')).arg(lo * 100 / peak).arg(hi * 100 / peak)));
+        // the log scale too
+        tf->setLogY(true);
+        QVERIFY2(!tf->tickLabels(QStringLiteral("right")).isEmpty(), "no MFU ticks on the log scale");
+        view.detach();
     }
 
     void an_idle_chart_does_not_redraw() {

@@ -46,6 +46,7 @@ Case make_case(const nlohmann::json& c) {
         k.dims.rotary_base = c["rotary_base"];
         k.dims.rope_scaling = c["use_rope_scaling"];
         k.dims.rope_scaling_factor = c["rope_scaling_factor"];
+        k.dims.rotary_interleaved = c.value("rotary_interleaved", false);
     }
     k.training.lr = c["lr"];
     k.training.adam_beta1 = c["adam_beta1"];
@@ -70,6 +71,8 @@ private slots:
             << "llama_reference_gqa_rope_scaled.json";
         QTest::newRow("Llama: MQA, QKV bias, head dim 12, half rotary, 2 micro-batches")
             << "llama_reference_mqa_qkv_bias.json";
+        QTest::newRow("Llama: interleaved RoPE pairs (2i, 2i+1) on 3/4 of a 16-dim head, GQA")
+            << "llama_reference_gqa_rope_interleaved.json";
     }
     void matches_pytorch() {
         QFETCH(QString, fixture);

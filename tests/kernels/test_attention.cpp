@@ -240,8 +240,10 @@ private slots:
 
     void results_do_not_depend_on_threads() {
         // 3 row tiles, 6 (b, h) pairs: uneven for 4 threads, and 1 vs 2 vs 3 vs 4 must agree bit for bit.
-        // Grouped-query too: 3 (b, group) pairs in backward.
-        for (const Shape& s : {Shape{130, 2, 3, 8, 0, 0, 0.1f}, Shape{130, 3, 4, 8, 0, 0, 0.1f, 1}}) {
+        // Grouped-query too: 3 (b, group) pairs in backward; and multi-query attention at micro-batch 1,
+        // whose single (b, group) pair runs its tiles in parallel from 2 threads on.
+        for (const Shape& s : {Shape{130, 2, 3, 8, 0, 0, 0.1f}, Shape{130, 3, 4, 8, 0, 0, 0.1f, 1},
+                               Shape{200, 1, 3, 8, 0, 0, 0.1f, 1}}) {
             auto qkv = random_floats(s.qkv_size(), 7), dout = random_floats(s.out_size(), 8);
             const auto run = [&](int threads) {
                 mwb::test::ScopedThreads t(threads);

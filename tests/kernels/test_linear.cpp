@@ -72,6 +72,44 @@ private slots:
         QVERIFY2(normwise_error(c, ref) < 1e-6, qPrintable(QString::number(normwise_error(c, ref))));
     }
 
+    void matmul_long_inner_dimension_data() { matmul_all_transposes_data(); }
+    void matmul_long_inner_dimension() {
+        // k far longer than m and n (the LM head's dx = dlogits · W over the vocabulary): the GEMM is cut
+        // along k, partial products summed in chunk order. Against float64, and the same bits for any
+        // thread count.
+        QFETCH(bool, ta);
+        QFETCH(bool, tb);
+        const int64_t m = 96, n = 80, k = 20000;
+        auto a = random_floats(m * k, 4), b = random_floats(k * n, 5), c0 = random_floats(m * n, 6);
+        // op(A) by rows and op(B) by columns, in float64, so the reference's inner loop is contiguous.
+        std::vector<double> ar(m * k), bc(n * k), ref(m * n);
+        for (int64_t i = 0; i < m; ++i)
+            for (int64_t p = 0; p < k; ++p) ar[i * k + p] = ta ? a[p * m + i] : a[i * k + p];
+        for (int64_t j = 0; j < n; ++j)
+            for (int64_t p = 0; p < k; ++p) bc[j * k + p] = tb ? b[j * k + p] : b[p * n + j];
+        for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+                double s = 0;
+                for (int64_t p = 0; p < k; ++p) s += ar[i * k + p] * bc[j * k + p];
+                ref[i * n + j] = 0.5 * s + 2.0 * c0[i * n + j];
+            }
+        const auto run = [&](int threads) {
+            mwb::test::ScopedThreads t(threads);
+            std::vector<float> c = c0;
+            OpContext ctx;
+            ops::matmul(
+                ctx, view_f32(c.data(), {m, n}),
+                view_f32(a.data(), ta ? std::initializer_list<int64_t>{k, m} : std::initializer_list<int64_t>{m, k}),
+                view_f32(b.data(), tb ? std::initializer_list<int64_t>{n, k} : std::initializer_list<int64_t>{k, n}),
+                ta, tb, 0.5f, 2.0f);
+            return c;
+        };
+        const auto one = run(1);
+        QVERIFY2(normwise_error(one, ref) < 1e-6, qPrintable(QString::number(normwise_error(one, ref))));
+        MWB_VERIFY_BITWISE(run(2), one);
+        MWB_VERIFY_BITWISE(run(3), one);
+    }
+
     void matmul_rejects_mismatched_shapes() {
         std::vector<float> a(6), b(6), c(4);
         OpContext ctx;

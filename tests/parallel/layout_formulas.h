@@ -22,6 +22,20 @@ struct LayoutSpec {
 struct ModelSpec {
     int64_t layers, hidden, heads, ffn, seq, micro_batch, vocab /* padded */, max_positions;
     int64_t micro_batches;  // per data-parallel rank per iteration
+    // Llama-family choices; the defaults are GPT's.
+    int64_t groups = 0;       // key/value heads (grouped-query attention); 0: heads
+    int64_t kv_channels = 0;  // head dim; 0: hidden / heads
+    bool swiglu = false;      // fc1 holds [gate | up], 2·ffn rows
+    bool rmsnorm = false;     // norms without a bias and without a saved mean
+    bool linear_bias = true, qkv_bias = false;  // qkv has a bias if either
+    bool learned_positions = true;              // false: RoPE (no position table)
+    bool tied_output = true;
+
+    int64_t kv_heads() const { return groups > 0 ? groups : heads; }
+    int64_t head_dim() const { return kv_channels > 0 ? kv_channels : hidden / heads; }
+    int64_t qkv_rows() const { return (heads + 2 * kv_heads()) * head_dim(); }  // G groups of [q… | k | v]
+    int64_t fc1_rows() const { return swiglu ? 2 * ffn : ffn; }
+    int64_t norm_tensors() const { return rmsnorm ? 1 : 2; }  // weight (and bias)
 };
 
 inline int64_t align16(int64_t n) { return (n + 15) / 16 * 16; }
@@ -48,10 +62,12 @@ inline ChunkInfo chunk_info(const ModelSpec& m, const LayoutSpec& l, int r, int 
 
 /// Elements of rank r's parameter arena (each tensor aligned to 16 elements; padded to DP shards).
 inline int64_t arena_elements(const ModelSpec& m, const LayoutSpec& l, int r) {
-    const int64_t t = l.tp, H = m.hidden, F = m.ffn;
+    const int64_t t = l.tp, H = m.hidden, F = m.ffn, Q = m.qkv_rows() / t, AD = m.heads * m.head_dim() / t;
+    const int64_t F1 = m.fc1_rows() / t, bias = m.linear_bias ? 1 : 0;
     int64_t n = 0;
-    const int64_t layer = 4 * align16(H) + align16(3 * H / t * H) + align16(3 * H / t) + align16(H * H / t) +
-                          align16(H) + align16(F / t * H) + align16(F / t) + align16(H * F / t) + align16(H);
+    const int64_t layer = 2 * m.norm_tensors() * align16(H) + align16(Q * H) +
+                          (m.linear_bias || m.qkv_bias ? align16(Q) : 0) + align16(H * AD) + bias * align16(H) +
+                          align16(F1 * H) + bias * align16(F1) + align16(H * F / t) + bias * align16(H);
     bool first = false, last = false;
     for (int c = 0; c < l.chunks; ++c) {
         const ChunkInfo ci = chunk_info(m, l, r, c);
@@ -59,8 +75,9 @@ inline int64_t arena_elements(const ModelSpec& m, const LayoutSpec& l, int r) {
         first |= ci.first;
         last |= ci.last;
     }
-    if (first) n += align16(m.vocab / t * H) + align16(m.max_positions * H);
-    if (last) n += 2 * align16(H) + (first ? 0 : align16(m.vocab / t * H));  // tied: a copy of the embedding
+    if (first) n += align16(m.vocab / t * H) + (m.learned_positions ? align16(m.max_positions * H) : 0);
+    // The output layer; tied, the last stage's copy of the embedding unless it is also the first.
+    if (last) n += m.norm_tensors() * align16(H) + (m.tied_output && first ? 0 : align16(m.vocab / t * H));
     if (l.distributed_optimizer && l.dp > 1) n = (n + l.dp * 16 - 1) / (l.dp * 16) * (l.dp * 16);
     return n;
 }
@@ -86,17 +103,20 @@ inline std::map<std::string, int64_t> bytes_per_iteration(const ModelSpec& m, co
         b["pp"] += Mb * ((ci.last ? 0 : 1) + (ci.first ? 0 : 1)) * R * H * 4;  // activations forward, gradients back
     }
     if (first) {
-        if (l.sp) b["sp"] += Mb * 2 * shard_bytes(t, R * H) + all_reduce_bytes(t, m.max_positions * H);
+        if (l.sp)
+            b["sp"] += Mb * 2 * shard_bytes(t, R * H) +
+                       (m.learned_positions ? all_reduce_bytes(t, m.max_positions * H) : 0);
         else b["tp"] += Mb * all_reduce_bytes(t, N * H);
     }
     if (last) {
         b["tp"] += Mb * 3 * all_reduce_bytes(t, N);  // vocabulary-parallel cross-entropy: max, Σexp, target
-        if (l.sp) b["sp"] += Mb * 2 * shard_bytes(t, R * H) + 2 * all_reduce_bytes(t, H);
+        if (l.sp) b["sp"] += Mb * 2 * shard_bytes(t, R * H) + m.norm_tensors() * all_reduce_bytes(t, H);
         else b["tp"] += Mb * all_reduce_bytes(t, N * H);
     }
     if (l.sp)  // the layers' norm weights and biases, summed over the positions of every rank
-        for (int c = 0; c < l.chunks; ++c) b["sp"] += chunk_info(m, l, r, c).layers * 4 * all_reduce_bytes(t, H);
-    if (p > 1 && (first || last)) b["embedding"] += all_reduce_bytes(2, m.vocab / t * H);
+        for (int c = 0; c < l.chunks; ++c)
+            b["sp"] += chunk_info(m, l, r, c).layers * 2 * m.norm_tensors() * all_reduce_bytes(t, H);
+    if (m.tied_output && p > 1 && (first || last)) b["embedding"] += all_reduce_bytes(2, m.vocab / t * H);
     b["pp"] += all_reduce_bytes(p, 1, 8);  // the loss, from the last stage
     b["dp"] += all_reduce_bytes(d, 1, 8);  // the loss, averaged
     const int64_t arena = arena_elements(m, l, r);
@@ -108,10 +128,21 @@ inline std::map<std::string, int64_t> bytes_per_iteration(const ModelSpec& m, co
     return b;
 }
 
-/// Activation elements one layer keeps for backward (no recompute, LayerNorm).
+/// Activation elements one layer keeps for backward (no recompute): its input, both norms' outputs and
+/// statistics (mean and rstd; RMSNorm only rstd), the residual after attention, qkv, the attention
+/// context, fc1's output and the activation, and the (B, A/t, S, S) probabilities.
 inline int64_t layer_activations(const ModelSpec& m, const LayoutSpec& l) {
     const int64_t t = l.tp, N = m.seq * m.micro_batch, H = m.hidden, R = l.sp ? N / t : N;
-    return 4 * R * H + 4 * R + N * 4 * H / t + 2 * N * m.ffn / t + m.micro_batch * (m.heads / t) * m.seq * m.seq;
+    const int64_t AD = m.heads * m.head_dim();
+    return 4 * R * H + 2 * m.norm_tensors() * R + N * (m.qkv_rows() + AD) / t + N * (m.fc1_rows() + m.ffn) / t +
+           m.micro_batch * (m.heads / t) * m.seq * m.seq;
+}
+
+/// Activation elements of one micro-batch at the peak without pipelining or recompute: every layer's,
+/// the last layer's output, the final norm's output and statistics, and the logits (docs/memory.md).
+inline int64_t peak_activations(const ModelSpec& m, const LayoutSpec& l) {
+    const int64_t N = m.seq * m.micro_batch, R = l.sp ? N / l.tp : N;
+    return m.layers * layer_activations(m, l) + 2 * R * m.hidden + m.norm_tensors() * R + N * m.vocab / l.tp;
 }
 
 }  // namespace mwb::test

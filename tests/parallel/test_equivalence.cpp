@@ -5,8 +5,7 @@
 // every rank's measured bytes per group and memory by category must equal layout_formulas.h.
 // ctest runs it twice: with MPI's point-to-point semantics, and with NCCL's (MWB_P2P_SEMANTICS=nccl,
 // test_parallel_equivalence_nccl_p2p), the message order the GPU path relies on.
-#include "layout_formulas.h"
-#include "mpi_runs.h"
+#include "layout_checks.h"
 #include "support/fixtures.h"
 
 #include <QtTest>
@@ -28,17 +27,6 @@ QStringList model_args(const fs::path& run_dir) {
             QString::number(kGlobalBatch), "--train-iters", QString::number(kIterations), "--lr", "2e-3",
             "--lr-warmup-iters", "2", "--log-interval", "1", "--eval-interval", "10", "--eval-iters", "1",
             "--threads", "1", "--run-dir", QString::fromStdString(run_dir.string())};
-}
-
-QStringList layout_args(const LayoutSpec& l) {
-    QStringList a{"--tensor-model-parallel-size", QString::number(l.tp), "--pipeline-model-parallel-size",
-                  QString::number(l.pp)};
-    if (l.sp) a << "--sequence-parallel";
-    if (l.chunks > 1) a << "--num-layers-per-virtual-pipeline-stage" << QString::number(kModel.layers / (l.pp * l.chunks));
-    if (l.distributed_optimizer) a << "--use-distributed-optimizer";
-    if (!l.recompute.empty()) a << "--recompute-granularity" << QString::fromStdString(l.recompute);
-    if (l.recompute == "full") a << "--recompute-method" << "uniform" << "--recompute-num-layers" << QString::number(l.recompute_layers);
-    return a;
 }
 
 }  // namespace
@@ -72,13 +60,7 @@ private slots:
     }
 
     void layouts_match_single_process_data() {
-        QTest::addColumn<int>("tp");
-        QTest::addColumn<int>("pp");
-        QTest::addColumn<int>("dp");
-        QTest::addColumn<int>("chunks");
-        QTest::addColumn<bool>("sp");
-        QTest::addColumn<bool>("distopt");
-        QTest::addColumn<QString>("recompute");
+        add_layout_columns();
         QTest::newRow("tp2_pp1_dp1") << 2 << 1 << 1 << 1 << false << false << "";
         QTest::newRow("tp1_pp2_dp1") << 1 << 2 << 1 << 1 << false << false << "";
         QTest::newRow("tp1_pp1_dp2") << 1 << 1 << 2 << 1 << false << false << "";
@@ -93,18 +75,11 @@ private slots:
     }
 
     void layouts_match_single_process() {
-        QFETCH(int, tp);
-        QFETCH(int, pp);
-        QFETCH(int, dp);
-        QFETCH(int, chunks);
-        QFETCH(bool, sp);
-        QFETCH(bool, distopt);
-        QFETCH(QString, recompute);
-        const LayoutSpec l{.tp = tp, .pp = pp, .dp = dp, .chunks = chunks, .sp = sp, .distributed_optimizer = distopt,
-                           .recompute = recompute.toStdString(), .recompute_layers = 1};
+        const LayoutSpec l = fetch_layout();
         const fs::path dir = tmp_ / QTest::currentDataTag();
         QString log;
-        QVERIFY2(run_train(tp * pp * dp, model_args(dir) + layout_args(l), log) == 0, qPrintable(log));
+        QVERIFY2(run_train(l.tp * l.pp * l.dp, model_args(dir) + layout_args(l, kModel.layers), log) == 0,
+                 qPrintable(log));
 
         // Losses: the same model trained on the same samples with the same dropout masks.
         const auto steps = records(dir, "step");
@@ -115,34 +90,8 @@ private slots:
 
         // Every rank's traffic per group and memory by category, against the formulas.
         ModelSpec m = kModel;
-        m.micro_batches = kGlobalBatch / (m.micro_batch * dp);
-        const auto& ranks = steps.back()["ranks"];
-        const auto memory_records = records(dir, "memory");
-        const auto& memory = memory_records.back()["ranks"];
-        QCOMPARE(static_cast<int>(ranks.size()), tp * pp * dp);
-        for (std::size_t i = 0; i < ranks.size(); ++i) {
-            const int r = ranks[i]["pp"];
-            for (const auto& [group, expected] : bytes_per_iteration(m, l, r)) {
-                const int64_t got = ranks[i]["comm"][group]["bytes_per_iteration"];
-                QVERIFY2(got == expected, qPrintable(QString("rank %1 (pp %2): %3 group sent %4 bytes per iteration, "
-                                                             "formula %5")
-                                                         .arg(i).arg(r).arg(QString::fromStdString(group)).arg(got)
-                                                         .arg(expected)));
-            }
-            const auto& by = memory[i]["by_category"];
-            const int64_t arena = arena_elements(m, l, r);
-            const int64_t shard = distopt && dp > 1 ? arena / dp : arena;
-            QCOMPARE(by["weights"]["current"].get<int64_t>(), arena * 4);
-            QCOMPARE(by["gradients"]["current"].get<int64_t>(), arena * 4);
-            QCOMPARE(by["optimizer"]["current"].get<int64_t>(), 2 * shard * 4);  // Adam moments (fp32 run)
-            if (pp == 1 && recompute.isEmpty()) {
-                // One micro-batch in flight: the layers' activations, the last layer's output, then
-                // the head's final norm and logits (docs/memory.md).
-                const int64_t N = m.seq * m.micro_batch, R = sp ? N / tp : N;
-                const int64_t expected = m.layers * layer_activations(m, l) + 2 * R * m.hidden + 2 * R + N * m.vocab / tp;
-                QCOMPARE(by["activations"]["peak"].get<int64_t>(), expected * 4);
-            }
-        }
+        m.micro_batches = kGlobalBatch / (m.micro_batch * l.dp);
+        verify_ranks_against_formulas(dir, m, l);
     }
 
     void deeper_and_interleaved_pipelines_match_single_process_data() {
@@ -164,7 +113,7 @@ private slots:
         const LayoutSpec l{.tp = 1, .pp = pp, .dp = dp, .chunks = chunks};
         const fs::path dir = tmp_ / (std::string("more_") + QTest::currentDataTag());
         QString log;
-        QVERIFY2(run_train(pp * dp, model_args(dir) + layout_args(l), log) == 0, qPrintable(log));
+        QVERIFY2(run_train(pp * dp, model_args(dir) + layout_args(l, kModel.layers), log) == 0, qPrintable(log));
         check_losses(records(dir, "step"));
     }
 
@@ -205,7 +154,8 @@ private slots:
         // the continued losses equal the uninterrupted single-process run's.
         const fs::path save = tmp_ / "ckpt";
         QString log;
-        QStringList first = model_args(tmp_ / "save") + layout_args({.tp = 2, .pp = 2, .dp = 2, .distributed_optimizer = true});
+        QStringList first = model_args(tmp_ / "save") +
+                            layout_args({.tp = 2, .pp = 2, .dp = 2, .distributed_optimizer = true}, kModel.layers);
         // Stop at 10 of the reference's 20 iterations (same learning-rate schedule: decay over 20).
         first << "--train-iters" << "10" << "--lr-decay-iters" << "20" << "--save" << QString::fromStdString(save.string());
         QVERIFY2(run_train(8, first, log) == 0, qPrintable(log));
@@ -214,7 +164,7 @@ private slots:
                                       {.tp = 1, .pp = 1, .dp = 2, .distributed_optimizer = true}};
         for (const LayoutSpec& l : targets) {
             const fs::path dir = tmp_ / fmt_layout(l);
-            QStringList args = model_args(dir) + layout_args(l);
+            QStringList args = model_args(dir) + layout_args(l, kModel.layers);
             args << "--load" << QString::fromStdString(save.string());
             QVERIFY2(run_train(l.tp * l.pp * l.dp, args, log) == 0, qPrintable(log));
             const auto steps = records(dir, "step");

@@ -3,8 +3,9 @@
 // `mpirun -np N mwb-train` processes on loopback. Under each layout the losses AND the gradient norms of
 // 20 iterations must match the single process to 1e-5 relative (a gradient summed where it should be
 // averaged, or a key/value head split wrongly, changes the norm even where Adam hides it from the
-// loss), and a checkpoint resharded TP2×PP2 -> TP1×PP1 -> TP2×PP2 continues with the same losses.
-#include "mpi_runs.h"
+// loss), every rank's bytes per group and memory by category equal layout_formulas.h for the Llama
+// choices, and a checkpoint resharded TP2×PP2 -> TP1×PP1 -> TP2×PP2 continues with the same losses.
+#include "layout_checks.h"
 #include "support/fixtures.h"
 
 #include <QtTest>
@@ -15,6 +16,11 @@ using namespace mwb::test;
 namespace {
 
 constexpr int kIterations = 20;
+constexpr int kGlobalBatch = 8;
+// The model of model_args() for layout_formulas.h (vocabulary 255 padded to 256).
+const ModelSpec kModel{.layers = 4, .hidden = 32, .heads = 4, .ffn = 48, .seq = 16, .micro_batch = 2,
+                       .vocab = 256, .max_positions = 16, .micro_batches = 0, .groups = 2, .swiglu = true,
+                       .rmsnorm = true, .linear_bias = false, .learned_positions = false, .tied_output = false};
 
 QStringList model_args(const fs::path& run_dir) {
     return {"--mock-data",
@@ -53,7 +59,7 @@ QStringList model_args(const fs::path& run_dir) {
             "--micro-batch-size",
             "2",
             "--global-batch-size",
-            "8",
+            QString::number(kGlobalBatch),
             "--train-iters",
             QString::number(kIterations),
             "--lr",
@@ -117,34 +123,27 @@ private slots:
     }
 
     void layouts_match_single_process_data() {
-        QTest::addColumn<int>("ranks");
-        QTest::addColumn<QStringList>("layout");
-        QTest::newRow("tp2_sp") << 2 << QStringList{"--tensor-model-parallel-size", "2", "--sequence-parallel"};
-        QTest::newRow("tp2_full_recompute")
-            << 2 << QStringList{"--tensor-model-parallel-size", "2",       "--recompute-granularity", "full",
-                                "--recompute-method",           "uniform", "--recompute-num-layers",  "1"};
-        QTest::newRow("pp2_1f1b") << 2 << QStringList{"--pipeline-model-parallel-size", "2"};
-        QTest::newRow("pp2_interleaved") << 2
-                                         << QStringList{"--pipeline-model-parallel-size", "2",
-                                                        "--num-layers-per-virtual-pipeline-stage", "1"};
-        QTest::newRow("dp2_distopt") << 2 << QStringList{"--use-distributed-optimizer"};
-        QTest::newRow("tp2_pp2_dp2_sp_distopt_selective") << 8
-                                                          << QStringList{"--tensor-model-parallel-size",
-                                                                         "2",
-                                                                         "--pipeline-model-parallel-size",
-                                                                         "2",
-                                                                         "--sequence-parallel",
-                                                                         "--use-distributed-optimizer",
-                                                                         "--recompute-granularity",
-                                                                         "selective"};
+        add_layout_columns();
+        QTest::newRow("tp2_sp") << 2 << 1 << 1 << 1 << true << false << "";
+        QTest::newRow("tp2_full_recompute") << 2 << 1 << 1 << 1 << false << false << "full";
+        QTest::newRow("pp2_1f1b") << 1 << 2 << 1 << 1 << false << false << "";
+        QTest::newRow("pp2_interleaved") << 1 << 2 << 1 << 2 << false << false << "";
+        QTest::newRow("dp2_distopt") << 1 << 1 << 2 << 1 << false << true << "";
+        QTest::newRow("tp2_pp2_dp2_sp_distopt_selective") << 2 << 2 << 2 << 1 << true << true << "selective";
     }
     void layouts_match_single_process() {
-        QFETCH(int, ranks);
-        QFETCH(QStringList, layout);
+        const LayoutSpec l = fetch_layout();
         const fs::path dir = tmp_ / QTest::currentDataTag();
         QString log;
-        QVERIFY2(run_train(ranks, model_args(dir) + layout, log) == 0, qPrintable(log));
+        QVERIFY2(run_train(l.tp * l.pp * l.dp, model_args(dir) + layout_args(l, kModel.layers), log) == 0,
+                 qPrintable(log));
         check(steps_of(dir), 0, kIterations, QTest::currentDataTag());
+        if (QTest::currentTestFailed()) return;
+
+        // Every rank's traffic per group and memory by category, against the formulas.
+        ModelSpec m = kModel;
+        m.micro_batches = kGlobalBatch / (m.micro_batch * l.dp);
+        verify_ranks_against_formulas(dir, m, l);
     }
 
     void checkpoints_reshard_there_and_back() {

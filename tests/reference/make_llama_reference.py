@@ -5,7 +5,8 @@ An independent Llama written with plain torch ops from the published architectur
 Meta's and Hugging Face's reference code conventions): separate q/k/v projections with G key/value
 heads repeated for their A/G query heads, rotary position embedding on the first rotary_percent of each
 head by the rotate-half pairing (x·cos + rotate_half(x)·sin with the frequency table repeated over both
-halves), Llama 3.1's frequency scaling, SwiGLU MLP down(silu(gate(x))·up(x)), RMSNorm, no biases (or a
+halves; with rotary_interleaved, Megatron's --rotary-interleaved pairs (2i, 2i+1) as complex numbers, the
+form of Meta's original Llama code), Llama 3.1's frequency scaling, SwiGLU MLP down(silu(gate(x))·up(x)), RMSNorm, no biases (or a
 QKV bias as Qwen2), untied output layer. Run in float64: the loss, the gradient of every parameter and
 the parameters after one torch.optim.AdamW step with global-norm clipping.
 
@@ -57,6 +58,15 @@ def apply_rope(x, cos, sin, R):
     return torch.cat((rot * cos + rotate_half(rot) * sin, rest), dim=-1)
 
 
+def apply_rope_interleaved(x, angles, R):
+    """Megatron's --rotary-interleaved (GPT-J's and Meta's original Llama code's pairing): dims (2i, 2i+1)
+    of the first R form the complex number x_2i + j·x_2i+1, multiplied by e^(j·angle_i)."""
+    rot, rest = x[..., :R], x[..., R:]
+    pairs = torch.view_as_complex(rot.reshape(*rot.shape[:-1], R // 2, 2).contiguous())
+    rotated = torch.view_as_real(pairs * torch.polar(torch.ones_like(angles), angles)).flatten(-2)
+    return torch.cat((rotated, rest), dim=-1)
+
+
 def make_params(cfg, gen):
     L, H, F, V = cfg["num_layers"], cfg["hidden_size"], cfg["ffn_hidden_size"], cfg["padded_vocab"]
     A, G, D = cfg["num_attention_heads"], cfg["num_query_groups"], cfg["kv_channels"]
@@ -106,7 +116,10 @@ def forward(cfg, p, tokens):
         q = q.view(B, S, A, D).transpose(1, 2)
         k = k.view(B, S, G, D).transpose(1, 2)
         v = v.view(B, S, G, D).transpose(1, 2)
-        q, k = apply_rope(q, cos, sin, R), apply_rope(k, cos, sin, R)
+        if cfg.get("rotary_interleaved", False):
+            q, k = apply_rope_interleaved(q, angles, R), apply_rope_interleaved(k, angles, R)
+        else:
+            q, k = apply_rope(q, cos, sin, R), apply_rope(k, cos, sin, R)
         k = k.repeat_interleave(A // G, dim=1)  # repeat_kv: query head j reads key/value head j // (A/G)
         v = v.repeat_interleave(A // G, dim=1)
         scores = (q @ k.transpose(-1, -2)) / math.sqrt(D)
@@ -194,6 +207,9 @@ def main(out_dir):
         # rotated, no scaling, and gradient accumulation over 2 micro-batches.
         ("mqa_qkv_bias", dict(base, num_query_groups=1, add_qkv_bias=True, kv_channels=12, rotary_percent=0.5,
                               rotary_base=10000, use_rope_scaling=False, global_batch_size=4, seq_length=10), 4),
+        # --rotary-interleaved: pairs (2i, 2i+1) instead of (i, i + R/2), on 3/4 of a 16-dim head (head dim
+        # 16 != hidden/heads), scaled frequencies, GQA.
+        ("gqa_rope_interleaved", dict(base, rotary_interleaved=True, kv_channels=16, rotary_percent=0.75), 5),
     ]
     for name, cfg, seed in cases:
         with open(f"{out_dir}/llama_reference_{name}.json", "w") as f:
