@@ -18,20 +18,29 @@ bool executable(const QString& path) {
     return f.exists() && f.isFile() && f.isExecutable();
 }
 
-}  // namespace
-
-QString find_trainer() {
-    const QString env = qEnvironmentVariable("MWB_TRAIN");
+/// One of the engine's programs: $ENV, next to mwb, in a build tree's backend/, then PATH.
+QString find_engine_program(const QString& name, const char* env_name) {
+    const QString env = qEnvironmentVariable(env_name);
     if (!env.isEmpty() && executable(env)) return QFileInfo(env).absoluteFilePath();
     QStringList candidates;
     if (QCoreApplication::instance()) {
         const QString dir = QCoreApplication::applicationDirPath();
-        candidates << dir + "/mwb-train" << dir + "/../backend/mwb-train" << dir + "/../../backend/mwb-train";
+        candidates << dir + "/" + name << dir + "/../backend/" + name << dir + "/../../backend/" + name;
     }
-    candidates << QStringLiteral(MWB_BUILD_DIR "/backend/mwb-train");
+    candidates << QStringLiteral(MWB_BUILD_DIR "/backend/") + name;
     for (const QString& c : candidates)
         if (executable(c)) return QFileInfo(c).canonicalFilePath();
-    return QStandardPaths::findExecutable(QStringLiteral("mwb-train"));
+    return QStandardPaths::findExecutable(name);
+}
+
+}  // namespace
+
+QString find_trainer() {
+    return find_engine_program(QStringLiteral("mwb-train"), "MWB_TRAIN");
+}
+
+QString find_generator() {
+    return find_engine_program(QStringLiteral("mwb-generate"), "MWB_GENERATE");
 }
 
 QString find_mpirun() {

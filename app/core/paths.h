@@ -9,6 +9,8 @@ namespace mwb::app {
 /// mwb-train: $MWB_TRAIN, next to the mwb executable, in a build tree (../backend/mwb-train), the
 /// build directory this was compiled in, then PATH. Empty when none exists.
 QString find_trainer();
+/// mwb-generate, found the same way ($MWB_GENERATE first). Empty when none exists.
+QString find_generator();
 /// mpirun on PATH (empty when Open MPI is not installed).
 QString find_mpirun();
 /// The store the app records into and reads: $MWB_STORE, else store::default_store_path().

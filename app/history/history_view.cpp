@@ -5,9 +5,13 @@
 #include "history/config_diff_model.h"
 #include "history/run_filter_proxy.h"
 #include "history/run_list_model.h"
+#include "history/run_rows.h"
+#include "history/sample_compare.h"
 #include "history/scatter_plot.h"
+#include "launch/generate_dialog.h"
 #include "mwb/store/store.h"
 
+#include <QAction>
 #include <QCheckBox>
 #include <QComboBox>
 #include <QFileDialog>
@@ -35,6 +39,17 @@ namespace mwb::app {
 namespace {
 
 constexpr std::size_t kMaxCompared = 10;  // series_color cycles after 10
+
+/// Where a run's checkpoints are: its --save, else <run_dir>/checkpoints ("" when neither exists).
+QString checkpoint_dir(const RunRow& row) {
+    const auto save = row.settings.find("save");
+    std::filesystem::path dir =
+        save != row.settings.end() && !save->second.empty()
+            ? std::filesystem::path(save->second)
+            : (row.run_dir.empty() ? std::filesystem::path() : std::filesystem::path(row.run_dir) / "checkpoints");
+    std::error_code ec;
+    return !dir.empty() && std::filesystem::is_directory(dir, ec) ? QString::fromStdString(dir.string()) : QString();
+}
 
 QPushButton* button(const QString& text, const QString& tip) {
     auto* b = new QPushButton(text);
@@ -99,7 +114,8 @@ HistoryView::HistoryView(QWidget* parent) : QWidget(parent) {
     csv_ = button(tr("Export series (CSV)…"), tr("Save the compared series at full resolution"));
     all_csv_ = button(tr("Export all metrics (CSV)…"),
                       tr("Save every metric of the selected runs, one row per step record, at full resolution"));
-    for (QPushButton* b : {watch_, rename_, tags_, notes_, delete_}) actions->addWidget(b);
+    generate_ = button(tr("&Generate…"), tr("Write text with this run's last checkpoint"));
+    for (QPushButton* b : {watch_, rename_, tags_, notes_, delete_, generate_}) actions->addWidget(b);
     actions->addStretch(1);
     actions->addWidget(png_);
     actions->addWidget(csv_);
@@ -131,6 +147,8 @@ HistoryView::HistoryView(QWidget* parent) : QWidget(parent) {
     tabs->addTab(diff_page, tr("Configuration"));
     scatter_ = new ScatterPlot;
     tabs->addTab(scatter_, tr("Final loss vs setting"));
+    samples_ = new SampleCompare;
+    tabs->addTab(samples_, tr("Samples"));
 
     auto* split = new QSplitter(Qt::Vertical);
     split->addWidget(top);
@@ -164,6 +182,11 @@ HistoryView::HistoryView(QWidget* parent) : QWidget(parent) {
     connect(tags_, &QPushButton::clicked, this, &HistoryView::editTagsOfSelected);
     connect(notes_, &QPushButton::clicked, this, &HistoryView::editNotesOfSelected);
     connect(delete_, &QPushButton::clicked, this, &HistoryView::deleteSelected);
+    connect(generate_, &QPushButton::clicked, this, &HistoryView::generateFromSelected);
+    auto* generate_action = new QAction(tr("Generate…"), table_);
+    connect(generate_action, &QAction::triggered, this, &HistoryView::generateFromSelected);
+    table_->addAction(generate_action);
+    table_->setContextMenuPolicy(Qt::ActionsContextMenu);
     connect(png_, &QPushButton::clicked, this, &HistoryView::exportChart);
     connect(csv_, &QPushButton::clicked, this, &HistoryView::exportSeries);
     connect(all_csv_, &QPushButton::clicked, this, [this] {
@@ -194,11 +217,13 @@ HistoryView::HistoryView(QWidget* parent) : QWidget(parent) {
 
 HistoryView::~HistoryView() {
     compare_->setStore(nullptr);
+    samples_->setStore(nullptr);
     model_->setStore(nullptr);
 }
 
 void HistoryView::setStoreFile(const std::filesystem::path& file) {
     compare_->setStore(nullptr);
+    samples_->setStore(nullptr);
     model_->setStore(nullptr);
     store_.reset();
     try {
@@ -211,6 +236,7 @@ void HistoryView::setStoreFile(const std::filesystem::path& file) {
     }
     model_->setStore(store_.get());
     compare_->setStore(store_.get());
+    samples_->setStore(store_.get());
     reload();
 }
 
@@ -279,6 +305,7 @@ void HistoryView::onSelectionChanged() {
             }
         }
     }
+    samples_->setRuns(runs);
     compare_->setRuns(std::move(runs));
     diff_->setRuns(std::move(columns));
     diff_view_->resizeColumnToContents(0);
@@ -396,6 +423,24 @@ void HistoryView::updateActions() {
     delete_->setEnabled(n > 0 && store_);
     png_->setEnabled(n > 0);
     csv_->setEnabled(n > 0);
+    const bool can_generate = n == 1 && r && r->status != "running" && !checkpoint_dir(*r).isEmpty();
+    generate_->setEnabled(can_generate);
+    generate_->setToolTip(can_generate || !r       ? tr("Write text with this run's last checkpoint")
+                          : r->status == "running" ? tr("The run is still training")
+                                                   : tr("The run saved no checkpoint"));
+}
+
+void HistoryView::generateFromSelected() {
+    const RunRow* r = model_->row(currentSourceRow());
+    if (!r) return;
+    const QString dir = checkpoint_dir(*r);
+    if (dir.isEmpty()) {
+        emit message(tr("Run %1 saved no checkpoint").arg(QString::fromStdString(r->title())));
+        return;
+    }
+    auto* dialog = new GenerateDialog(dir, QString::fromStdString(r->title()), this);
+    dialog->setAttribute(Qt::WA_DeleteOnClose);
+    dialog->show();
 }
 
 int HistoryView::currentSourceRow() const {

@@ -25,6 +25,7 @@ namespace mwb::app {
 
 class ComparePlot;
 class ConfigDiffModel;
+class SampleCompare;
 class RunFilterProxy;
 class RunListModel;
 class ScatterPlot;
@@ -47,6 +48,8 @@ public:
     ComparePlot* comparePlot() const { return compare_; }
     ConfigDiffModel* configDiff() const { return diff_; }
     ScatterPlot* scatter() const { return scatter_; }
+    SampleCompare* sampleCompare() const { return samples_; }
+    QPushButton* generateButton() const { return generate_; }
     QComboBox* groupChoice() const { return group_; }
     store::Store* store() const { return store_.get(); }
 
@@ -69,6 +72,8 @@ public slots:
     void watchSelected();
     void exportChart();
     void exportSeries();
+    /// Opens "Generate…" on the selected finished run's checkpoint directory.
+    void generateFromSelected();
 
 signals:
     /// The user asked to watch a run that is still running: its run directory or telemetry endpoint.
@@ -97,7 +102,8 @@ private:
     QTableView* diff_view_ = nullptr;
     QCheckBox* only_diff_ = nullptr;
     QPushButton *watch_ = nullptr, *rename_ = nullptr, *tags_ = nullptr, *notes_ = nullptr, *delete_ = nullptr,
-                *png_ = nullptr, *csv_ = nullptr, *all_csv_ = nullptr;
+                *png_ = nullptr, *csv_ = nullptr, *all_csv_ = nullptr, *generate_ = nullptr;
+    SampleCompare* samples_ = nullptr;
     QComboBox* group_ = nullptr;
     ScatterPlot* scatter_ = nullptr;
     bool sized_ = false;

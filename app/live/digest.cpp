@@ -1,5 +1,7 @@
 #include "live/digest.h"
 
+#include "mwb/store/sample.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <set>
@@ -207,7 +209,8 @@ EventItem describe(const ipc::Message& m) {
 }
 
 bool Update::empty() const {
-    if (reset || start || end || last_step || memory || timings || !events.empty() || last_eval || !metrics.empty())
+    if (reset || start || end || last_step || memory || timings || !events.empty() || last_eval || !metrics.empty() ||
+        !samples.empty())
         return false;
     return std::all_of(points.begin(), points.end(), [](const auto& p) { return p.empty(); });
 }
@@ -229,6 +232,8 @@ void Update::merge(Update&& later) {
     }
     events.insert(events.end(), std::make_move_iterator(later.events.begin()),
                   std::make_move_iterator(later.events.end()));
+    samples.insert(samples.end(), std::make_move_iterator(later.samples.begin()),
+                   std::make_move_iterator(later.samples.end()));
     if (later.start) {
         start = std::move(later.start);
         if (!later.end) end.reset();  // resumed after the end this update had seen
@@ -322,6 +327,16 @@ void digest(Update& u, const ipc::Message& m) {
         u.events.push_back(describe(m));
     } else if (m.topic == "event") {
         u.events.push_back(describe(m));
+    } else if (m.topic == "sample") {
+        std::string why;
+        if (auto s = store::parse_sample(m.body, &why)) {
+            u.samples.push_back(std::move(*s));
+        } else {  // shown, not dropped silently (the store keeps it whole)
+            EventItem e = describe(m);
+            e.detail = why;
+            e.severity = 1;
+            u.events.push_back(std::move(e));
+        }
     }
     // other topics: future additions, ignored here (the store keeps them)
 }

@@ -3,6 +3,7 @@
 // run's description and end, per-rank memory and step times, and readable event lines. Qt-free, so
 // the receiver thread digests messages as they arrive and the GUI only appends the result.
 #include "mwb/ipc/message.h"
+#include "mwb/store/types.h"
 #include "plot/trace.h"
 
 #include <nlohmann/json.hpp>
@@ -98,6 +99,7 @@ struct Update {
     /// Every other numeric field of the step records, by name ("mem_peak_bytes", "skipped_iterations",
     /// per rank "rank3.forward_s", "rank3.mem.peak"): what the Monitor's metric picker charts.
     std::map<std::string, std::vector<PlotPoint>> metrics;
+    std::vector<store::SampleRecord> samples;  ///< text samples (topic sample), in arrival order
     int64_t messages = 0;                            ///< series messages in this update
     int64_t history_messages = 0;                    ///< of which reloaded from the store
 

@@ -2,6 +2,7 @@
 
 #include "mwb/store/schema.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string_view>
@@ -224,6 +225,8 @@ Update load_run_history(store::Store& st, const std::string& uid, int64_t& next_
         if (!tokens.buckets.empty()) s.consumed_tokens = static_cast<int64_t>(tokens.buckets.back().y_max);
         u.last_step = s;
     }
+    u.samples = st.samples(uid);
+    std::reverse(u.samples.begin(), u.samples.end());  // oldest first, as they arrived
     u.history_messages = next_seq;
     return u;
 }

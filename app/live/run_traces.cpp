@@ -32,6 +32,7 @@ std::size_t RunTraces::apply(Update&& u, bool* reset) {
     if (u.timings) timings = std::move(*u.timings);
     const std::size_t added = u.events.size();
     events.insert(events.end(), std::make_move_iterator(u.events.begin()), std::make_move_iterator(u.events.end()));
+    samples.insert(samples.end(), std::make_move_iterator(u.samples.begin()), std::make_move_iterator(u.samples.end()));
     messages += u.messages;
     history_messages += u.history_messages;
     return added;

@@ -25,6 +25,7 @@ struct RunTraces {
     int64_t memory_iteration = -1;
     std::vector<RankTiming> timings;
     std::vector<EventItem> events;
+    std::vector<store::SampleRecord> samples;  ///< in arrival order (the Samples panel sorts)
     int64_t messages = 0, history_messages = 0;
 
     const Trace& operator[](SeriesId s) const { return series[series_index(s)]; }

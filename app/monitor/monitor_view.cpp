@@ -5,6 +5,7 @@
 #include "monitor/event_log_model.h"
 #include "monitor/metric_charts.h"
 #include "monitor/rank_grid.h"
+#include "monitor/samples_panel.h"
 #include "monitor/status_line.h"
 #include "plot/memory_bars.h"
 
@@ -17,6 +18,7 @@
 #include <QScrollArea>
 #include <QScrollBar>
 #include <QSplitter>
+#include <QTabWidget>
 #include <QTableView>
 #include <QTimer>
 #include <QVBoxLayout>
@@ -93,7 +95,13 @@ MonitorView::MonitorView(QWidget* parent) : QWidget(parent) {
     event_view_->setWordWrap(false);
     event_view_->setAlternatingRowColors(true);
     event_view_->verticalHeader()->setDefaultSectionSize(event_view_->fontMetrics().height() + 6);
-    side->addWidget(group(tr("Events"), event_view_));
+    samples_ = new SamplesPanel;  // what the model writes as it trains
+    samples_->setObjectName(QStringLiteral("samplesPanel"));
+    log_tabs_ = new QTabWidget;
+    log_tabs_->setObjectName(QStringLiteral("logTabs"));
+    log_tabs_->addTab(event_view_, tr("Events"));
+    log_tabs_->addTab(samples_, tr("Samples"));
+    side->addWidget(log_tabs_);
     side->setStretchFactor(0, 2);
     side->setStretchFactor(1, 1);
     side->setStretchFactor(2, 2);
@@ -128,6 +136,7 @@ void MonitorView::attach(const AttachOptions& options) {
     live_->attach(options);  // clears the traces; the store's history arrives first
     charts_->resetView();    // not the last run's zoom, x range or MFU axis
     events_->sync(0, true);
+    syncSamples(true);
     ControlTarget target;
     if (is_run_dir(options.endpoint)) target.run_dir = options.endpoint;
     target.token_file = options.token_file;
@@ -157,6 +166,7 @@ void MonitorView::onUpdated(std::size_t new_events, bool reset) {
     const bool was_empty = events_->rowCount() == 0;
     if (reset) charts_->resetView();  // another run on the same endpoint
     events_->sync(new_events, reset);
+    syncSamples(reset);
     if (was_empty && events_->rowCount() > 0)  // size the short columns once; the detail takes the rest
         for (int c = EventLogModel::Time; c < EventLogModel::Detail; ++c) event_view_->resizeColumnToContents(c);
     if (new_events > 0 && !reset) {  // follow the log while the user is at its end
@@ -179,6 +189,13 @@ void MonitorView::onUpdated(std::size_t new_events, bool reset) {
     } else if (!t.end) {
         ended_shown_ = false;
     }
+}
+
+void MonitorView::syncSamples(bool reset) {
+    const auto& samples = live_->traces().samples;
+    samples_->sync(samples, reset);
+    const QString title = samples.empty() ? tr("Samples") : tr("Samples (%1)").arg(samples.size());
+    if (log_tabs_->tabText(1) != title) log_tabs_->setTabText(1, title);  // not 30 relayouts a second
 }
 
 void MonitorView::redraw() {

@@ -13,6 +13,7 @@
 
 class QComboBox;
 class QLabel;
+class QTabWidget;
 class QTableView;
 
 namespace mwb::app {
@@ -22,6 +23,7 @@ class EventLogModel;
 class MemoryBars;
 class MetricCharts;
 class RankGrid;
+class SamplesPanel;
 class StatusLine;
 
 class MonitorView : public QWidget {
@@ -46,6 +48,9 @@ public:
     EventLogModel* eventLog() const { return events_; }
     StatusLine* statusLine() const { return status_; }
     ControlBar* controls() const { return controls_; }
+    SamplesPanel* samples() const { return samples_; }
+    /// The tabs under the ranks: Events, Samples.
+    QTabWidget* logTabs() const { return log_tabs_; }
     /// Redraws everything now from the traces (the LiveRun timer does this otherwise).
     void redraw();
 
@@ -56,6 +61,7 @@ private:
     void onUpdated(std::size_t new_events, bool reset);
     void updateMemory();
     void updateLink();
+    void syncSamples(bool reset);
     LiveRun* live_ = nullptr;
     MetricCharts* charts_ = nullptr;
     MemoryBars* memory_ = nullptr;
@@ -65,6 +71,8 @@ private:
     QTableView* event_view_ = nullptr;
     StatusLine* status_ = nullptr;
     ControlBar* controls_ = nullptr;
+    SamplesPanel* samples_ = nullptr;
+    QTabWidget* log_tabs_ = nullptr;
     std::vector<double> predicted_;
     double capacity_ = 0;
     bool ended_shown_ = false;

@@ -4,6 +4,7 @@
 #include "designer/designer_view.h"
 #include "history/history_view.h"
 #include "launch/attach_panel.h"
+#include "launch/generate_dialog.h"
 #include "launch/launch_view.h"
 #include "launch/prediction.h"
 #include "monitor/metric_charts.h"
@@ -19,6 +20,7 @@
 #include <QCloseEvent>
 #include <QDateTime>
 #include <QDir>
+#include <QFileDialog>
 #include <QFileInfo>
 #include <QKeySequence>
 #include <QLabel>
@@ -181,6 +183,14 @@ void MainWindow::buildMenus() {
     });
     a->setObjectName(QStringLiteral("action_attach"));
     a->setShortcut(QKeySequence(QStringLiteral("Ctrl+Shift+A")));
+    a = run->addAction(tr("&Generate from a checkpoint…"), this, [this] {
+        const QString dir = QFileDialog::getExistingDirectory(this, tr("Checkpoint directory"));
+        if (dir.isEmpty()) return;
+        auto* dialog = new GenerateDialog(dir, QDir(dir).dirName(), this);
+        dialog->setAttribute(Qt::WA_DeleteOnClose);
+        dialog->show();
+    });
+    a->setObjectName(QStringLiteral("action_generate"));
     run->addSeparator();
     a = run->addAction(tr("Auto-&configure the layout…"), designer_, &DesignerView::autoConfigure);
     a->setShortcut(QKeySequence(QStringLiteral("Ctrl+Shift+L")));

@@ -1,5 +1,6 @@
 // Store::ingest: one wire message into its table(s), idempotent on (run, seq).
 #include "mwb/store/error.h"
+#include "mwb/store/sample.h"
 #include "mwb/store/schema.h"
 #include "mwb/store/store.h"
 #include "statements.h"
@@ -141,6 +142,16 @@ void Store::ingest_unlocked(const ipc::Message& m, bool& inserted) {
         }
         return;
     }
+    std::optional<std::string> rejected;  // why a sample was refused: kept whole in events instead
+    if (m.topic == "sample") {
+        std::string why;
+        if (const auto sample = parse_sample(b, &why)) {
+            bind_sample(s.insert_sample, run, *sample);
+            s.insert_sample.run();
+            return;
+        }
+        rejected = why;
+    }
     if (m.topic == "run.start") {
         s.run_started.bind(1, run).bind(2, m.time).bind(3, text_of(b, "config")).bind(4, text_of(b, "topology"));
         s.run_started.bind(5, text_of(b, "hosts")).bind(6, text_of(b, "derived")).bind(7, iteration.value_or(0)).run();
@@ -153,7 +164,8 @@ void Store::ingest_unlocked(const ipc::Message& m, bool& inserted) {
         s.run_ended.bind(1, run).bind(2, status).bind(3, reason).bind(4, m.time).bind(5, iteration.value_or(0)).run();
     }
     // Everything else, known or not, is kept whole.
-    const std::optional<std::string> kind = b.contains("kind") && b["kind"].is_string()
+    const std::optional<std::string> kind = rejected ? rejected
+                                            : b.contains("kind") && b["kind"].is_string()
                                                 ? std::optional<std::string>(b["kind"].get<std::string>())
                                                 : std::nullopt;
     s.insert_event.bind(1, run).bind(2, m.seq).bind(3, m.time).bind(4, m.topic).bind(5, kind).bind(6, iteration);

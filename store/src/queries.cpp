@@ -190,7 +190,7 @@ std::vector<ConfigDifference> Store::config_diff(const std::vector<std::string>&
 std::map<std::string, int64_t> Store::counts(const std::string& uid) {
     const int64_t id = run_row_or_throw(uid);
     std::map<std::string, int64_t> out;
-    for (const char* table : {"messages", "steps", "evals", "events", "memory"}) {
+    for (const char* table : {"messages", "steps", "evals", "events", "memory", "samples"}) {
         Statement s = db_.prepare(std::string("SELECT count(*) FROM ") + table + " WHERE run = ?");
         s.bind(1, id);
         out[table] = s.step() ? s.int64(0) : 0;

@@ -146,6 +146,33 @@ ALTER TABLE runs ADD COLUMN last_seen REAL;
 UPDATE runs SET last_seen = coalesce((SELECT max(time) FROM steps WHERE steps.run = runs.id), created);
 )sql";
 
+// Version 4: text samples written during training (the `sample` topic of mwb.telemetry/1.1), one row
+// per prompt per sampling point; a version-3 store kept such messages whole in events, and the code
+// after this SQL moves them here (Store's migration fill).
+constexpr std::string_view kV4 = R"sql(
+CREATE TABLE samples (
+  run INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  seq INTEGER NOT NULL,
+  iteration INTEGER NOT NULL,
+  prompt_index INTEGER NOT NULL,
+  time REAL,
+  consumed_tokens INTEGER,
+  prompt TEXT NOT NULL,
+  completion TEXT NOT NULL,
+  prompt_tokens INTEGER,
+  completion_tokens INTEGER,
+  finish_reason TEXT,
+  greedy INTEGER,
+  temperature REAL,
+  top_k INTEGER,
+  top_p REAL,
+  seed INTEGER,
+  time_s REAL,
+  PRIMARY KEY (run, iteration, prompt_index, seq)
+) WITHOUT ROWID;
+CREATE INDEX samples_by_prompt ON samples(run, prompt, iteration);
+)sql";
+
 constexpr std::string_view kMetrics[] = {
     "lm_loss",
     "lr",
@@ -181,6 +208,8 @@ std::string_view migration_sql(int version) {
             return kV2;
         case 3:
             return kV3;
+        case 4:
+            return kV4;
         default:
             throw Error("no migration to schema version " + std::to_string(version));
     }
@@ -190,7 +219,7 @@ std::span<const std::string_view> step_metrics() {
     return kMetrics;
 }
 
-int migrate(Database& db, int target) {
+int migrate(Database& db, int target, const std::function<void(int)>& fill) {
     if (target < 1 || target > kSchemaVersion)
         throw Error("store " + db.file() + ": cannot migrate to schema version " + std::to_string(target));
     // IMMEDIATE: two processes opening an old file at once migrate it once, one after the other.
@@ -202,7 +231,10 @@ int migrate(Database& db, int target) {
                         "; this build reads versions up to " + std::to_string(kSchemaVersion) + " (use a newer mwb)");
         if (found == 0 && db.scalar_int("SELECT count(*) FROM sqlite_schema") > 0)
             throw Error("store " + db.file() + " is an SQLite database but not an mwb store (no schema version)");
-        for (int v = found + 1; v <= target; ++v) db.exec(migration_sql(v));
+        for (int v = found + 1; v <= target; ++v) {
+            db.exec(migration_sql(v));
+            if (fill && found > 0) fill(v);  // a new file has no old data to carry over
+        }
         if (found < target) db.exec("PRAGMA user_version = " + std::to_string(target));
         db.exec("COMMIT");
         return found;

@@ -12,6 +12,13 @@ struct Store::Statements {
     Statement insert_step, insert_step_details, insert_eval, insert_event, insert_memory;
     Statement run_started, run_ended, run_iteration, get_block_iters, set_block_iters;
     Statement block_aggregates, upsert_block, delete_block;
+    Statement insert_sample;
 };
+
+/// INSERT OR IGNORE of one samples row (src/samples.cpp) and binding a record to it.
+extern const char* const kInsertSampleSql;
+void bind_sample(Statement& insert, int64_t run, const SampleRecord& s);
+/// Migration 4's fill: the `sample` messages a version-3 store kept in events move to samples.
+void move_sample_events(Database& db);
 
 }  // namespace mwb::store

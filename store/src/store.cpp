@@ -69,10 +69,13 @@ Store::Statements::Statements(Database& db)
       block_aggregates(db.prepare(block_aggregates_sql())),
       upsert_block(db.prepare("INSERT OR REPLACE INTO step_blocks (run, metric, block, n, y_min, y_max, y_sum, "
                               "x_min, x_max) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")),
-      delete_block(db.prepare("DELETE FROM step_blocks WHERE run = ? AND metric = ? AND block = ?")) {}
+      delete_block(db.prepare("DELETE FROM step_blocks WHERE run = ? AND metric = ? AND block = ?")),
+      insert_sample(db.prepare(kInsertSampleSql)) {}
 
 Store::Store(const fs::path& file) : db_(file) {
-    migrate(db_);
+    migrate(db_, kSchemaVersion, [this](int version) {
+        if (version == 4) move_sample_events(db_);
+    });
     st_ = std::make_unique<Statements>(db_);
     rebuild_missing_blocks();
 }

@@ -1,5 +1,6 @@
 // mwb-store-bench: how fast the store ingests a long run and answers the app's queries on it.
 //   mwb-store-bench [--points N] [--buckets B] [--store FILE]    (default 1,000,000 step records)
+//   mwb-store-bench --samples [--sample-runs R] [--sample-points P]  text samples: 64 prompts per point
 // Prints ingest rate, then per query the median of several runs (the first, cold one, separately).
 #include "mwb/ipc/message.h"
 #include "mwb/store/store.h"
@@ -31,7 +32,62 @@ void time_query(const char* what, int repeats, const std::function<std::size_t()
         ms.push_back(ms_since(t));
     }
     std::sort(ms.begin(), ms.end());
-    std::printf("  %-48s %8.2f ms (first %.2f ms) -> %zu buckets\n", what, ms[ms.size() / 2], first, n);
+    std::printf("  %-48s %8.2f ms (first %.2f ms) -> %zu rows\n", what, ms[ms.size() / 2], first, n);
+}
+
+/// R runs that sampled 64 prompts at P points each (completions of ~200 bytes): ingest and the
+/// queries of the Samples panel and of History's comparison.
+int samples_bench(const std::string& file, int runs, int points) {
+    mwb::store::Store store(file);
+    std::vector<std::string> uids;
+    const std::string completion(200, 'x');
+    auto t = Clock::now();
+    {
+        mwb::store::Store::Transaction tx(store);
+        for (int r = 0; r < runs; ++r) {
+            uids.push_back("bench-samples-" + std::to_string(r));
+            int64_t seq = 0;
+            for (int p = 1; p <= points; ++p)
+                for (int k = 0; k < 64; ++k) {
+                    nlohmann::ordered_json m = {{"schema", "mwb.telemetry/1.1"},
+                                                {"topic", "sample"},
+                                                {"run_id", uids.back()},
+                                                {"seq", seq++},
+                                                {"time", 1e9 + p},
+                                                {"iteration", p * 100},
+                                                {"consumed_tokens", p * 1000000},
+                                                {"prompt_index", k},
+                                                {"prompt", "Prompt number " + std::to_string(k)},
+                                                {"completion", completion},
+                                                {"prompt_tokens", 4},
+                                                {"completion_tokens", 32},
+                                                {"finish_reason", "length"},
+                                                {"greedy", true},
+                                                {"temperature", 0},
+                                                {"top_k", 0},
+                                                {"top_p", 1.0},
+                                                {"seed", 1234},
+                                                {"time_s", 0.1}};
+                    store.ingest(*mwb::ipc::parse_message(m.dump()));
+                }
+        }
+        tx.commit();
+    }
+    const double s = ms_since(t) / 1000;
+    const double n = static_cast<double>(runs) * points * 64;
+    std::printf("ingest: %.0f samples in %.1f s (%.0f samples/s, parse included); file %.0f MB\n", n, s, n / s,
+                static_cast<double>(std::filesystem::file_size(file)) / 1e6);
+    std::printf("queries on %d runs x %d points x 64 prompts:\n", runs, points);
+    time_query("samples of one run (all)", 9, [&] { return store.samples(uids[0]).size(); });
+    mwb::store::SampleQuery one;
+    one.iteration = points * 50;
+    time_query("samples of one run at one iteration", 9, [&] { return store.samples(uids[0], one).size(); });
+    time_query("sample_prompts of every run", 9, [&] { return store.sample_prompts(uids).size(); });
+    time_query("prompt_samples of every run, newest", 9,
+               [&] { return store.prompt_samples(uids, "Prompt number 7").size(); });
+    time_query("prompt_samples of every run, at an iteration", 9,
+               [&] { return store.prompt_samples(uids, "Prompt number 7", points * 50).size(); });
+    return 0;
 }
 
 }  // namespace
@@ -47,10 +103,17 @@ int main(int argc, char** argv) {
     bool reuse = false;
     app.add_option("--store", file, "Store file (replaced)")->capture_default_str();
     app.add_flag("--reuse", reuse, "Query the store file as it is (made by an earlier run) instead of refilling it");
+    bool samples = false;
+    int sample_runs = 10, sample_points = 500;
+    app.add_flag("--samples", samples, "Time text samples (ingest, the Samples panel's and History's queries) instead");
+    app.add_option("--sample-runs", sample_runs, "Runs with samples")->capture_default_str();
+    app.add_option("--sample-points", sample_points, "Sampling points per run (64 prompts each)")
+        ->capture_default_str();
     CLI11_PARSE(app, argc, argv);
-    if (!reuse)
+    if (!reuse || samples)
         for (const char* ext : {"", "-wal", "-shm"}) std::filesystem::remove(file + ext);
 
+    if (samples) return samples_bench(file, sample_runs, sample_points);
     mwb::store::Store store(file);
     const std::string run = "bench-run";
     std::mt19937 rng(1);

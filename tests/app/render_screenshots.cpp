@@ -5,6 +5,7 @@
 // (scripts/ui-check.sh): a real window, real runs, every view. The runs
 // are real, short mwb-train runs on the bundled corpus, recorded into a temporary store (the user's is never touched).
 //   mwb-screenshots [--designer-only] [OUTPUT_DIR]   (default: the source tree's docs/screenshots)
+#include "config/fields.h"
 #include "core/paths.h"
 #include "core/theme.h"
 #include "designer/auto_configure_dialog.h"
@@ -16,6 +17,7 @@
 #include "launch/launch_view.h"
 #include "monitor/metric_charts.h"
 #include "monitor/monitor_view.h"
+#include "monitor/samples_panel.h"
 #include "mwb/planner/presets.h"
 #include "shell/main_window.h"
 
@@ -31,6 +33,7 @@
 #include <QThread>
 
 #include <cstdio>
+#include <fstream>
 #include <functional>
 
 using namespace mwb;
@@ -78,6 +81,27 @@ Config short_run(double lr) {
     c.data.eval_interval = 20;
     c.data.eval_iters = 2;
     return c;
+}
+
+/// Samples during training (issue 14) where this build's trainer has the fields: set by name through
+/// the field table, so the tool builds with or without them.
+void enable_sampling(Config& c, const std::string& prompts_file) {
+    const auto set = [&](std::string_view name, int64_t number, const std::string& text) {
+        const Field* f = find_config_field(name);
+        if (!f) return false;
+        std::visit(
+            [&](auto* p) {
+                using T = std::remove_pointer_t<decltype(p)>;
+                if constexpr (std::is_same_v<T, int> || std::is_same_v<T, int64_t>) *p = static_cast<T>(number);
+                if constexpr (std::is_same_v<T, std::string>) *p = text;
+            },
+            f->ref(c));
+        return true;
+    };
+    if (set("sample_prompts", 0, prompts_file)) {
+        set("sample_interval", 20, {});
+        set("sample_max_new_tokens", 24, {});
+    }
 }
 
 /// Starts the design from the Launch view, grabs the Monitor half-way, waits for the end.
@@ -171,7 +195,22 @@ int main(int argc, char** argv) {
     if (designer_only) return ok ? 0 : 1;
 
     // two real runs: one process, then two data-parallel ranks under mpirun
-    ok &= run_design(w, short_run(3e-3), 1, QStringLiteral("lr3e-3"), out, QStringLiteral("monitor-live.png"));
+    const std::string prompts = tmp.filePath(QStringLiteral("prompts.txt")).toStdString();
+    std::ofstream(prompts) << "In the beginning\nAnd God said\nThe LORD is my shepherd\n";
+    Config first = short_run(3e-3);
+    enable_sampling(first, prompts);
+    ok &= run_design(w, first, 1, QStringLiteral("lr3e-3"), out, QStringLiteral("monitor-live.png"));
+    // what the model wrote as it learned (the Samples tab), where the trainer samples
+    if (!w.monitor()->liveRun()->traces().samples.empty()) {
+        w.monitor()->logTabs()->setCurrentWidget(w.monitor()->samples());
+        settle(300);
+        ok &= save(&w, out, QStringLiteral("monitor-samples.png"));
+        w.monitor()->logTabs()->setCurrentIndex(0);
+    } else {
+        std::printf(
+            "mwb-screenshots: the trainer wrote no samples (no --sample-interval in this build): "
+            "no monitor-samples.png\n");
+    }
     // the crosshair where the mouse would be: every chart's value at iteration 50
     for (int c = 0; c < MetricCharts::ChartCount; ++c)
         w.monitor()->charts()->chart(static_cast<MetricCharts::Chart>(c))->setCrosshair(50.0);

@@ -58,4 +58,32 @@ bool wait_until(F&& done, std::chrono::milliseconds timeout = std::chrono::secon
     return true;
 }
 
+/// The fields of a `sample` record as the trainer publishes them (SAMPLES_CONTRACT.md), greedy
+/// unless `sampled`; a test overrides what it needs.
+inline nlohmann::json sample_fields(int64_t iteration, int64_t prompt_index, const std::string& prompt,
+                                    const std::string& completion, bool sampled = false) {
+    return {{"iteration", iteration},
+            {"consumed_tokens", iteration * 2048},
+            {"prompt_index", prompt_index},
+            {"prompt", prompt},
+            {"completion", completion},
+            {"prompt_tokens", 3},
+            {"completion_tokens", 7},
+            {"finish_reason", "length"},
+            {"greedy", !sampled},
+            {"temperature", sampled ? 0.8 : 0.0},
+            {"top_k", sampled ? 40 : 0},
+            {"top_p", sampled ? 0.95 : 1.0},
+            {"seed", 1234},
+            {"time_s", 0.05}};
+}
+
+/// One message with the schema of a run that publishes samples (mwb.telemetry/1.1).
+inline std::string wire_message_1_1(const std::string& run_id, int64_t seq, const std::string& topic,
+                                    const nlohmann::json& fields = nlohmann::json::object(), double time = 0) {
+    auto m = nlohmann::ordered_json::parse(wire_message(run_id, seq, topic, fields, time));
+    m["schema"] = "mwb.telemetry/1.1";
+    return m.dump();
+}
+
 }  // namespace mwb::test

@@ -2,6 +2,7 @@
 // (tests/store/fixtures/store_v1.sql, frozen) migrates with its data; newer, foreign and broken files
 // are refused with the file named.
 #include "ipc/wire_fixtures.h"
+#include "store_fixtures.h"
 #include "support/fixtures.h"
 
 #include "mwb/ipc/message.h"
@@ -25,19 +26,7 @@ const std::string kRunA = "20250301-101500-gpt-0a1b2c3d", kRunB = "20250302-0900
 
 /// A real version-1 file, made from the frozen dump.
 fs::path make_v1(const test::TempDir& t) {
-    std::ifstream in(fs::path(MWB_STORE_FIXTURES) / "store_v1.sql");
-    std::stringstream sql;
-    sql << in.rdbuf();
-    const fs::path file = t / "old.sqlite";
-    sqlite3* db = nullptr;
-    sqlite3_open(file.c_str(), &db);
-    char* err = nullptr;
-    const int rc = sqlite3_exec(db, sql.str().c_str(), nullptr, nullptr, &err);
-    const std::string why = err ? err : "";
-    sqlite3_free(err);
-    sqlite3_close(db);
-    if (rc != SQLITE_OK) throw std::runtime_error("fixture: " + why);
-    return file;
+    return test::store_from_dump("store_v1.sql", t / "old.sqlite");
 }
 
 template <typename F>
@@ -186,7 +175,7 @@ private slots:
             db.exec("PRAGMA user_version = 99");
         }
         QString err = error_of([&] { store::Store s(t / "future.sqlite"); });
-        QVERIFY2(err.contains("future.sqlite") && err.contains("schema version 99") && err.contains("up to 3"),
+        QVERIFY2(err.contains("future.sqlite") && err.contains("schema version 99") && err.contains(QString("up to %1").arg(store::kSchemaVersion)),
                  qPrintable(err));
         {
             store::Database db(t / "foreign.sqlite");

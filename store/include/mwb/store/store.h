@@ -83,9 +83,21 @@ public:
     std::vector<EvalPoint> evals(const std::string& uid);
     std::vector<EventRecord> events(const std::string& uid, const std::string& topic = {});
     std::vector<MemorySample> memory(const std::string& uid, std::optional<int64_t> rank = std::nullopt);
+    // ---- samples (src/samples.cpp) ----------------------------------------------------------------
+    /// Text samples of run `uid`: newest iteration first, then by prompt_index.
+    std::vector<SampleRecord> samples(const std::string& uid, const SampleQuery& query = {});
+    /// The prompts sampled in any of the runs, each once, by prompt_index (then first seen).
+    std::vector<std::string> sample_prompts(const std::vector<std::string>& uids);
+    /// Per run, in order: its newest sample of `prompt` at or before iteration `at_most` (the newest
+    /// of all when unset); nullopt where it has none. One index seek per run.
+    std::vector<std::optional<SampleRecord>> prompt_samples(const std::vector<std::string>& uids,
+                                                            const std::string& prompt,
+                                                            std::optional<int64_t> at_most = std::nullopt);
+
     /// Keys of the runs' configurations (and topology, as "topology.KEY") whose values differ.
     std::vector<ConfigDifference> config_diff(const std::vector<std::string>& uids);
-    /// Counts per table for run `uid` (tests, mwb-record's summary): messages, steps, evals, events, memory.
+    /// Counts per table for run `uid` (tests, mwb-record's summary): messages, steps, evals, events,
+    /// memory, samples.
     std::map<std::string, int64_t> counts(const std::string& uid);
 
     Database& database() { return db_; }

@@ -86,6 +86,26 @@ struct MemorySample {
     nlohmann::json by_category;
 };
 
+/// One `sample` record (docs/protocol.md, mwb.telemetry/1.1): what the model wrote for one prompt at
+/// one iteration during training, with the settings it was sampled with.
+struct SampleRecord {
+    std::string run;  ///< uid
+    int64_t seq = -1, iteration = 0, consumed_tokens = 0, prompt_index = 0;
+    std::optional<double> time;  ///< Unix seconds (the envelope's)
+    std::string prompt, completion, finish_reason;
+    int64_t prompt_tokens = 0, completion_tokens = 0;
+    bool greedy = true;
+    double temperature = 0, top_p = 1, time_s = 0;
+    int64_t top_k = 0, seed = 0;
+};
+
+/// Which samples of a run: all, one iteration's, one prompt's, the newest `limit` iterations.
+struct SampleQuery {
+    std::optional<int64_t> iteration;     ///< only this iteration
+    std::optional<int64_t> prompt_index;  ///< only this prompt
+    int limit = 100000;                   ///< at most this many records (newest first)
+};
+
 /// One configuration key whose value differs between runs; values[i] belongs to the i-th run
 /// (null where a run lacks the key).
 struct ConfigDifference {
