@@ -29,13 +29,13 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <mutex>
-#include <thread>
 #include <cstdio>
 #include <fstream>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 using namespace mwb;
@@ -157,7 +157,9 @@ private:
     int depth_ = 0;
 };
 
-void bench_monitor(const QString& trainer, int iterations) {
+/// hidden: the followed model's width, which sets how many iterations per second it logs (16: several
+/// thousand on one core; 512: a few hundred, the rate the issue states its goal at).
+void bench_monitor(const QString& trainer, int iterations, int hidden) {
     QTemporaryDir tmp;
     const QString run = tmp.filePath(QStringLiteral("run"));
     MonitorView view;
@@ -167,11 +169,37 @@ void bench_monitor(const QString& trainer, int iterations) {
     QProcess p;
     p.setProcessChannelMode(QProcess::ForwardedErrorChannel);
     p.setStandardOutputFile(QProcess::nullDevice());
-    p.start(trainer, {"--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", "64", "--num-layers", "1",
-                      "--hidden-size", "16", "--num-attention-heads", "2", "--seq-length", "16", "--micro-batch-size",
-                      "1", "--global-batch-size", "1", "--lr", "1e-4", "--lr-warmup-iters", "0", "--log-interval", "1",
-                      "--eval-interval", "0", "--threads", "1", "--train-iters", QString::number(iterations),
-                      "--run-dir", run});
+    p.start(trainer, {"--mock-data",
+                      "--tokenizer-type",
+                      "NullTokenizer",
+                      "--vocab-size",
+                      "64",
+                      "--num-layers",
+                      "1",
+                      "--hidden-size",
+                      QString::number(hidden),
+                      "--num-attention-heads",
+                      "2",
+                      "--seq-length",
+                      "16",
+                      "--micro-batch-size",
+                      "1",
+                      "--global-batch-size",
+                      "1",
+                      "--lr",
+                      "1e-4",
+                      "--lr-warmup-iters",
+                      "0",
+                      "--log-interval",
+                      "1",
+                      "--eval-interval",
+                      "0",
+                      "--threads",
+                      "1",
+                      "--train-iters",
+                      QString::number(iterations),
+                      "--run-dir",
+                      run});
     if (!p.waitForStarted()) {
         std::fprintf(stderr, "mwb-app-bench: cannot start %s\n", qPrintable(trainer));
         return;
@@ -199,11 +227,12 @@ void bench_monitor(const QString& trainer, int iterations) {
     const double its = static_cast<double>(t.last_step.iteration - i0) / (w1 - w0);
     double load = 0;
     std::ifstream("/proc/loadavg") >> load;
-    std::printf("monitor following: %.0f iterations/s logged and drawn over %.1f s, GUI process %.1f %% of one core "
-                "(receiver thread and store included; the GUI thread %.1f %%), click delay median %.1f ms, p99 %.1f ms, "
-                "max %.1f ms (%zu clicks), load average %.1f\n",
-                its, w1 - w0, 100 * (c1 - c0) / (w1 - w0), 100 * (g1 - g0) / (w1 - w0), percentile(probe.delays, 0.5),
-                percentile(probe.delays, 0.99), percentile(probe.delays, 1.0), probe.delays.size(), load);
+    std::printf(
+        "monitor following: %.0f iterations/s logged and drawn over %.1f s, GUI process %.1f %% of one core "
+        "(receiver thread and store included; the GUI thread %.1f %%), click delay median %.1f ms, p99 %.1f ms, "
+        "max %.1f ms (%zu clicks), load average %.1f\n",
+        its, w1 - w0, 100 * (c1 - c0) / (w1 - w0), 100 * (g1 - g0) / (w1 - w0), percentile(probe.delays, 0.5),
+        percentile(probe.delays, 0.99), percentile(probe.delays, 1.0), probe.delays.size(), load);
     // the run is over; the Monitor keeps showing it
     const double c2 = cpu_seconds(), w2 = wall();
     run_for(5);
@@ -237,7 +266,8 @@ void bench_history(const QString& keep) {
             for (int i = 1; i <= 1000000; ++i) {
                 m.seq = i;
                 m.time = 1.7e9 + i * 0.01;
-                m.body = {{"iteration", i}, {"lm_loss", 10.0 / std::sqrt(i) + 0.01 * r}, {"consumed_tokens", 1024LL * i}};
+                m.body = {
+                    {"iteration", i}, {"lm_loss", 10.0 / std::sqrt(i) + 0.01 * r}, {"consumed_tokens", 1024LL * i}};
                 st.ingest(m);
             }
             tx.commit();
@@ -262,9 +292,10 @@ void bench_history(const QString& keep) {
         plot.plot()->repaint();
         redraw.push_back(1e3 * (wall() - b));
     }
-    std::printf("history: overlay of 10 x 1M-step runs: read + draw %.1f ms, redraw (zoom, repaint) %.1f ms, of which "
-                "decimating and preparing the points %.1f ms (medians of 9), %d points drawn\n",
-                percentile(load, 0.5), percentile(redraw, 0.5), percentile(refresh, 0.5), plot.plot()->pointsDrawn());
+    std::printf(
+        "history: overlay of 10 x 1M-step runs: read + draw %.1f ms, redraw (zoom, repaint) %.1f ms, of which "
+        "decimating and preparing the points %.1f ms (medians of 9), %d points drawn\n",
+        percentile(load, 0.5), percentile(redraw, 0.5), percentile(refresh, 0.5), plot.plot()->pointsDrawn());
 }
 
 }  // namespace
@@ -273,15 +304,16 @@ int main(int argc, char** argv) {
     TimedApp app(argc, argv);
     bool history = true;
     QString keep;  // --store FILE: build the 10 x 1M store once, reuse it afterwards
-    int iterations = 4000;
+    int iterations = 4000, hidden = 16;
     for (int i = 1; i < argc; ++i) {
         const QString a = QString::fromLocal8Bit(argv[i]);
         if (a == QLatin1String("--skip-history")) history = false;
         if (a == QLatin1String("--store") && i + 1 < argc) keep = QString::fromLocal8Bit(argv[++i]);
         if (a == QLatin1String("--iterations") && i + 1 < argc) iterations = QString::fromLocal8Bit(argv[++i]).toInt();
+        if (a == QLatin1String("--hidden") && i + 1 < argc) hidden = QString::fromLocal8Bit(argv[++i]).toInt();
     }
     const QString trainer = QStringLiteral(MWB_BINARY_DIR "/backend/mwb-train");
-    if (iterations > 0) bench_monitor(trainer, iterations);
+    if (iterations > 0) bench_monitor(trainer, iterations, hidden);
     if (history) bench_history(keep);
     return 0;
 }
