@@ -80,6 +80,7 @@ const auto kMegatronFlags = std::to_array<MegatronFlag>({
     ONLY_DEFAULT("--expert-model-parallel-size", "1", "mixture-of-experts models"),
     // they change the math: refused rather than ignored
     UNSUPPORTED("--apply-layernorm-1p", 0, "zero-centred norm weights"),
+    UNSUPPORTED("--null-tokenizer-pad-id", 1, "a pad id of its own for the NullTokenizer"),
     UNSUPPORTED("--decoupled-lr", 1, "a separate learning rate for the embedding and output layer"),
     UNSUPPORTED("--decoupled-min-lr", 1, "a separate learning rate for the embedding and output layer"),
     UNSUPPORTED("--grad-reduce-in-bf16", 0, "gradients are reduced in fp32 (bf16 accumulates in fp32)"),
