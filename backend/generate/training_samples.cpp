@@ -5,6 +5,8 @@
 #include "model/gpt_model.h"
 #include "mwb/kernels/error.h"
 
+#include <fmt/format.h>
+
 namespace mwb::generate {
 
 std::vector<std::string> read_sample_prompts(const std::string& path) {
@@ -36,10 +38,17 @@ TrainingSamples::TrainingSamples(const Config& config, const GptModel& model, Pu
     prompts_ = read_sample_prompts(l.sample_prompts);
     tokenizer_ = data::make_tokenizer(config.data, config.model);
     int64_t longest = 0;
-    for (const std::string& p : prompts_) {
+    for (std::size_t i = 0; i < prompts_.size(); ++i) {
         std::vector<int32_t> ids;
         if (tokenizer_->bos() >= 0) ids.push_back(tokenizer_->bos());
-        tokenizer_->encode(p, ids);
+        try {
+            tokenizer_->encode(prompts_[i], ids);
+        } catch (const Error& e) {  // e.g. words for the NullTokenizer, which reads space-separated ids
+            throw ConfigError({{"sample_prompts", fmt::format("{}: prompt {} cannot be tokenized by the run's {}: {}",
+                                                              l.sample_prompts, i + 1, config.data.tokenizer_type,
+                                                              e.what())}},
+                              "sample_prompts");
+        }
         if (ids.empty()) ids.push_back(tokenizer_->eod());  // an all-whitespace prompt of a tokenizer that drops it
         longest = std::max<int64_t>(longest, static_cast<int64_t>(ids.size()));
         ids_.push_back(std::move(ids));

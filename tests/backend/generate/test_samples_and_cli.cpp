@@ -190,6 +190,16 @@ private slots:
                             log),
             2);
         QVERIFY2(log.contains("prompts.txt' line 3") && log.contains("4096"), qPrintable(log));
+        // Words for the NullTokenizer (space-separated ids): refused before training, naming the file and
+        // the prompt, not an exit 1 from inside the tokenizer.
+        write(t / "words.txt", "In the beginning\n");
+        QCOMPARE(
+            test::run_train(1,
+                            tiny_model(t / "run_words", 2,
+                                       {"--sample-interval", "1", "--sample-prompts", test::qpath(t / "words.txt")}),
+                            log),
+            2);
+        QVERIFY2(log.contains("words.txt: prompt 1 cannot be tokenized"), qPrintable(log));
         QCOMPARE(
             test::run_train(
                 1, tiny_model(t / "run2", 2, {"--sample-interval", "1", "--tensor-model-parallel-size", "2"}), log),
