@@ -44,10 +44,10 @@ TrainingSamples::TrainingSamples(const Config& config, const GptModel& model, Pu
         try {
             tokenizer_->encode(prompts_[i], ids);
         } catch (const Error& e) {  // e.g. words for the NullTokenizer, which reads space-separated ids
-            throw ConfigError({{"sample_prompts", fmt::format("{}: prompt {} cannot be tokenized by the run's {}: {}",
-                                                              l.sample_prompts, i + 1, config.data.tokenizer_type,
-                                                              e.what())}},
-                              "sample_prompts");
+            throw ConfigError(
+                {{"sample_prompts", fmt::format("{}: prompt {} cannot be tokenized by the run's {}: {}",
+                                                l.sample_prompts, i + 1, config.data.tokenizer_type, e.what())}},
+                "sample_prompts");
         }
         if (ids.empty()) ids.push_back(tokenizer_->eod());  // an all-whitespace prompt of a tokenizer that drops it
         longest = std::max<int64_t>(longest, static_cast<int64_t>(ids.size()));
