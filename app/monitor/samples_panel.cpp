@@ -120,6 +120,9 @@ void SamplesPanel::rebuild() {
                      note_format());
     }
     c.endEditBlock();
+    // The view's own cursor moved along with the inserts (to the oldest sample): put it back at the top,
+    // or the tab's first show scrolls to it (QTextEdit shows its cursor on first show) and hides the newest.
+    text_->setTextCursor(QTextCursor(text_->document()));
     text_->verticalScrollBar()->setValue(keep_scroll);
     const auto iterations = by_iteration.size();
     summary_->setText(

@@ -25,6 +25,7 @@
 #include <QGuiApplication>
 #include <QLabel>
 #include <QPushButton>
+#include <QScrollBar>
 #include <QSpinBox>
 #include <QTabBar>
 #include <QTabWidget>
@@ -95,6 +96,35 @@ void click_tab(QTabWidget* tabs, int index) {
 class TestSamples : public QObject {
     Q_OBJECT
 private slots:
+    void a_long_list_opens_at_the_newest_sample() {
+        // Filled while hidden (the Events tab is in front), the view must open at its top, the newest
+        // iteration: QTextEdit scrolls to its own cursor when first shown, and that cursor had moved
+        // along with the inserts to the oldest sample (found in the UI check's picture of a real run).
+        std::vector<store::SampleRecord> samples;
+        for (int64_t it = 10, seq = 0; it <= 200; it += 10)
+            for (int64_t p = 0; p < 3; ++p) {
+                store::SampleRecord r;
+                r.seq = seq++;
+                r.iteration = it;
+                r.prompt_index = p;
+                r.prompt = "prompt " + std::to_string(p);
+                r.completion =
+                    " a completion long enough to wrap in a narrow panel, at iteration " + std::to_string(it);
+                r.finish_reason = "length";
+                samples.push_back(r);
+            }
+        SamplesPanel panel;
+        panel.resize(360, 240);
+        panel.sync(samples, true);
+        panel.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&panel));
+        QTest::qWait(50);
+        QScrollBar* bar = panel.text()->verticalScrollBar();
+        QVERIFY2(bar->maximum() > 0, "the list must overflow the view for this check to mean anything");
+        QCOMPARE(bar->value(), 0);
+        QVERIFY(panel.text()->toPlainText().startsWith("Iteration 200"));
+    }
+
     void the_monitor_shows_samples_from_the_store_then_live_newest_first() {
         test::TempDir t;
         const fs::path db = t / "h.sqlite";
