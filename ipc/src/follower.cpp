@@ -283,8 +283,10 @@ struct Follower::Impl {
             // The server's snapshot rate limit (docs/protocol.md): ask again once it says so.
             ++st.rate_limited;
             const auto after = header.find("retry_after_s");
-            const double wait = std::clamp(after != header.end() && after->is_number() ? after->get<double>() : 0.1, 0.01, 5.0);
-            next_request = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(wait));
+            const double wait =
+                std::clamp(after != header.end() && after->is_number() ? after->get<double>() : 0.1, 0.01, 5.0);
+            next_request =
+                Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(wait));
             need_sync = true;
             return;
         }
@@ -395,7 +397,7 @@ struct Follower::Impl {
     std::deque<Message> ready;
     Clock::time_point sent_at, last_heard, next_attempt, next_check, next_file_check;
     Clock::time_point next_request{};  // not before: the server rate-limited us
-    std::optional<RunDirLog> files;  // run directories: the files, when the publisher is gone
+    std::optional<RunDirLog> files;    // run directories: the files, when the publisher is gone
     milliseconds silence{4000};
     FollowerStats st;
 };

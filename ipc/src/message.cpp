@@ -34,29 +34,6 @@ bool valid_topic(std::string_view topic) {
     return true;
 }
 
-std::optional<std::string> get_string(const nlohmann::json& o, const char* key) {
-    if (!o.is_object()) return std::nullopt;
-    const auto it = o.find(key);
-    if (it == o.end() || !it->is_string()) return std::nullopt;
-    return it->get<std::string>();
-}
-
-std::optional<int64_t> get_int(const nlohmann::json& o, const char* key) {
-    if (!o.is_object()) return std::nullopt;
-    const auto it = o.find(key);
-    if (it == o.end() || !it->is_number_integer()) return std::nullopt;
-    return it->get<int64_t>();
-}
-
-std::optional<double> get_number(const nlohmann::json& o, const char* key) {
-    if (!o.is_object()) return std::nullopt;
-    const auto it = o.find(key);
-    if (it == o.end() || !it->is_number()) return std::nullopt;
-    const double v = it->get<double>();
-    if (!std::isfinite(v)) return std::nullopt;
-    return v;
-}
-
 std::optional<Message> parse_message(std::string_view json, std::string* why) {
     if (json.size() > kMaxMessageBytes) {
         fail(why, "message of " + std::to_string(json.size()) + " bytes exceeds the limit of " +

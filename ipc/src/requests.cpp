@@ -31,12 +31,18 @@ nlohmann::json parse_request(std::string_view body, std::string_view schema, std
 
 std::string_view refusal_code(Refusal refusal) {
     switch (refusal) {
-    case Refusal::BadRequest: return "bad_request";
-    case Refusal::Unauthorized: return "unauthorized";
-    case Refusal::DuplicateId: return "duplicate_id";
-    case Refusal::Busy: return "busy";
-    case Refusal::RunEnded: return "run_ended";
-    case Refusal::RateLimited: return "rate_limited";
+        case Refusal::BadRequest:
+            return "bad_request";
+        case Refusal::Unauthorized:
+            return "unauthorized";
+        case Refusal::DuplicateId:
+            return "duplicate_id";
+        case Refusal::Busy:
+            return "busy";
+        case Refusal::RunEnded:
+            return "run_ended";
+        case Refusal::RateLimited:
+            return "rate_limited";
     }
     return "bad_request";
 }

@@ -318,9 +318,11 @@ struct TelemetryServer::Impl {
                 SnapshotPeer& peer = peers[identity];
                 const auto now = Clock::now();
                 if (now < peer.quiet_until) continue;  // told already: no reply until retry_after_s has passed
-                peer.quiet_until = now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(wait));
-                nlohmann::json refusal = refusal_reply(
-                    Refusal::RateLimited, "rate limited: too many snapshot requests or bytes; retry after retry_after_s");
+                peer.quiet_until =
+                    now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(wait));
+                nlohmann::json refusal =
+                    refusal_reply(Refusal::RateLimited,
+                                  "rate limited: too many snapshot requests or bytes; retry after retry_after_s");
                 refusal["retry_after_s"] = std::ceil(wait * 1000) / 1000;
                 send_snapshot_refusal(reply, std::move(refusal));
                 continue;
@@ -413,7 +415,8 @@ struct TelemetryServer::Impl {
             }
             if (c->id.empty()) c->id = "req-" + std::to_string(++anonymous);
             if (routes.count(c->id)) {
-                send_reply(route, c->id, refusal_reply(Refusal::DuplicateId, "a request with this id is already pending"));
+                send_reply(route, c->id,
+                           refusal_reply(Refusal::DuplicateId, "a request with this id is already pending"));
                 continue;
             }
             if (routes.size() >= o.max_pending_control) {
@@ -464,9 +467,9 @@ struct TelemetryServer::Impl {
     std::string pub_ep, snap_ep, ctl_ep;
     History history;
     std::set<std::string> allowed;
-    std::map<std::string, Route> routes;  // thread only
+    std::map<std::string, Route> routes;                  // thread only
     std::unordered_map<std::string, SnapshotPeer> peers;  // snapshot requests per peer; thread only
-    TokenBucket snapshot_bytes;                            // snapshot reply bytes, all peers; thread only
+    TokenBucket snapshot_bytes;                           // snapshot reply bytes, all peers; thread only
     uint64_t anonymous = 0;
     int wake_fd = -1;
 
@@ -539,9 +542,9 @@ nlohmann::json TelemetryServer::info() const {
     char host[256] = {};
     if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
     nlohmann::ordered_json j = {
-        {"schema", kEndpointsSchema}, {"run_id", o.run_id},          {"pid", static_cast<int64_t>(::getpid())},
-        {"host", std::string(host)},  {"started", unix_time()},      {"publish", impl_->pub_ep},
-        {"snapshot", impl_->snap_ep}, {"control", impl_->ctl_ep},    {"curve", o.curve.has_value()}};
+        {"schema", kEndpointsSchema}, {"run_id", o.run_id},       {"pid", static_cast<int64_t>(::getpid())},
+        {"host", std::string(host)},  {"started", unix_time()},   {"publish", impl_->pub_ep},
+        {"snapshot", impl_->snap_ep}, {"control", impl_->ctl_ep}, {"curve", o.curve.has_value()}};
     if (o.curve) j["curve_server_public_key"] = o.curve->server.public_key;
     if (!o.curve && !impl_->ctl_ep.empty()) j["control_token_file"] = kControlTokenFile;
     return nlohmann::json(j);

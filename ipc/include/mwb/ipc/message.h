@@ -3,6 +3,8 @@
 // envelope {schema, topic, run_id, seq, time} followed by its topic's fields; on the PUB socket it
 // travels as the multipart [topic, json]. Receivers validate the envelope and ignore fields and
 // topics they do not know; the schema string changes only for incompatible changes.
+#include "mwb/ipc/json_get.h"
+
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
@@ -55,11 +57,6 @@ bool schema_compatible(std::string_view schema, std::string_view family);
 
 /// Topics are short, lower case, [a-z0-9._-].
 bool valid_topic(std::string_view topic);
-
-/// The JSON object's member `key` when it is a string / integer / number, else nullopt.
-std::optional<std::string> get_string(const nlohmann::json& object, const char* key);
-std::optional<int64_t> get_int(const nlohmann::json& object, const char* key);
-std::optional<double> get_number(const nlohmann::json& object, const char* key);
 
 /// Seconds since the Unix epoch.
 double unix_time();
