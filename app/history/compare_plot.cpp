@@ -3,6 +3,7 @@
 #include "core/format.h"
 #include "core/theme.h"
 #include "live/history_loader.h"
+#include "mwb/ipc/metrics.h"
 #include "mwb/store/schema.h"
 
 #include <QCheckBox>
@@ -24,21 +25,11 @@ namespace mwb::app {
 
 namespace {
 
-struct MetricChoice {
-    const char* metric;
-    const char* label;
-};
-constexpr MetricChoice kMetrics[] = {
-    {"lm_loss", "Training loss"},
-    {"val_loss", "Validation loss"},
-    {"lr", "Learning rate"},
-    {"grad_norm", "Gradient norm"},
-    {"loss_scale", "Loss scale"},
-    {"tokens_per_sec", "Tokens/s"},
-    {"tflops_per_device", "TFLOP/s per device"},
-    {"iteration_time_s", "Iteration time (s)"},
-    {"mem_peak_bytes_max_rank", "Peak memory, fullest rank (bytes)"},
-};
+/// A metric of the evaluations (val_loss): read from the evals table, drawn with markers.
+bool is_eval_metric(const QString& name) {
+    const ipc::Metric* m = ipc::find_metric(name.toStdString());
+    return m && m->source == ipc::MetricSource::Eval;
+}
 
 constexpr int kDrawBuckets = 2000;       // about two per pixel column of a wide chart
 constexpr int kExportBuckets = 1 << 20;  // the store returns every point up to this many
@@ -85,7 +76,9 @@ ComparePlot::ComparePlot(QWidget* parent) : QWidget(parent) {
     auto* bar = new QHBoxLayout;
     metric_ = new QComboBox;
     metric_->setObjectName(QStringLiteral("compareMetric"));
-    for (const auto& m : kMetrics) metric_->addItem(tr(m.label), QString::fromLatin1(m.metric));
+    for (const ipc::Metric* m : ipc::compared_metrics())  // the metric table's rows History compares
+        metric_->addItem(tr(std::string(m->label).c_str()),
+                         QString::fromLatin1(m->name.data(), static_cast<qsizetype>(m->name.size())));
     bar->addWidget(new QLabel(tr("Metric")));
     bar->addWidget(metric_);
     x_combo_ = new QComboBox;
@@ -165,7 +158,7 @@ void ComparePlot::setLogY(bool on) {
 
 std::vector<PlotPoint> ComparePlot::points(const std::string& uid, int buckets, bool* raw) const {
     if (raw) *raw = true;
-    if (metric() == QLatin1String("val_loss")) {
+    if (is_eval_metric(metric())) {
         std::vector<PlotPoint> out;
         for (const auto& e : store_->evals(uid))
             if (e.lm_loss) out.push_back({static_cast<double>(e.iteration), *e.lm_loss});
@@ -210,7 +203,7 @@ void ComparePlot::reloadData() {
         }
     }
     for (std::size_t i = 0; i < runs_.size(); ++i) {
-        const bool sparse = metric() == QLatin1String("val_loss");
+        const bool sparse = is_eval_metric(metric());
         PlotView::LineStyle style = themed_line(runs_[i].color >= 0 ? runs_[i].color : static_cast<int>(i), 1.8);
         style.markers = sparse;
         const int line = plot_->addLine(runs_[i].title, style);
@@ -246,9 +239,9 @@ void ComparePlot::updateTitles() {
             const QString unit = time_unit_ == 3600 ? tr("hours") : time_unit_ == 60 ? tr("minutes") : tr("seconds");
             plot_->setXTitle(tr("wall time (%1)").arg(unit));
             // the caption names the axis' unit (it said seconds under a minutes axis)
-            note_->setText(
-                tr("Wall time: %1 since the run was created, from each step record's timestamp "
-                   "(pauses, evaluations and restarts included).").arg(unit));
+            note_->setText(tr("Wall time: %1 since the run was created, from each step record's timestamp "
+                              "(pauses, evaluations and restarts included).")
+                               .arg(unit));
             break;
         }
     }

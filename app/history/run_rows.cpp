@@ -1,14 +1,10 @@
 #include "history/run_rows.h"
 
+#include "mwb/ipc/json_get.h"
+
 namespace mwb::app {
 
 namespace {
-
-int64_t int_of(const nlohmann::json& o, const char* key, int64_t fallback = 0) {
-    if (!o.is_object()) return fallback;
-    const auto it = o.find(key);
-    return it != o.end() && it->is_number() ? it->get<int64_t>() : fallback;
-}
 
 RunRow make_row(store::Store& st, const store::RunRecord& r) {
     RunRow row;
@@ -32,7 +28,8 @@ RunRow make_row(store::Store& st, const store::RunRecord& r) {
     const auto flatten = [&row](const nlohmann::json& o, const std::string& prefix) {
         if (!o.is_object()) return;
         for (const auto& [k, v] : o.items())
-            if (v.is_primitive() && !v.is_null()) row.settings[prefix + k] = v.is_string() ? v.get<std::string>() : v.dump();
+            if (v.is_primitive() && !v.is_null())
+                row.settings[prefix + k] = v.is_string() ? v.get<std::string>() : v.dump();
     };
     flatten(r.config, "");
     flatten(r.topology, "topology.");
@@ -81,18 +78,19 @@ std::optional<double> setting_number(const RunRow& row, const std::string& key) 
 
 std::string describe_model(const nlohmann::json& c) {
     if (!c.is_object() || !c.contains("num_layers")) return {};
-    std::string s = std::to_string(int_of(c, "num_layers")) + " L · " + std::to_string(int_of(c, "hidden_size")) +
-                    " H · " + std::to_string(int_of(c, "num_attention_heads")) + " A";
-    if (c.contains("seq_length")) s += " · seq " + std::to_string(int_of(c, "seq_length"));
+    std::string s = std::to_string(ipc::get_integral(c, "num_layers").value_or(0)) + " L · " +
+                    std::to_string(ipc::get_integral(c, "hidden_size").value_or(0)) + " H · " +
+                    std::to_string(ipc::get_integral(c, "num_attention_heads").value_or(0)) + " A";
+    if (c.contains("seq_length")) s += " · seq " + std::to_string(ipc::get_integral(c, "seq_length").value_or(0));
     return s;
 }
 
 std::string describe_layout(const nlohmann::json& t) {
     if (!t.is_object() || t.empty()) return {};
-    const int64_t world = int_of(t, "world_size", 1);
-    std::string s = "TP " + std::to_string(int_of(t, "tensor_model_parallel_size", 1)) + " · PP " +
-                    std::to_string(int_of(t, "pipeline_model_parallel_size", 1)) + " · DP " +
-                    std::to_string(int_of(t, "data_parallel_size", 1));
+    const int64_t world = ipc::get_integral(t, "world_size").value_or(1);
+    std::string s = "TP " + std::to_string(ipc::get_integral(t, "tensor_model_parallel_size").value_or(1)) + " · PP " +
+                    std::to_string(ipc::get_integral(t, "pipeline_model_parallel_size").value_or(1)) + " · DP " +
+                    std::to_string(ipc::get_integral(t, "data_parallel_size").value_or(1));
     s += " (" + std::to_string(world) + (world == 1 ? " rank)" : " ranks)");
     return s;
 }

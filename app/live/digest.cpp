@@ -1,29 +1,25 @@
 #include "live/digest.h"
 
+#include "mwb/ipc/json_get.h"
 #include "mwb/store/sample.h"
 
 #include <algorithm>
 #include <cstdio>
-#include <set>
 
 namespace mwb::app {
 
 namespace {
 
 double num(const nlohmann::json& o, const char* key, double fallback = NAN) {
-    const auto it = o.find(key);
-    return it != o.end() && it->is_number() ? it->get<double>() : fallback;
+    return ipc::get_number(o, key).value_or(fallback);
 }
 
 int64_t integer(const nlohmann::json& o, const char* key, int64_t fallback = -1) {
-    const auto it = o.find(key);
-    if (it == o.end() || !it->is_number()) return fallback;
-    return it->is_number_integer() ? it->get<int64_t>() : static_cast<int64_t>(it->get<double>());
+    return ipc::get_integral(o, key).value_or(fallback);
 }
 
 std::string text(const nlohmann::json& o, const char* key, const std::string& fallback = {}) {
-    const auto it = o.find(key);
-    return it != o.end() && it->is_string() ? it->get<std::string>() : fallback;
+    return ipc::get_string(o, key).value_or(fallback);
 }
 
 std::string fmt(const char* f, double v) {
@@ -36,55 +32,38 @@ void add_point(Update& u, SeriesId s, double x, double y) {
     if (std::isfinite(x) && std::isfinite(y)) u.points[series_index(s)].push_back({x, y});
 }
 
-std::array<double, 6> categories(const nlohmann::json& by_category, const char* which) {
-    static constexpr const char* keys[6] = {"weights", "gradients", "optimizer", "activations", "workspace", "data"};
-    std::array<double, 6> out{};
-    if (!by_category.is_object()) return out;
-    for (int c = 0; c < 6; ++c) {
-        const auto it = by_category.find(keys[c]);
-        if (it != by_category.end() && it->is_object()) out[static_cast<std::size_t>(c)] = num(*it, which, 0);
-    }
-    return out;
-}
-
 void digest_step(Update& u, const ipc::Message& m) {
     const auto& b = m.body;
-    const double it = static_cast<double>(integer(b, "iteration", -1));
-    if (it < 0) return;
+    const ipc::StepRecord r = b.get<ipc::StepRecord>();
+    if (r.iteration < 0) return;
+    const double it = static_cast<double>(r.iteration);
     LastStep s;
-    s.iteration = static_cast<int64_t>(it);
+    s.iteration = r.iteration;
     s.time = m.time;
-    s.consumed_tokens = integer(b, "consumed_tokens", 0);
-    s.consumed_samples = integer(b, "consumed_samples", 0);
-    s.skipped_iterations = integer(b, "skipped_iterations", 0);
-    s.loss = num(b, "lm_loss");
-    s.lr = num(b, "lr");
-    s.grad_norm = num(b, "grad_norm");
-    s.loss_scale = num(b, "loss_scale");
-    s.iteration_time_s = num(b, "iteration_time_s");
-    s.tokens_per_sec = num(b, "tokens_per_sec");
-    s.tflops = num(b, "tflops_per_device");
-    s.mfu = num(b, "mfu");
-    add_point(u, SeriesId::Loss, it, s.loss);
-    add_point(u, SeriesId::Lr, it, s.lr);
-    add_point(u, SeriesId::GradNorm, it, s.grad_norm);
-    add_point(u, SeriesId::LossScale, it, s.loss_scale);
-    add_point(u, SeriesId::TokensPerSec, it, s.tokens_per_sec);
-    add_point(u, SeriesId::Tflops, it, s.tflops);
-    add_point(u, SeriesId::Mfu, it, s.mfu);
-    add_point(u, SeriesId::IterationTime, it, s.iteration_time_s);
-    add_point(u, SeriesId::Tokens, it, static_cast<double>(s.consumed_tokens));
+    s.consumed_tokens = r.consumed_tokens;
+    s.consumed_samples = r.consumed_samples;
+    s.skipped_iterations = r.skipped_iterations;
+    s.loss = r.lm_loss.value_or(NAN);
+    s.lr = r.lr;
+    s.grad_norm = r.grad_norm.value_or(NAN);
+    s.loss_scale = r.loss_scale;
+    s.iteration_time_s = r.iteration_time_s;
+    s.tokens_per_sec = r.tokens_per_sec;
+    s.tflops = r.tflops_per_device;
+    s.mfu = r.mfu.value_or(NAN);
+    // the built-in series of the record's own fields, as the metric table lists them
+    for (const ipc::Metric& metric : ipc::metrics())
+        if (metric.source == ipc::MetricSource::Step && metric.series != SeriesId::Count)
+            add_point(u, metric.series, it, ipc::step_value(r, metric));
     if (m.time > 0) add_point(u, SeriesId::Time, it, m.time);
     u.last_step = s;
     add_picker_metrics(b, it, u.metrics);
-    const auto ranks = b.find("ranks");
-    if (ranks != b.end() && ranks->is_array() && !ranks->empty()) {
+    if (!r.ranks.empty()) {
         std::vector<RankTiming> t;
-        t.reserve(ranks->size());
+        t.reserve(r.ranks.size());
         RankTiming worst;  // per component, the slowest rank (as the store keeps it)
-        for (const auto& r : *ranks) {
-            if (!r.is_object()) continue;
-            t.push_back(rank_timing(r));
+        for (const auto& rank : r.ranks) {
+            t.push_back(rank_timing(rank));
             worst.compute = std::max(worst.compute, t.back().compute);
             worst.communication = std::max(worst.communication, t.back().communication);
             worst.bubble = std::max(worst.bubble, t.back().bubble);
@@ -102,17 +81,9 @@ void digest_memory(Update& u, const ipc::Message& m) {
     std::vector<RankMemory> out;
     for (const auto& r : *ranks) {
         if (!r.is_object()) continue;
-        RankMemory x;
-        x.rank = static_cast<int>(integer(r, "rank", static_cast<int64_t>(out.size())));
-        x.allocated = num(r, "allocated", 0);
-        x.peak = num(r, "peak", 0);
-        x.reserved = num(r, "reserved", 0);
-        const auto bc = r.find("by_category");
-        if (bc != r.end()) {
-            x.current = categories(*bc, "current");
-            x.peak_by_category = categories(*bc, "peak");
-        }
-        out.push_back(x);
+        ipc::RankMemoryRecord x = r.get<ipc::RankMemoryRecord>();
+        if (!ipc::get_integral(r, "rank")) x.rank = static_cast<int>(out.size());
+        out.push_back(rank_memory(x));
     }
     std::sort(out.begin(), out.end(), [](const RankMemory& a, const RankMemory& b) { return a.rank < b.rank; });
     u.memory = std::move(out);
@@ -121,21 +92,31 @@ void digest_memory(Update& u, const ipc::Message& m) {
 
 }  // namespace
 
-RankTiming rank_timing(const nlohmann::json& r) {
+RankTiming rank_timing(const ipc::RankRecord& r) {
     RankTiming t;
-    t.rank = static_cast<int>(integer(r, "rank", 0));
-    t.tp = static_cast<int>(integer(r, "tp", 0));
-    t.pp = static_cast<int>(integer(r, "pp", 0));
-    t.dp = static_cast<int>(integer(r, "dp", 0));
-    const auto tm = r.find("time");
-    if (tm == r.end() || !tm->is_object()) return t;
-    const double work = num(*tm, "forward_s", 0) + num(*tm, "backward_s", 0) + num(*tm, "gradient_reduce_s", 0) +
-                        num(*tm, "optimizer_s", 0) + num(*tm, "data_s", 0);
-    t.communication = std::max(0.0, num(*tm, "communication_s", 0));
-    t.bubble = std::max(0.0, num(*tm, "pipeline_bubble_s", 0));
-    t.compute = std::max(0.0, work - t.communication - t.bubble);
-    t.total = std::max(work, t.compute + t.communication + t.bubble);
+    t.rank = r.rank;
+    t.tp = r.tp;
+    t.pp = r.pp;
+    t.dp = r.dp;
+    const ipc::TimeSplit split = r.time.split();
+    t.compute = split.compute;
+    t.communication = split.communication;
+    t.bubble = split.bubble;
+    t.total = split.total;
     return t;
+}
+
+RankMemory rank_memory(const ipc::RankMemoryRecord& r) {
+    RankMemory x;
+    x.rank = r.rank;
+    x.allocated = static_cast<double>(r.mem.allocated);
+    x.peak = static_cast<double>(r.mem.peak);
+    x.reserved = static_cast<double>(r.mem.reserved);
+    for (std::size_t c = 0; c < ipc::kMemoryCategoryCount; ++c) {
+        x.current[c] = static_cast<double>(r.mem.by_category[c].current);
+        x.peak_by_category[c] = static_cast<double>(r.mem.by_category[c].peak);
+    }
+    return x;
 }
 
 EventItem describe(const ipc::Message& m) {
@@ -251,11 +232,11 @@ void Update::merge(Update&& later) {
 }
 
 bool is_charted_field(const std::string& field) {
-    // the built-in charts' fields (Update::points), everything else goes to the metric picker
-    static const std::set<std::string> kCharted = {"iteration", "lm_loss", "lr", "grad_norm", "loss_scale",
-                                                   "tokens_per_sec", "tflops_per_device", "mfu", "iteration_time_s",
-                                                   "consumed_tokens"};
-    return kCharted.count(field) > 0;
+    // the built-in charts' fields (Update::points): the table's step fields with a series; the
+    // rest goes to the metric picker
+    if (field == "iteration") return true;
+    const ipc::Metric* m = ipc::find_metric(field);
+    return m && m->source == ipc::MetricSource::Step && m->series != SeriesId::Count;
 }
 
 void add_picker_metrics(const nlohmann::json& b, double it, std::map<std::string, std::vector<PlotPoint>>& metrics) {
@@ -298,30 +279,29 @@ void digest(Update& u, const ipc::Message& m) {
     } else if (m.topic == "memory") {
         digest_memory(u, m);
     } else if (m.topic == "eval") {
-        const double it = static_cast<double>(integer(m.body, "iteration", -1));
-        const double loss = num(m.body, "lm_loss");
-        add_point(u, SeriesId::ValLoss, it, loss);
-        if (std::isfinite(loss)) u.last_eval = loss;
+        const ipc::EvalRecord e = m.body.get<ipc::EvalRecord>();
+        add_point(u, SeriesId::ValLoss, static_cast<double>(e.iteration), e.lm_loss);
+        if (std::isfinite(e.lm_loss)) u.last_eval = e.lm_loss;
         u.events.push_back(describe(m));
     } else if (m.topic == "run.start") {
+        ipc::RunStartRecord r = m.body.get<ipc::RunStartRecord>();
         RunStart s;
         s.run_id = m.run_id;
-        s.config = m.body.value("config", nlohmann::json::object());
-        s.derived = m.body.value("derived", nlohmann::json::object());
-        s.topology = m.body.value("topology", nlohmann::json::object());
-        if (const auto h = m.body.find("hosts"); h != m.body.end() && h->is_array())
-            for (const auto& x : *h)
-                if (x.is_string()) s.hosts.push_back(x.get<std::string>());
-        s.iteration = integer(m.body, "iteration", 0);
+        s.config = std::move(r.config);
+        s.derived = std::move(r.derived);
+        s.topology = std::move(r.topology);
+        s.hosts = std::move(r.hosts);
+        s.iteration = r.iteration;
         s.time = m.time;
         u.start = std::move(s);
         u.end.reset();  // a resumed run is running again
         u.events.push_back(describe(m));
     } else if (m.topic == "run.end") {
+        const ipc::RunEndRecord r = m.body.get<ipc::RunEndRecord>();
         RunEnd e;
-        e.status = text(m.body, "status", "unknown");
-        e.reason = text(m.body, "reason");
-        e.iteration = integer(m.body, "iteration", -1);
+        e.status = r.status;
+        e.reason = r.reason;
+        e.iteration = r.totals ? r.totals->iteration : -1;
         e.time = m.time;
         u.end = e;
         u.events.push_back(describe(m));

@@ -3,6 +3,7 @@
 // run's description and end, per-rank memory and step times, and readable event lines. Qt-free, so
 // the receiver thread digests messages as they arrive and the GUI only appends the result.
 #include "mwb/ipc/message.h"
+#include "mwb/ipc/schema.h"
 #include "mwb/store/types.h"
 #include "plot/trace.h"
 
@@ -18,25 +19,9 @@
 
 namespace mwb::app {
 
-/// The Monitor's series, x = iteration.
-enum class SeriesId : int {
-    Loss,           ///< step lm_loss
-    ValLoss,        ///< eval lm_loss
-    Lr,             ///< learning rate
-    GradNorm,       ///< global gradient norm before clipping
-    LossScale,      ///< fp16 loss scale
-    TokensPerSec,   ///< trained tokens per second
-    Tflops,         ///< model TFLOP/s per device (MFU = this / device peak)
-    Mfu,            ///< model FLOP/s utilisation (the step record's mfu; absent without a configured peak)
-    IterationTime,  ///< seconds per iteration
-    Compute,        ///< seconds per iteration computing (the rest once communication and bubble are taken out)
-    Communication,  ///< seconds per iteration in collectives and sends (communication_s)
-    Bubble,         ///< seconds per iteration waiting for another pipeline stage (pipeline_bubble_s)
-    Tokens,         ///< consumed tokens after the iteration (the Monitor's "trained tokens" x-axis)
-    Time,           ///< Unix seconds of the step record (the "wall time" x-axis)
-    Count
-};
-inline constexpr int kSeriesCount = static_cast<int>(SeriesId::Count);
+/// The Monitor's series, x = iteration: the built-in series of ipc/metrics.h (each a row of the metric table).
+using SeriesId = ipc::SeriesId;
+using ipc::kSeriesCount;
 constexpr std::size_t series_index(SeriesId s) {
     return static_cast<std::size_t>(s);
 }
@@ -44,8 +29,8 @@ constexpr std::size_t series_index(SeriesId s) {
 struct RankMemory {
     int rank = 0;
     double allocated = 0, peak = 0, reserved = 0;
-    std::array<double, 6> current{},
-        peak_by_category{};  ///< weights, gradients, optimizer, activations, workspace, data
+    std::array<double, ipc::kMemoryCategoryCount> current{},
+        peak_by_category{};  ///< bytes per category, ipc::kMemoryCategories order
 };
 
 struct RankTiming {
@@ -100,8 +85,8 @@ struct Update {
     /// per rank "rank3.forward_s", "rank3.mem.peak"): what the Monitor's metric picker charts.
     std::map<std::string, std::vector<PlotPoint>> metrics;
     std::vector<store::SampleRecord> samples;  ///< text samples (topic sample), in arrival order
-    int64_t messages = 0;                            ///< series messages in this update
-    int64_t history_messages = 0;                    ///< of which reloaded from the store
+    int64_t messages = 0;                      ///< series messages in this update
+    int64_t history_messages = 0;              ///< of which reloaded from the store
 
     bool empty() const;
     /// Appends `later` (received after this one).
@@ -121,6 +106,8 @@ void add_picker_metrics(const nlohmann::json& body, double it, std::map<std::str
 EventItem describe(const ipc::Message& m);
 
 /// Compute / communication / bubble of one rank's `time` record (seconds per iteration).
-RankTiming rank_timing(const nlohmann::json& rank);
+RankTiming rank_timing(const ipc::RankRecord& rank);
+/// One rank's memory as the views draw it (categories in ipc::kMemoryCategories' order).
+RankMemory rank_memory(const ipc::RankMemoryRecord& rank);
 
 }  // namespace mwb::app

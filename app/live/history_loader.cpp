@@ -1,10 +1,11 @@
 #include "live/history_loader.h"
 
+#include "mwb/ipc/json_get.h"
+#include "mwb/ipc/metrics.h"
 #include "mwb/store/schema.h"
 
 #include <algorithm>
 #include <map>
-#include <set>
 #include <string_view>
 
 namespace mwb::app {
@@ -50,20 +51,18 @@ ipc::Message as_message(const std::string& uid, const store::EventRecord& e) {
 void load_picker_metrics(store::Store& st, const std::string& uid, int max_points,
                          std::map<std::string, std::vector<PlotPoint>>& metrics) {
     // the step time breakdown's columns are the slowest rank's: the picker has them per rank
-    static const std::set<std::string_view> kDerived = {"forward_s",   "backward_s",      "gradient_reduce_s",
-                                                        "optimizer_s", "data_s",          "communication_s",
-                                                        "pipeline_bubble_s"};
     for (std::string_view m : store::step_metrics()) {
         const std::string name(m);
-        if (is_charted_field(name) || kDerived.count(m)) continue;
+        const ipc::Metric* row = ipc::find_metric(m);
+        if (is_charted_field(name) || (row && row->source == ipc::MetricSource::SlowestRank)) continue;
         auto pts = series(st, uid, name.c_str(), max_points);
         if (!pts.empty()) metrics[name] = std::move(pts);
     }
     // Store has no reader of step_details: read the table (its schema, store/src/schema.cpp) directly
     constexpr int64_t kDetailRecords = 1 << 16;
     const auto& db = st.database();
-    store::Statement count = db.prepare(
-        "SELECT count(*) FROM step_details WHERE run = (SELECT id FROM runs WHERE uid = ?)");
+    store::Statement count =
+        db.prepare("SELECT count(*) FROM step_details WHERE run = (SELECT id FROM runs WHERE uid = ?)");
     count.bind(1, uid);
     const int64_t n = count.step() ? count.int64(0) : 0;
     if (n == 0) return;
@@ -88,35 +87,33 @@ Update load_run_history(store::Store& st, const std::string& uid, int64_t& next_
     const auto record = st.run(uid);
     if (!record) return u;
 
-    const std::pair<SeriesId, const char*> simple[] = {{SeriesId::Loss, "lm_loss"},
-                                                       {SeriesId::Lr, "lr"},
-                                                       {SeriesId::GradNorm, "grad_norm"},
-                                                       {SeriesId::LossScale, "loss_scale"},
-                                                       {SeriesId::TokensPerSec, "tokens_per_sec"},
-                                                       {SeriesId::Tflops, "tflops_per_device"},
-                                                       {SeriesId::IterationTime, "iteration_time_s"},
-                                                       {SeriesId::Tokens, "consumed_tokens"}};
-    for (const auto& [id, metric] : simple) u.points[series_index(id)] = series(st, uid, metric, max_points);
+    // the series stored as a column of their own, as the metric table lists them
+    for (const ipc::Metric& m : ipc::metrics())
+        if (m.source == ipc::MetricSource::Step && m.series != SeriesId::Count && !m.column.empty())
+            u.points[series_index(m.series)] = series(st, uid, std::string(m.column).c_str(), max_points);
     for (const auto& w : st.wall_clock(uid, max_points))  // seconds since the run was created
         u.points[series_index(SeriesId::Time)].push_back(
             {static_cast<double>(w.iteration), record->created.value_or(0) + w.seconds});
-    // mfu is tflops_per_device over the configured peak (the trainer's definition); the store keeps it
-    // only in the records' extra fields, so it is derived here instead of read point by point
-    const auto& cfg = record->config;
-    const double peak =
-        cfg.is_object() && cfg.contains("peak_tflops_per_device") && cfg["peak_tflops_per_device"].is_number()
-            ? cfg["peak_tflops_per_device"].get<double>()
-            : 0.0;
-    if (peak > 0)
-        for (const PlotPoint& p : u.points[series_index(SeriesId::Tflops)])
-            u.points[series_index(SeriesId::Mfu)].push_back({p.x, p.y / peak});
+    // mfu: the store keeps it only in the records' extra fields, so it is derived (the table's
+    // derivation) from the tflops_per_device column and the configured peak
+    const double peak = ipc::get_number(record->config, "peak_tflops_per_device").value_or(0.0);
+    for (const PlotPoint& p : u.points[series_index(SeriesId::Tflops)])
+        if (const auto mfu = ipc::mfu(p.y, peak)) u.points[series_index(SeriesId::Mfu)].push_back({p.x, *mfu});
 
-    // the time breakdown from the store's per-phase columns (the slowest rank in each phase)
-    const char* phases[] = {"forward_s", "backward_s", "gradient_reduce_s", "optimizer_s", "data_s"};
+    // the time breakdown from the store's per-phase columns (the slowest rank in each phase), split
+    // into compute / communication / bubble the table's way
     std::vector<std::vector<PlotPoint>> work;
-    for (const char* p : phases) work.push_back(series(st, uid, p, max_points));
-    const auto comm = series(st, uid, "communication_s", max_points);
-    const auto bubble = series(st, uid, "pipeline_bubble_s", max_points);
+    std::vector<PlotPoint> comm, bubble;
+    for (std::size_t p = 0; p < ipc::kPhaseCount; ++p) {
+        const ipc::Metric& m = ipc::phase_metric(static_cast<ipc::Phase>(p));
+        auto pts = series(st, uid, std::string(m.column).c_str(), max_points);
+        if (m.phase == ipc::PhaseRole::Work)
+            work.push_back(std::move(pts));
+        else if (m.phase == ipc::PhaseRole::Communication)
+            comm = std::move(pts);
+        else if (m.phase == ipc::PhaseRole::Bubble)
+            bubble = std::move(pts);
+    }
     bool aligned = !comm.empty() && bubble.size() == comm.size();
     for (const auto& w : work) aligned = aligned && w.size() == comm.size();
     if (aligned) {
@@ -124,7 +121,7 @@ Update load_run_history(store::Store& st, const std::string& uid, int64_t& next_
         for (std::size_t i = 0; i < comm.size(); ++i) {
             double total = 0;
             for (const auto& w : work) total += w[i].y;
-            c.push_back({comm[i].x, std::max(0.0, total - comm[i].y - bubble[i].y)});
+            c.push_back({comm[i].x, ipc::split_time(total, comm[i].y, bubble[i].y).compute});
         }
         u.points[series_index(SeriesId::Communication)] = comm;
         u.points[series_index(SeriesId::Bubble)] = bubble;
@@ -183,19 +180,19 @@ Update load_run_history(store::Store& st, const std::string& uid, int64_t& next_
     if (!newest.empty()) {
         std::vector<RankMemory> ranks;
         for (const auto& [rank, m] : newest) {
-            RankMemory r;
-            r.rank = static_cast<int>(rank);
-            r.allocated = static_cast<double>(m.allocated.value_or(0));
-            r.peak = static_cast<double>(m.peak.value_or(0));
-            r.reserved = static_cast<double>(m.reserved.value_or(0));
-            static constexpr const char* keys[6] = {"weights",     "gradients", "optimizer",
-                                                    "activations", "workspace", "data"};
-            for (int c = 0; c < 6; ++c) {
-                if (!m.by_category.is_object() || !m.by_category.contains(keys[c])) continue;
-                const auto& v = m.by_category[keys[c]];
-                r.current[static_cast<std::size_t>(c)] = v.value("current", 0.0);
-                r.peak_by_category[static_cast<std::size_t>(c)] = v.value("peak", 0.0);
+            ipc::RankMemoryRecord rec;
+            rec.rank = static_cast<int>(rank);
+            rec.mem.allocated = m.allocated.value_or(0);
+            rec.mem.peak = m.peak.value_or(0);
+            rec.mem.reserved = m.reserved.value_or(0);
+            for (std::size_t c = 0; c < ipc::kMemoryCategoryCount; ++c) {
+                const std::string key(ipc::kMemoryCategories[c]);
+                if (!m.by_category.is_object() || !m.by_category.contains(key)) continue;
+                const auto& v = m.by_category[key];
+                rec.mem.by_category[c] = {ipc::get_integral(v, "current").value_or(0),
+                                          ipc::get_integral(v, "peak").value_or(0)};
             }
+            const RankMemory r = rank_memory(rec);
             ranks.push_back(r);
             u.memory_iteration = std::max<int64_t>(u.memory_iteration, m.iteration.value_or(-1));
         }

@@ -14,12 +14,12 @@
 namespace mwb::app {
 
 namespace {
-constexpr const char* kKeys[kCategories] = {"weights", "gradients", "optimizer", "activations", "workspace", "data"};
 constexpr int kLegendRow = 18;
 }  // namespace
 
 const char* category_key(int c) {
-    return kKeys[std::clamp(c, 0, kCategories - 1)];
+    return ipc::kMemoryCategories[static_cast<std::size_t>(std::clamp(c, 0, kCategories - 1))]
+        .data();  // literals: terminated
 }
 
 QString category_label(int c) {

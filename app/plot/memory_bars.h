@@ -3,6 +3,8 @@
 // against the device: the bar is the peak split by category, a tick marks what is allocated now, a
 // diamond the planner's predicted peak, and a dashed line the memory a run may use (capacity less
 // the runtime reserve). Painted by hand: QtCharts has no markers on bars.
+#include "mwb/ipc/schema.h"
+
 #include <QString>
 #include <QWidget>
 
@@ -12,7 +14,7 @@
 
 namespace mwb::app {
 
-inline constexpr int kCategories = 6;  ///< weights, gradients, optimizer, activations, workspace, data
+inline constexpr int kCategories = static_cast<int>(ipc::kMemoryCategoryCount);  ///< ipc::kMemoryCategories
 /// The category names, as in metrics.jsonl's by_category and the planner's memory section.
 const char* category_key(int category);
 QString category_label(int category);

@@ -23,37 +23,37 @@ using P = PhaseRole;
             &StepRecord::NAME                                                                                       \
     }
 /// A phase of ranks[].time, stored as the slowest rank's.
-#define MWB_PHASE(NAME, LABEL, SERIES, ROLE, DOC)                                                         \
-    Metric {                                                                                              \
-#NAME, #NAME, "s", LABEL, #NAME, SERIES, MetricSource::SlowestRank, D::None, ROLE, false, DOC, {} \
+#define MWB_PHASE(NAME, LABEL, SERIES, ROLE, DOC)                                                     \
+    Metric {                                                                                          \
+#NAME, #NAME, "s", LABEL, #NAME, SERIES, MetricSource::SlowestRank, D::None, ROLE, 0, DOC, {} \
     }
 
 // The order of the rows with a steps column is the order of those columns (store/src/schema.cpp's
 // migrations add columns, never reorder them); the phases are in Phase order.
 const auto kMetrics = std::to_array<Metric>({
-    MWB_STEP(lm_loss, "", "Training loss", true, S::Loss, true,
+    MWB_STEP(lm_loss, "", "Training loss", true, S::Loss, 1,
              "mean loss of the interval's iterations with a finite loss (`null`: none)"),
-    MWB_STEP(lr, "", "Learning rate", true, S::Lr, true, "learning rate of the last iteration"),
-    MWB_STEP(grad_norm, "", "Gradient norm", true, S::GradNorm, true,
+    MWB_STEP(lr, "", "Learning rate", true, S::Lr, 3, "learning rate of the last iteration"),
+    MWB_STEP(grad_norm, "", "Gradient norm", true, S::GradNorm, 4,
              "global gradient norm before clipping, last iteration (`null`: not finite)"),
-    MWB_STEP(loss_scale, "", "Loss scale", true, S::LossScale, true, "fp16 loss scale (1 otherwise)"),
-    MWB_STEP(skipped_iterations, "", "Skipped iterations", true, kNone, false,
+    MWB_STEP(loss_scale, "", "Loss scale", true, S::LossScale, 5, "fp16 loss scale (1 otherwise)"),
+    MWB_STEP(skipped_iterations, "", "Skipped iterations", true, kNone, 0,
              "iterations of the interval skipped for non-finite gradients"),
-    MWB_STEP(iteration_time_s, "s", "Iteration time (s)", true, S::IterationTime, true,
+    MWB_STEP(iteration_time_s, "s", "Iteration time (s)", true, S::IterationTime, 8,
              "wall time per iteration, mean over the interval"),
     Metric{"tokens_per_sec", "tokens_per_sec", "1/s", "Tokens/s", "tokens_per_sec", S::TokensPerSec, MetricSource::Step,
-           D::TokensPerSec, P::None, true, "trained tokens per second", &StepRecord::tokens_per_sec},
-    MWB_STEP(tflops_per_device, "TFLOP/s", "TFLOP/s per device", true, S::Tflops, true,
+           D::TokensPerSec, P::None, 6, "trained tokens per second", &StepRecord::tokens_per_sec},
+    MWB_STEP(tflops_per_device, "TFLOP/s", "TFLOP/s per device", true, S::Tflops, 7,
              "model FLOPs (docs/run-directory.md) per second per device"),
-    MWB_STEP(hardware_tflops_per_device, "TFLOP/s", "Hardware TFLOP/s per device", true, kNone, false,
+    MWB_STEP(hardware_tflops_per_device, "TFLOP/s", "Hardware TFLOP/s per device", true, kNone, 0,
              "hardware FLOPs (recomputation included) per second per device"),
-    MWB_STEP(consumed_samples, "", "Consumed samples", true, kNone, false, "samples trained so far"),
-    MWB_STEP(consumed_tokens, "", "Trained tokens", true, S::Tokens, false,
+    MWB_STEP(consumed_samples, "", "Consumed samples", true, kNone, 0, "samples trained so far"),
+    MWB_STEP(consumed_tokens, "", "Trained tokens", true, S::Tokens, 0,
              "tokens trained so far (the charts' tokens axis)"),
-    MWB_STEP(mem_allocated_bytes, "bytes", "Allocated memory, rank 0 (bytes)", true, kNone, false,
+    MWB_STEP(mem_allocated_bytes, "bytes", "Allocated memory, rank 0 (bytes)", true, kNone, 0,
              "bytes allocated on rank 0 at the end of the interval"),
-    MWB_STEP(mem_peak_bytes, "bytes", "Peak memory, rank 0 (bytes)", true, kNone, false, "rank 0's peak bytes"),
-    MWB_STEP(mem_peak_bytes_max_rank, "bytes", "Peak memory, fullest rank (bytes)", true, kNone, true,
+    MWB_STEP(mem_peak_bytes, "bytes", "Peak memory, rank 0 (bytes)", true, kNone, 0, "rank 0's peak bytes"),
+    MWB_STEP(mem_peak_bytes_max_rank, "bytes", "Peak memory, fullest rank (bytes)", true, kNone, 9,
              "the highest peak of any rank"),
     MWB_PHASE(forward_s, "Forward (s)", kNone, P::Work, "forward passes"),
     MWB_PHASE(backward_s, "Backward (s)", kNone, P::Work, "backward passes"),
@@ -66,12 +66,12 @@ const auto kMetrics = std::to_array<Metric>({
     MWB_PHASE(pipeline_bubble_s, "Pipeline bubble (s)", S::Bubble, P::Bubble,
               "waiting for another pipeline stage, inside the phases above"),
     // on the wire, not a steps column (the store keeps them in step_details)
-    Metric{"mfu", "mfu", "", "MFU", "", S::Mfu, MetricSource::Step, D::Mfu, P::None, false,
+    Metric{"mfu", "mfu", "", "MFU", "", S::Mfu, MetricSource::Step, D::Mfu, P::None, 0,
            "tflops_per_device / --peak-tflops-per-device (`null` without a peak; readers then derive it "
            "from tflops_per_device and their own peak)",
            &StepRecord::mfu},
-    MWB_STEP(global_batch_size, "", "Global batch size", false, kNone, false, "samples per iteration"),
-    MWB_STEP(iterations_in_interval, "", "Iterations in interval", false, kNone, false,
+    MWB_STEP(global_batch_size, "", "Global batch size", false, kNone, 0, "samples per iteration"),
+    MWB_STEP(iterations_in_interval, "", "Iterations in interval", false, kNone, 0,
              "iterations the record averages over"),
     // not on the wire: derived, or taken from other records
     Metric{"compute_s",
@@ -83,7 +83,7 @@ const auto kMetrics = std::to_array<Metric>({
            MetricSource::Derived,
            D::Compute,
            P::None,
-           false,
+           0,
            "work phases - communication_s - pipeline_bubble_s (at least 0), the slowest rank's",
            {}},
     Metric{"val_loss",
@@ -95,7 +95,7 @@ const auto kMetrics = std::to_array<Metric>({
            MetricSource::Eval,
            D::None,
            P::None,
-           true,
+           2,
            "the `eval` record's loss (the evals table's lm_loss)",
            {}},
     Metric{"time",
@@ -107,7 +107,7 @@ const auto kMetrics = std::to_array<Metric>({
            MetricSource::Envelope,
            D::None,
            P::None,
-           false,
+           0,
            "the step record's envelope time, Unix seconds (the charts' wall-time axis)",
            {}},
 });
@@ -119,6 +119,14 @@ const auto kMetrics = std::to_array<Metric>({
 
 std::span<const Metric> metrics() {
     return kMetrics;
+}
+
+std::vector<const Metric*> compared_metrics() {
+    std::vector<const Metric*> out;
+    for (const Metric& m : kMetrics)
+        if (m.compare > 0) out.push_back(&m);
+    std::sort(out.begin(), out.end(), [](const Metric* a, const Metric* b) { return a->compare < b->compare; });
+    return out;
 }
 
 const Metric* find_metric(std::string_view name) {

@@ -147,6 +147,13 @@ void to_json(json& j, const StepRecord& r) {
     }
 }
 
+double step_value(const StepRecord& r, const Metric& m) {
+    if (const auto* i = std::get_if<int64_t StepRecord::*>(&m.field)) return static_cast<double>(r.**i);
+    if (const auto* d = std::get_if<double StepRecord::*>(&m.field)) return r.**d;
+    if (const auto* o = std::get_if<std::optional<double> StepRecord::*>(&m.field)) return (r.**o).value_or(NAN);
+    return NAN;
+}
+
 void from_json(const json& j, StepRecord& r) {
     r.iteration = int_or(j, "iteration", -1);
     for (const Metric& m : metrics()) {
@@ -263,7 +270,8 @@ void from_json(const json& j, SampleMessage& r) {
     r.temperature = number_or(j, "temperature", 0);
     r.top_k = int_or(j, "top_k", 0);
     r.top_p = number_or(j, "top_p", 0);
-    r.seed = int_or(j, "seed", 0);
+    const json& seed = member(j, "seed");
+    r.seed = seed.is_number_unsigned() ? seed.get<uint64_t>() : static_cast<uint64_t>(int_or(j, "seed", 0));
     r.time_s = number_or(j, "time_s", 0);
 }
 

@@ -5,6 +5,8 @@
 #include "mwb/store/store.h"
 #include "statements.h"
 
+#include "mwb/ipc/metrics.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -16,23 +18,6 @@ using nlohmann::json;
 
 bool is_envelope(const std::string& key) {
     return key == "schema" || key == "topic" || key == "run_id" || key == "seq" || key == "time";
-}
-
-std::optional<double> number(const json& o, const char* key) {
-    if (!o.is_object()) return std::nullopt;
-    const auto it = o.find(key);
-    if (it == o.end() || !it->is_number()) return std::nullopt;
-    const double v = it->get<double>();
-    return std::isfinite(v) ? std::optional<double>(v) : std::nullopt;
-}
-
-std::optional<int64_t> integer(const json& o, const char* key) {
-    if (!o.is_object()) return std::nullopt;
-    const auto it = o.find(key);
-    if (it == o.end() || !it->is_number()) return std::nullopt;
-    if (it->is_number_integer()) return it->get<int64_t>();
-    const double v = it->get<double>();
-    return std::isfinite(v) ? std::optional<int64_t>(static_cast<int64_t>(v)) : std::nullopt;
 }
 
 std::optional<std::string> text_of(const json& o, const char* key) {
@@ -53,21 +38,21 @@ std::optional<std::string> extra(const json& body, const std::vector<std::string
     return e.dump();
 }
 
-constexpr std::string_view kPhases[] = {"forward_s", "backward_s",      "gradient_reduce_s", "optimizer_s",
-                                        "data_s",    "communication_s", "pipeline_bubble_s"};
-
-bool is_phase(const std::string& name) {
-    return std::find(std::begin(kPhases), std::end(kPhases), name) != std::end(kPhases);
-}
-
 /// A step's time in `phase` (seconds per iteration): the slowest rank's, from ranks[].time.
-std::optional<double> slowest_rank(const json& step, const std::string& phase) {
-    if (!step.contains("ranks") || !step["ranks"].is_array()) return number(step, phase.c_str());
+std::optional<double> slowest_rank(const json& step, const char* phase) {
+    if (!step.contains("ranks") || !step["ranks"].is_array()) return ipc::get_number(step, phase);
     std::optional<double> worst;
     for (const json& r : step["ranks"])
-        if (const auto v = r.is_object() && r.contains("time") ? number(r["time"], phase.c_str()) : std::nullopt)
+        if (const auto v = r.is_object() && r.contains("time") ? ipc::get_number(r["time"], phase) : std::nullopt)
             worst = std::max(worst.value_or(*v), *v);
     return worst;
+}
+
+/// The value of a metric-table row with a steps column in a step record.
+std::optional<double> column_value(const json& step, const ipc::Metric& m) {
+    const std::string key(m.key);
+    return m.source == ipc::MetricSource::SlowestRank ? slowest_rank(step, key.c_str())
+                                                      : ipc::get_number(step, key.c_str());
 }
 
 }  // namespace
@@ -105,17 +90,19 @@ void Store::ingest_unlocked(const ipc::Message& m, bool& inserted) {
     s.set_next_seq.bind(1, run).bind(2, m.seq).bind(3, next).run();
 
     const json& b = m.body;
-    const auto iteration = integer(b, "iteration");
+    const auto iteration = ipc::get_integral(b, "iteration");
     if (m.topic == "step" && iteration) {
         auto& q = s.insert_step;
         q.bind(1, run).bind(2, m.seq).bind(3, *iteration).bind(4, m.time);
         std::vector<std::string_view> known = {"iteration"};
         for (std::string_view metric : step_metrics()) known.push_back(metric);
         int col = 5;
-        for (std::string_view metric : step_metrics()) {
-            const std::string name(metric);
-            q.bind(col++, is_phase(name) ? slowest_rank(b, name) : number(b, name.c_str()));
-        }
+        static const std::vector<const ipc::Metric*> columns = [] {
+            std::vector<const ipc::Metric*> rows;
+            for (std::string_view metric : step_metrics()) rows.push_back(ipc::find_metric(metric));
+            return rows;
+        }();
+        for (const ipc::Metric* metric : columns) q.bind(col++, column_value(b, *metric));
         q.run();
         // mem (rank 0), ranks (per-rank communication and time), anything new
         if (const auto details = extra(b, known))
@@ -126,19 +113,21 @@ void Store::ingest_unlocked(const ipc::Message& m, bool& inserted) {
     }
     if (m.topic == "eval" && iteration) {
         s.insert_eval.bind(1, run).bind(2, m.seq).bind(3, *iteration).bind(4, m.time);
-        s.insert_eval.bind(5, integer(b, "consumed_tokens")).bind(6, number(b, "lm_loss")).bind(7, number(b, "ppl"));
-        s.insert_eval.bind(8, integer(b, "samples")).bind(9, number(b, "time_s"));
+        s.insert_eval.bind(5, ipc::get_integral(b, "consumed_tokens"))
+            .bind(6, ipc::get_number(b, "lm_loss"))
+            .bind(7, ipc::get_number(b, "ppl"));
+        s.insert_eval.bind(8, ipc::get_integral(b, "samples")).bind(9, ipc::get_number(b, "time_s"));
         s.insert_eval.bind(10, extra(b, {"iteration", "consumed_tokens", "lm_loss", "ppl", "samples", "time_s"})).run();
         return;
     }
     if (m.topic == "memory" && b.contains("ranks") && b["ranks"].is_array()) {
         // Gathered to rank 0: one sample per rank.
         for (const json& r : b["ranks"]) {
-            const auto rank = integer(r, "rank");
+            const auto rank = ipc::get_integral(r, "rank");
             if (!rank) continue;
             s.insert_memory.bind(1, run).bind(2, m.seq).bind(3, *rank).bind(4, iteration).bind(5, m.time);
-            s.insert_memory.bind(6, integer(r, "allocated")).bind(7, integer(r, "peak"));
-            s.insert_memory.bind(8, integer(r, "reserved")).bind(9, text_of(r, "by_category")).run();
+            s.insert_memory.bind(6, ipc::get_integral(r, "allocated")).bind(7, ipc::get_integral(r, "peak"));
+            s.insert_memory.bind(8, ipc::get_integral(r, "reserved")).bind(9, text_of(r, "by_category")).run();
         }
         return;
     }
@@ -157,17 +146,12 @@ void Store::ingest_unlocked(const ipc::Message& m, bool& inserted) {
         s.run_started.bind(5, text_of(b, "hosts")).bind(6, text_of(b, "derived")).bind(7, iteration.value_or(0)).run();
         block_iters(run);  // fix the block width from log_interval before the first step
     } else if (m.topic == "run.end") {
-        const std::string status =
-            b.contains("status") && b["status"].is_string() ? b["status"].get<std::string>() : "unknown";
-        const std::string reason =
-            b.contains("reason") && b["reason"].is_string() ? b["reason"].get<std::string>() : "";
+        const std::string status = ipc::get_string(b, "status").value_or("unknown");
+        const std::string reason = ipc::get_string(b, "reason").value_or("");
         s.run_ended.bind(1, run).bind(2, status).bind(3, reason).bind(4, m.time).bind(5, iteration.value_or(0)).run();
     }
     // Everything else, known or not, is kept whole.
-    const std::optional<std::string> kind = rejected ? rejected
-                                            : b.contains("kind") && b["kind"].is_string()
-                                                ? std::optional<std::string>(b["kind"].get<std::string>())
-                                                : std::nullopt;
+    const std::optional<std::string> kind = rejected ? rejected : ipc::get_string(b, "kind");
     s.insert_event.bind(1, run).bind(2, m.seq).bind(3, m.time).bind(4, m.topic).bind(5, kind).bind(6, iteration);
     s.insert_event.bind(7, m.raw.empty() ? b.dump() : m.raw).run();
 }

@@ -1,6 +1,9 @@
 #include "mwb/store/schema.h"
 
+#include "mwb/ipc/metrics.h"
 #include "mwb/store/error.h"
+
+#include <vector>
 
 #include <string>
 
@@ -173,31 +176,6 @@ CREATE TABLE samples (
 CREATE INDEX samples_by_prompt ON samples(run, prompt, iteration);
 )sql";
 
-constexpr std::string_view kMetrics[] = {
-    "lm_loss",
-    "lr",
-    "grad_norm",
-    "loss_scale",
-    "skipped_iterations",
-    "iteration_time_s",
-    "tokens_per_sec",
-    "tflops_per_device",
-    "hardware_tflops_per_device",
-    "consumed_samples",
-    "consumed_tokens",
-    "mem_allocated_bytes",
-    "mem_peak_bytes",
-    "mem_peak_bytes_max_rank",
-    // the step time breakdown: the slowest rank's seconds per iteration in each phase
-    "forward_s",
-    "backward_s",
-    "gradient_reduce_s",
-    "optimizer_s",
-    "data_s",
-    "communication_s",
-    "pipeline_bubble_s",
-};
-
 }  // namespace
 
 std::string_view migration_sql(int version) {
@@ -216,7 +194,15 @@ std::string_view migration_sql(int version) {
 }
 
 std::span<const std::string_view> step_metrics() {
-    return kMetrics;
+    // the metric table's rows with a steps column, in its order (test_telemetry_fixture checks that
+    // they are exactly the columns the migrations made)
+    static const std::vector<std::string_view> columns = [] {
+        std::vector<std::string_view> c;
+        for (const ipc::Metric& m : ipc::metrics())
+            if (!m.column.empty() && m.source != ipc::MetricSource::Eval) c.push_back(m.column);
+        return c;
+    }();
+    return columns;
 }
 
 int migrate(Database& db, int target, const std::function<void(int)>& fill) {

@@ -9,6 +9,7 @@
 
 #include "live/digest.h"
 #include "live/history_loader.h"
+#include "mwb/ipc/metrics.h"
 #include "mwb/store/schema.h"
 #include "mwb/store/store.h"
 #include "support/fixtures.h"
@@ -18,6 +19,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 using namespace mwb;
@@ -198,6 +200,34 @@ int main(int argc, char** argv) {
         }
         check(st.evals(uid).size() == 4, "four evaluations stored");
         check(st.memory(uid).size() == 8, "eight memory samples (4 records x 2 ranks)");
+    }
+
+    // every column the migrations made for metrics is a row of the metric table, and every row with a
+    // column has one (steps: everything but the keys; evals: the columns of Eval rows)
+    {
+        sqlite3* db = nullptr;
+        sqlite3_open(fresh.c_str(), &db);
+        const auto columns = [&](const char* table) {
+            std::set<std::string> out;
+            sqlite3_stmt* st = nullptr;
+            sqlite3_prepare_v2(db, ("SELECT name FROM pragma_table_info('" + std::string(table) + "')").c_str(), -1,
+                               &st, nullptr);
+            while (sqlite3_step(st) == SQLITE_ROW)
+                out.insert(reinterpret_cast<const char*>(sqlite3_column_text(st, 0)));
+            sqlite3_finalize(st);
+            return out;
+        };
+        std::set<std::string> steps = columns("steps"), evals = columns("evals");
+        sqlite3_close(db);
+        for (const char* key : {"run", "seq", "iteration", "time"}) steps.erase(key);
+        std::set<std::string> step_rows, eval_rows;
+        for (const ipc::Metric& m : ipc::metrics())
+            if (!m.column.empty())
+                (m.source == ipc::MetricSource::Eval ? eval_rows : step_rows).insert(std::string(m.column));
+        check(steps == step_rows, "the steps table's metric columns are the metric table's step columns");
+        for (const auto& c : eval_rows) check(evals.count(c) > 0, "the evals table has the column " + c);
+        for (std::string_view c : store::step_metrics())
+            check(step_rows.count(std::string(c)) > 0, "step_metrics " + std::string(c));
     }
 
     // the live digest of the same messages

@@ -17,8 +17,8 @@ namespace mwb::ipc {
 inline constexpr std::string_view kTelemetrySchema = "mwb.telemetry/1";  ///< the family readers accept (1.x)
 /// What this version writes (RunDir's kTelemetrySchema): 1.1 adds the `sample` topic.
 inline constexpr std::string_view kTelemetrySchemaWritten = "mwb.telemetry/1.1";
-inline constexpr std::string_view kSnapshotSchema = "mwb.snapshot/1";    ///< "everything since seq N"
-inline constexpr std::string_view kControlSchema = "mwb.control/1";      ///< pause/resume/checkpoint/stop/status
+inline constexpr std::string_view kSnapshotSchema = "mwb.snapshot/1";  ///< "everything since seq N"
+inline constexpr std::string_view kControlSchema = "mwb.control/1";    ///< pause/resume/checkpoint/stop/status
 
 /// Size limits checked on every incoming frame (the sockets also refuse larger messages).
 inline constexpr std::size_t kMaxMessageBytes = std::size_t{16} << 20;  ///< one telemetry message

@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 namespace mwb::ipc {
 
@@ -71,13 +72,15 @@ struct Metric {
     MetricSource source;
     Derivation derivation;
     PhaseRole phase;       ///< SlowestRank rows: their part of the split
-    bool compare;          ///< offered by History's comparison
+    int compare;           ///< its place in History's comparison list (1 first); 0: not offered
     std::string_view doc;  ///< one line for docs/protocol.md
     StepField field;       ///< Step rows: the StepRecord member
 };
 
 /// Every metric, in the table's order (the store's step columns in their order among them).
 std::span<const Metric> metrics();
+/// The rows History's comparison offers, in its order.
+std::vector<const Metric*> compared_metrics();
 /// The row named `name`, or nullptr.
 const Metric* find_metric(std::string_view name);
 /// The row drawn as `series` (every SeriesId but Count has one).

@@ -86,6 +86,9 @@ struct StepRecord {
     std::vector<RankRecord> ranks;
 };
 
+/// A Step row's value in `r` (an empty optional and a non-Step row: NaN).
+double step_value(const StepRecord& r, const Metric& m);
+
 // ---- eval, run.start, run.end, sample ----
 
 struct EvalRecord {
@@ -120,8 +123,8 @@ struct RunEndRecord {
 /// received one field by field (limits, ranges); this is the plain record.
 struct SampleMessage {
     static constexpr std::string_view kTopic = "sample";
-    int64_t iteration = 0, consumed_tokens = 0, prompt_index = 0, prompt_tokens = 0, completion_tokens = 0, top_k = 0,
-            seed = 0;
+    int64_t iteration = 0, consumed_tokens = 0, prompt_index = 0, prompt_tokens = 0, completion_tokens = 0, top_k = 0;
+    uint64_t seed = 0;
     std::string prompt, completion, finish_reason;  ///< finish_reason: eos | length
     bool greedy = false;
     double temperature = 0, top_p = 0, time_s = 0;
