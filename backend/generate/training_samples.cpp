@@ -3,6 +3,7 @@
 #include "config/config_io.h"
 #include "data/tokenizer.h"
 #include "model/gpt_model.h"
+#include "mwb/ipc/schema.h"
 #include "mwb/kernels/error.h"
 
 #include <fmt/format.h>
@@ -79,21 +80,24 @@ void TrainingSamples::sample(int64_t iteration, int64_t consumed_tokens) {
     last_sampled_ = iteration;
     const auto out = complete(*decoder_, ids_, options_);
     const SamplingParams& s = options_.sampling;
-    for (std::size_t i = 0; i < out.size(); ++i)
-        publish_("sample", {{"iteration", iteration},
-                            {"consumed_tokens", consumed_tokens},
-                            {"prompt_index", i},
-                            {"prompt", prompts_[i]},
-                            {"completion", valid_utf8(tokenizer_->decode(out[i].tokens))},
-                            {"prompt_tokens", ids_[i].size()},
-                            {"completion_tokens", out[i].tokens.size()},
-                            {"finish_reason", finish_reason_name(out[i].finish)},
-                            {"greedy", s.is_greedy()},
-                            {"temperature", s.temperature},
-                            {"top_k", s.top_k},
-                            {"top_p", s.top_p},
-                            {"seed", s.seed},
-                            {"time_s", out[i].seconds}});
+    for (std::size_t i = 0; i < out.size(); ++i) {
+        ipc::SampleMessage r;
+        r.iteration = iteration;
+        r.consumed_tokens = consumed_tokens;
+        r.prompt_index = static_cast<int64_t>(i);
+        r.prompt = prompts_[i];
+        r.completion = valid_utf8(tokenizer_->decode(out[i].tokens));
+        r.prompt_tokens = static_cast<int64_t>(ids_[i].size());
+        r.completion_tokens = static_cast<int64_t>(out[i].tokens.size());
+        r.finish_reason = finish_reason_name(out[i].finish);
+        r.greedy = s.is_greedy();
+        r.temperature = s.temperature;
+        r.top_k = s.top_k;
+        r.top_p = s.top_p;
+        r.seed = s.seed;
+        r.time_s = out[i].seconds;
+        publish_(ipc::SampleMessage::kTopic, nlohmann::json(r));
+    }
 }
 
 }  // namespace mwb::generate

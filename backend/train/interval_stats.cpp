@@ -55,13 +55,14 @@ void IntervalComm::add_delta(const std::map<std::string, CommStats>& before,
     }
 }
 
-nlohmann::json memory_json(const MemoryStats& m) {
-    nlohmann::json by_category = nlohmann::json::object();
-    for (int c = 0; c < kMemCategories; ++c)
-        by_category[std::string(category_name(static_cast<MemCategory>(c)))] = {{"current", m.current[c]},
-                                                                                {"peak", m.peak[c]}};
-    return {
-        {"allocated", m.total_current}, {"peak", m.total_peak}, {"reserved", m.reserved}, {"by_category", by_category}};
+ipc::MemoryStats memory_record(const MemoryStats& m) {
+    static_assert(kMemCategories == static_cast<int>(ipc::kMemoryCategoryCount), "one list of memory categories");
+    ipc::MemoryStats r;
+    r.allocated = m.total_current;
+    r.peak = m.total_peak;
+    r.reserved = m.reserved;
+    for (int c = 0; c < kMemCategories; ++c) r.by_category[static_cast<std::size_t>(c)] = {m.current[c], m.peak[c]};
+    return r;
 }
 
 void tensorboard_scalar(TensorBoardWriter& tb, const std::string& tag, double value, const Progress& p) {
@@ -124,47 +125,43 @@ IntervalLog::RankReport IntervalLog::report() const {
     return r;
 }
 
-nlohmann::json IntervalLog::rank_json(int rank, const RankReport& r, double n) const {
-    const int tp = rank % par_.tp_size(), dp = (rank / par_.tp_size()) % par_.dp_size(),
-              pp = rank / (par_.tp_size() * par_.dp_size());
-    nlohmann::json comm = nlohmann::json::object();
+ipc::RankRecord IntervalLog::rank_record(int rank, const RankReport& r, double n) const {
+    ipc::RankRecord rec;
+    rec.rank = rank;
+    rec.tp = rank % par_.tp_size();
+    rec.dp = (rank / par_.tp_size()) % par_.dp_size();
+    rec.pp = rank / (par_.tp_size() * par_.dp_size());
     double comm_s = 0, wait_s = 0;
     for (int g = 0; g < kNumGroups; ++g) {
-        comm[kGroups[g]] = {{"bytes_per_iteration", static_cast<int64_t>(r.bytes[g] / n)},
-                            {"seconds_per_iteration", r.comm_seconds[g] / n}};
+        rec.comm.push_back({kGroups[g], static_cast<int64_t>(r.bytes[g] / n), r.comm_seconds[g] / n});
         comm_s += r.comm_seconds[g];
         wait_s += r.wait_seconds[g];
     }
-    return {{"rank", rank},
-            {"tp", tp},
-            {"pp", pp},
-            {"dp", dp},
-            {"comm", comm},
-            {"time",
-             {{"forward_s", r.forward_s / n},
-              {"backward_s", r.backward_s / n},
-              {"gradient_reduce_s", r.reduce_s / n},
-              {"optimizer_s", r.optimizer_s / n},
-              {"data_s", r.data_s / n},
-              {"communication_s", (comm_s - wait_s) / n},
-              {"pipeline_bubble_s", wait_s / n}}}};
+    using ipc::Phase;
+    rec.time[Phase::Forward] = r.forward_s / n;
+    rec.time[Phase::Backward] = r.backward_s / n;
+    rec.time[Phase::GradientReduce] = r.reduce_s / n;
+    rec.time[Phase::Optimizer] = r.optimizer_s / n;
+    rec.time[Phase::Data] = r.data_s / n;
+    rec.time[Phase::Communication] = (comm_s - wait_s) / n;
+    rec.time[Phase::PipelineBubble] = wait_s / n;
+    return rec;
 }
 
-nlohmann::json IntervalLog::rank_memory_json(int rank, const RankReport& r) const {
-    nlohmann::json by_category = nlohmann::json::object();
+ipc::RankMemoryRecord IntervalLog::rank_memory_record(int rank, const RankReport& r) const {
+    ipc::RankMemoryRecord rec;
+    rec.rank = rank;
+    rec.mem.allocated = static_cast<int64_t>(r.mem_total);
+    rec.mem.peak = static_cast<int64_t>(r.mem_total_peak);
+    rec.mem.reserved = static_cast<int64_t>(r.mem_reserved);
     for (int c = 0; c < kMemCategories; ++c)
-        by_category[std::string(category_name(static_cast<MemCategory>(c)))] = {
-            {"current", static_cast<int64_t>(r.mem_current[c])}, {"peak", static_cast<int64_t>(r.mem_peak[c])}};
-    nlohmann::json j = {{"rank", rank},
-                        {"allocated", static_cast<int64_t>(r.mem_total)},
-                        {"peak", static_cast<int64_t>(r.mem_total_peak)},
-                        {"reserved", static_cast<int64_t>(r.mem_reserved)},
-                        {"by_category", by_category}};
+        rec.mem.by_category[static_cast<std::size_t>(c)] = {static_cast<int64_t>(r.mem_current[c]),
+                                                            static_cast<int64_t>(r.mem_peak[c])};
     if (r.device_total > 0) {  // GPU runs: the device's own view (other processes' memory included)
-        j["device_free"] = static_cast<int64_t>(r.device_free);
-        j["device_total"] = static_cast<int64_t>(r.device_total);
+        rec.device_free = static_cast<int64_t>(r.device_free);
+        rec.device_total = static_cast<int64_t>(r.device_total);
     }
-    return j;
+    return rec;
 }
 
 void IntervalLog::log_interval(const Progress& p) {
@@ -179,39 +176,36 @@ void IntervalLog::log_interval(const Progress& p) {
         const double loss = s.loss_count ? s.loss / static_cast<double>(s.loss_count) : NAN;
         const MemoryStats mem = alloc_.stats();
         const double tflops = flops_.model / iter_time / 1e12 / par_.world_size();
-        nlohmann::json ranks = nlohmann::json::array(), memory = nlohmann::json::array();
-        int64_t peak_max = 0;
+        ipc::StepRecord rec;
+        ipc::MemoryRecord memory;
+        memory.iteration = p.iteration;
         for (int r = 0; r < par_.world_size(); ++r) {
-            ranks.push_back(rank_json(r, all[static_cast<std::size_t>(r)], n));
-            memory.push_back(rank_memory_json(r, all[static_cast<std::size_t>(r)]));
-            peak_max = std::max(peak_max, static_cast<int64_t>(all[static_cast<std::size_t>(r)].mem_total_peak));
+            rec.ranks.push_back(rank_record(r, all[static_cast<std::size_t>(r)], n));
+            memory.ranks.push_back(rank_memory_record(r, all[static_cast<std::size_t>(r)]));
+            rec.mem_peak_bytes_max_rank = std::max(
+                rec.mem_peak_bytes_max_rank, static_cast<int64_t>(all[static_cast<std::size_t>(r)].mem_total_peak));
         }
-        nlohmann::json rec = {
-            {"iteration", p.iteration},
-            {"consumed_samples", p.consumed_samples},
-            {"consumed_tokens", static_cast<int64_t>(p.consumed_samples * seq_)},
-            {"lm_loss", std::isfinite(loss) ? nlohmann::json(loss) : nlohmann::json(nullptr)},
-            {"lr", p.last_lr},
-            {"grad_norm", std::isfinite(p.last_grad_norm) ? nlohmann::json(p.last_grad_norm) : nlohmann::json(nullptr)},
-            {"loss_scale", p.last_loss_scale},
-            {"global_batch_size", p.last_batch},
-            {"skipped_iterations", s.skipped},
-            {"iterations_in_interval", s.iterations},
-            {"iteration_time_s", iter_time},
-            {"tokens_per_sec", tokens_per_iter / iter_time},
-            {"tflops_per_device", tflops},
-            {"hardware_tflops_per_device", flops_.hardware / iter_time / 1e12 / par_.world_size()},
-            {"mfu", cfg_.logging.peak_tflops_per_device > 0
-                        ? nlohmann::json(tflops / cfg_.logging.peak_tflops_per_device)
-                        : nlohmann::json(nullptr)},
-            {"mem_allocated_bytes", mem.total_current},
-            {"mem_peak_bytes", mem.total_peak},
-            {"mem_peak_bytes_max_rank", peak_max},
-            {"mem", memory_json(mem)},
-            {"ranks", ranks},
-        };
-        publish("step", rec);
-        publish("memory", {{"iteration", p.iteration}, {"ranks", memory}});
+        const int64_t peak_max = rec.mem_peak_bytes_max_rank;
+        rec.iteration = p.iteration;
+        rec.consumed_samples = p.consumed_samples;
+        rec.consumed_tokens = static_cast<int64_t>(p.consumed_samples * seq_);
+        rec.lm_loss = loss;  // written as null when not finite
+        rec.lr = p.last_lr;
+        rec.grad_norm = p.last_grad_norm;
+        rec.loss_scale = p.last_loss_scale;
+        rec.global_batch_size = p.last_batch;
+        rec.skipped_iterations = s.skipped;
+        rec.iterations_in_interval = s.iterations;
+        rec.iteration_time_s = iter_time;
+        rec.tokens_per_sec = ipc::tokens_per_sec(tokens_per_iter, iter_time);
+        rec.tflops_per_device = tflops;
+        rec.hardware_tflops_per_device = flops_.hardware / iter_time / 1e12 / par_.world_size();
+        rec.mfu = ipc::mfu(tflops, cfg_.logging.peak_tflops_per_device);
+        rec.mem_allocated_bytes = mem.total_current;
+        rec.mem_peak_bytes = mem.total_peak;
+        rec.mem = memory_record(mem);
+        publish(ipc::StepRecord::kTopic, rec);
+        publish(ipc::MemoryRecord::kTopic, memory);
         if (tensorboard_) {
             if (cfg_.logging.log_timers_to_tensorboard) {
                 tensorboard_->add_scalar("iteration-time", iter_time, p.iteration);
@@ -229,7 +223,7 @@ void IntervalLog::log_interval(const Progress& p) {
             spdlog::info(
                 "iter {:>6}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.0f} tok/s | {:.3f} s/it | "
                 "{:.1f} GFLOP/s{} | mem {} (peak {}){} | ETA {}",
-                p.iteration, cfg_.training.train_iters, loss, p.last_lr, p.last_grad_norm, tokens_per_iter / iter_time,
+                p.iteration, cfg_.training.train_iters, loss, p.last_lr, p.last_grad_norm, rec.tokens_per_sec,
                 iter_time, tflops * 1e3,
                 cfg_.logging.log_throughput ? fmt::format(" | throughput per device {:.4f} TFLOP/s", tflops) : "",
                 format_bytes(mem.total_current), format_bytes(peak_max),

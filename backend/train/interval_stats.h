@@ -8,6 +8,8 @@
 #include "telemetry/flops.h"
 #include "train/progress.h"
 
+#include "mwb/ipc/schema.h"
+
 #include <nlohmann/json.hpp>
 
 #include <map>
@@ -38,7 +40,7 @@ struct IntervalStats {
 };
 
 /// The run's allocator statistics as run.end and the "step" record carry them.
-nlohmann::json memory_json(const MemoryStats& m);
+ipc::MemoryStats memory_record(const MemoryStats& m);
 
 /// Megatron-LM's training_log scalars, each also "... vs samples" (x = consumed samples).
 void tensorboard_scalar(TensorBoardWriter& tb, const std::string& tag, double value, const Progress& p);
@@ -63,8 +65,8 @@ public:
 private:
     struct RankReport;
     RankReport report() const;
-    nlohmann::json rank_json(int rank, const RankReport& r, double n) const;
-    nlohmann::json rank_memory_json(int rank, const RankReport& r) const;
+    ipc::RankRecord rank_record(int rank, const RankReport& r, double n) const;
+    ipc::RankMemoryRecord rank_memory_record(int rank, const RankReport& r) const;
     bool leader() const;
     void publish(std::string_view topic, nlohmann::json fields);
 

@@ -19,6 +19,7 @@
 #include "telemetry/run_dir.h"
 #include "telemetry/tensorboard.h"
 #include "train/interval_stats.h"
+#include "mwb/ipc/schema.h"
 #include "train/pipeline_runner.h"
 
 #include <spdlog/spdlog.h>
@@ -149,6 +150,15 @@ private:
     void publish(std::string_view topic, nlohmann::json fields) {
         if (dir_) dir_->publish(topic, std::move(fields));
     }
+    /// A typed record of docs/protocol.md (ipc/schema.h) under its topic.
+    template <typename Record>
+    void publish(const Record& r) {
+        publish(Record::kTopic, nlohmann::json(r));
+    }
+    template <typename Event>
+    void publish_event(const Event& e) {
+        publish(ipc::kEventTopic, ipc::event_json(e));
+    }
 
     // ---- decisions taken by rank 0 for everyone: signals and control requests -------------------------
 
@@ -219,10 +229,7 @@ private:
     void finish_request(const ControlRequest& r, const nlohmann::json& result) {
         in_.control->reply(r, result);
         if (r.action == ControlAction::Status) return;
-        publish("event", {{"kind", "control_applied"},
-                          {"action", control_action_name(r.action)},
-                          {"iteration", progress_.iteration},
-                          {"request_id", r.id}});
+        publish_event(ipc::ControlAppliedEvent{std::string(control_action_name(r.action)), r.id, progress_.iteration});
         if (in_.print_progress)
             spdlog::info("control: {} at iteration {}", control_action_name(r.action), progress_.iteration);
     }
@@ -285,11 +292,13 @@ private:
             {"resumed_from_iteration", progress_.iteration},
         };
         dir_->write_run_json(run);
-        publish("run.start", {{"config", run["config"]},
-                              {"derived", run["derived"]},
-                              {"topology", run["topology"]},
-                              {"hosts", host_list},
-                              {"iteration", progress_.iteration}});
+        ipc::RunStartRecord start;
+        start.config = run["config"];
+        start.derived = run["derived"];
+        start.topology = run["topology"];
+        start.hosts = host_list.get<std::vector<std::string>>();
+        start.iteration = progress_.iteration;
+        publish(start);
         if (in_.print_progress) {
             spdlog::info("model: {} layers, hidden {}, {} heads, seq {}, vocab {} (padded {}): {:.2f}M parameters",
                          m.num_layers, m.hidden_size, m.num_attention_heads, m.seq_length, model_vocab_size(cfg_),
@@ -382,14 +391,11 @@ private:
         if (step.skipped) {
             ++progress_.skipped;
             ++interval.skipped;
-            publish("event", {{"kind", "skipped_iteration"},
-                              {"iteration", it},
-                              {"loss_scale", loss_scale},
-                              {"reason", "gradients are not finite"}});
+            publish_event(ipc::SkippedIterationEvent{it, loss_scale, "gradients are not finite"});
         }
         if (!std::isfinite(loss)) {
             ++nonfinite_in_a_row_;
-            publish("event", {{"kind", "nan_loss"}, {"iteration", it}, {"loss", nullptr}});
+            publish_event(ipc::NanLossEvent{it});
             MWB_CHECK(nonfinite_in_a_row_ < 10 || scaler_.dynamic(),
                       "training diverged: the loss was not finite for {} iterations in a row (last at iteration {})",
                       nonfinite_in_a_row_, it);
@@ -430,15 +436,17 @@ private:
                 tensorboard_scalar(*tb, "lm loss validation ppl", std::exp(std::min(20.0, loss)), progress_);
             tb->flush();
         }
-        publish("eval", {{"iteration", progress_.iteration},
-                         {"consumed_tokens", progress_.consumed_samples * dims_.seq},
-                         {"consumed_samples", progress_.consumed_samples},
-                         {"split", test ? "test" : "valid"},
-                         {"consumed_valid_samples", progress_.consumed_valid_samples},
-                         {"lm_loss", loss},
-                         {"ppl", std::exp(std::min(loss, 700.0))},
-                         {"samples", samples},
-                         {"time_s", seconds_since(t0)}});
+        ipc::EvalRecord eval;
+        eval.iteration = progress_.iteration;
+        eval.consumed_tokens = progress_.consumed_samples * dims_.seq;
+        eval.consumed_samples = progress_.consumed_samples;
+        eval.split = test ? "test" : "valid";
+        eval.consumed_valid_samples = progress_.consumed_valid_samples;
+        eval.lm_loss = loss;
+        eval.ppl = std::exp(std::min(loss, 700.0));
+        eval.samples = samples;
+        eval.time_s = seconds_since(t0);
+        publish(eval);
         if (in_.print_progress && leader())
             spdlog::info("{} at iter {}: loss {:.4f} | ppl {:.3f} ({} samples, {:.1f} s)", test ? "test" : "validation",
                          progress_.iteration, loss, std::exp(std::min(loss, 700.0)), samples, seconds_since(t0));
@@ -552,10 +560,7 @@ private:
         const fs::path where =
             save_checkpoint(save_dir(requested), s, checkpoint_tensors(full), par_, par_.coord().dp == 0);
         checkpointed_ = true;
-        publish("event", {{"kind", "checkpoint_saved"},
-                          {"iteration", progress_.iteration},
-                          {"path", where.string()},
-                          {"time_s", seconds_since(t0)}});
+        publish_event(ipc::CheckpointSavedEvent{progress_.iteration, where.string(), seconds_since(t0)});
         if (in_.print_progress && leader())
             spdlog::info("saved checkpoint {} ({:.2f} s)", where.string(), seconds_since(t0));
         return where;
@@ -566,7 +571,7 @@ private:
     void load(const fs::path& from) {
         const std::optional<fs::path> found = find_checkpoint(from);
         if (!found) {
-            publish("event", {{"kind", "checkpoint_not_found"}, {"path", from.string()}});
+            publish_event(ipc::CheckpointNotFoundEvent{from.string()});
             if (in_.print_progress && leader())
                 spdlog::info("no checkpoint in {} yet: starting from iteration 0", from.string());
             return;
@@ -627,7 +632,7 @@ private:
         else if (cfg_.data.eval_interval > 0)
             progress_.consumed_valid_samples =
                 progress_.iteration / cfg_.data.eval_interval * cfg_.data.eval_iters * gbs;
-        publish("event", {{"kind", "checkpoint_loaded"}, {"iteration", progress_.iteration}, {"path", dir.string()}});
+        publish_event(ipc::CheckpointLoadedEvent{progress_.iteration, dir.string()});
         if (in_.print_progress && leader())
             spdlog::info("resumed from {} at iteration {}", dir.string(), progress_.iteration);
     }
@@ -661,13 +666,9 @@ private:
 
     void finish(const std::string& status, const std::string& reason) {
         const MemoryStats mem = alloc_.stats();
-        publish("run.end", {{"status", status},
-                            {"reason", reason},
-                            {"iteration", progress_.iteration},
-                            {"consumed_samples", progress_.consumed_samples},
-                            {"skipped_iterations", progress_.skipped},
-                            {"mem_peak_bytes", mem.total_peak},
-                            {"mem", memory_json(mem)}});
+        publish(ipc::RunEndRecord{
+            status, reason,
+            ipc::RunTotals{progress_.iteration, progress_.consumed_samples, progress_.skipped, memory_record(mem)}});
     }
 
     static constexpr int kMaxRequests = 15;
@@ -727,7 +728,7 @@ RunStatus train(TrainerInputs inputs, RunDir* run_dir, ParallelContext* par) {
         if (run)
             run->fail(e.what());
         else if (run_dir)
-            run_dir->publish("run.end", {{"status", "failed"}, {"reason", e.what()}});
+            run_dir->publish(ipc::RunEndRecord::kTopic, ipc::RunEndRecord{"failed", e.what(), std::nullopt});
         throw;
     }
 }
