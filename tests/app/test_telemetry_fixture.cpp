@@ -12,9 +12,8 @@
 #include "mwb/ipc/metrics.h"
 #include "mwb/store/schema.h"
 #include "mwb/store/store.h"
+#include "store/store_fixtures.h"
 #include "support/fixtures.h"
-
-#include <sqlite3.h>
 
 #include <cmath>
 #include <cstdio>
@@ -39,22 +38,6 @@ void check(bool ok, const std::string& what) {
 
 fs::path fixture_dir() {
     return test::source_dir() / "tests" / "fixtures" / "telemetry_run_pp2";
-}
-
-/// The frozen dump (sqlite3 .dump with its user_version) as a real store file.
-fs::path store_from_dump(const fs::path& file) {
-    std::ifstream in(fixture_dir() / "store_v4.sql");
-    std::stringstream sql;
-    sql << in.rdbuf();
-    sqlite3* db = nullptr;
-    sqlite3_open(file.c_str(), &db);
-    char* err = nullptr;
-    const int rc = sqlite3_exec(db, sql.str().c_str(), nullptr, nullptr, &err);
-    const std::string why = err ? err : "";
-    sqlite3_free(err);
-    sqlite3_close(db);
-    if (rc != SQLITE_OK) throw std::runtime_error("fixture store_v4.sql: " + why);
-    return file;
 }
 
 nlohmann::json points_json(const std::vector<PlotPoint>& pts) {
@@ -170,7 +153,7 @@ int main(int argc, char** argv) {
     const std::string uid = messages.empty() ? "" : messages.front().run_id;
 
     // the frozen store opens (no migration due) and already holds every message: ingest adds nothing
-    const fs::path frozen = store_from_dump(t.path() / "frozen.sqlite");
+    const fs::path frozen = test::store_from_sql(fixture_dir() / "store_v4.sql", t.path() / "frozen.sqlite");
     nlohmann::json from_frozen;
     {
         store::Store st(frozen);
