@@ -122,11 +122,13 @@ public:
             tensorboard_ = std::make_unique<TensorBoardWriter>(cfg_.logging.tensorboard_dir);
     }
 
-    /// Rank 0's text samples (generate/training_samples.h), made once the run directory has its run.start.
+    /// Text samples (generate/training_samples.h) by the ranks of data-parallel replica 0, published by
+    /// rank 0; made once the run directory has its run.start.
     void start_samples() {
-        if (leader() && cfg_.logging.sample_interval > 0)
+        if (par_.coord().dp == 0 && cfg_.logging.sample_interval > 0)
             samples_ = std::make_unique<generate::TrainingSamples>(
-                cfg_, model_, [this](std::string_view topic, nlohmann::json fields) { publish(topic, std::move(fields)); });
+                cfg_, model_, generate::DecoderGroups{&par_.host_tp(), &par_.host_pp()},
+                [this](std::string_view topic, nlohmann::json fields) { publish(topic, std::move(fields)); });
     }
 
     RunStatus run() {
