@@ -6,6 +6,8 @@
 //   - runs split by tensor and pipeline parallelism (TP 2, PP 2, TP 2 x PP 2, interleaved virtual stages,
 //     with data parallelism beside them; a GPT and a Llama shape) sample, greedy, exactly the tokens
 //     mwb-generate (one process, the checkpoint resharded) writes from the weights saved at that iteration;
+//   - mwb-generate under mpirun (TP 2, PP 2, TP 2 x PP 2) writes, greedy and sampled, exactly the --json
+//     lines one process writes from the same checkpoint;
 //   - mwb-generate reads a tensor-parallel checkpoint (resharded to one process), streams --json lines;
 //   - bad input: a prompts file with an overlong line, bad flags — exit 2 naming them.
 #include "mwb/ipc/follower.h"
@@ -31,9 +33,10 @@ struct Output {
     QString out, err;
 };
 
-Output run_generate(const QStringList& args) {
+/// mwb-generate, under mpirun when ranks > 1.
+Output run_generate(const QStringList& args, int ranks = 1) {
     QProcess p;
-    p.start(generate_exe(), args);
+    test::start_ranks(p, ranks, generate_exe(), args);
     Output o;
     if (!p.waitForFinished(120000)) p.kill();
     o.code = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
@@ -229,6 +232,62 @@ private slots:
             const QStringList ids = QString::fromStdString(reference.at(0)).split(' ', Qt::SkipEmptyParts);
             QVERIFY2(ids.size() == 12 && ids.count(ids.front()) < 12, l.name);
         }
+    }
+
+    void mwb_generate_under_mpirun_writes_what_one_process_writes() {
+        test::TempDir t;
+        write(t / "prompts.txt", "5 6 7\n40 41\n99\n");
+        const QStringList base{"--num-layers", "4", "--num-attention-heads", "4", "--init-method-std", "0.3"};
+        const QStringList llama{"--position-embedding-type", "rope", "--normalization", "RMSNorm", "--swiglu",
+                                "--group-query-attention", "--num-query-groups", "2",
+                                "--untie-embeddings-and-output-weights", "--disable-bias-linear"};
+        const std::pair<const char*, QStringList> models[] = {{"gpt", base}, {"llama", base + llama}};
+        for (const auto& [name, args] : models) {
+            const auto ckpt = t / (std::string(name) + "_ckpt");
+            QString log;
+            const int code =
+                test::run_train(1, tiny_model(t / name, 4, args + QStringList{"--save", test::qpath(ckpt)}), log);
+            QVERIFY2(code == 0, qPrintable(log));
+            for (const QStringList& mode :
+                 {QStringList{"--greedy"}, QStringList{"--temperature", "0.9", "--top-p", "0.9", "--seed", "5"}}) {
+                const QStringList gen = QStringList{"--load", test::qpath(ckpt), "--prompt-file",
+                                                    test::qpath(t / "prompts.txt"), "--max-new-tokens", "12", "--json",
+                                                    "--threads", "1"} +
+                                        mode;
+                const auto lines = [](const Output& o) {
+                    auto l = json_lines(o.out);
+                    for (auto& j : l) j.erase("tokens_per_sec");  // the only field that is a timing
+                    return l;
+                };
+                const Output one = run_generate(gen);
+                QVERIFY2(one.code == 0, qPrintable(one.err));
+                const auto reference = lines(one);
+                QVERIFY(reference.size() > 4);  // start, tokens, three done lines
+                QCOMPARE(std::count_if(reference.begin(), reference.end(), [](const auto& j) { return j["type"] == "done"; }),
+                         std::ptrdiff_t{3});
+                const std::pair<int, QStringList> layouts[] = {
+                    {2, {"--tensor-model-parallel-size", "2"}},
+                    {2, {"--pipeline-model-parallel-size", "2"}},
+                    {4, {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"}}};
+                for (const auto& [ranks, layout] : layouts) {
+                    const Output split = run_generate(gen + layout, ranks);
+                    QVERIFY2(split.code == 0, qPrintable(split.err));
+                    QVERIFY2(lines(split) == reference,
+                             qPrintable(QString("%1 %2 on %3 ranks:\n%4\none process:\n%5")
+                                            .arg(name, (mode + layout).join(' '))
+                                            .arg(ranks)
+                                            .arg(split.out, one.out)));
+                }
+            }
+        }
+        // A layout that does not fit the ranks or the model: exit 2 naming the flag.
+        const auto ckpt = test::qpath(t / "gpt_ckpt");
+        const Output wrong = run_generate({"--load", ckpt, "--prompt", "1", "--tensor-model-parallel-size", "4"}, 2);
+        QCOMPARE(wrong.code, 2);
+        QVERIFY2(wrong.err.contains("--tensor-model-parallel-size 4"), qPrintable(wrong.err));
+        const Output three = run_generate({"--load", ckpt, "--prompt", "1"}, 3);
+        QCOMPARE(three.code, 2);
+        QVERIFY2(three.err.contains("must divide the model's 4 attention heads"), qPrintable(three.err));
     }
 
     void tensor_parallel_checkpoint_generates_after_resharding() {
