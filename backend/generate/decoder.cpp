@@ -1,8 +1,8 @@
 #include "generate/decoder.h"
 
 #include "model/rope.h"
-#include "parallel/communicator.h"
 #include "mwb/kernels/error.h"
+#include "parallel/communicator.h"
 
 #include <cblas.h>
 #include <omp.h>
@@ -71,9 +71,13 @@ Decoder::Decoder(const GptDims& d, const ParamLayout& layout, const TensorView& 
                  int64_t max_len)
     : Decoder(d, ModelPartition::whole(d), layout, params, {}, max_batch, max_len) {}
 
-Decoder::Decoder(const GptDims& d, const ModelPartition& partition, const ParamLayout& layout,
-                 const TensorView& params, DecoderGroups groups, int64_t max_batch, int64_t max_len)
-    : d_(d), partition_(partition), groups_(groups), max_batch_(max_batch), max_len_(max_len),
+Decoder::Decoder(const GptDims& d, const ModelPartition& partition, const ParamLayout& layout, const TensorView& params,
+                 DecoderGroups groups, int64_t max_batch, int64_t max_len)
+    : d_(d),
+      partition_(partition),
+      groups_(groups),
+      max_batch_(max_batch),
+      max_len_(max_len),
       lengths_(static_cast<std::size_t>(max_batch), 0) {
     if (groups_.tp && groups_.tp->size() == 1) groups_.tp = nullptr;
     if (groups_.pp && groups_.pp->size() == 1) groups_.pp = nullptr;
@@ -102,8 +106,8 @@ Decoder::Decoder(const GptDims& d, const ModelPartition& partition, const ParamL
     const auto view = [&](const char* name) { return layout.view(params, layout.index_of(name)); };
     const auto check_vocab = [&](const TensorView& v) {
         MWB_CHECK(v.dim(0) == vocab_rows_,
-                  "generation: the word embedding has {} rows, expected {} of {} for tensor-parallel size {}",
-                  v.dim(0), vocab_rows_, d.vocab, t);
+                  "generation: the word embedding has {} rows, expected {} of {} for tensor-parallel size {}", v.dim(0),
+                  vocab_rows_, d.vocab, t);
     };
     if (partition.embedding) {
         wte_ = view("embedding.word_embeddings.weight");
@@ -228,7 +232,8 @@ void Decoder::forward(std::span<const Entry> entries, std::span<const int32_t> i
 
     const int64_t m = static_cast<int64_t>(logit_rows.size());
     if (partition_.head) head(logit_rows, logits);
-    if (P > 1) groups_.pp->broadcast(logits, m * d_.vocab * static_cast<int64_t>(sizeof(float)), static_cast<int>(P - 1));
+    if (P > 1)
+        groups_.pp->broadcast(logits, m * d_.vocab * static_cast<int64_t>(sizeof(float)), static_cast<int>(P - 1));
 }
 
 void Decoder::norm(float* out, const float* in, const TensorView& w, const TensorView& b, int64_t rows) {

@@ -90,7 +90,7 @@ private:
     int64_t heads_ = 0, kv_groups_ = 0, qkv_rows_ = 0, ffn_ = 0, fc1_rows_ = 0, vocab_rows_ = 0, vocab_begin_ = 0;
     mutable OpContext op_;  // the CPU
     int64_t max_batch_, max_len_;
-    std::vector<LayerParams> w_;  // this rank's layers in chunk order
+    std::vector<LayerParams> w_;          // this rank's layers in chunk order
     std::vector<std::size_t> chunk_end_;  // w_ index past each chunk's last layer
     TensorView wte_, wpe_, lnf_w_, lnf_b_, out_w_;
     std::vector<float> rope_cos_, rope_sin_;  // (max_len, R/2)

@@ -76,14 +76,15 @@ void check_args(const Args& a) {
 ParallelConfig layout_of(const Args& a, int world_size) {
     ParallelConfig p;
     if (a.pipeline_parallel < 1)
-        throw InputError(fmt::format("--pipeline-model-parallel-size must be at least 1 (got {})", a.pipeline_parallel));
+        throw InputError(
+            fmt::format("--pipeline-model-parallel-size must be at least 1 (got {})", a.pipeline_parallel));
     p.pipeline_model_parallel_size = a.pipeline_parallel;
     p.tensor_model_parallel_size = a.tensor_parallel > 0 ? a.tensor_parallel : world_size / a.pipeline_parallel;
     if (a.tensor_parallel < 0 || p.tensor_model_parallel_size * p.pipeline_model_parallel_size != world_size)
-        throw InputError(fmt::format(
-            "--tensor-model-parallel-size {} x --pipeline-model-parallel-size {} must equal the {} rank(s) "
-            "mwb-generate runs on (mpirun -np)",
-            p.tensor_model_parallel_size, p.pipeline_model_parallel_size, world_size));
+        throw InputError(
+            fmt::format("--tensor-model-parallel-size {} x --pipeline-model-parallel-size {} must equal the {} rank(s) "
+                        "mwb-generate runs on (mpirun -np)",
+                        p.tensor_model_parallel_size, p.pipeline_model_parallel_size, world_size));
     return p;
 }
 
@@ -215,9 +216,7 @@ int run(const Args& a, World& world) {
             out(texts[i]);
             TextStream stream(*tok);
             o.first_stream = static_cast<int64_t>(i);
-            const auto comps = complete(dec, {prompts[i]}, o, [&](int64_t, int32_t t) {
-                out(stream.push(t));
-            });
+            const auto comps = complete(dec, {prompts[i]}, o, [&](int64_t, int32_t t) { out(stream.push(t)); });
             out(stream.flush() + "\n");
             done(i, comps[0]);
         }

@@ -3,9 +3,10 @@
 //     follower receives over the run's ZeroMQ stream, and the same records land in samples.jsonl;
 //   - a data-parallel run (mpirun -np 2) samples on rank 0, and mwb-generate on the checkpoint saved at
 //     the last iteration, greedy, writes the completion the run sampled from the same weights;
-//   - runs split by tensor and pipeline parallelism (TP 2, PP 2, TP 2 x PP 2, interleaved virtual stages,
-//     with data parallelism beside them; a GPT and a Llama shape) sample, greedy, exactly the tokens
-//     mwb-generate (one process, the checkpoint resharded) writes from the weights saved at that iteration;
+//   - runs split by tensor and pipeline parallelism (TP 2, PP 2, TP 2 x PP 2 with sequence parallelism,
+//     interleaved virtual stages, TP 2 x DP 2 with the distributed optimizer; a GPT and a Llama shape)
+//     sample, greedy, exactly the tokens mwb-generate (one process, the checkpoint resharded) writes from
+//     the weights saved at that iteration;
 //   - mwb-generate under mpirun (TP 2, PP 2, TP 2 x PP 2) writes, greedy and sampled, exactly the --json
 //     lines one process writes from the same checkpoint;
 //   - mwb-generate reads a tensor-parallel checkpoint (resharded to one process), streams --json lines;
@@ -59,9 +60,9 @@ void write(const std::filesystem::path& p, const std::string& text) {
 /// mwb-generate --greedy --json's completion of each prompt of `prompts`, by prompt index.
 std::map<int, std::string> greedy_completions(const std::filesystem::path& ckpt, const std::filesystem::path& prompts,
                                               int max_new_tokens, int expect_iteration) {
-    const Output g = run_generate({"--load", test::qpath(ckpt), "--prompt-file", test::qpath(prompts),
-                                   "--max-new-tokens", QString::number(max_new_tokens), "--greedy", "--json",
-                                   "--threads", "1"});
+    const Output g =
+        run_generate({"--load", test::qpath(ckpt), "--prompt-file", test::qpath(prompts), "--max-new-tokens",
+                      QString::number(max_new_tokens), "--greedy", "--json", "--threads", "1"});
     if (g.code != 0) qWarning("mwb-generate: %s", qPrintable(g.err));
     const auto lines = json_lines(g.out);
     std::map<int, std::string> done;
@@ -186,12 +187,30 @@ private slots:
         // process, the weights the run sampled from.
         test::TempDir t;
         write(t / "prompts.txt", "5 6 7\n40 41\n99\n");
-        const QStringList base{"--num-layers", "4", "--num-attention-heads", "4", "--init-method-std", "0.3",
-                               "--sample-interval", "4", "--sample-prompts", test::qpath(t / "prompts.txt"),
-                               "--sample-max-new-tokens", "12", "--save-interval", "4"};
-        const QStringList llama{"--position-embedding-type", "rope", "--normalization", "RMSNorm", "--swiglu",
-                                "--group-query-attention", "--num-query-groups", "2",
-                                "--untie-embeddings-and-output-weights", "--disable-bias-linear"};
+        const QStringList base{"--num-layers",
+                               "4",
+                               "--num-attention-heads",
+                               "4",
+                               "--init-method-std",
+                               "0.3",
+                               "--sample-interval",
+                               "4",
+                               "--sample-prompts",
+                               test::qpath(t / "prompts.txt"),
+                               "--sample-max-new-tokens",
+                               "12",
+                               "--save-interval",
+                               "4"};
+        const QStringList llama{"--position-embedding-type",
+                                "rope",
+                                "--normalization",
+                                "RMSNorm",
+                                "--swiglu",
+                                "--group-query-attention",
+                                "--num-query-groups",
+                                "2",
+                                "--untie-embeddings-and-output-weights",
+                                "--disable-bias-linear"};
         struct Layout {
             const char* name;
             int ranks;
@@ -200,12 +219,15 @@ private slots:
         const Layout layouts[] = {
             {"gpt_tp2", 2, {"--tensor-model-parallel-size", "2"}},
             {"gpt_pp2", 2, {"--pipeline-model-parallel-size", "2"}},
-            {"gpt_tp2_pp2", 4, {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"}},
-            {"llama_tp2_pp2_virtual",
+            {"gpt_tp2_pp2_sp",
              4,
+             {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2", "--sequence-parallel"}},
+            {"llama_tp2_pp2_virtual", 4,
              llama + QStringList{"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
                                  "--num-layers-per-virtual-pipeline-stage", "1", "--global-batch-size", "8"}},
-            {"llama_tp2_dp2", 4, llama + QStringList{"--tensor-model-parallel-size", "2", "--global-batch-size", "8"}},
+            {"llama_tp2_dp2_distributed", 4,
+             llama + QStringList{"--tensor-model-parallel-size", "2", "--global-batch-size", "8",
+                                 "--use-distributed-optimizer"}},
         };
         for (const Layout& l : layouts) {
             const auto run = t / l.name, ckpt = t / (std::string(l.name) + "_ckpt");
@@ -238,9 +260,16 @@ private slots:
         test::TempDir t;
         write(t / "prompts.txt", "5 6 7\n40 41\n99\n");
         const QStringList base{"--num-layers", "4", "--num-attention-heads", "4", "--init-method-std", "0.3"};
-        const QStringList llama{"--position-embedding-type", "rope", "--normalization", "RMSNorm", "--swiglu",
-                                "--group-query-attention", "--num-query-groups", "2",
-                                "--untie-embeddings-and-output-weights", "--disable-bias-linear"};
+        const QStringList llama{"--position-embedding-type",
+                                "rope",
+                                "--normalization",
+                                "RMSNorm",
+                                "--swiglu",
+                                "--group-query-attention",
+                                "--num-query-groups",
+                                "2",
+                                "--untie-embeddings-and-output-weights",
+                                "--disable-bias-linear"};
         const std::pair<const char*, QStringList> models[] = {{"gpt", base}, {"llama", base + llama}};
         for (const auto& [name, args] : models) {
             const auto ckpt = t / (std::string(name) + "_ckpt");
@@ -250,9 +279,15 @@ private slots:
             QVERIFY2(code == 0, qPrintable(log));
             for (const QStringList& mode :
                  {QStringList{"--greedy"}, QStringList{"--temperature", "0.9", "--top-p", "0.9", "--seed", "5"}}) {
-                const QStringList gen = QStringList{"--load", test::qpath(ckpt), "--prompt-file",
-                                                    test::qpath(t / "prompts.txt"), "--max-new-tokens", "12", "--json",
-                                                    "--threads", "1"} +
+                const QStringList gen = QStringList{"--load",
+                                                    test::qpath(ckpt),
+                                                    "--prompt-file",
+                                                    test::qpath(t / "prompts.txt"),
+                                                    "--max-new-tokens",
+                                                    "12",
+                                                    "--json",
+                                                    "--threads",
+                                                    "1"} +
                                         mode;
                 const auto lines = [](const Output& o) {
                     auto l = json_lines(o.out);
@@ -263,7 +298,8 @@ private slots:
                 QVERIFY2(one.code == 0, qPrintable(one.err));
                 const auto reference = lines(one);
                 QVERIFY(reference.size() > 4);  // start, tokens, three done lines
-                QCOMPARE(std::count_if(reference.begin(), reference.end(), [](const auto& j) { return j["type"] == "done"; }),
+                QCOMPARE(std::count_if(reference.begin(), reference.end(),
+                                       [](const auto& j) { return j["type"] == "done"; }),
                          std::ptrdiff_t{3});
                 const std::pair<int, QStringList> layouts[] = {
                     {2, {"--tensor-model-parallel-size", "2"}},
@@ -272,11 +308,10 @@ private slots:
                 for (const auto& [ranks, layout] : layouts) {
                     const Output split = run_generate(gen + layout, ranks);
                     QVERIFY2(split.code == 0, qPrintable(split.err));
-                    QVERIFY2(lines(split) == reference,
-                             qPrintable(QString("%1 %2 on %3 ranks:\n%4\none process:\n%5")
-                                            .arg(name, (mode + layout).join(' '))
-                                            .arg(ranks)
-                                            .arg(split.out, one.out)));
+                    QVERIFY2(lines(split) == reference, qPrintable(QString("%1 %2 on %3 ranks:\n%4\none process:\n%5")
+                                                                       .arg(name, (mode + layout).join(' '))
+                                                                       .arg(ranks)
+                                                                       .arg(split.out, one.out)));
                 }
             }
         }
