@@ -62,31 +62,11 @@ std::unique_ptr<CheckpointModel> load_checkpoint_model(const fs::path& load, std
         m->model = std::make_unique<GptModel>(generation_dims(m->config), RecomputePolicy{}, DType::F32, m->ctx,
                                               m->alloc, false);
     }
-    // This rank's slice of every parameter; a slice of several blocks (SwiGLU's [gate | up]) is one
-    // piece per block, each with its place in the global tensor.
     std::vector<CheckpointTensor> tensors;
     const ParamLayout& layout = m->model->layout();
-    for (std::size_t i = 0; i < layout.size(); ++i) {
-        const ParamInfo& p = layout[i];
-        float* dest = m->model->params().f32() + p.offset;
-        const int64_t row = p.shape.size() == 2 ? p.shape[1] : 1;
-        for (const auto& [begin, len] : layout.slice_blocks(i)) {
-            CheckpointTensor t;
-            t.name = "param/" + p.name;
-            t.global_shape = p.global_shape;
-            t.shape = p.shape;
-            t.split_dim = p.split_dim;
-            t.split_begin = p.split_begin;
-            if (p.split_blocks > 1) {
-                t.shape[0] = len;
-                t.split_begin = begin;
-            }
-            t.dest = dest;
-            t.padded_rows = role_is_vocabulary(p.role);
+    for (std::size_t i = 0; i < layout.size(); ++i)
+        for (CheckpointTensor& t : parameter_slices(layout, i, "param/", m->model->params().f32() + layout[i].offset))
             tensors.push_back(std::move(t));
-            dest += len * row;
-        }
-    }
     load_checkpoint(dir, tensors, nullptr, true);
     return m;
 }

@@ -72,6 +72,26 @@ std::map<int, std::string> greedy_completions(const std::filesystem::path& ckpt,
     return done;
 }
 
+/// Four layers of four heads with a wide init (std 0.3): after a few steps its greedy completions vary
+/// token to token, so a misplaced shard, head or stage changes them.
+QStringList varied_model() {
+    return {"--num-layers", "4", "--num-attention-heads", "4", "--init-method-std", "0.3"};
+}
+
+/// The Llama family's choices: RoPE, RMSNorm, SwiGLU, grouped-query attention (2 groups), untied, no biases.
+QStringList llama_shape() {
+    return {"--position-embedding-type",
+            "rope",
+            "--normalization",
+            "RMSNorm",
+            "--swiglu",
+            "--group-query-attention",
+            "--num-query-groups",
+            "2",
+            "--untie-embeddings-and-output-weights",
+            "--disable-bias-linear"};
+}
+
 /// The tiny model of tiny_run_args (NullTokenizer: prompts are space-separated ids).
 QStringList tiny_model(const std::filesystem::path& run, int iterations, const QStringList& extra = {}) {
     return test::tiny_run_args(run, iterations, extra);
@@ -182,35 +202,13 @@ private slots:
     }
 
     void split_models_sample_what_one_process_generates() {
-        // Weights of a wide init (std 0.3) after 4 steps: completions that vary token to token, so a
-        // misplaced shard, head or stage changes them. The reference decodes the saved checkpoint on one
-        // process, the weights the run sampled from.
+        // The reference decodes the saved checkpoint on one process, the weights the run sampled from.
         test::TempDir t;
         write(t / "prompts.txt", "5 6 7\n40 41\n99\n");
-        const QStringList base{"--num-layers",
-                               "4",
-                               "--num-attention-heads",
-                               "4",
-                               "--init-method-std",
-                               "0.3",
-                               "--sample-interval",
-                               "4",
-                               "--sample-prompts",
-                               test::qpath(t / "prompts.txt"),
-                               "--sample-max-new-tokens",
-                               "12",
-                               "--save-interval",
-                               "4"};
-        const QStringList llama{"--position-embedding-type",
-                                "rope",
-                                "--normalization",
-                                "RMSNorm",
-                                "--swiglu",
-                                "--group-query-attention",
-                                "--num-query-groups",
-                                "2",
-                                "--untie-embeddings-and-output-weights",
-                                "--disable-bias-linear"};
+        const QStringList base = varied_model() + QStringList{"--sample-interval",       "4",
+                                                              "--sample-prompts",        test::qpath(t / "prompts.txt"),
+                                                              "--sample-max-new-tokens", "12",
+                                                              "--save-interval",         "4"};
         struct Layout {
             const char* name;
             int ranks;
@@ -223,11 +221,11 @@ private slots:
              4,
              {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2", "--sequence-parallel"}},
             {"llama_tp2_pp2_virtual", 4,
-             llama + QStringList{"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
-                                 "--num-layers-per-virtual-pipeline-stage", "1", "--global-batch-size", "8"}},
+             llama_shape() + QStringList{"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
+                                         "--num-layers-per-virtual-pipeline-stage", "1", "--global-batch-size", "8"}},
             {"llama_tp2_dp2_distributed", 4,
-             llama + QStringList{"--tensor-model-parallel-size", "2", "--global-batch-size", "8",
-                                 "--use-distributed-optimizer"}},
+             llama_shape() + QStringList{"--tensor-model-parallel-size", "2", "--global-batch-size", "8",
+                                         "--use-distributed-optimizer"}},
         };
         for (const Layout& l : layouts) {
             const auto run = t / l.name, ckpt = t / (std::string(l.name) + "_ckpt");
@@ -259,18 +257,8 @@ private slots:
     void mwb_generate_under_mpirun_writes_what_one_process_writes() {
         test::TempDir t;
         write(t / "prompts.txt", "5 6 7\n40 41\n99\n");
-        const QStringList base{"--num-layers", "4", "--num-attention-heads", "4", "--init-method-std", "0.3"};
-        const QStringList llama{"--position-embedding-type",
-                                "rope",
-                                "--normalization",
-                                "RMSNorm",
-                                "--swiglu",
-                                "--group-query-attention",
-                                "--num-query-groups",
-                                "2",
-                                "--untie-embeddings-and-output-weights",
-                                "--disable-bias-linear"};
-        const std::pair<const char*, QStringList> models[] = {{"gpt", base}, {"llama", base + llama}};
+        const QStringList base = varied_model();
+        const std::pair<const char*, QStringList> models[] = {{"gpt", base}, {"llama", base + llama_shape()}};
         for (const auto& [name, args] : models) {
             const auto ckpt = t / (std::string(name) + "_ckpt");
             QString log;
