@@ -97,7 +97,7 @@ void dropout_offset(const Args& c, int64_t element_offset) {
 
 /// out and x of one size (x's element count).
 void same_size(const Args& c, const char* out_arg, const TensorView& out, const char* x_arg, const TensorView& x) {
-    c.shape(out.numel() == x.numel(), out_arg, out, "{} elements as {}", x.numel(), x_arg);
+    c.shape(out.numel() == x.numel(), out_arg, out, "of {}'s size ({} elements)", x_arg, x.numel());
 }
 
 /// The attention tensors both directions share: qkv, out/dout, probs, workspace and the head range.
@@ -135,10 +135,14 @@ void copy(OpContext& ctx, TensorView dst, TensorView src) {
                 device_name(ctx.device), ctx.device == Device::CPU ? "" : " or the host");
     }
     same_size(c, "dst", dst, "src", src);
-    const bool converts = (dst.dtype == DType::F32 && src.dtype == DType::BF16) ||
-                          (dst.dtype == DType::BF16 && src.dtype == DType::F32);
-    c.shape(dst.dtype == src.dtype || converts, "dst", dst, "of src's dtype {} (or f32 <-> bf16)",
-            dtype_name(src.dtype));
+    // Same dtype, or the f32 <-> bf16 conversions; a mismatch blames the side that is neither.
+    const auto convertible = [](DType t) { return t == DType::F32 || t == DType::BF16; };
+    if (dst.dtype != src.dtype && !(convertible(dst.dtype) && convertible(src.dtype))) {
+        const bool blame_dst = !convertible(dst.dtype);
+        const TensorView& other = blame_dst ? src : dst;
+        c.shape(false, blame_dst ? "dst" : "src", blame_dst ? dst : src, "of {}'s dtype {} (or f32 <-> bf16)",
+                blame_dst ? "src" : "dst", dtype_name(other.dtype));
+    }
 }
 
 void scale(OpContext& ctx, TensorView x, float) { Args("scale", ctx).tensor("x", x, F32); }
@@ -199,7 +203,7 @@ void linear_backward(OpContext& ctx, TensorView dx, TensorView dw, TensorView db
     c.shape(same_shape(dw, w), "dw", dw, "w's shape {}", w.describe());
     if (!dx.empty()) {
         c.gemm_operand("dx", dx);
-        elements(c, "dx", dx, x.numel(), "x's");
+        same_size(c, "dx", dx, "x", x);
     }
     if (!dbias.empty()) elements(c, "dbias", dbias, out, "one per output");
 }
