@@ -48,7 +48,6 @@ void rope_kernel_launch(float* qkv, const float* cos_t, const float* sin_t, cons
         k_rope<V, Interleaved, int64_t><<<blocks_for(n), kElementwiseThreads, 0, s>>>(qkv, cos_t, sin_t, g);
 }
 
-
 void rope_launch(float* qkv, const float* cos_t, const float* sin_t, const RopeGeometry& g, bool interleaved,
                  cudaStream_t s) {
     const bool wide = (g.R / 2) % 4 == 0 && g.D % 4 == 0 && aligned16(qkv) && aligned16(cos_t) && aligned16(sin_t);

@@ -89,7 +89,9 @@ void rope(const Args& c, const char* arg, const TensorView& qkv, const TensorVie
             ">= 0 with positions [offset, offset + S={}) inside the {} rows of cos and sin", h.S, cos.dim(0));
 }
 
-void dropout_p(const Args& c, float p) { c.value(p >= 0.0f && p < 1.0f, "p", p, "a dropout probability in [0, 1)"); }
+void dropout_p(const Args& c, float p) {
+    c.value(p >= 0.0f && p < 1.0f, "p", p, "a dropout probability in [0, 1)");
+}
 
 void dropout_offset(const Args& c, int64_t element_offset) {
     c.value(element_offset >= 0, "element_offset", element_offset, ">= 0");
@@ -124,7 +126,9 @@ int64_t attention(const Args& c, const char* out_arg, const TensorView& out, con
 
 // ---- elementwise and reductions -------------------------------------------------------------------
 
-void fill(OpContext& ctx, TensorView x, float) { Args("fill", ctx).tensor("x", x, F32); }
+void fill(OpContext& ctx, TensorView x, float) {
+    Args("fill", ctx).tensor("x", x, F32);
+}
 
 void copy(OpContext& ctx, TensorView dst, TensorView src) {
     // On a CUDA context either side may be host memory: the copy is then an upload or a download.
@@ -145,7 +149,9 @@ void copy(OpContext& ctx, TensorView dst, TensorView src) {
     }
 }
 
-void scale(OpContext& ctx, TensorView x, float) { Args("scale", ctx).tensor("x", x, F32); }
+void scale(OpContext& ctx, TensorView x, float) {
+    Args("scale", ctx).tensor("x", x, F32);
+}
 
 void add(OpContext& ctx, TensorView out, TensorView a, TensorView b) {
     const Args c("add", ctx);
@@ -160,7 +166,9 @@ void round_to(OpContext& ctx, TensorView x, DType dtype) {
     c.value(dtype != DType::I32, "dtype", dtype_name(dtype), "f32, bf16 or f16");
 }
 
-void sum_squares(OpContext& ctx, TensorView x) { Args("sum_squares", ctx).tensor("x", x, F32); }
+void sum_squares(OpContext& ctx, TensorView x) {
+    Args("sum_squares", ctx).tensor("x", x, F32);
+}
 
 // ---- GEMM ------------------------------------------------------------------------------------------
 
@@ -170,8 +178,7 @@ void matmul(OpContext& ctx, TensorView c, TensorView a, TensorView b, bool trans
     k.dims("c", c, 2).dims("a", a, 2).dims("b", b, 2);
     const int64_t m = trans_a ? a.dim(1) : a.dim(0), inner = trans_a ? a.dim(0) : a.dim(1);
     const int64_t b_inner = trans_b ? b.dim(1) : b.dim(0), n = trans_b ? b.dim(0) : b.dim(1);
-    k.shape(b_inner == inner, "b", b, "{} to multiply op(a) ({}, {})", trans_b ? "(n, inner)" : "(inner, n)", m,
-            inner);
+    k.shape(b_inner == inner, "b", b, "{} to multiply op(a) ({}, {})", trans_b ? "(n, inner)" : "(inner, n)", m, inner);
     k.shape(c.dim(0) == m && c.dim(1) == n, "c", c, "({}, {}) = op(a)·op(b)", m, n);
 }
 
@@ -214,17 +221,17 @@ namespace {
 void embedding(const Args& c, const char* rows_arg, const TensorView& rows, const TensorView& ids,
                const char* table_arg, const TensorView& table) {
     c.tensor(rows_arg, rows, F32).tensor("ids", ids, I32).tensor(table_arg, table, F32).dims(table_arg, table, 2);
-    c.shape(rows.rows() == ids.numel() && rows.cols() == table.dim(1), rows_arg, rows, "(N={} ids, H={})",
-            ids.numel(), table.dim(1));
+    c.shape(rows.rows() == ids.numel() && rows.cols() == table.dim(1), rows_arg, rows, "(N={} ids, H={})", ids.numel(),
+            table.dim(1));
 }
 
 void position_embedding(const Args& c, const char* rows_arg, const TensorView& rows, const char* table_arg,
                         const TensorView& table, int64_t position_offset) {
     c.tensor(rows_arg, rows, F32).tensor(table_arg, table, F32).dims(rows_arg, rows, 3).dims(table_arg, table, 2);
     c.shape(table.dim(1) == rows.dim(2), table_arg, table, "(P, H={})", rows.dim(2));
-    c.value(position_offset >= 0 && position_offset + rows.dim(0) <= table.dim(0), "position_offset",
-            position_offset, ">= 0 with positions [offset, offset + S={}) inside the {} rows of {}", rows.dim(0),
-            table.dim(0), table_arg);
+    c.value(position_offset >= 0 && position_offset + rows.dim(0) <= table.dim(0), "position_offset", position_offset,
+            ">= 0 with positions [offset, offset + S={}) inside the {} rows of {}", rows.dim(0), table.dim(0),
+            table_arg);
 }
 }  // namespace
 
@@ -315,7 +322,9 @@ void gelu_backward(OpContext& ctx, TensorView dx, TensorView dout, TensorView x)
     same_size(c, "dout", dout, "x", x);
 }
 
-void swiglu_forward(OpContext& ctx, TensorView out, TensorView x) { swiglu(Args("swiglu_forward", ctx), x, "out", out); }
+void swiglu_forward(OpContext& ctx, TensorView out, TensorView x) {
+    swiglu(Args("swiglu_forward", ctx), x, "out", out);
+}
 
 void swiglu_backward(OpContext& ctx, TensorView dx, TensorView dout, TensorView x) {
     const Args c("swiglu_backward", ctx);
@@ -405,8 +414,8 @@ void cross_entropy_partials(OpContext& ctx, TensorView row_max, TensorView row_s
     }
 }
 
-void cross_entropy_backward(OpContext& ctx, TensorView logits, TensorView targets, TensorView lse,
-                            TensorView row_scale, int64_t) {
+void cross_entropy_backward(OpContext& ctx, TensorView logits, TensorView targets, TensorView lse, TensorView row_scale,
+                            int64_t) {
     const Args c("cross_entropy_backward", ctx);
     c.tensor("logits", logits, F32).tensor("targets", targets, I32).tensor("lse", lse, F32);
     c.tensor("row_scale", row_scale, F32);
@@ -422,8 +431,8 @@ void adamw_update(OpContext& ctx, TensorView param, TensorView grad, TensorView 
                   const AdamWParams& p, TensorView param_copy, DType copy_dtype) {
     const Args c("adamw_update", ctx);
     c.tensor("param", param, F32);
-    for (const auto& [arg, t] : {std::pair{"grad", grad}, std::pair{"exp_avg", exp_avg},
-                                 std::pair{"exp_avg_sq", exp_avg_sq}}) {
+    for (const auto& [arg, t] :
+         {std::pair{"grad", grad}, std::pair{"exp_avg", exp_avg}, std::pair{"exp_avg_sq", exp_avg_sq}}) {
         c.tensor(arg, t, F32);
         same_size(c, arg, t, "param", param);
     }

@@ -17,10 +17,10 @@ namespace mwb::ops {
 
 #if defined(MWB_WITH_CUDA)
 // The CPU implementation on CPU contexts, the CUDA one on CUDA contexts.
-#define MWB_RUN_ON_DEVICE(name, args)                       \
-    do {                                                    \
+#define MWB_RUN_ON_DEVICE(name, args)                         \
+    do {                                                      \
         if (ctx.device == Device::CPU) return cpu::name args; \
-        return cuda::name args;                             \
+        return cuda::name args;                               \
     } while (0)
 #else
 namespace {
@@ -29,10 +29,10 @@ namespace {
 }
 }  // namespace
 
-#define MWB_RUN_ON_DEVICE(name, args)                       \
-    do {                                                    \
+#define MWB_RUN_ON_DEVICE(name, args)                         \
+    do {                                                      \
         if (ctx.device == Device::CPU) return cpu::name args; \
-        no_cuda_kernel(#name);                              \
+        no_cuda_kernel(#name);                                \
     } while (0)
 #endif
 
@@ -53,7 +53,9 @@ void set_num_threads(int n) {
     openblas_set_num_threads(n);
 }
 
-int num_threads() { return omp_get_max_threads(); }
+int num_threads() {
+    return omp_get_max_threads();
+}
 
 int64_t attention_workspace_bytes(const AttentionParams& p, int64_t seq_len, int threads) {
     return cpu::attention_workspace_bytes(p, seq_len, threads);

@@ -114,7 +114,7 @@ private:
     std::deque<std::vector<int32_t>> ints_;
 };
 
-/// A = 2 query heads in G = 2 groups of head dim D = 4 (a CUDA head dim), S = 2, B = 1.
+/// A = 2 query heads in G = 2 groups of head dim D = 4, S = 2, B = 1.
 AttentionParams heads() {
     AttentionParams p;
     p.num_heads = 2;
@@ -158,8 +158,7 @@ std::vector<Case> cases(Store& s) {
         [](OpContext& x, V a) { ops::position_embedding_backward(x, a[0], a[1], 0); });
     add("layernorm_forward", {s.f({3, 4}), s.f({3}), s.f({3}), s.f({3, 4}), s.f({4}), s.f({4})},
         [](OpContext& x, V a) { ops::layernorm_forward(x, a[0], a[1], a[2], a[3], a[4], a[5], 1e-5f); });
-    add("layernorm_backward",
-        {s.f({3, 4}), s.f({4}), s.f({4}), s.f({3, 4}), s.f({3, 4}), s.f({3}), s.f({3}), s.f({4})},
+    add("layernorm_backward", {s.f({3, 4}), s.f({4}), s.f({4}), s.f({3, 4}), s.f({3, 4}), s.f({3}), s.f({3}), s.f({4})},
         [](OpContext& x, V a) { ops::layernorm_backward(x, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], false); });
     add("rmsnorm_forward", {s.f({3, 4}), s.f({3}), s.f({3, 4}), s.f({4})},
         [](OpContext& x, V a) { ops::rmsnorm_forward(x, a[0], a[1], a[2], a[3], 1e-5f); });
@@ -175,12 +174,15 @@ std::vector<Case> cases(Store& s) {
         [ap](OpContext& x, V a) { ops::rope_forward(x, a[0], a[1], a[2], ap, 4, false, 0); });
     add("rope_backward", {s.f({kS, kB, kQkv}, kFreeFirst), s.f({kS, 2}), s.f({kS, 2})},
         [ap](OpContext& x, V a) { ops::rope_backward(x, a[0], a[1], a[2], ap, 4, true, 0); });
-    add("dropout_forward", {s.f({3, 4}), s.f({3, 4})},
-        [](OpContext& x, V a) { ops::dropout_forward(x, a[0], a[1], 0.1f, RngStream{1, 2}, 0); });
-    add("dropout_backward", {s.f({3, 4}), s.f({3, 4})},
-        [](OpContext& x, V a) { ops::dropout_backward(x, a[0], a[1], 0.1f, RngStream{1, 2}, 0); });
-    add("dropout_add_forward", {s.f({3, 4}), s.f({3, 4}), s.f({3, 4})},
-        [](OpContext& x, V a) { ops::dropout_add_forward(x, a[0], a[1], a[2], 0.1f, RngStream{1, 2}, 0); });
+    add("dropout_forward", {s.f({3, 4}), s.f({3, 4})}, [](OpContext& x, V a) {
+        ops::dropout_forward(x, a[0], a[1], 0.1f, RngStream{1, 2}, 0);
+    });
+    add("dropout_backward", {s.f({3, 4}), s.f({3, 4})}, [](OpContext& x, V a) {
+        ops::dropout_backward(x, a[0], a[1], 0.1f, RngStream{1, 2}, 0);
+    });
+    add("dropout_add_forward", {s.f({3, 4}), s.f({3, 4}), s.f({3, 4})}, [](OpContext& x, V a) {
+        ops::dropout_add_forward(x, a[0], a[1], a[2], 0.1f, RngStream{1, 2}, 0);
+    });
     add("bias_dropout_add_forward", {s.f({3, 4}), s.f({3, 4}), s.f({3, 4}), s.f({4})}, [](OpContext& x, V a) {
         ops::bias_dropout_add_forward(x, a[0], a[1], a[2], a[3], 0.1f, RngStream{1, 2}, 0);
     });
@@ -220,7 +222,8 @@ QString rejected(const Case& k, OpContext& ctx, std::size_t i, const TensorView&
     } catch (const Error& e) {
         if (qEnvironmentVariableIsSet("MWB_PRINT_ERRORS")) qInfo("%s", e.what());  // to read every message
         const std::string m = e.what(), head = k.op + ": ";
-        if (m.rfind(head, 0) != 0) return QStringLiteral("error does not start with '%1': %2").arg(head.c_str(), e.what());
+        if (m.rfind(head, 0) != 0)
+            return QStringLiteral("error does not start with '%1': %2").arg(head.c_str(), e.what());
         const std::string rest = m.substr(head.size());
         const std::string named = rest.substr(0, rest.find(" must be"));
         if (rest.find(" must be") == std::string::npos || !names.count(named))
@@ -246,11 +249,10 @@ void sweep(Device device) {
         }
         for (const std::string& t : tensors) all.insert(t);
         all.insert({"p.num_heads", "p.num_query_groups", "p.batch", "p.head_offset", "p.dropout_p", "p.step"});
-        QVERIFY2(tensors.size() == k.args.size(),
-                 qPrintable(QStringLiteral("%1: %2 tensor parameters, %3 in the case")
-                                .arg(k.op.c_str())
-                                .arg(tensors.size())
-                                .arg(k.args.size())));
+        QVERIFY2(tensors.size() == k.args.size(), qPrintable(QStringLiteral("%1: %2 tensor parameters, %3 in the case")
+                                                                 .arg(k.op.c_str())
+                                                                 .arg(tensors.size())
+                                                                 .arg(k.args.size())));
         if (device == Device::CPU) {
             std::vector<TensorView> a;
             for (const Arg& x : k.args) a.push_back(x.view);
@@ -265,9 +267,9 @@ void sweep(Device device) {
             const std::set<std::string> self = {tensors[i]};
             const auto expect = [&](const TensorView& bad, const std::set<std::string>& names, const char* what) {
                 const QString why = rejected(k, ctx, i, bad, names);
-                QVERIFY2(why.isEmpty(), qPrintable(QStringLiteral("%1 %2 on %3 (%4): %5")
-                                                       .arg(k.op.c_str(), tensors[i].c_str(), device_name(device), what,
-                                                            why)));
+                QVERIFY2(why.isEmpty(),
+                         qPrintable(QStringLiteral("%1 %2 on %3 (%4): %5")
+                                        .arg(k.op.c_str(), tensors[i].c_str(), device_name(device), what, why)));
             };
             TensorView v = arg.view;
             if (!(arg.flags & kAnyDtype)) {
@@ -298,7 +300,8 @@ private slots:
         std::set<std::string> covered;
         for (const Case& k : cases(store)) covered.insert(k.op);
         for (const OpEntry& e : kOps)
-            QVERIFY2(covered.count(e.name), qPrintable(QStringLiteral("op %1 has no case in test_contract").arg(e.name)));
+            QVERIFY2(covered.count(e.name),
+                     qPrintable(QStringLiteral("op %1 has no case in test_contract").arg(e.name)));
         QCOMPARE(covered.size(), std::size(kOps));
     }
 
@@ -327,9 +330,11 @@ private slots:
             }
             return "no error";
         };
-        QVERIFY(message([&] { ops::dropout_forward(ctx, v, v, 1.0f, {}, 0); }).rfind("dropout_forward: p must be", 0) == 0);
-        QVERIFY(message([&] { ops::dropout_forward(ctx, v, v, 0.1f, {}, -4); })
-                    .rfind("dropout_forward: element_offset must be", 0) == 0);
+        QVERIFY(message([&] { ops::dropout_forward(ctx, v, v, 1.0f, {}, 0); }).rfind("dropout_forward: p must be", 0) ==
+                0);
+        QVERIFY(message([&] {
+                    ops::dropout_forward(ctx, v, v, 0.1f, {}, -4);
+                }).rfind("dropout_forward: element_offset must be", 0) == 0);
         QVERIFY(message([&] { ops::round_to(ctx, v, DType::I32); }).rfind("round_to: dtype must be", 0) == 0);
         AdamWParams p;
         p.step = 0;

@@ -1,7 +1,9 @@
 #pragma once
 // The op interface of Megatron Workbench: every tensor operation the model needs, one signature per
-// op, dispatched on the context's device to the CPU implementation (kernels/cpu, OpenBLAS + OpenMP)
-// or the CUDA one (kernels/cuda). Ops know nothing about models, ranks or sockets.
+// op, listed once with its contract in ops.inc and declared here from that list. Each call checks its
+// arguments (kernels/src/op_checks.cpp: an mwb::Error naming the op, the argument and what was
+// expected), then runs on the context's device: the CPU implementation (kernels/cpu, OpenBLAS +
+// OpenMP) or the CUDA one (kernels/cuda). Ops know nothing about models, ranks or sockets.
 //
 // Conventions
 //   - Activations are row-major matrices of N = S·B rows (sequence-major, as Megatron-LM: row n is
