@@ -10,8 +10,6 @@
 #include "dropout_mask.h"
 #include "vec_math.h"
 
-#include "mwb/kernels/error.h"
-
 #include <cblas.h>
 #include <omp.h>
 
@@ -38,34 +36,9 @@ struct HeadGeometry {
     int64_t o(int64_t b, int64_t h) const { return b * A * D + h * D; }
 };
 
-HeadGeometry check_shapes(const char* op, const TensorView& qkv, const TensorView& out, const TensorView& probs,
-                          const AttentionParams& p) {
-    MWB_CHECK(p.num_heads > 0 && p.groups() > 0 && p.num_heads % p.groups() == 0,
-              "{}: {} query heads do not split into {} key/value groups", op, p.num_heads, p.groups());
-    MWB_CHECK(qkv.ndim == 3 && p.batch > 0 && qkv.dim(1) == p.batch && qkv.dim(2) % p.qkv_heads() == 0,
-              "{}: qkv {} must be (S, B={}, G·(A/G+2)·D) with A={}, G={}", op, qkv.describe(), p.batch, p.num_heads,
-              p.groups());
-    HeadGeometry g{qkv.dim(0), qkv.dim(1), p.num_heads, p.groups(), qkv.dim(2) / p.qkv_heads()};
-    MWB_CHECK(out.numel() == g.S * g.B * g.A * g.D, "{}: out {} must be (S={}, B={}, A·D={})", op, out.describe(), g.S,
-              g.B, g.A * g.D);
-    MWB_CHECK(probs.numel() == g.B * g.A * g.S * g.S, "{}: probs {} must be (B={}, A={}, S={}, S={})", op,
-              probs.describe(), g.B, g.A, g.S, g.S);
-    MWB_CHECK(p.head_offset >= 0 && p.head_offset + p.num_heads <= p.total_heads,
-              "{}: heads [{}, {}) outside the layer's {} heads", op, p.head_offset, p.head_offset + p.num_heads,
-              p.total_heads);
-    MWB_CHECK(p.dropout_p >= 0.0f && p.dropout_p < 1.0f, "{}: attention dropout {} must be in [0, 1)", op, p.dropout_p);
-    return g;
-}
-
-/// Checks, before the parallel region (an exception escaping an OpenMP region is std::terminate), that the
-/// workspace holds scratch for the region's threads; returns that thread count for num_threads().
-int check_workspace(const char* op, const TensorView& workspace, const AttentionParams& p, int64_t seq_len) {
-    const int threads = omp_get_max_threads();
-    const int64_t need = attention_workspace_bytes(p, seq_len, threads);
-    MWB_CHECK(workspace.numel() * static_cast<int64_t>(dtype_size(workspace.dtype)) >= need,
-              "{}: workspace {} smaller than the {} bytes needed for {} threads", op, workspace.describe(), need,
-              threads);
-    return threads;
+/// The head layout of qkv (S, B, G·(A/G + 2)·D); the dispatcher has checked it against p.
+HeadGeometry geometry(const TensorView& qkv, const AttentionParams& p) {
+    return {qkv.dim(0), qkv.dim(1), p.num_heads, p.groups(), qkv.dim(2) / p.qkv_heads()};
 }
 
 float* thread_scratch(const TensorView& workspace, int64_t seq_len) {
@@ -98,7 +71,7 @@ int64_t attention_workspace_bytes(const AttentionParams&, int64_t seq_len, int t
 
 void attention_forward(OpContext&, TensorView out, TensorView probs, TensorView qkv, TensorView workspace,
                        const AttentionParams& p) {
-    const HeadGeometry g = check_shapes("attention_forward", qkv, out, probs, p);
+    const HeadGeometry g = geometry(qkv, p);
     const float* base = qkv.f32();
     float* po = out.f32();
     float* pp = probs.f32();
@@ -108,7 +81,9 @@ void attention_forward(OpContext&, TensorView out, TensorView probs, TensorView 
     const int ld = static_cast<int>(g.ld_qkv()), ldo = static_cast<int>(g.ld_out()), S = static_cast<int>(g.S),
               D = static_cast<int>(g.D);
 
-    const int threads = check_workspace("attention_forward", workspace, p, g.S);
+    // The dispatcher checked the workspace holds scratch for this many threads (an exception
+    // escaping an OpenMP region would be std::terminate).
+    const int threads = omp_get_max_threads();
 #pragma omp parallel num_threads(threads)
     {
         float* dropped = thread_scratch(workspace, g.S);
@@ -230,11 +205,10 @@ struct HeadBackward {
 
 void attention_backward(OpContext&, TensorView dqkv, TensorView dout, TensorView qkv, TensorView probs,
                         TensorView workspace, const AttentionParams& p) {
-    const HeadGeometry g = check_shapes("attention_backward", qkv, dout, probs, p);
-    MWB_CHECK(dqkv.numel() == qkv.numel(), "attention_backward: dqkv {} for qkv {}", dqkv.describe(), qkv.describe());
+    const HeadGeometry g = geometry(qkv, p);
     const DropoutDraw draw(p.rng, p.dropout_p);
     const HeadBackward hb{g, p, draw, qkv.f32(), dout.f32(), probs.f32(), dqkv.f32()};
-    const int threads = check_workspace("attention_backward", workspace, p, g.S);
+    const int threads = omp_get_max_threads();  // the workspace is checked for this many
     const int64_t group_pairs = g.B * g.G, tiles = hb.tiles();
     if (group_pairs >= threads) {
         // (b, group) pairs in parallel: each group's dk and dv sum over its query heads in order.

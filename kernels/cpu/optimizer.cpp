@@ -1,7 +1,6 @@
 // AdamW on fp32 master weights, with the optional rounded copy for 16-bit model weights.
 #include "cpu_ops.h"
 
-#include "mwb/kernels/error.h"
 #include "mwb/kernels/precision.h"
 
 #include <cmath>
@@ -11,11 +10,6 @@ namespace mwb::cpu {
 void adamw_update(OpContext&, TensorView param, TensorView grad, TensorView exp_avg, TensorView exp_avg_sq,
                   const AdamWParams& p, TensorView param_copy, DType copy_dtype) {
     const int64_t n = param.numel();
-    MWB_CHECK(grad.numel() == n && exp_avg.numel() == n && exp_avg_sq.numel() == n &&
-                  (param_copy.empty() || param_copy.numel() == n),
-              "adamw_update: param={} grad={} exp_avg={} exp_avg_sq={} copy={}", param.describe(), grad.describe(),
-              exp_avg.describe(), exp_avg_sq.describe(), param_copy.describe());
-    MWB_CHECK(p.step >= 1, "adamw_update: step {} must be >= 1", p.step);
     float *w = param.f32(), *m = exp_avg.f32(), *v = exp_avg_sq.f32();
     const float* g = grad.f32();
     float* out = param_copy.empty() ? nullptr : param_copy.f32();

@@ -3,8 +3,6 @@
 // touched once, so results do not depend on the thread count.
 #include "cpu_ops.h"
 
-#include "mwb/kernels/error.h"
-
 namespace mwb::cpu {
 
 namespace {
@@ -13,24 +11,9 @@ struct RopeGeometry {
     int64_t S, B, G, per_group, D, R;
 };
 
-RopeGeometry check_rope(const char* op, const TensorView& qkv, const TensorView& cos, const TensorView& sin,
-                        const AttentionParams& p, int rotary_dim, int64_t position_offset) {
-    MWB_CHECK(p.num_heads > 0 && p.groups() > 0 && p.num_heads % p.groups() == 0,
-              "{}: {} query heads do not split into {} key/value groups", op, p.num_heads, p.groups());
-    MWB_CHECK(qkv.ndim == 3 && qkv.dim(1) == p.batch && qkv.dim(2) % p.qkv_heads() == 0,
-              "{}: qkv {} must be (S, B={}, G·(A/G+2)·D) with A={}, G={}", op, qkv.describe(), p.batch, p.num_heads,
-              p.groups());
-    const RopeGeometry g{qkv.dim(0), qkv.dim(1), p.groups(), p.num_heads / p.groups(), qkv.dim(2) / p.qkv_heads(),
-                         rotary_dim};
-    MWB_CHECK(rotary_dim > 0 && rotary_dim % 2 == 0 && rotary_dim <= g.D,
-              "{}: rotary_dim {} must be even and in (0, head dim {}]", op, rotary_dim, g.D);
-    MWB_CHECK(cos.ndim == 2 && sin.ndim == 2 && cos.dim(1) == rotary_dim / 2 && sin.dim(1) == rotary_dim / 2 &&
-                  cos.dim(0) == sin.dim(0),
-              "{}: cos {} and sin {} must both be (positions, {})", op, cos.describe(), sin.describe(), rotary_dim / 2);
-    MWB_CHECK(position_offset >= 0 && position_offset + g.S <= cos.dim(0),
-              "{}: positions [{}, {}) outside the {} rows of the tables", op, position_offset, position_offset + g.S,
-              cos.dim(0));
-    return g;
+/// The head layout of qkv (S, B, G·(A/G + 2)·D); the dispatcher has checked it against p.
+RopeGeometry geometry(const TensorView& qkv, const AttentionParams& p, int rotary_dim) {
+    return {qkv.dim(0), qkv.dim(1), p.groups(), p.num_heads / p.groups(), qkv.dim(2) / p.qkv_heads(), rotary_dim};
 }
 
 /// Rotates every query and key head of every row by the angle table; sign = +1 forward, -1 backward
@@ -71,13 +54,13 @@ void rotate(float* qkv, const float* cos, const float* sin, const RopeGeometry& 
 
 void rope_forward(OpContext&, TensorView qkv, TensorView cos, TensorView sin, const AttentionParams& p, int rotary_dim,
                   bool interleaved, int64_t position_offset) {
-    const RopeGeometry g = check_rope("rope_forward", qkv, cos, sin, p, rotary_dim, position_offset);
+    const RopeGeometry g = geometry(qkv, p, rotary_dim);
     rotate(qkv.f32(), cos.f32(), sin.f32(), g, interleaved, position_offset, 1.0f);
 }
 
 void rope_backward(OpContext&, TensorView dqkv, TensorView cos, TensorView sin, const AttentionParams& p,
                    int rotary_dim, bool interleaved, int64_t position_offset) {
-    const RopeGeometry g = check_rope("rope_backward", dqkv, cos, sin, p, rotary_dim, position_offset);
+    const RopeGeometry g = geometry(dqkv, p, rotary_dim);
     rotate(dqkv.f32(), cos.f32(), sin.f32(), g, interleaved, position_offset, -1.0f);
 }
 

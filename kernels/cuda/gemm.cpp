@@ -26,21 +26,12 @@ cublasComputeType_t compute_type(const TensorView& a, const TensorView& b) {
     return f32 && allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
 }
 
-void check_device_matrix(const char* op, const char* name, const TensorView& t) {
-    MWB_CHECK(!t.empty() && t.device == Device::CUDA && t.ndim >= 2, "{}: {} must be a CUDA matrix, got {}", op, name,
-              t.describe());
-}
-
 /// C (M, N) = alpha·op(A)·op(B) + beta·C, row-major: the column-major call computes Cᵀ = op(B)ᵀ·op(A)ᵀ.
 void gemm_rowmajor(cudaStream_t stream, const char* op, TensorView c, TensorView a, TensorView b, bool trans_a,
                    bool trans_b, float alpha, float beta) {
-    check_device_matrix(op, "c", c);
-    check_device_matrix(op, "a", a);
-    check_device_matrix(op, "b", b);
     const int64_t M = trans_a ? a.cols() : a.rows(), K = trans_a ? a.rows() : a.cols();
-    const int64_t KB = trans_b ? b.cols() : b.rows(), N = trans_b ? b.rows() : b.cols();
-    MWB_CHECK(K == KB && c.rows() == M && c.cols() == N, "{}: c={} a={}{} b={}{} do not multiply", op, c.describe(),
-              a.describe(), trans_a ? "ᵀ" : "", b.describe(), trans_b ? "ᵀ" : "");
+    const int64_t N = trans_b ? b.rows() : b.cols();  // shapes: checked by the dispatcher
+    // After gemm_input's bf16 conversions both operands must share a dtype (cuBLAS's limit).
     MWB_CHECK(a.dtype == b.dtype, "{}: a={} and b={} must have one dtype", op, a.describe(), b.describe());
     if (M == 0 || N == 0) return;
     // cuBLAS wants leading dimensions >= 1 even when K == 0 (then C = beta·C, as on the CPU).
@@ -124,7 +115,6 @@ bool linear_forward_lt(cudaStream_t stream, TensorView y, TensorView x, TensorVi
 /// scratch `slot` (same shape), else the tensor itself.
 TensorView gemm_input(const OpContext& ctx, const TensorView& t, int slot) {
     if (ctx.gemm_inputs != DType::BF16 || t.dtype != DType::F32 || t.empty()) return t;
-    MWB_CHECK(t.device == Device::CUDA, "GEMM input {} must be on the GPU", t.describe());
     TensorView v = t;
     v.dtype = DType::BF16;
     v.data = scratch(slot, t.numel() * 2);
@@ -141,20 +131,14 @@ void matmul(OpContext& ctx, TensorView c, TensorView a, TensorView b, bool trans
 }
 
 void linear_forward(OpContext& ctx, TensorView y, TensorView x_in, TensorView w_in, TensorView bias) {
-    MWB_CHECK(x_in.cols() == w_in.cols() && y.rows() == x_in.rows() && y.cols() == w_in.rows() &&
-                  (bias.empty() || bias.numel() == w_in.rows()),
-              "linear_forward: y={} x={} w={} bias={}", y.describe(), x_in.describe(), w_in.describe(),
-              bias.describe());
     const TensorView x = gemm_input(ctx, x_in, 2), w = gemm_input(ctx, w_in, 3);
     if (!bias.empty()) {
-        MWB_CHECK(bias.device == Device::CUDA, "linear_forward: bias {} must be on the GPU", bias.describe());
         // The epilogue reads the bias with vector loads: only fuse a 16-byte-aligned one.
         if (x.rows() > 0 && alignment(bias.data) >= 16 && linear_forward_lt(stream_of(ctx), y, x, w, bias)) return;
     }
     gemm_rowmajor(stream_of(ctx), "linear_forward", y, x, w, false, true, 1.0f, 0.0f);
     if (!bias.empty()) {
         require("linear_forward", "y (with a bias, when cuBLASLt cannot fuse it)", y, DType::F32);
-        require("linear_forward", "bias", bias, DType::F32);
         add_bias_rows(stream_of(ctx), static_cast<float*>(y.data), static_cast<const float*>(bias.data), y.rows(),
                       y.cols());
     }
@@ -172,9 +156,7 @@ void linear_backward(OpContext& ctx, TensorView dx, TensorView dw, TensorView db
         gemm_rowmajor(s, "linear_backward (dw)", dw, gemm_input(ctx, dy, 2), gemm_input(ctx, x, 3), true, false, 1.0f,
                       1.0f);
     if (!dbias.empty()) {
-        require("linear_backward", "dbias", dbias, DType::F32);
         require("linear_backward", "dy (for dbias)", dy, DType::F32);
-        MWB_CHECK(dbias.numel() == dy.cols(), "linear_backward: dbias={} for dy={}", dbias.describe(), dy.describe());
         column_sums_add(s, static_cast<float*>(dbias.data), static_cast<const float*>(dy.data), dy.rows(), dy.cols());
     }
 }

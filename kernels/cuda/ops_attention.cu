@@ -23,28 +23,9 @@ namespace {
 
 using namespace attention;
 
-Geometry geometry(const char* op, const TensorView& qkv, const TensorView& out, const TensorView& lse,
-                  const AttentionParams& p) {
-    require(op, "qkv", qkv, DType::F32);
-    require(op, "out/dout", out, DType::F32);
-    require(op, "probs (log-sum-exp)", lse, DType::F32);
-    MWB_CHECK(p.num_heads > 0 && p.num_query_groups >= 0 && p.num_heads % p.groups() == 0,
-              "{}: num_query_groups {} must divide the {} query heads", op, p.num_query_groups, p.num_heads);
-    const int64_t heads = p.qkv_heads();  // A query + G key + G value heads per position and sequence
-    MWB_CHECK(qkv.ndim == 3 && p.batch > 0 && qkv.dim(1) == p.batch && qkv.dim(2) % heads == 0,
-              "{}: qkv {} must be (S, B={}, (A+2G)·D) with A={} query heads in G={} groups", op, qkv.describe(),
-              p.batch, p.num_heads, p.groups());
-    const Geometry g = make_geometry(qkv.dim(0), qkv.dim(2) / heads, p);
-    MWB_CHECK(out.numel() == g.S * g.B * g.A * g.D, "{}: out {} must be (S={}, B={}, A·D={})", op, out.describe(), g.S,
-              g.B, g.A * g.D);
-    MWB_CHECK(lse.numel() == g.B * g.A * g.S,
-              "{}: on CUDA `probs` {} holds the row log-sum-exps (B={}, A={}, S={}); size it with "
-              "ops::attention_saved_elements", op, lse.describe(), g.B, g.A, g.S);
-    MWB_CHECK(p.head_offset >= 0 && p.head_offset + p.num_heads <= p.total_heads,
-              "{}: heads [{}, {}) outside the layer's {} heads", op, p.head_offset, p.head_offset + p.num_heads,
-              p.total_heads);
-    MWB_CHECK(p.dropout_p >= 0.0f && p.dropout_p < 1.0f, "{}: attention dropout {} must be in [0, 1)", op,
-              p.dropout_p);
+/// The head layout of qkv (the dispatcher checked it against p), and the head dims CUDA has kernels for.
+Geometry geometry(const char* op, const TensorView& qkv, const AttentionParams& p) {
+    const Geometry g = make_geometry(qkv.dim(0), qkv.dim(2) / p.qkv_heads(), p);
     MWB_CHECK(g.D == 16 || g.D == 32 || g.D == 64 || g.D == 80 || g.D == 96 || g.D == 128 || g.D == 160,
               "{}: head dim {} has no CUDA kernel (16, 32, 64, 80, 96, 128 or 160)", op, g.D);
     return g;
@@ -121,7 +102,7 @@ int64_t attention_saved_elements(const AttentionParams& p, int64_t seq_len) {
 
 void attention_forward(OpContext& ctx, TensorView out, TensorView probs, TensorView qkv, TensorView,
                        const AttentionParams& p) {
-    const Geometry g = geometry("attention_forward", qkv, out, probs, p);
+    const Geometry g = geometry("attention_forward", qkv, p);
     if (g.S == 0) return;
     float* o = static_cast<float*>(out.data);
     float* l = static_cast<float*>(probs.data);
@@ -140,14 +121,7 @@ void attention_forward(OpContext& ctx, TensorView out, TensorView probs, TensorV
 
 void attention_backward(OpContext& ctx, TensorView dqkv, TensorView dout, TensorView qkv, TensorView probs,
                         TensorView workspace, const AttentionParams& p) {
-    const Geometry g = geometry("attention_backward", qkv, dout, probs, p);
-    require("attention_backward", "dqkv", dqkv, DType::F32);
-    MWB_CHECK(dqkv.numel() == qkv.numel(), "attention_backward: dqkv {} for qkv {}", dqkv.describe(), qkv.describe());
-    MWB_CHECK(workspace.device == Device::CUDA &&
-                  workspace.numel() * static_cast<int64_t>(dtype_size(workspace.dtype)) >=
-                      attention_workspace_bytes(p, g.S),
-              "attention_backward: workspace {} smaller than the {} bytes needed", workspace.describe(),
-              attention_workspace_bytes(p, g.S));
+    const Geometry g = geometry("attention_backward", qkv, p);
     if (g.S == 0) return;
     float* dx = static_cast<float*>(dqkv.data);
     float* delta = static_cast<float*>(workspace.data);

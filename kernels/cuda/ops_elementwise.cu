@@ -382,15 +382,12 @@ void add_bias_rows(cudaStream_t stream, float* y, const float* bias, int64_t row
 }
 
 void fill(OpContext& ctx, TensorView x, float value) {
-    require("fill", "x", x, DType::F32);
     if (x.numel() == 0) return;
     k_fill<<<blocks_for(x.numel()), kThreads, 0, stream_of(ctx)>>>(mf(x), x.numel(), value);
     launched("fill");
 }
 
 void copy(OpContext& ctx, TensorView dst, TensorView src) {
-    MWB_CHECK(dst.numel() == src.numel(), "copy: {} from {}", dst.describe(), src.describe());
-    MWB_CHECK(!dst.empty() && !src.empty(), "copy: {} from {}", dst.describe(), src.describe());
     const int64_t n = dst.numel();
     if (dst.dtype == src.dtype) {
         // Any direction: device<->device, or to/from host memory (tests and checkpoints).
@@ -412,33 +409,24 @@ void copy(OpContext& ctx, TensorView dst, TensorView src) {
 }
 
 void scale(OpContext& ctx, TensorView x, float alpha) {
-    require("scale", "x", x, DType::F32);
     if (x.numel() == 0) return;
     k_scale<<<blocks_for(x.numel()), kThreads, 0, stream_of(ctx)>>>(mf(x), x.numel(), alpha);
     launched("scale");
 }
 
 void add(OpContext& ctx, TensorView out, TensorView a, TensorView b) {
-    MWB_CHECK(out.numel() == a.numel() && a.numel() == b.numel(), "add: {} = {} + {}", out.describe(), a.describe(),
-              b.describe());
-    require("add", "out", out, DType::F32);
-    require("add", "a", a, DType::F32);
-    require("add", "b", b, DType::F32);
     if (out.numel() == 0) return;
     k_add<<<blocks_for(out.numel()), kThreads, 0, stream_of(ctx)>>>(mf(out), cf(a), cf(b), out.numel());
     launched("add");
 }
 
 void round_to(OpContext& ctx, TensorView x, DType dtype) {
-    require("round_to", "x", x, DType::F32);
     if (dtype == DType::F32 || x.numel() == 0) return;
-    MWB_CHECK(dtype == DType::BF16 || dtype == DType::F16, "round_to: cannot round to {}", dtype_name(dtype));
     k_round<<<blocks_for(x.numel()), kThreads, 0, stream_of(ctx)>>>(mf(x), x.numel(), dtype == DType::BF16);
     launched("round_to");
 }
 
 double sum_squares(OpContext& ctx, TensorView x) {
-    require("sum_squares", "x", x, DType::F32);
     const int64_t n = x.numel();
     if (n == 0) return 0.0;
     const int64_t chunks = (n + kSquaresChunk - 1) / kSquaresChunk;
@@ -456,11 +444,6 @@ double sum_squares(OpContext& ctx, TensorView x) {
 
 void embedding_forward(OpContext& ctx, TensorView out, TensorView ids, TensorView table, int64_t vocab_start) {
     const int64_t rows = ids.numel(), h = table.dim(1);
-    MWB_CHECK(table.ndim == 2 && out.rows() == rows && out.cols() == h, "embedding_forward: out={} ids={} table={}",
-              out.describe(), ids.describe(), table.describe());
-    require("embedding_forward", "ids", ids, DType::I32);
-    require("embedding_forward", "table", table, DType::F32);
-    require("embedding_forward", "out", out, DType::F32);
     if (rows * h == 0) return;
     k_embedding_fwd<<<blocks_for(rows * h), kThreads, 0, stream_of(ctx)>>>(mf(out), ci(ids), cf(table), rows, h,
                                                                            table.dim(0), vocab_start);
@@ -469,11 +452,6 @@ void embedding_forward(OpContext& ctx, TensorView out, TensorView ids, TensorVie
 
 void embedding_backward(OpContext& ctx, TensorView dtable, TensorView dout, TensorView ids, int64_t vocab_start) {
     const int64_t rows = ids.numel(), h = dtable.dim(1);
-    MWB_CHECK(dtable.ndim == 2 && dout.rows() == rows && dout.cols() == h,
-              "embedding_backward: dtable={} dout={} ids={}", dtable.describe(), dout.describe(), ids.describe());
-    require("embedding_backward", "ids", ids, DType::I32);
-    require("embedding_backward", "dtable", dtable, DType::F32);
-    require("embedding_backward", "dout", dout, DType::F32);
     if (rows * h == 0) return;
     k_embedding_bwd<<<blocks_for(h, 128), 128, 0, stream_of(ctx)>>>(mf(dtable), cf(dout), ci(ids), rows, h,
                                                                      dtable.dim(0), vocab_start);
@@ -481,12 +459,6 @@ void embedding_backward(OpContext& ctx, TensorView dtable, TensorView dout, Tens
 }
 
 void position_embedding_forward(OpContext& ctx, TensorView out, TensorView wpe, int64_t position_offset) {
-    MWB_CHECK(out.ndim == 3 && wpe.ndim == 2 && wpe.dim(1) == out.dim(2) &&
-                  position_offset + out.dim(0) <= wpe.dim(0) && position_offset >= 0,
-              "position_embedding_forward: out={} (S, B, H) wpe={} offset={}", out.describe(), wpe.describe(),
-              position_offset);
-    require("position_embedding_forward", "out", out, DType::F32);
-    require("position_embedding_forward", "wpe", wpe, DType::F32);
     if (out.numel() == 0) return;
     k_pos_fwd<<<blocks_for(out.numel()), kThreads, 0, stream_of(ctx)>>>(mf(out), cf(wpe), out.dim(0), out.dim(1),
                                                                         out.dim(2), position_offset);
@@ -494,12 +466,6 @@ void position_embedding_forward(OpContext& ctx, TensorView out, TensorView wpe, 
 }
 
 void position_embedding_backward(OpContext& ctx, TensorView dwpe, TensorView dout, int64_t position_offset) {
-    MWB_CHECK(dout.ndim == 3 && dwpe.ndim == 2 && dwpe.dim(1) == dout.dim(2) &&
-                  position_offset + dout.dim(0) <= dwpe.dim(0) && position_offset >= 0,
-              "position_embedding_backward: dout={} (S, B, H) dwpe={} offset={}", dout.describe(), dwpe.describe(),
-              position_offset);
-    require("position_embedding_backward", "dout", dout, DType::F32);
-    require("position_embedding_backward", "dwpe", dwpe, DType::F32);
     if (dout.numel() == 0) return;
     k_pos_bwd<<<blocks_for(dout.dim(0) * dout.dim(2)), kThreads, 0, stream_of(ctx)>>>(
         mf(dwpe), cf(dout), dout.dim(0), dout.dim(1), dout.dim(2), position_offset);
@@ -507,15 +473,6 @@ void position_embedding_backward(OpContext& ctx, TensorView dwpe, TensorView dou
 }
 
 namespace {
-void check_norm(const char* op, const TensorView& x, const TensorView& out, const TensorView& w,
-                const TensorView& stat) {
-    MWB_CHECK(x.numel() == out.numel() && w.numel() == x.cols() && stat.numel() == x.rows(),
-              "{}: x={} out={} w={} stat={}", op, x.describe(), out.describe(), w.describe(), stat.describe());
-    require(op, "x", x, DType::F32);
-    require(op, "out", out, DType::F32);
-    require(op, "w", w, DType::F32);
-    require(op, "stat", stat, DType::F32);
-}
 
 /// dw (+ db when given) += Σ over rows of the norm's parameter gradient, in fixed row chunks.
 void norm_param_grads(cudaStream_t s, float* dw, float* db, const float* dout, const float* x, const float* mean,
@@ -533,11 +490,6 @@ void norm_param_grads(cudaStream_t s, float* dw, float* db, const float* dout, c
 
 void layernorm_forward(OpContext& ctx, TensorView out, TensorView mean, TensorView rstd, TensorView x, TensorView w,
                        TensorView b, float eps) {
-    check_norm("layernorm_forward", x, out, w, rstd);
-    MWB_CHECK(mean.numel() == x.rows() && b.numel() == x.cols(), "layernorm_forward: mean={} b={} for x={}",
-              mean.describe(), b.describe(), x.describe());
-    require("layernorm_forward", "mean", mean, DType::F32);
-    require("layernorm_forward", "b", b, DType::F32);
     if (x.rows() == 0) return;
     k_layernorm_fwd<<<static_cast<unsigned>(x.rows()), kNormThreads, 0, stream_of(ctx)>>>(
         mf(out), mf(mean), mf(rstd), cf(x), cf(w), cf(b), x.cols(), eps);
@@ -546,14 +498,6 @@ void layernorm_forward(OpContext& ctx, TensorView out, TensorView mean, TensorVi
 
 void layernorm_backward(OpContext& ctx, TensorView dx, TensorView dw, TensorView db, TensorView dout, TensorView x,
                         TensorView mean, TensorView rstd, TensorView w, bool accumulate_dx) {
-    check_norm("layernorm_backward", x, dout, w, rstd);
-    MWB_CHECK(dx.numel() == x.numel() && dw.numel() == w.numel() && db.numel() == w.numel() &&
-                  mean.numel() == x.rows(),
-              "layernorm_backward: dx={} dw={} db={} mean={} for x={}", dx.describe(), dw.describe(), db.describe(),
-              mean.describe(), x.describe());
-    require("layernorm_backward", "dx", dx, DType::F32);
-    require("layernorm_backward", "dw", dw, DType::F32);
-    require("layernorm_backward", "db", db, DType::F32);
     if (x.rows() == 0) return;
     // Parameter gradients first (dx may alias dout).
     norm_param_grads(stream_of(ctx), mf(dw), mf(db), cf(dout), cf(x), cf(mean), cf(rstd), x.rows(), x.cols());
@@ -563,7 +507,6 @@ void layernorm_backward(OpContext& ctx, TensorView dx, TensorView dw, TensorView
 }
 
 void rmsnorm_forward(OpContext& ctx, TensorView out, TensorView rstd, TensorView x, TensorView w, float eps) {
-    check_norm("rmsnorm_forward", x, out, w, rstd);
     if (x.rows() == 0) return;
     k_rmsnorm_fwd<<<static_cast<unsigned>(x.rows()), kNormThreads, 0, stream_of(ctx)>>>(mf(out), mf(rstd), cf(x),
                                                                                         cf(w), x.cols(), eps);
@@ -572,11 +515,6 @@ void rmsnorm_forward(OpContext& ctx, TensorView out, TensorView rstd, TensorView
 
 void rmsnorm_backward(OpContext& ctx, TensorView dx, TensorView dw, TensorView dout, TensorView x, TensorView rstd,
                       TensorView w, bool accumulate_dx) {
-    check_norm("rmsnorm_backward", x, dout, w, rstd);
-    MWB_CHECK(dx.numel() == x.numel() && dw.numel() == w.numel(), "rmsnorm_backward: dx={} dw={} for x={}",
-              dx.describe(), dw.describe(), x.describe());
-    require("rmsnorm_backward", "dx", dx, DType::F32);
-    require("rmsnorm_backward", "dw", dw, DType::F32);
     if (x.rows() == 0) return;
     norm_param_grads(stream_of(ctx), mf(dw), nullptr, cf(dout), cf(x), nullptr, cf(rstd), x.rows(), x.cols());
     k_norm_bwd_dx<<<static_cast<unsigned>(x.rows()), kNormThreads, 0, stream_of(ctx)>>>(
@@ -585,20 +523,12 @@ void rmsnorm_backward(OpContext& ctx, TensorView dx, TensorView dw, TensorView d
 }
 
 void gelu_forward(OpContext& ctx, TensorView out, TensorView x) {
-    MWB_CHECK(out.numel() == x.numel(), "gelu_forward: out={} x={}", out.describe(), x.describe());
-    require("gelu_forward", "out", out, DType::F32);
-    require("gelu_forward", "x", x, DType::F32);
     if (x.numel() == 0) return;
     k_gelu_fwd<<<blocks_for(x.numel()), kThreads, 0, stream_of(ctx)>>>(mf(out), cf(x), x.numel());
     launched("gelu_forward");
 }
 
 void gelu_backward(OpContext& ctx, TensorView dx, TensorView dout, TensorView x) {
-    MWB_CHECK(dx.numel() == x.numel() && dout.numel() == x.numel(), "gelu_backward: dx={} dout={} x={}",
-              dx.describe(), dout.describe(), x.describe());
-    require("gelu_backward", "dx", dx, DType::F32);
-    require("gelu_backward", "dout", dout, DType::F32);
-    require("gelu_backward", "x", x, DType::F32);
     if (x.numel() == 0) return;
     k_gelu_bwd<<<blocks_for(x.numel()), kThreads, 0, stream_of(ctx)>>>(mf(dx), cf(dout), cf(x), x.numel());
     launched("gelu_backward");
@@ -607,11 +537,6 @@ void gelu_backward(OpContext& ctx, TensorView dx, TensorView dout, TensorView x)
 namespace {
 void run_dropout(OpContext& ctx, const char* op, TensorView out, const float* base, TensorView x, const float* bias,
                  int64_t cols, float p, RngStream rng, int64_t element_offset) {
-    MWB_CHECK(out.numel() == x.numel(), "{}: out={} x={}", op, out.describe(), x.describe());
-    MWB_CHECK(p >= 0.0f && p < 1.0f, "{}: dropout probability {} must be in [0, 1)", op, p);
-    MWB_CHECK(element_offset >= 0, "{}: element offset {} must be >= 0", op, element_offset);
-    require(op, "out", out, DType::F32);
-    require(op, "x", x, DType::F32);
     const int64_t n = x.numel();
     if (n == 0) return;
     DropoutArgs a{rng, dropout_keep_threshold(p), p < 1.0f ? 1.0f / (1.0f - p) : 0.0f, element_offset, n, p > 0.0f};
@@ -631,35 +556,17 @@ void dropout_backward(OpContext& ctx, TensorView dx, TensorView dout, float p, R
 
 void dropout_add_forward(OpContext& ctx, TensorView out, TensorView residual, TensorView x, float p, RngStream rng,
                          int64_t element_offset) {
-    MWB_CHECK(residual.numel() == x.numel(), "dropout_add_forward: residual={} x={}", residual.describe(),
-              x.describe());
-    require("dropout_add_forward", "residual", residual, DType::F32);
     run_dropout(ctx, "dropout_add_forward", out, cf(residual), x, nullptr, 1, p, rng, element_offset);
 }
 
 void bias_dropout_add_forward(OpContext& ctx, TensorView out, TensorView residual, TensorView x, TensorView bias,
                               float p, RngStream rng, int64_t element_offset) {
-    MWB_CHECK(residual.numel() == x.numel() && bias.numel() == x.cols(),
-              "bias_dropout_add_forward: residual={} x={} bias={} (one per column)", residual.describe(), x.describe(),
-              bias.describe());
-    require("bias_dropout_add_forward", "residual", residual, DType::F32);
-    require("bias_dropout_add_forward", "bias", bias, DType::F32);
     run_dropout(ctx, "bias_dropout_add_forward", out, cf(residual), x, cf(bias), x.cols(), p, rng, element_offset);
 }
 
 void cross_entropy_partials(OpContext& ctx, TensorView row_max, TensorView row_sumexp, TensorView target_logit,
                             TensorView logits, TensorView targets, int64_t vocab_start) {
     const int64_t rows = logits.rows(), v = logits.cols();
-    MWB_CHECK(row_max.numel() == rows && row_sumexp.numel() == rows && target_logit.numel() == rows &&
-                  targets.numel() == rows,
-              "cross_entropy_partials: logits={} targets={} row_max={} row_sumexp={} target_logit={}",
-              logits.describe(), targets.describe(), row_max.describe(), row_sumexp.describe(),
-              target_logit.describe());
-    require("cross_entropy_partials", "logits", logits, DType::F32);
-    require("cross_entropy_partials", "targets", targets, DType::I32);
-    require("cross_entropy_partials", "row_max", row_max, DType::F32);
-    require("cross_entropy_partials", "row_sumexp", row_sumexp, DType::F32);
-    require("cross_entropy_partials", "target_logit", target_logit, DType::F32);
     if (rows == 0) return;
     k_ce_partials<<<static_cast<unsigned>(rows), kCeThreads, 0, stream_of(ctx)>>>(
         mf(row_max), mf(row_sumexp), mf(target_logit), cf(logits), ci(targets), v, vocab_start);
@@ -669,13 +576,6 @@ void cross_entropy_partials(OpContext& ctx, TensorView row_max, TensorView row_s
 void cross_entropy_backward(OpContext& ctx, TensorView logits, TensorView targets, TensorView lse,
                             TensorView row_scale, int64_t vocab_start) {
     const int64_t rows = logits.rows(), v = logits.cols();
-    MWB_CHECK(targets.numel() == rows && lse.numel() == rows && row_scale.numel() == rows,
-              "cross_entropy_backward: logits={} targets={} lse={} row_scale={}", logits.describe(),
-              targets.describe(), lse.describe(), row_scale.describe());
-    require("cross_entropy_backward", "logits", logits, DType::F32);
-    require("cross_entropy_backward", "targets", targets, DType::I32);
-    require("cross_entropy_backward", "lse", lse, DType::F32);
-    require("cross_entropy_backward", "row_scale", row_scale, DType::F32);
     if (rows == 0) return;
     k_ce_backward<<<static_cast<unsigned>(rows), kCeThreads, 0, stream_of(ctx)>>>(mf(logits), ci(targets), cf(lse),
                                                                                   cf(row_scale), v, vocab_start);
@@ -685,16 +585,6 @@ void cross_entropy_backward(OpContext& ctx, TensorView logits, TensorView target
 void adamw_update(OpContext& ctx, TensorView param, TensorView grad, TensorView exp_avg, TensorView exp_avg_sq,
                   const AdamWParams& p, TensorView param_copy, DType copy_dtype) {
     const int64_t n = param.numel();
-    MWB_CHECK(grad.numel() == n && exp_avg.numel() == n && exp_avg_sq.numel() == n &&
-                  (param_copy.empty() || param_copy.numel() == n),
-              "adamw_update: param={} grad={} exp_avg={} exp_avg_sq={} copy={}", param.describe(), grad.describe(),
-              exp_avg.describe(), exp_avg_sq.describe(), param_copy.describe());
-    MWB_CHECK(p.step >= 1, "adamw_update: step {} must be >= 1", p.step);
-    require("adamw_update", "param", param, DType::F32);
-    require("adamw_update", "grad", grad, DType::F32);
-    require("adamw_update", "exp_avg", exp_avg, DType::F32);
-    require("adamw_update", "exp_avg_sq", exp_avg_sq, DType::F32);
-    require("adamw_update", "param_copy", param_copy, DType::F32, true);
     if (n == 0) return;
     // The same host-side constants as the CPU op, so both evaluate one formula.
     const float bc1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(p.beta1), static_cast<double>(p.step)));

@@ -1,0 +1,445 @@
+// The argument checks of every op, in the order of ops.inc: what each op's contract asks of its
+// shapes, dtypes and devices, for both devices. Limits of one device (the head dims CUDA has kernels
+// for, the dtypes a backend's GEMM runs) stay in that backend.
+#include "op_checks.h"
+
+#include "mwb/kernels/error.h"
+
+namespace mwb::ops::check {
+
+// ---- the vocabulary ----------------------------------------------------------------------------------
+
+void Args::reject(const char* arg, const std::string& expected, const std::string& got) const {
+    MWB_FAIL("{}: {} must be {}, got {}", op_, arg, expected, got);
+}
+
+void Args::reject_tensor(const char* arg, const TensorView& t, const char* dtypes, bool device) const {
+    const std::string what = dtypes ? fmt::format("a tensor of dtype {}", dtypes) : std::string("a tensor");
+    reject(arg, fmt::format("{} on the {}{}", what, device_name(device_), device ? " (the context's device)" : ""),
+           t.ndim == 0 ? std::string("none") : t.describe());
+}
+
+const Args& Args::placed(const char* arg, const TensorView& t, const char* dtypes) const {
+    if (t.ndim == 0 || (t.data == nullptr && t.numel() > 0)) [[unlikely]]
+        reject_tensor(arg, t, dtypes, false);
+    if (t.device != device_) [[unlikely]]
+        reject_tensor(arg, t, dtypes, true);
+    return *this;
+}
+
+const Args& Args::tensor(const char* arg, const TensorView& t, DType dtype) const {
+    placed(arg, t, dtype_name(dtype));
+    if (t.dtype != dtype) [[unlikely]]
+        reject_tensor(arg, t, dtype_name(dtype), false);
+    return *this;
+}
+
+const Args& Args::optional(const char* arg, const TensorView& t, DType dtype) const {
+    return t.empty() ? *this : tensor(arg, t, dtype);
+}
+
+const Args& Args::gemm_operand(const char* arg, const TensorView& t) const {
+    constexpr const char* kGemmDtypes = "f32, bf16 or f16";
+    placed(arg, t, kGemmDtypes);
+    if (t.dtype == DType::I32) [[unlikely]]
+        reject_tensor(arg, t, kGemmDtypes, false);
+    return *this;
+}
+
+const Args& Args::dims(const char* arg, const TensorView& t, int ndim) const {
+    shape(t.ndim == ndim, arg, t, "{}-dimensional", ndim);
+    return *this;
+}
+
+namespace {
+
+constexpr DType F32 = DType::F32;
+constexpr DType I32 = DType::I32;
+
+/// `t` holds `n` elements (`what` says why, for the message).
+void elements(const Args& c, const char* arg, const TensorView& t, int64_t n, const char* what) {
+    c.shape(t.numel() == n, arg, t, "{} elements ({})", n, what);
+}
+
+/// S and D of qkv (S, B, G·(A/G + 2)·D) and the head layout of `p`, shared by RoPE and attention.
+struct Heads {
+    int64_t S, D;
+};
+
+Heads heads_of(const Args& c, const char* arg, const TensorView& qkv, const AttentionParams& p) {
+    c.value(p.num_heads > 0, "p.num_heads", p.num_heads, "> 0");
+    c.value(p.num_query_groups >= 0 && p.num_heads % p.groups() == 0, "p.num_query_groups", p.num_query_groups,
+            "0 or a divisor of the {} query heads", p.num_heads);
+    c.value(p.batch > 0, "p.batch", p.batch, "> 0");
+    c.shape(qkv.ndim == 3 && qkv.dim(1) == p.batch && qkv.dim(2) % p.qkv_heads() == 0, arg, qkv,
+            "(S, B={}, G·(A/G+2)·D) with A={} query heads in G={} groups", p.batch, p.num_heads, p.groups());
+    return {qkv.dim(0), qkv.dim(2) / p.qkv_heads()};
+}
+
+void rope(const Args& c, const char* arg, const TensorView& qkv, const TensorView& cos, const TensorView& sin,
+          const AttentionParams& p, int rotary_dim, int64_t position_offset) {
+    c.tensor(arg, qkv, F32).tensor("cos", cos, F32).tensor("sin", sin, F32);
+    const Heads h = heads_of(c, arg, qkv, p);
+    c.value(rotary_dim > 0 && rotary_dim % 2 == 0 && rotary_dim <= h.D, "rotary_dim", rotary_dim,
+            "even and in (0, head dim {}]", h.D);
+    c.shape(cos.ndim == 2 && cos.dim(1) == rotary_dim / 2, "cos", cos, "(P, rotary_dim/2={})", rotary_dim / 2);
+    c.shape(sin.ndim == 2 && sin.dim(1) == rotary_dim / 2 && sin.dim(0) == cos.dim(0), "sin", sin,
+            "(P={}, rotary_dim/2={}) as cos", cos.dim(0), rotary_dim / 2);
+    c.value(position_offset >= 0 && position_offset + h.S <= cos.dim(0), "position_offset", position_offset,
+            ">= 0 with positions [offset, offset + S={}) inside the {} rows of cos and sin", h.S, cos.dim(0));
+}
+
+void dropout_p(const Args& c, float p) {
+    c.value(p >= 0.0f && p < 1.0f, "p", p, "a dropout probability in [0, 1)");
+}
+
+void dropout_offset(const Args& c, int64_t element_offset) {
+    c.value(element_offset >= 0, "element_offset", element_offset, ">= 0");
+}
+
+/// out and x of one size (x's element count).
+void same_size(const Args& c, const char* out_arg, const TensorView& out, const char* x_arg, const TensorView& x) {
+    c.shape(out.numel() == x.numel(), out_arg, out, "of {}'s size ({} elements)", x_arg, x.numel());
+}
+
+/// The attention tensors both directions share: qkv, out/dout, probs, workspace and the head range.
+int64_t attention(const Args& c, const char* out_arg, const TensorView& out, const TensorView& probs,
+                  const TensorView& qkv, const TensorView& workspace, const AttentionParams& p) {
+    c.tensor("qkv", qkv, F32).tensor(out_arg, out, F32).tensor("probs", probs, F32);
+    c.placed("workspace", workspace);
+    const Heads h = heads_of(c, "qkv", qkv, p);
+    c.shape(out.numel() == h.S * p.batch * p.num_heads * h.D, out_arg, out, "(S={}, B={}, A·D={})", h.S, p.batch,
+            p.num_heads * h.D);
+    const int64_t saved = attention_saved_elements(c.device(), p, h.S);
+    c.shape(probs.numel() == saved, "probs", probs, "{} elements on the {} (ops::attention_saved_elements)", saved,
+            device_name(c.device()));
+    const int64_t need = attention_workspace_bytes(c.device(), p, h.S, num_threads());
+    c.shape(workspace.numel() * static_cast<int64_t>(dtype_size(workspace.dtype)) >= need, "workspace", workspace,
+            "at least {} bytes (ops::attention_workspace_bytes for {} threads)", need, num_threads());
+    c.value(p.head_offset >= 0 && p.head_offset + p.num_heads <= p.total_heads, "p.head_offset", p.head_offset,
+            ">= 0 with heads [offset, offset + {}) inside the layer's {} heads", p.num_heads, p.total_heads);
+    c.value(p.dropout_p >= 0.0f && p.dropout_p < 1.0f, "p.dropout_p", p.dropout_p, "in [0, 1)");
+    return h.S;
+}
+
+}  // namespace
+
+// ---- elementwise and reductions -------------------------------------------------------------------
+
+void fill(OpContext& ctx, TensorView x, float) {
+    Args("fill", ctx).tensor("x", x, F32);
+}
+
+void copy(OpContext& ctx, TensorView dst, TensorView src) {
+    // On a CUDA context either side may be host memory: the copy is then an upload or a download.
+    const Args c("copy", ctx);
+    for (const auto& [arg, t] : {std::pair{"dst", dst}, std::pair{"src", src}}) {
+        const bool given = t.ndim > 0 && (t.data != nullptr || t.numel() == 0);
+        c.shape(given && (t.device == ctx.device || t.device == Device::CPU), arg, t, "a tensor on the {}{}",
+                device_name(ctx.device), ctx.device == Device::CPU ? "" : " or the host");
+    }
+    same_size(c, "dst", dst, "src", src);
+    // Same dtype, or the f32 <-> bf16 conversions; a mismatch blames the side that is neither.
+    const auto convertible = [](DType t) { return t == DType::F32 || t == DType::BF16; };
+    if (dst.dtype != src.dtype && !(convertible(dst.dtype) && convertible(src.dtype))) {
+        const bool blame_dst = !convertible(dst.dtype);
+        const TensorView& other = blame_dst ? src : dst;
+        c.shape(false, blame_dst ? "dst" : "src", blame_dst ? dst : src, "of {}'s dtype {} (or f32 <-> bf16)",
+                blame_dst ? "src" : "dst", dtype_name(other.dtype));
+    }
+}
+
+void scale(OpContext& ctx, TensorView x, float) {
+    Args("scale", ctx).tensor("x", x, F32);
+}
+
+void add(OpContext& ctx, TensorView out, TensorView a, TensorView b) {
+    const Args c("add", ctx);
+    c.tensor("out", out, F32).tensor("a", a, F32).tensor("b", b, F32);
+    same_size(c, "a", a, "out", out);
+    same_size(c, "b", b, "out", out);
+}
+
+void round_to(OpContext& ctx, TensorView x, DType dtype) {
+    const Args c("round_to", ctx);
+    c.tensor("x", x, F32);
+    c.value(dtype != DType::I32, "dtype", dtype_name(dtype), "f32, bf16 or f16");
+}
+
+void sum_squares(OpContext& ctx, TensorView x) {
+    Args("sum_squares", ctx).tensor("x", x, F32);
+}
+
+// ---- GEMM ------------------------------------------------------------------------------------------
+
+void matmul(OpContext& ctx, TensorView c, TensorView a, TensorView b, bool trans_a, bool trans_b, float, float) {
+    const Args k("matmul", ctx);
+    k.gemm_operand("c", c).gemm_operand("a", a).gemm_operand("b", b);
+    k.dims("c", c, 2).dims("a", a, 2).dims("b", b, 2);
+    const int64_t m = trans_a ? a.dim(1) : a.dim(0), inner = trans_a ? a.dim(0) : a.dim(1);
+    const int64_t b_inner = trans_b ? b.dim(1) : b.dim(0), n = trans_b ? b.dim(0) : b.dim(1);
+    k.shape(b_inner == inner, "b", b, "{} to multiply op(a) ({}, {})", trans_b ? "(n, inner)" : "(inner, n)", m, inner);
+    k.shape(c.dim(0) == m && c.dim(1) == n, "c", c, "({}, {}) = op(a)·op(b)", m, n);
+}
+
+// ---- linear layer ------------------------------------------------------------------------------------
+
+namespace {
+/// x (N, in), w (out, in): returns out.
+int64_t linear_weight(const Args& c, const TensorView& x, const TensorView& w) {
+    c.gemm_operand("x", x).gemm_operand("w", w).dims("w", w, 2);
+    c.shape(w.dim(1) == x.cols(), "w", w, "(out, in={}) for x {}", x.cols(), x.describe());
+    return w.dim(0);
+}
+}  // namespace
+
+void linear_forward(OpContext& ctx, TensorView y, TensorView x, TensorView w, TensorView bias) {
+    const Args c("linear_forward", ctx);
+    const int64_t out = linear_weight(c, x, w);
+    c.gemm_operand("y", y).optional("bias", bias, F32);
+    c.shape(y.rows() == x.rows() && y.cols() == out, "y", y, "(N={}, out={})", x.rows(), out);
+    if (!bias.empty()) elements(c, "bias", bias, out, "one per output");
+}
+
+void linear_backward(OpContext& ctx, TensorView dx, TensorView dw, TensorView dbias, TensorView dy, TensorView x,
+                     TensorView w, bool) {
+    const Args c("linear_backward", ctx);
+    const int64_t out = linear_weight(c, x, w);
+    c.gemm_operand("dy", dy).gemm_operand("dw", dw).optional("dbias", dbias, F32);
+    c.shape(dy.rows() == x.rows() && dy.cols() == out, "dy", dy, "(N={}, out={})", x.rows(), out);
+    c.shape(same_shape(dw, w), "dw", dw, "w's shape {}", w.describe());
+    if (!dx.empty()) {
+        c.gemm_operand("dx", dx);
+        same_size(c, "dx", dx, "x", x);
+    }
+    if (!dbias.empty()) elements(c, "dbias", dbias, out, "one per output");
+}
+
+// ---- embeddings --------------------------------------------------------------------------------------
+
+namespace {
+void embedding(const Args& c, const char* rows_arg, const TensorView& rows, const TensorView& ids,
+               const char* table_arg, const TensorView& table) {
+    c.tensor(rows_arg, rows, F32).tensor("ids", ids, I32).tensor(table_arg, table, F32).dims(table_arg, table, 2);
+    c.shape(rows.rows() == ids.numel() && rows.cols() == table.dim(1), rows_arg, rows, "(N={} ids, H={})", ids.numel(),
+            table.dim(1));
+}
+
+void position_embedding(const Args& c, const char* rows_arg, const TensorView& rows, const char* table_arg,
+                        const TensorView& table, int64_t position_offset) {
+    c.tensor(rows_arg, rows, F32).tensor(table_arg, table, F32).dims(rows_arg, rows, 3).dims(table_arg, table, 2);
+    c.shape(table.dim(1) == rows.dim(2), table_arg, table, "(P, H={})", rows.dim(2));
+    c.value(position_offset >= 0 && position_offset + rows.dim(0) <= table.dim(0), "position_offset", position_offset,
+            ">= 0 with positions [offset, offset + S={}) inside the {} rows of {}", rows.dim(0), table.dim(0),
+            table_arg);
+}
+}  // namespace
+
+void embedding_forward(OpContext& ctx, TensorView out, TensorView ids, TensorView table, int64_t) {
+    embedding(Args("embedding_forward", ctx), "out", out, ids, "table", table);
+}
+
+void embedding_backward(OpContext& ctx, TensorView dtable, TensorView dout, TensorView ids, int64_t) {
+    embedding(Args("embedding_backward", ctx), "dout", dout, ids, "dtable", dtable);
+}
+
+void position_embedding_forward(OpContext& ctx, TensorView out, TensorView wpe, int64_t position_offset) {
+    position_embedding(Args("position_embedding_forward", ctx), "out", out, "wpe", wpe, position_offset);
+}
+
+void position_embedding_backward(OpContext& ctx, TensorView dwpe, TensorView dout, int64_t position_offset) {
+    position_embedding(Args("position_embedding_backward", ctx), "dout", dout, "dwpe", dwpe, position_offset);
+}
+
+// ---- normalisation -----------------------------------------------------------------------------------
+
+namespace {
+/// x (N, H), a tensor of x's size, w (H) and a per-row statistic (N).
+void norm(const Args& c, const TensorView& x, const char* like_x_arg, const TensorView& like_x, const TensorView& w,
+          const char* stat_arg, const TensorView& stat) {
+    c.tensor("x", x, F32).tensor(like_x_arg, like_x, F32).tensor("w", w, F32).tensor(stat_arg, stat, F32);
+    same_size(c, like_x_arg, like_x, "x", x);
+    elements(c, "w", w, x.cols(), "one per column of x");
+    elements(c, stat_arg, stat, x.rows(), "one per row of x");
+}
+}  // namespace
+
+void layernorm_forward(OpContext& ctx, TensorView out, TensorView mean, TensorView rstd, TensorView x, TensorView w,
+                       TensorView b, float) {
+    const Args c("layernorm_forward", ctx);
+    norm(c, x, "out", out, w, "rstd", rstd);
+    c.tensor("mean", mean, F32).tensor("b", b, F32);
+    elements(c, "mean", mean, x.rows(), "one per row of x");
+    elements(c, "b", b, x.cols(), "one per column of x");
+}
+
+void layernorm_backward(OpContext& ctx, TensorView dx, TensorView dw, TensorView db, TensorView dout, TensorView x,
+                        TensorView mean, TensorView rstd, TensorView w, bool) {
+    const Args c("layernorm_backward", ctx);
+    norm(c, x, "dout", dout, w, "rstd", rstd);
+    c.tensor("dx", dx, F32).tensor("dw", dw, F32).tensor("db", db, F32).tensor("mean", mean, F32);
+    same_size(c, "dx", dx, "x", x);
+    same_size(c, "dw", dw, "w", w);
+    same_size(c, "db", db, "w", w);
+    elements(c, "mean", mean, x.rows(), "one per row of x");
+}
+
+void rmsnorm_forward(OpContext& ctx, TensorView out, TensorView rstd, TensorView x, TensorView w, float) {
+    norm(Args("rmsnorm_forward", ctx), x, "out", out, w, "rstd", rstd);
+}
+
+void rmsnorm_backward(OpContext& ctx, TensorView dx, TensorView dw, TensorView dout, TensorView x, TensorView rstd,
+                      TensorView w, bool) {
+    const Args c("rmsnorm_backward", ctx);
+    norm(c, x, "dout", dout, w, "rstd", rstd);
+    c.tensor("dx", dx, F32).tensor("dw", dw, F32);
+    same_size(c, "dx", dx, "x", x);
+    same_size(c, "dw", dw, "w", w);
+}
+
+// ---- activation ---------------------------------------------------------------------------------------
+
+namespace {
+/// x (N, 2F) = [gate | up] per row and an (N, F) tensor beside it.
+void swiglu(const Args& c, const TensorView& x, const char* half_arg, const TensorView& half) {
+    c.tensor("x", x, F32).tensor(half_arg, half, F32);
+    c.shape(x.cols() % 2 == 0, "x", x, "(N, 2F): [gate | up] per row");
+    c.shape(half.rows() == x.rows() && half.cols() == x.cols() / 2, half_arg, half, "(N={}, F={}) for x {}", x.rows(),
+            x.cols() / 2, x.describe());
+}
+}  // namespace
+
+void gelu_forward(OpContext& ctx, TensorView out, TensorView x) {
+    const Args c("gelu_forward", ctx);
+    c.tensor("out", out, F32).tensor("x", x, F32);
+    same_size(c, "out", out, "x", x);
+}
+
+void gelu_backward(OpContext& ctx, TensorView dx, TensorView dout, TensorView x) {
+    const Args c("gelu_backward", ctx);
+    c.tensor("dx", dx, F32).tensor("dout", dout, F32).tensor("x", x, F32);
+    same_size(c, "dx", dx, "x", x);
+    same_size(c, "dout", dout, "x", x);
+}
+
+void swiglu_forward(OpContext& ctx, TensorView out, TensorView x) {
+    swiglu(Args("swiglu_forward", ctx), x, "out", out);
+}
+
+void swiglu_backward(OpContext& ctx, TensorView dx, TensorView dout, TensorView x) {
+    const Args c("swiglu_backward", ctx);
+    swiglu(c, x, "dout", dout);
+    c.tensor("dx", dx, F32);
+    same_size(c, "dx", dx, "x", x);
+}
+
+// ---- rotary position embedding -----------------------------------------------------------------------
+
+void rope_forward(OpContext& ctx, TensorView qkv, TensorView cos, TensorView sin, const AttentionParams& p,
+                  int rotary_dim, bool, int64_t position_offset) {
+    rope(Args("rope_forward", ctx), "qkv", qkv, cos, sin, p, rotary_dim, position_offset);
+}
+
+void rope_backward(OpContext& ctx, TensorView dqkv, TensorView cos, TensorView sin, const AttentionParams& p,
+                   int rotary_dim, bool, int64_t position_offset) {
+    rope(Args("rope_backward", ctx), "dqkv", dqkv, cos, sin, p, rotary_dim, position_offset);
+}
+
+// ---- dropout and residual ----------------------------------------------------------------------------
+
+void dropout_forward(OpContext& ctx, TensorView out, TensorView x, float p, RngStream, int64_t element_offset) {
+    const Args c("dropout_forward", ctx);
+    c.tensor("out", out, F32).tensor("x", x, F32);
+    same_size(c, "out", out, "x", x);
+    dropout_p(c, p);
+    dropout_offset(c, element_offset);
+}
+
+void dropout_backward(OpContext& ctx, TensorView dx, TensorView dout, float p, RngStream, int64_t element_offset) {
+    const Args c("dropout_backward", ctx);
+    c.tensor("dx", dx, F32).tensor("dout", dout, F32);
+    same_size(c, "dx", dx, "dout", dout);
+    dropout_p(c, p);
+    dropout_offset(c, element_offset);
+}
+
+void dropout_add_forward(OpContext& ctx, TensorView out, TensorView residual, TensorView x, float p, RngStream,
+                         int64_t element_offset) {
+    const Args c("dropout_add_forward", ctx);
+    c.tensor("out", out, F32).tensor("residual", residual, F32).tensor("x", x, F32);
+    same_size(c, "out", out, "x", x);
+    same_size(c, "residual", residual, "x", x);
+    dropout_p(c, p);
+    dropout_offset(c, element_offset);
+}
+
+void bias_dropout_add_forward(OpContext& ctx, TensorView out, TensorView residual, TensorView x, TensorView bias,
+                              float p, RngStream, int64_t element_offset) {
+    const Args c("bias_dropout_add_forward", ctx);
+    c.tensor("out", out, F32).tensor("residual", residual, F32).tensor("x", x, F32).tensor("bias", bias, F32);
+    same_size(c, "out", out, "x", x);
+    same_size(c, "residual", residual, "x", x);
+    elements(c, "bias", bias, x.cols(), "one per column of x");
+    dropout_p(c, p);
+    dropout_offset(c, element_offset);
+}
+
+// ---- attention ------------------------------------------------------------------------------------------
+
+void attention_forward(OpContext& ctx, TensorView out, TensorView probs, TensorView qkv, TensorView workspace,
+                       const AttentionParams& p) {
+    attention(Args("attention_forward", ctx), "out", out, probs, qkv, workspace, p);
+}
+
+void attention_backward(OpContext& ctx, TensorView dqkv, TensorView dout, TensorView qkv, TensorView probs,
+                        TensorView workspace, const AttentionParams& p) {
+    const Args c("attention_backward", ctx);
+    attention(c, "dout", dout, probs, qkv, workspace, p);
+    c.tensor("dqkv", dqkv, F32);
+    same_size(c, "dqkv", dqkv, "qkv", qkv);
+}
+
+// ---- softmax + cross-entropy ----------------------------------------------------------------------------
+
+void cross_entropy_partials(OpContext& ctx, TensorView row_max, TensorView row_sumexp, TensorView target_logit,
+                            TensorView logits, TensorView targets, int64_t) {
+    const Args c("cross_entropy_partials", ctx);
+    c.tensor("logits", logits, F32).tensor("targets", targets, I32);
+    const int64_t rows = logits.rows();
+    elements(c, "targets", targets, rows, "one per row of logits");
+    for (const auto& [arg, t] : {std::pair{"row_max", row_max}, std::pair{"row_sumexp", row_sumexp},
+                                 std::pair{"target_logit", target_logit}}) {
+        c.tensor(arg, t, F32);
+        elements(c, arg, t, rows, "one per row of logits");
+    }
+}
+
+void cross_entropy_backward(OpContext& ctx, TensorView logits, TensorView targets, TensorView lse, TensorView row_scale,
+                            int64_t) {
+    const Args c("cross_entropy_backward", ctx);
+    c.tensor("logits", logits, F32).tensor("targets", targets, I32).tensor("lse", lse, F32);
+    c.tensor("row_scale", row_scale, F32);
+    const int64_t rows = logits.rows();
+    elements(c, "targets", targets, rows, "one per row of logits");
+    elements(c, "lse", lse, rows, "one per row of logits");
+    elements(c, "row_scale", row_scale, rows, "one per row of logits");
+}
+
+// ---- optimizer ------------------------------------------------------------------------------------------
+
+void adamw_update(OpContext& ctx, TensorView param, TensorView grad, TensorView exp_avg, TensorView exp_avg_sq,
+                  const AdamWParams& p, TensorView param_copy, DType copy_dtype) {
+    const Args c("adamw_update", ctx);
+    c.tensor("param", param, F32);
+    for (const auto& [arg, t] :
+         {std::pair{"grad", grad}, std::pair{"exp_avg", exp_avg}, std::pair{"exp_avg_sq", exp_avg_sq}}) {
+        c.tensor(arg, t, F32);
+        same_size(c, arg, t, "param", param);
+    }
+    c.optional("param_copy", param_copy, F32);
+    if (!param_copy.empty()) same_size(c, "param_copy", param_copy, "param", param);
+    c.value(copy_dtype != DType::I32, "copy_dtype", dtype_name(copy_dtype), "f32, bf16 or f16");
+    c.value(p.step >= 1, "p.step", p.step, ">= 1 (1-based, for the bias correction)");
+}
+
+}  // namespace mwb::ops::check
