@@ -56,6 +56,8 @@ void cross_entropy_partials(OpContext& ctx, TensorView row_max, TensorView row_s
                             TensorView logits, TensorView targets, int64_t vocab_start);
 void cross_entropy_backward(OpContext& ctx, TensorView logits, TensorView targets, TensorView lse,
                             TensorView row_scale, int64_t vocab_start);
+void cross_entropy_fused(OpContext& ctx, TensorView lse, TensorView target_logit, TensorView logits, TensorView targets,
+                         TensorView row_scale);
 
 void adamw_update(OpContext& ctx, TensorView param, TensorView grad, TensorView exp_avg, TensorView exp_avg_sq,
                   const AdamWParams& p, TensorView param_copy, DType copy_dtype);

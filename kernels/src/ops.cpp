@@ -158,6 +158,12 @@ void cross_entropy_backward(OpContext& ctx, TensorView logits, TensorView target
                             TensorView row_scale, int64_t vocab_start) {
     MWB_DISPATCH(cross_entropy_backward, ctx, logits, targets, lse, row_scale, vocab_start);
 }
+void cross_entropy_fused(OpContext& ctx, TensorView lse, TensorView target_logit, TensorView logits,
+                         TensorView targets, TensorView row_scale) {
+    MWB_CHECK(ctx.device == Device::CPU,
+              "cross_entropy_fused: CPU only (GPUs run cross_entropy_partials and cross_entropy_backward)");
+    cpu::cross_entropy_fused(ctx, lse, target_logit, logits, targets, row_scale);
+}
 
 void adamw_update(OpContext& ctx, TensorView param, TensorView grad, TensorView exp_avg, TensorView exp_avg_sq,
                   const AdamWParams& p, TensorView param_copy, DType copy_dtype) {
