@@ -363,7 +363,7 @@ private:
         const auto t0 = Clock::now();
         const auto comm_before = par_.stats();
         const int64_t it = iteration_ + 1;
-        model_.zero_grads();
+        if (!grads_zeroed_) model_.zero_grads();
         // The global batch of this iteration (rampup_batch_size / step_batch_size_schedule change the
         // number of micro-batches, as Megatron-LM's num-microbatches calculator does).
         const int64_t batch = global_batch_size_at(cfg_, consumed_samples_);
@@ -384,7 +384,8 @@ private:
         // the learning rate (and weight decay) where it was.
         const double lr = schedule_.lr(static_cast<double>(scheduled_samples_));
         optimizer_->set_weight_decay(schedule_.weight_decay(static_cast<double>(scheduled_samples_)));
-        const StepResult step = optimizer_->step(lr, loss_scale);
+        const StepResult step = optimizer_->step(lr, loss_scale, /*zero_grads=*/true);
+        grads_zeroed_ = step.grads_zeroed;
         if (!step.skipped) scheduled_samples_ += batch;
         scaler_.update(step.skipped);
         interval_optimizer_s_ += seconds_since(t_opt);
@@ -860,6 +861,7 @@ private:
     int64_t last_batch_ = 0, interval_samples_ = 0;
     Clock::time_point train_start_ = Clock::now();
     int nonfinite_in_a_row_ = 0;
+    bool grads_zeroed_ = false;  // the last update zeroed the gradients as it read them
     bool checkpointed_ = false, iteration_logged_ = false, paused_ = false, stop_requested_ = false;
     double last_lr_ = 0, last_grad_norm_ = 0, last_loss_scale_ = 1;
     double interval_loss_ = 0, interval_time_ = 0;
