@@ -262,7 +262,7 @@ double GptModel::head(ModelRuntime& rt, const MicroState& st, const Buffer& fina
     const TensorView sv = stats.view();
     const TensorView row_scale = slice_1d(sv, 3 * N, N), lse_view = slice_1d(sv, 0, N);
     // With the whole vocabulary on a CPU, the gradient is written in the same pass over the logits
-    // (the CPU's cost is that memory pass; the same bits as the two ops).
+    // (the CPU's cost is that memory pass and the exps; the loss has the same bits as the two ops).
     const bool fused = !d.empty() && tp_.size() == 1 && sv.device == Device::CPU;
     if (fused) {
         ops::fill(ctx_, row_scale, grad_scale / static_cast<float>(N));

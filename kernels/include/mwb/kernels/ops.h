@@ -186,9 +186,9 @@ void cross_entropy_backward(OpContext& ctx, TensorView logits, TensorView target
                             TensorView row_scale, int64_t vocab_start);
 /// Both of the above for an unsharded vocabulary (logits (N, V) hold every word), in one pass over
 /// each row while it is in cache: lse[n] and target_logit[n] as the partials combine to, and the
-/// logits become dlogits, bit for bit as cross_entropy_partials + cross_entropy_backward give. Every
-/// target must lie in [0, V). CPU only (the memory pass it saves is the CPU's bottleneck); GPUs
-/// run the two ops.
+/// logits become dlogits as cross_entropy_backward gives them (to rounding: the softmax is
+/// exp(logit - max)/Σ here, one exp per logit). Every target must lie in [0, V). CPU only (the
+/// memory pass and the exps it saves are the CPU's bottleneck); GPUs run the two ops.
 void cross_entropy_fused(OpContext& ctx, TensorView lse, TensorView target_logit, TensorView logits,
                          TensorView targets, TensorView row_scale);
 
