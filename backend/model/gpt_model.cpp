@@ -261,8 +261,16 @@ double GptModel::head(ModelRuntime& rt, const MicroState& st, const Buffer& fina
     Buffer stats = rt.workspace(4 * N);
     const TensorView sv = stats.view();
     const TensorView row_scale = slice_1d(sv, 3 * N, N), lse_view = slice_1d(sv, 0, N);
-    ops::cross_entropy_partials(ctx_, lse_view, slice_1d(sv, N, N), slice_1d(sv, 2 * N, N), lg, st.targets.view(),
-                                vocab_start_);
+    // With the whole vocabulary on a CPU, the gradient is written in the same pass over the logits
+    // (the CPU's cost is that memory pass and the exps; the loss has the same bits as the two ops).
+    const bool fused = !d.empty() && tp_.size() == 1 && sv.device == Device::CPU;
+    if (fused) {
+        ops::fill(ctx_, row_scale, grad_scale / static_cast<float>(N));
+        ops::cross_entropy_fused(ctx_, lse_view, slice_1d(sv, 2 * N, N), lg, st.targets.view(), row_scale);
+    } else {
+        ops::cross_entropy_partials(ctx_, lse_view, slice_1d(sv, N, N), slice_1d(sv, 2 * N, N), lg, st.targets.view(),
+                                    vocab_start_);
+    }
     // The per-row combination below runs on the host: on a GPU the 3·N statistics come down first
     // and the log-sum-exps go back up.
     const bool on_device = sv.device != Device::CPU;
@@ -283,15 +291,16 @@ double GptModel::head(ModelRuntime& rt, const MicroState& st, const Buffer& fina
     }
     double loss_sum = 0;  // summed in row order: the same for any thread count
     for (int64_t n = 0; n < N; ++n) {
-        row_max[n] = row_max[n] + std::log(row_sum[n]);  // now the log-sum-exp
+        if (!fused) row_max[n] = row_max[n] + std::log(row_sum[n]);  // now the log-sum-exp
         loss_sum += static_cast<double>(row_max[n]) - static_cast<double>(target_logit[n]);
     }
     const double loss = loss_sum / static_cast<double>(N);
     if (d.empty()) return loss;
-    if (on_device) device::copy_to_device(sv.data, row_max, N * 4);
-
-    ops::fill(ctx_, row_scale, grad_scale / static_cast<float>(N));
-    ops::cross_entropy_backward(ctx_, lg, st.targets.view(), lse_view, row_scale, vocab_start_);
+    if (!fused) {
+        if (on_device) device::copy_to_device(sv.data, row_max, N * 4);
+        ops::fill(ctx_, row_scale, grad_scale / static_cast<float>(N));
+        ops::cross_entropy_backward(ctx_, lg, st.targets.view(), lse_view, row_scale, vocab_start_);
+    }
     rt.store(lg);
     Buffer grad_ln = rt.workspace(N * H);
     const TensorView dln = grad_ln.view({N, H});

@@ -48,7 +48,7 @@ bool Optimizer::counted_in_norm(const ParamInfo& p) const {
     return p.split_dim >= 0 || !par_ || par_->coord().tp == 0;
 }
 
-StepResult Optimizer::step(double lr, double loss_scale) {
+StepResult Optimizer::step(double lr, double loss_scale, bool zero_grads) {
     StepResult r;
     double sumsq = 0;
     for_each_in_shard([&](std::size_t i, int64_t first, int64_t count) {
@@ -76,6 +76,8 @@ StepResult Optimizer::step(double lr, double loss_scale) {
     p.eps = eps_;
     p.step = steps_;
     p.grad_scale = static_cast<float>(r.clip_coeff / loss_scale);
+    // Every parameter is in the shard then; the arena's padding between them is never written.
+    p.zero_grad = zero_grads && !distributed();
     const TensorView m = master();
     // Multi-tensor: adjacent parameters with the same decay are updated by one call over their whole
     // range of the arena (one kernel on a GPU instead of one per tensor; elementwise, so the same bits).
@@ -101,6 +103,7 @@ StepResult Optimizer::step(double lr, double loss_scale) {
         run_count += count;
     });
     flush();
+    r.grads_zeroed = p.zero_grad;
     if (distributed()) all_gather_params();
     return r;
 }

@@ -18,6 +18,7 @@ struct StepResult {
     double grad_norm = 0;    ///< global L2 norm of the unscaled gradients (before clipping)
     bool skipped = false;    ///< gradients were not finite: no update
     double clip_coeff = 1;   ///< factor the gradients were multiplied by (1 = not clipped)
+    bool grads_zeroed = false;  ///< the update left every gradient of the arena at 0
 };
 
 class Optimizer {
@@ -31,7 +32,10 @@ public:
               OpContext& ctx, Allocator& alloc, ParallelContext* par, ArenaShard shard);
 
     /// One update with learning rate `lr`; gradients hold loss_scale × the true gradients (reduced).
-    StepResult step(double lr, double loss_scale);
+    /// With `zero_grads` the update also zeroes the gradients it reads, where it reads them all (not
+    /// distributed, not skipped; StepResult::grads_zeroed says so): the caller's next zeroing pass
+    /// over the arena is then not needed.
+    StepResult step(double lr, double loss_scale, bool zero_grads = false);
 
     /// The weight decay of the next steps (Megatron-LM's weight-decay increments move it over training).
     void set_weight_decay(double wd) { weight_decay_ = static_cast<float>(wd); }

@@ -356,7 +356,7 @@ private:
         IntervalStats& interval = log_.stats();
         const auto comm_before = par_.stats();
         const int64_t it = progress_.iteration + 1;
-        model_.zero_grads();
+        if (!grads_zeroed_) model_.zero_grads();
         // The global batch of this iteration (rampup_batch_size / step_batch_size_schedule change the
         // number of micro-batches, as Megatron-LM's num-microbatches calculator does).
         const int64_t batch = global_batch_size_at(cfg_, progress_.consumed_samples);
@@ -377,7 +377,8 @@ private:
         // the learning rate (and weight decay) where it was.
         const double lr = schedule_.lr(static_cast<double>(progress_.scheduled_samples));
         optimizer_->set_weight_decay(schedule_.weight_decay(static_cast<double>(progress_.scheduled_samples)));
-        const StepResult step = optimizer_->step(lr, loss_scale);
+        const StepResult step = optimizer_->step(lr, loss_scale, /*zero_grads=*/true);
+        grads_zeroed_ = step.grads_zeroed;
         if (!step.skipped) progress_.scheduled_samples += batch;
         scaler_.update(step.skipped);
         interval.optimizer_s += seconds_since(t_opt);
@@ -684,6 +685,7 @@ private:
     Progress progress_;
     Clock::time_point train_start_ = Clock::now();
     int nonfinite_in_a_row_ = 0;
+    bool grads_zeroed_ = false;  // the last update zeroed the gradients as it read them
     bool checkpointed_ = false, paused_ = false, stop_requested_ = false;
 };
 

@@ -1,9 +1,11 @@
 // Softmax + cross-entropy over a vocabulary shard. Two passes over each row (max, then Σexp), done
-// while the row sits in cache; backward overwrites the logits with their gradient.
+// while the row sits in cache; backward overwrites the logits with their gradient. With the whole
+// vocabulary in one tensor, the fused op also writes the gradient while the row is still in cache.
 #include "cpu_ops.h"
 #include "vec_math.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace mwb::cpu {
 
@@ -41,6 +43,42 @@ void cross_entropy_backward(OpContext&, TensorView logits, TensorView targets, T
         for (int64_t j = 0; j < v; ++j) row[j] = exp_approx(row[j] - m) * s;
         const int64_t local = static_cast<int64_t>(pt[r]) - vocab_start;
         if (local >= 0 && local < v) row[local] -= s;
+    }
+}
+
+void cross_entropy_fused(OpContext&, TensorView lse, TensorView target_logit, TensorView logits, TensorView targets,
+                         TensorView row_scale) {
+    const int64_t rows = logits.rows(), v = logits.cols();
+    float* pl = logits.f32();
+    const int32_t* pt = targets.i32();
+    const float* pscale = row_scale.f32();
+    float *plse = lse.f32(), *ptl = target_logit.f32();
+    for (int64_t r = 0; r < rows; ++r)  // checked here: an exception must not leave the parallel loop
+        MWB_CHECK(pt[r] >= 0 && pt[r] < v, "cross_entropy_fused: target {} of row {} is outside the vocabulary [0, {})",
+                  pt[r], r, v);
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+        // One row (128 KB at a 32000-word vocabulary) stays in L2 across the three passes, so the
+        // logits are read from memory once instead of twice, and each exp is computed once (the
+        // pass is bound by exp, not memory, then): softmax = exp(logit - max) / Σ, rather than the
+        // two-op path's exp(logit - lse), which is also free of lse's float rounding. The loss
+        // statistics are the partials' arithmetic.
+        float* row = pl + r * v;
+        const int64_t t = pt[r];
+        ptl[r] = row[t];
+        const float mx = max_of(row, v);
+        float sum = 0;
+#pragma omp simd reduction(+ : sum) simdlen(16)
+        for (int64_t j = 0; j < v; ++j) {
+            const float e = exp_approx(row[j] - mx);
+            row[j] = e;
+            sum += e;
+        }
+        const float s = pscale[r], per_exp = s / sum;
+        plse[r] = mx + std::log(sum);
+#pragma omp simd
+        for (int64_t j = 0; j < v; ++j) row[j] *= per_exp;
+        row[t] -= s;
     }
 }
 

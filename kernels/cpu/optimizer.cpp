@@ -10,8 +10,7 @@ namespace mwb::cpu {
 void adamw_update(OpContext&, TensorView param, TensorView grad, TensorView exp_avg, TensorView exp_avg_sq,
                   const AdamWParams& p, TensorView param_copy, DType copy_dtype) {
     const int64_t n = param.numel();
-    float *w = param.f32(), *m = exp_avg.f32(), *v = exp_avg_sq.f32();
-    const float* g = grad.f32();
+    float *w = param.f32(), *m = exp_avg.f32(), *v = exp_avg_sq.f32(), *g = grad.f32();
     float* out = param_copy.empty() ? nullptr : param_copy.f32();
     const float b1 = p.beta1, b2 = p.beta2;
     const float bc1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(b1), static_cast<double>(p.step)));
@@ -20,16 +19,25 @@ void adamw_update(OpContext&, TensorView param, TensorView grad, TensorView exp_
     const float inv_sqrt_bc2 = 1.0f / std::sqrt(bc2);
     const float decay = 1.0f - p.lr * p.weight_decay;
     const float gs = p.grad_scale;
+    const auto update = [&]<bool zero_grad>() {
 #pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-        const float gi = g[i] * gs;
-        const float mi = b1 * m[i] + (1.0f - b1) * gi;
-        const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
-        m[i] = mi;
-        v[i] = vi;
-        // torch.optim.AdamW: p ← p·(1 − lr·wd) − lr/bc1 · m / (sqrt(v)/sqrt(bc2) + eps)
-        w[i] = w[i] * decay - step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + p.eps);
-    }
+        for (int64_t i = 0; i < n; ++i) {
+            const float gi = g[i] * gs;
+            const float mi = b1 * m[i] + (1.0f - b1) * gi;
+            const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+            m[i] = mi;
+            v[i] = vi;
+            // torch.optim.AdamW: p ← p·(1 − lr·wd) − lr/bc1 · m / (sqrt(v)/sqrt(bc2) + eps)
+            w[i] = w[i] * decay - step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + p.eps);
+            // The gradient's cache line is here already: zeroing it now saves the next step a pass
+            // over the whole gradient arena.
+            if constexpr (zero_grad) g[i] = 0.0f;
+        }
+    };
+    if (p.zero_grad)
+        update.template operator()<true>();
+    else
+        update.template operator()<false>();
     if (out) {
         if (copy_dtype == DType::BF16) {
 #pragma omp parallel for simd schedule(static)

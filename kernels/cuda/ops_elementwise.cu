@@ -336,9 +336,10 @@ __global__ void k_ce_backward(float* logits, const int32_t* targets, const float
 
 struct AdamArgs {
     float b1, b2, step_size, inv_sqrt_bc2, decay, gs, eps;
+    bool zero_grad;
 };
 
-__global__ void k_adamw(float* w, const float* g, float* m, float* v, float* copy, int copy_kind, int64_t n,
+__global__ void k_adamw(float* w, float* g, float* m, float* v, float* copy, int copy_kind, int64_t n,
                         AdamArgs a) {
     MWB_GRID_STRIDE(i, n) {
         const float gi = g[i] * a.gs;
@@ -349,6 +350,7 @@ __global__ void k_adamw(float* w, const float* g, float* m, float* v, float* cop
         const float wi = w[i] * a.decay - a.step_size * mi / (sqrtf(vi) * a.inv_sqrt_bc2 + a.eps);
         w[i] = wi;
         if (copy) copy[i] = copy_kind == 1 ? dev_round_to_bf16(wi) : copy_kind == 2 ? dev_round_to_fp16(wi) : wi;
+        if (a.zero_grad) g[i] = 0.0f;
     }
 }
 
@@ -590,9 +592,9 @@ void adamw_update(OpContext& ctx, TensorView param, TensorView grad, TensorView 
     const float bc1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(p.beta1), static_cast<double>(p.step)));
     const float bc2 = 1.0f - static_cast<float>(std::pow(static_cast<double>(p.beta2), static_cast<double>(p.step)));
     const AdamArgs a{p.beta1, p.beta2, p.lr / bc1, 1.0f / std::sqrt(bc2), 1.0f - p.lr * p.weight_decay, p.grad_scale,
-                     p.eps};
+                     p.eps, p.zero_grad};
     const int kind = param_copy.empty() ? 0 : copy_dtype == DType::BF16 ? 1 : copy_dtype == DType::F16 ? 2 : 0;
-    k_adamw<<<blocks_for(n), kThreads, 0, stream_of(ctx)>>>(mf(param), cf(grad), mf(exp_avg), mf(exp_avg_sq),
+    k_adamw<<<blocks_for(n), kThreads, 0, stream_of(ctx)>>>(mf(param), mf(grad), mf(exp_avg), mf(exp_avg_sq),
                                                             param_copy.empty() ? nullptr : mf(param_copy), kind, n, a);
     launched("adamw_update");
 }

@@ -425,6 +425,19 @@ void cross_entropy_backward(OpContext& ctx, TensorView logits, TensorView target
     elements(c, "row_scale", row_scale, rows, "one per row of logits");
 }
 
+void cross_entropy_fused(OpContext& ctx, TensorView lse, TensorView target_logit, TensorView logits, TensorView targets,
+                         TensorView row_scale) {
+    const Args c("cross_entropy_fused", ctx);
+    c.tensor("logits", logits, F32).tensor("targets", targets, I32);
+    const int64_t rows = logits.rows();
+    elements(c, "targets", targets, rows, "one per row of logits");
+    for (const auto& [arg, t] :
+         {std::pair{"lse", lse}, std::pair{"target_logit", target_logit}, std::pair{"row_scale", row_scale}}) {
+        c.tensor(arg, t, F32);
+        elements(c, arg, t, rows, "one per row of logits");
+    }
+}
+
 // ---- optimizer ------------------------------------------------------------------------------------------
 
 void adamw_update(OpContext& ctx, TensorView param, TensorView grad, TensorView exp_avg, TensorView exp_avg_sq,

@@ -175,6 +175,41 @@ private slots:
         QVERIFY(std::equal(before.begin(), before.end(), model.params().f32()));
     }
 
+    void a_step_can_zero_the_gradients_it_reads() {
+        // What the trainer relies on when it skips its zeroing pass after a step with zero_grads: the
+        // same weights as a step without, every gradient 0 afterwards, and no claim when the step was
+        // skipped (the gradients are then left as they were).
+        OpContext ctx;
+        Allocator alloc;
+        const GptDims d = small_llama_dims(2);
+        const auto tokens = random_tokens(d.micro_batch, d.seq, d.vocab, 9);
+        TrainingConfig t;
+        t.lr = 1e-3;
+        t.clip_grad = 1.0;
+        std::vector<std::vector<float>> weights;
+        for (bool zero : {false, true}) {
+            GptModel model(d, RecomputePolicy{}, DType::F32, ctx, alloc);
+            model.init_weights(3);
+            Optimizer opt(model.layout(), model.params(), model.grads(), t, DType::F32, ctx, alloc);
+            model.forward_backward(tokens.data(), 1.0f, 3, 1);
+            const TensorView g = model.grads();
+            const std::vector<float> grads(g.f32(), g.f32() + g.numel());
+            const StepResult r = opt.step(1e-3, 1.0, zero);
+            QVERIFY(!r.skipped);
+            QCOMPARE(r.grads_zeroed, zero);
+            const std::vector<float> after(g.f32(), g.f32() + g.numel());
+            QVERIFY(after == (zero ? std::vector<float>(grads.size(), 0.0f) : grads));
+            weights.emplace_back(model.params().f32(), model.params().f32() + model.params().numel());
+            if (zero) {
+                g.f32()[5] = std::numeric_limits<float>::infinity();
+                const StepResult bad = opt.step(1e-3, 1.0, true);
+                QVERIFY(bad.skipped && !bad.grads_zeroed);
+                QVERIFY(std::isinf(g.f32()[5]));
+            }
+        }
+        QVERIFY(weights[0] == weights[1]);
+    }
+
     void fp16_loss_scale_overflow_is_detected_end_to_end_data() {
         QTest::addColumn<bool>("llama");
         QTest::newRow("GPT") << false;

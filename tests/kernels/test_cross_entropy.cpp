@@ -208,6 +208,82 @@ private slots:
         MWB_VERIFY_BITWISE(two, one);
     }
 
+    void fused_is_the_two_ops() {
+        // The fused op (the CPU's path for an unsharded vocabulary) against partials + the model's
+        // log-sum-exp + backward: the loss statistics bit for bit, the gradient to rounding (exp(x - max)/Σ
+        // against exp(x - lse)); the same bits on 1 and 2 threads; loss and gradient against float64.
+        const Problem p;
+        std::vector<float> scale = {1.0f / kRows, 1.0f / kRows, 0.0f, 2.5f, 1.0f / kRows, -0.5f};
+        auto targets = p.targets;
+        OpContext ctx;
+        std::vector<float> mx(kRows), se(kRows), tl_two(kRows), lse_two(kRows), two = p.logits;
+        ops::cross_entropy_partials(ctx, view_f32(mx.data(), {kRows}), view_f32(se.data(), {kRows}),
+                                    view_f32(tl_two.data(), {kRows}), view_f32(two.data(), {kRows, kVocab}),
+                                    view_i32(targets.data(), {kRows}), 0);
+        for (int64_t r = 0; r < kRows; ++r) lse_two[r] = mx[r] + std::log(se[r]);  // as GptModel::head
+        ops::cross_entropy_backward(ctx, view_f32(two.data(), {kRows, kVocab}), view_i32(targets.data(), {kRows}),
+                                    view_f32(lse_two.data(), {kRows}), view_f32(scale.data(), {kRows}), 0);
+        std::vector<float> first;
+        for (int threads : {1, 2}) {
+            mwb::test::ScopedThreads t(threads);
+            std::vector<float> lse(kRows, std::nanf("")), tl(kRows, std::nanf("")), fused = p.logits;
+            ops::cross_entropy_fused(ctx, view_f32(lse.data(), {kRows}), view_f32(tl.data(), {kRows}),
+                                     view_f32(fused.data(), {kRows, kVocab}), view_i32(targets.data(), {kRows}),
+                                     view_f32(scale.data(), {kRows}));
+            MWB_VERIFY_BITWISE(lse, lse_two);
+            MWB_VERIFY_BITWISE(tl, tl_two);
+            // Both are a few ulp of exp_approx from softmax·scale; the two-op path also carries lse's float
+            // rounding (2e-6 relative in the flat row, see backward_matches_finite_differences). Measured ~1e-7.
+            MWB_VERIFY_ERROR(normwise_error(fused, to_double(two)), 1e-6);
+            // The softmax part alone, element by element against float64 (the target's -scale hides it
+            // in the norm): a few ulp of exp_approx, the sum and the division, plus the float rounding of
+            // logit - max, which is 60 in the peaked row: half an ulp of 60 is 1.9e-6 relative on its
+            // exp. Measured 1.9e-6 there, <= 4e-7 in the other rows.
+            const auto ref = loss_ref(to_double(p.logits), p.targets);
+            std::vector<float> soft;
+            std::vector<double> soft_ref;
+            for (int64_t r = 0; r < kRows; ++r) {
+                const double lse64 = ref[r] + p.logits[r * kVocab + p.targets[r]];
+                for (int64_t c = 0; c < kVocab; ++c)
+                    if (c != p.targets[r]) {
+                        soft.push_back(fused[r * kVocab + c]);
+                        soft_ref.push_back(scale[r] * std::exp(double(p.logits[r * kVocab + c]) - lse64));
+                    }
+            }
+            MWB_VERIFY_ERROR(max_rel_error(soft, soft_ref, 1e-30), 3e-6);
+            for (int64_t c = 0; c < kVocab; ++c) QCOMPARE(fused[2 * kVocab + c], 0.0f);  // masked row
+            if (threads == 1) first = fused;
+            else MWB_VERIFY_BITWISE(fused, first);
+            if (threads == 1) {
+                std::vector<float> loss(kRows);
+                for (int64_t r = 0; r < kRows; ++r) loss[r] = lse[r] - tl[r];
+                MWB_VERIFY_ERROR(max_rel_error(loss, loss_ref(to_double(p.logits), p.targets)), 1e-6);
+                const auto fd = finite_difference(to_double(p.logits), [&](const std::vector<double>& x) {
+                    const auto l = loss_ref(x, p.targets);
+                    double s = 0;
+                    for (int64_t r = 0; r < kRows; ++r) s += scale[r] * l[r];
+                    return s;
+                });
+                MWB_VERIFY_ERROR(normwise_error(fused, fd), 1e-6);  // as backward_matches_finite_differences
+            }
+        }
+    }
+
+    void fused_refuses_bad_input() {
+        std::vector<float> logits(12), a(3), bad(4);
+        std::vector<int32_t> targets = {0, 3, 1}, outside = {0, 4, 1}, negative = {0, -1, 1};
+        OpContext ctx;
+        const auto v = [](std::vector<float>& d, int64_t n) { return view_f32(d.data(), {n}); };
+        const TensorView l = view_f32(logits.data(), {3, 4}), t = view_i32(targets.data(), {3});
+        QVERIFY_THROWS_EXCEPTION(mwb::Error, ops::cross_entropy_fused(ctx, v(bad, 4), v(a, 3), l, t, v(a, 3)));
+        QVERIFY_THROWS_EXCEPTION(mwb::Error, ops::cross_entropy_fused(ctx, v(a, 3), v(bad, 4), l, t, v(a, 3)));
+        QVERIFY_THROWS_EXCEPTION(mwb::Error, ops::cross_entropy_fused(ctx, v(a, 3), v(a, 3), l, t, v(bad, 4)));
+        // A target outside the vocabulary is an error, not a silently missing one-hot.
+        for (auto* bad_t : {&outside, &negative})
+            QVERIFY_THROWS_EXCEPTION(
+                mwb::Error, ops::cross_entropy_fused(ctx, v(a, 3), v(a, 3), l, view_i32(bad_t->data(), {3}), v(a, 3)));
+    }
+
     void mismatched_shapes_throw() {
         std::vector<float> logits(12), a(3), bad(4);
         std::vector<int32_t> targets(3), bad_t(4);

@@ -169,6 +169,27 @@ private slots:
         MWB_VERIFY_BITWISE(two, one);
     }
 
+    void adamw_zero_grad_changes_only_the_gradient() {
+        // zero_grad leaves the update bit for bit as it was and every gradient at 0 (+0.0, not -0.0).
+        const std::size_t n = 30011;
+        const auto param0 = random_floats(n, 7), grad0 = gradients(n, 8);
+        const auto run = [&](bool zero, std::vector<float>& grad) {
+            auto param = param0;
+            std::vector<float> m(n, 0.25f), v(n, 0.5f), copy(n);
+            AdamWParams p = hyper(3);
+            p.zero_grad = zero;
+            OpContext ctx;
+            ops::adamw_update(ctx, view(param), view(grad), view(m), view(v), p, view(copy), DType::F16);
+            for (const auto* part : {&m, &v, &copy}) param.insert(param.end(), part->begin(), part->end());
+            return param;
+        };
+        auto kept = grad0, zeroed = grad0;
+        const auto want = run(false, kept), got = run(true, zeroed);
+        MWB_VERIFY_BITWISE(got, want);
+        MWB_VERIFY_BITWISE(kept, grad0);
+        MWB_VERIFY_BITWISE(zeroed, std::vector<float>(n, 0.0f));
+    }
+
     void adamw_rejects_bad_arguments() {
         std::vector<float> a(8), b(7);
         OpContext ctx;

@@ -60,6 +60,7 @@ struct AdamWParams {
     float weight_decay = 0;
     int64_t step = 1;        ///< 1-based step count for bias correction
     float grad_scale = 1;    ///< grads are multiplied by this first (loss-scale undo × clip coefficient)
+    bool zero_grad = false;  ///< grads are set to 0 once read (the next step's zeroing pass is then not needed)
 };
 
 namespace ops {
