@@ -1,7 +1,9 @@
 #include "generate/decoder.h"
 
 #include "model/rope.h"
+#include "mwb/kernels/device_runtime.h"
 #include "mwb/kernels/error.h"
+#include "mwb/kernels/ops.h"
 
 #include <cblas.h>
 #include <omp.h>
@@ -17,7 +19,7 @@ namespace {
 /// y (n, out) = x (n, in)·wᵀ + b: the output rows of w split over the threads, each chunk one
 /// single-threaded BLAS call (OpenBLAS runs single-threaded inside a parallel region) on its
 /// contiguous rows of w. n = 1 is a matrix-vector product: sgemv.
-void linear(float* y, const float* x, int64_t n, const TensorView& w, const TensorView& b) {
+void cpu_linear(float* y, const float* x, int64_t n, const TensorView& w, const TensorView& b) {
     const int64_t out = w.dim(0), in = w.dim(1);
     const float* W = w.f32();
     const float* bias = b.empty() ? nullptr : b.f32();
@@ -47,10 +49,6 @@ void linear(float* y, const float* x, int64_t n, const TensorView& w, const Tens
     }
 }
 
-TensorView host(float* p, std::initializer_list<int64_t> shape) {
-    return make_view(p, DType::F32, shape, Device::CPU);
-}
-
 /// Runs a small step on one thread: waking threads for the many tiny ops of a small model costs more
 /// than the ops (and threads spin on a busy machine). Restores the thread count when it goes.
 class SingleThreadBelow {
@@ -67,14 +65,23 @@ private:
 }  // namespace
 
 Decoder::Decoder(const GptDims& d, const ParamLayout& layout, const TensorView& params, int64_t max_batch,
-                 int64_t max_len)
-    : d_(d), max_batch_(max_batch), max_len_(max_len), lengths_(static_cast<std::size_t>(max_batch), 0) {
+                 int64_t max_len, Device device)
+    : d_(d), op_{device, nullptr}, alloc_(device), max_batch_(max_batch), max_len_(max_len),
+      lengths_(static_cast<std::size_t>(max_batch), 0) {
     MWB_CHECK(params.device == Device::CPU && params.dtype == DType::F32,
-              "generation runs on the CPU with fp32 weights (got {})", params.describe());
+              "generation reads fp32 weights from host memory (got {})", params.describe());
     MWB_CHECK(max_batch >= 1 && max_len >= 1 && (!d.learned_positions() || max_len <= d.max_positions),
               "generation: {} rows of {} tokens (the model has {} learned positions)", max_batch, max_len,
               d.max_positions);
-    const auto view = [&](const char* name) { return layout.view(params, layout.index_of(name)); };
+    MWB_CHECK(max_len < (int64_t{1} << 31) && max_batch < (int64_t{1} << 31), "generation: {} rows of {} tokens",
+              max_batch, max_len);
+    TensorView arena = params;
+    if (device == Device::CUDA) {
+        device_weights_ = Buffer(alloc_, MemCategory::Weights, params.numel());
+        device::copy_to_device(device_weights_.data(), params.data, params.numel() * 4);
+        arena = device_weights_.view();
+    }
+    const auto view = [&](const char* name) { return layout.view(arena, layout.index_of(name)); };
     wte_ = view("embedding.word_embeddings.weight");
     MWB_CHECK(wte_.dim(0) == d.vocab,
               "generation needs the whole model (tensor-parallel size 1): the word embedding "
@@ -84,26 +91,31 @@ Decoder::Decoder(const GptDims& d, const ParamLayout& layout, const TensorView& 
     lnf_w_ = view("decoder.final_layernorm.weight");
     if (!d.rmsnorm) lnf_b_ = view("decoder.final_layernorm.bias");
     out_w_ = d.tied_output ? wte_ : view("output_layer.weight");
-    for (int64_t l = 0; l < d.layers; ++l) w_.push_back(TransformerLayer::params(layout, params, l, d));
+    for (int64_t l = 0; l < d.layers; ++l) w_.push_back(TransformerLayer::params(layout, arena, l, d));
     if (d.positions == GptDims::Positions::Rope) {
         const int64_t half = d.rotary_dim / 2;
-        rope_cos_.resize(static_cast<std::size_t>(max_len * half));
-        rope_sin_.resize(rope_cos_.size());
-        rotary_tables(d, max_len, rope_cos_.data(), rope_sin_.data());
+        std::vector<float> cos(static_cast<std::size_t>(max_len * half)), sin(cos.size());
+        rotary_tables(d, max_len, cos.data(), sin.data());
+        rope_cos_ = Buffer(alloc_, MemCategory::Workspace, max_len * half);
+        rope_sin_ = Buffer(alloc_, MemCategory::Workspace, max_len * half);
+        if (device == Device::CUDA) {
+            device::copy_to_device(rope_cos_.data(), cos.data(), rope_cos_.bytes());
+            device::copy_to_device(rope_sin_.data(), sin.data(), rope_sin_.bytes());
+        } else {
+            std::copy(cos.begin(), cos.end(), rope_cos_.f32());
+            std::copy(sin.begin(), sin.end(), rope_sin_.f32());
+        }
     }
+    // Only positions a row has reached are ever read, so the cache needs no initialisation.
     const int64_t per_layer = max_batch * d.kv_groups() * max_len * d.head_dim();
-    k_cache_.assign(static_cast<std::size_t>(per_layer * d.layers), 0.0f);
-    v_cache_.assign(k_cache_.size(), 0.0f);
+    k_cache_ = Buffer(alloc_, MemCategory::Activations, per_layer * d.layers);
+    v_cache_ = Buffer(alloc_, MemCategory::Activations, per_layer * d.layers);
+    // A forward returns the logits of at most max_batch rows (decode) or one (prefill).
+    if (device == Device::CUDA) logits_ = Buffer(alloc_, MemCategory::Activations, max_batch * d.vocab);
 }
 
-float* Decoder::cache_k(int64_t layer, int64_t row, int64_t group) const {
-    const int64_t G = d_.kv_groups(), D = d_.head_dim();
-    return const_cast<float*>(k_cache_.data()) + (((layer * max_batch_ + row) * G + group) * max_len_) * D;
-}
-
-float* Decoder::cache_v(int64_t layer, int64_t row, int64_t group) const {
-    const int64_t G = d_.kv_groups(), D = d_.head_dim();
-    return const_cast<float*>(v_cache_.data()) + (((layer * max_batch_ + row) * G + group) * max_len_) * D;
+TensorView Decoder::on_device(float* p, std::initializer_list<int64_t> shape) const {
+    return make_view(p, DType::F32, shape, op_.device);
 }
 
 int64_t Decoder::weight_bytes_per_step() const {
@@ -117,8 +129,8 @@ int64_t Decoder::weight_bytes_per_step() const {
 
 void Decoder::ensure_scratch(int64_t n) {
     if (n <= scratch_rows_) return;
-    const auto size = [&](std::vector<float>& v, int64_t per_row) {
-        v.assign(static_cast<std::size_t>(n * per_row), 0.0f);
+    const auto size = [&](Buffer& b, int64_t per_row, DType dtype = DType::F32) {
+        b = Buffer(alloc_, MemCategory::Activations, n * per_row, dtype);
     };
     const int64_t H = d_.hidden;
     size(x_, H);
@@ -131,6 +143,11 @@ void Decoder::ensure_scratch(int64_t n) {
     size(branch_, H);
     size(fc1_, d_.fc1_rows());
     size(act_, d_.ffn);
+    if (op_.device == Device::CUDA) {
+        size(ids_dev_, 1, DType::I32);
+        size(rows_dev_, 1, DType::I32);
+        size(positions_dev_, 1, DType::I32);
+    }
     scratch_rows_ = n;
 }
 
@@ -156,119 +173,126 @@ void Decoder::decode(std::span<const int64_t> rows, std::span<const int32_t> tok
     forward(entries, tokens, all, logits);
 }
 
+void Decoder::linear(float* y, const float* x, int64_t n, const TensorView& w, const TensorView& b) {
+    if (op_.device == Device::CPU) return cpu_linear(y, x, n, w, b);
+    ops::linear_forward(op_, on_device(y, {n, w.dim(0)}), on_device(const_cast<float*>(x), {n, w.dim(1)}), w, b);
+}
+
+void Decoder::stage_indices(std::span<const Entry> entries, std::span<const int32_t> ids) {
+    const std::size_t n = entries.size();
+    ids_.assign(ids.begin(), ids.end());
+    rows_.resize(n);
+    positions_.resize(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        rows_[i] = static_cast<int32_t>(entries[i].row);
+        positions_[i] = static_cast<int32_t>(entries[i].pos);
+    }
+    if (op_.device != Device::CUDA) return;
+    const auto bytes = static_cast<int64_t>(n * sizeof(int32_t));
+    device::copy_to_device(ids_dev_.data(), ids_.data(), bytes);
+    device::copy_to_device(rows_dev_.data(), rows_.data(), bytes);
+    device::copy_to_device(positions_dev_.data(), positions_.data(), bytes);
+}
+
+void Decoder::embed(float* x, std::span<const Entry> entries, std::span<const int32_t> ids) {
+    const int64_t n = static_cast<int64_t>(entries.size()), H = d_.hidden;
+    if (op_.device == Device::CPU) {
+        // A few rows: copies on this thread (an op would wake the thread pool for microseconds of work).
+        for (int64_t i = 0; i < n; ++i) {
+            std::memcpy(x + i * H, wte_.f32() + int64_t{ids[i]} * H, static_cast<std::size_t>(H) * sizeof(float));
+            if (wpe_.empty()) continue;
+            const float* p = wpe_.f32() + entries[i].pos * H;
+#pragma omp simd
+            for (int64_t h = 0; h < H; ++h) x[i * H + h] += p[h];
+        }
+        return;
+    }
+    ops::embedding_forward(op_, on_device(x, {n, H}), make_view(ids_dev_.data(), DType::I32, {n}, Device::CUDA), wte_,
+                           0);
+    if (wpe_.empty()) return;
+    // Prefill rows hold consecutive positions of one row: one call; decode rows each their own.
+    const bool consecutive = std::all_of(entries.begin(), entries.end(), [&](const Entry& e) {
+        return e.pos == entries[0].pos + (&e - entries.data());
+    });
+    if (consecutive)
+        ops::position_embedding_forward(op_, on_device(x, {n, 1, H}), wpe_, entries[0].pos);
+    else
+        for (int64_t i = 0; i < n; ++i)
+            ops::position_embedding_forward(op_, on_device(x + i * H, {1, 1, H}), wpe_, entries[i].pos);
+}
+
 void Decoder::forward(std::span<const Entry> entries, std::span<const int32_t> ids, std::span<const int64_t> logit_rows,
                       float* logits) {
     const int64_t n = static_cast<int64_t>(entries.size()), H = d_.hidden, W = d_.qkv_rows();
-    const int64_t F = d_.ffn, F1 = d_.fc1_rows();
-    for (const Entry& e : entries)
-        MWB_CHECK(e.pos < max_len_, "generation: row {} is full ({} tokens)", e.row, max_len_);
-    ensure_scratch(n);
-    const SingleThreadBelow small(n * weight_bytes_per_step() / 4, int64_t{1} << 21);
-    float *x = x_.data(), *x2 = x2_.data(), *ln = ln_.data(), *qkv = qkv_.data(), *ctx = ctx_.data();
-    float *branch = branch_.data(), *fc1 = fc1_.data(), *act = act_.data();
-
-    // Embedding: word row plus (learned) position row.
-    for (int64_t i = 0; i < n; ++i) {
+    const int64_t F = d_.ffn, F1 = d_.fc1_rows(), A = d_.heads, D = d_.head_dim(), V = d_.vocab;
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+        MWB_CHECK(entries[i].pos < max_len_, "generation: row {} is full ({} tokens)", entries[i].row, max_len_);
         MWB_CHECK(ids[i] >= 0 && ids[i] < d_.vocab, "generation: token id {} is outside the vocabulary [0, {})", ids[i],
                   d_.vocab);
-        std::memcpy(x + i * H, wte_.f32() + int64_t{ids[i]} * H, static_cast<std::size_t>(H) * sizeof(float));
-        if (!wpe_.empty()) {
-            const float* p = wpe_.f32() + entries[i].pos * H;
-            for (int64_t h = 0; h < H; ++h) x[i * H + h] += p[h];
-        }
     }
+    ensure_scratch(n);
+    const SingleThreadBelow small(n * weight_bytes_per_step() / 4, int64_t{1} << 21);
+    float *x = x_.f32(), *x2 = x2_.f32(), *ln = ln_.f32(), *qkv = qkv_.f32(), *ctx = ctx_.f32();
+    float *branch = branch_.f32(), *fc1 = fc1_.f32(), *act = act_.f32();
+    stage_indices(entries, ids);
+    const bool cuda = op_.device == Device::CUDA;
+    const TensorView rows_view = cuda ? rows_dev_.view({n}) : make_view(rows_.data(), DType::I32, {n});
+    const TensorView pos_view = cuda ? positions_dev_.view({n}) : make_view(positions_.data(), DType::I32, {n});
+
+    embed(x, entries, ids);
     const auto norm = [&](float* out, const float* in, const TensorView& w, const TensorView& b, int64_t rows) {
         if (d_.rmsnorm)
-            ops::rmsnorm_forward(op_, host(out, {rows, H}), host(rstd_.data(), {rows}),
-                                 host(const_cast<float*>(in), {rows, H}), w, d_.norm_eps);
+            ops::rmsnorm_forward(op_, on_device(out, {rows, H}), rstd_.view({rows}),
+                                 on_device(const_cast<float*>(in), {rows, H}), w, d_.norm_eps);
         else
-            ops::layernorm_forward(op_, host(out, {rows, H}), host(mean_.data(), {rows}), host(rstd_.data(), {rows}),
-                                   host(const_cast<float*>(in), {rows, H}), w, b, d_.norm_eps);
+            ops::layernorm_forward(op_, on_device(out, {rows, H}), mean_.view({rows}), rstd_.view({rows}),
+                                   on_device(const_cast<float*>(in), {rows, H}), w, b, d_.norm_eps);
     };
     AttentionParams ap;
-    ap.num_heads = static_cast<int>(d_.heads);
+    ap.num_heads = static_cast<int>(A);
     ap.num_query_groups = static_cast<int>(d_.kv_groups());
     ap.total_heads = ap.num_heads;
     ap.batch = 1;
-    const int64_t half = d_.rotary_dim / 2, G = d_.kv_groups(), D = d_.head_dim(), per_group = W / G;
+    ap.softmax_scale = 1.0f / std::sqrt(static_cast<float>(D));
+    const int64_t half = d_.rotary_dim / 2, G = d_.kv_groups(), per_layer = max_batch_ * G * max_len_ * D;
 
     for (int64_t l = 0; l < d_.layers; ++l) {
         const LayerParams& w = w_[static_cast<std::size_t>(l)];
         norm(ln, x, w.ln1_w, w.ln1_b, n);
         linear(qkv, ln, n, w.qkv_w, w.qkv_b);
-        for (int64_t i = 0; i < n; ++i) {
-            float* row = qkv + i * W;
-            if (!rope_cos_.empty())
-                ops::rope_forward(op_, host(row, {1, 1, W}), host(rope_cos_.data(), {max_len_, half}),
-                                  host(rope_sin_.data(), {max_len_, half}), ap, static_cast<int>(d_.rotary_dim),
-                                  d_.rotary_interleaved, entries[i].pos);
-            for (int64_t g = 0; g < G; ++g) {
-                const float* k = row + g * per_group + (per_group / D - 2) * D;
-                std::memcpy(cache_k(l, entries[i].row, g) + entries[i].pos * D, k, static_cast<std::size_t>(D) * 4);
-                std::memcpy(cache_v(l, entries[i].row, g) + entries[i].pos * D, k + D, static_cast<std::size_t>(D) * 4);
-            }
-        }
-        attention(entries, l, qkv, ctx);
+        if (!rope_cos_.empty())
+            for (int64_t i = 0; i < n; ++i)
+                ops::rope_forward(op_, on_device(qkv + i * W, {1, 1, W}), rope_cos_.view({max_len_, half}),
+                                  rope_sin_.view({max_len_, half}), ap, static_cast<int>(d_.rotary_dim),
+                                  d_.rotary_interleaved, entries[static_cast<std::size_t>(i)].pos);
+        ops::cached_attention_forward(op_, on_device(ctx, {n, A * D}),
+                                      on_device(k_cache_.f32() + l * per_layer, {max_batch_, G, max_len_, D}),
+                                      on_device(v_cache_.f32() + l * per_layer, {max_batch_, G, max_len_, D}),
+                                      on_device(qkv, {n, W}), rows_view, pos_view, ap);
         linear(branch, ctx, n, w.proj_w, w.proj_b);
-        ops::add(op_, host(x2, {n, H}), host(x, {n, H}), host(branch, {n, H}));
+        ops::add(op_, on_device(x2, {n, H}), on_device(x, {n, H}), on_device(branch, {n, H}));
         norm(ln, x2, w.ln2_w, w.ln2_b, n);
         linear(fc1, ln, n, w.fc1_w, w.fc1_b);
         if (d_.swiglu)
-            ops::swiglu_forward(op_, host(act, {n, F}), host(fc1, {n, F1}));
+            ops::swiglu_forward(op_, on_device(act, {n, F}), on_device(fc1, {n, F1}));
         else
-            ops::gelu_forward(op_, host(act, {n, F}), host(fc1, {n, F}));
+            ops::gelu_forward(op_, on_device(act, {n, F}), on_device(fc1, {n, F}));
         linear(branch, act, n, w.fc2_w, w.fc2_b);
-        ops::add(op_, host(x, {n, H}), host(x2, {n, H}), host(branch, {n, H}));
+        ops::add(op_, on_device(x, {n, H}), on_device(x2, {n, H}), on_device(branch, {n, H}));
     }
     for (const Entry& e : entries) lengths_[static_cast<std::size_t>(e.row)] = std::max(length(e.row), e.pos + 1);
 
     // Head: final norm and output layer, only for the rows whose logits are wanted.
     const int64_t m = static_cast<int64_t>(logit_rows.size());
-    for (int64_t j = 0; j < m; ++j)
-        std::memcpy(x2 + j * H, x + logit_rows[j] * H, static_cast<std::size_t>(H) * sizeof(float));
-    norm(ln, x2, lnf_w_, lnf_b_, m);
-    linear(logits, ln, m, out_w_, {});
-}
-
-void Decoder::attention(std::span<const Entry> entries, int64_t layer, const float* qkv, float* context) {
-    // Causal attention of each token over its row's cache [0, pos]: one (token, head) pair per task.
-    const int64_t n = static_cast<int64_t>(entries.size()), A = d_.heads, G = d_.kv_groups(), D = d_.head_dim();
-    const int64_t per_group = (A / G + 2) * D, W = G * per_group;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-    const int threads = std::max(1, omp_get_max_threads());
-    scores_.resize(static_cast<std::size_t>(threads * max_len_));
-    int64_t work = 0;  // multiply-adds: q·k and p·v over each token's cache
-    for (const Entry& e : entries) work += 2 * A * (e.pos + 1) * D;
-#pragma omp parallel for schedule(dynamic, 1) collapse(2) if (work >= (int64_t{1} << 17))
-    for (int64_t i = 0; i < n; ++i) {
-        for (int64_t h = 0; h < A; ++h) {
-            float* s = scores_.data() + omp_get_thread_num() * max_len_;
-            const int64_t g = h / (A / G), len = entries[i].pos + 1;
-            const float* q = qkv + i * W + g * per_group + (h % (A / G)) * D;
-            const float* K = cache_k(layer, entries[i].row, g);
-            const float* V = cache_v(layer, entries[i].row, g);
-            float max = -INFINITY;
-            for (int64_t j = 0; j < len; ++j) {
-                const float* k = K + j * D;
-                float dot = 0;
-#pragma omp simd reduction(+ : dot)
-                for (int64_t c = 0; c < D; ++c) dot += q[c] * k[c];
-                s[j] = dot * scale;
-                max = std::max(max, s[j]);
-            }
-            float sum = 0;
-            for (int64_t j = 0; j < len; ++j) sum += (s[j] = std::exp(s[j] - max));
-            float* out = context + i * A * D + h * D;
-            std::fill(out, out + D, 0.0f);
-            const float inv = 1.0f / sum;
-            for (int64_t j = 0; j < len; ++j) {
-                const float p = s[j] * inv;
-                const float* v = V + j * D;
-#pragma omp simd
-                for (int64_t c = 0; c < D; ++c) out[c] += p * v[c];
-            }
-        }
-    }
+    bool all_rows = m == n;  // decode: every row, in order
+    for (int64_t j = 0; j < m; ++j) all_rows = all_rows && logit_rows[static_cast<std::size_t>(j)] == j;
+    if (!all_rows)
+        for (int64_t j = 0; j < m; ++j)
+            ops::copy(op_, on_device(x2 + j * H, {H}), on_device(x + logit_rows[static_cast<std::size_t>(j)] * H, {H}));
+    norm(ln, all_rows ? x : x2, lnf_w_, lnf_b_, m);
+    if (!cuda) return linear(logits, ln, m, out_w_, {});
+    linear(logits_.f32(), ln, m, out_w_, {});
+    device::copy_to_host(logits, logits_.data(), m * V * 4);
 }
 
 }  // namespace mwb::generate

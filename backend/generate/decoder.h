@@ -1,16 +1,19 @@
 #pragma once
-// The model's forward pass for generation on the CPU: tokens go through the same weights and ops as
+// The model's forward pass for generation, on the CPU or one GPU: tokens go through the same weights and ops as
 // training (norms, GELU/SwiGLU, RoPE kernels), with a key/value cache so that each new token costs one
 // pass over the weights instead of a pass over the whole sequence.
 //   K, V cache per layer: (batch, G, max_len, D) contiguous; row b's token at position p sits at [b][g][p].
 // Rows are independent sequences with their own lengths (no padding): a prompt is prefilled into its
 // row alone, decode steps advance any set of rows by one token each at their own position. Learned
 // positions add wpe[p]; RoPE rotates q and k with the angles of position p before k enters the cache.
-// Linear layers split their output rows over the threads, each thread one single-threaded sgemv
-// (one token) or sgemm (several) over its contiguous slice of the weight: decode at batch 1 reads every
-// weight once per token, which is the memory-bandwidth bound docs/performance.md measures against.
+// On the CPU, linear layers split their output rows over the threads, each thread one single-threaded
+// sgemv (one token) or sgemm (several) over its contiguous slice of the weight: decode at batch 1 reads
+// every weight once per token, which is the memory-bandwidth bound docs/performance.md measures against.
+// On CUDA every step runs as the ops' CUDA kernels (cuBLAS for the linear layers, the cached-attention
+// kernel over the cache on the device).
 #include "model/gpt_dims.h"
 #include "model/param_layout.h"
+#include "core/memory.h"
 #include "model/transformer_layer.h"
 
 #include <cstdint>
@@ -21,20 +24,24 @@ namespace mwb::generate {
 
 class Decoder {
 public:
-    /// d: the whole model (tensor-parallel size 1); layout/params: its parameters (GptModel's arena);
-    /// max_batch rows of at most max_len tokens each (max_len <= max_positions with learned positions).
-    Decoder(const GptDims& d, const ParamLayout& layout, const TensorView& params, int64_t max_batch, int64_t max_len);
+    /// d: the whole model (tensor-parallel size 1); layout/params: its parameters (GptModel's arena, host
+    /// fp32); max_batch rows of at most max_len tokens each (max_len <= max_positions with learned
+    /// positions). On Device::CUDA the weights are copied to the current GPU once, the cache and every
+    /// activation live there, and only the logits come back.
+    Decoder(const GptDims& d, const ParamLayout& layout, const TensorView& params, int64_t max_batch, int64_t max_len,
+            Device device = Device::CPU);
 
     const GptDims& dims() const { return d_; }
+    Device device() const { return op_.device; }
     int64_t max_len() const { return max_len_; }
     /// Tokens row b holds in the cache.
     int64_t length(int64_t row) const { return lengths_[static_cast<std::size_t>(row)]; }
     /// Empties row b.
     void reset(int64_t row) { lengths_[static_cast<std::size_t>(row)] = 0; }
 
-    /// Appends `tokens` to row b and writes the logits (V) after its last token to `logits`.
+    /// Appends `tokens` to row b and writes the logits (V) after its last token to `logits` (host memory).
     void prefill(int64_t row, std::span<const int32_t> tokens, float* logits);
-    /// Appends tokens[i] to rows[i] (distinct rows) and writes their logits to logits (n, V).
+    /// Appends tokens[i] to rows[i] (distinct rows) and writes their logits to logits (n, V; host memory).
     void decode(std::span<const int64_t> rows, std::span<const int32_t> tokens, float* logits);
 
     /// Bytes of weights one forward step reads (every matrix and vector once, the embedding rows not).
@@ -47,22 +54,31 @@ private:
     /// The forward of n tokens (entries[i] of token ids[i]); logits for the entries in logit_rows.
     void forward(std::span<const Entry> entries, std::span<const int32_t> ids, std::span<const int64_t> logit_rows,
                  float* logits);
-    void attention(std::span<const Entry> entries, int64_t layer, const float* qkv, float* context);
-    float* cache_k(int64_t layer, int64_t row, int64_t group) const;
-    float* cache_v(int64_t layer, int64_t row, int64_t group) const;
+    /// y (n, out) = x (n, in)·wᵀ + b on the decoder's device.
+    void linear(float* y, const float* x, int64_t n, const TensorView& w, const TensorView& b);
+    /// x (n, H) = word rows of ids plus, with learned positions, the position rows of the entries.
+    void embed(float* x, std::span<const Entry> entries, std::span<const int32_t> ids);
+    /// The entries' token ids, rows and positions as I32 tensors on the device.
+    void stage_indices(std::span<const Entry> entries, std::span<const int32_t> ids);
+    TensorView on_device(float* p, std::initializer_list<int64_t> shape) const;
     void ensure_scratch(int64_t n);
 
     GptDims d_;
-    mutable OpContext op_;  // the CPU
+    mutable OpContext op_;
+    Allocator alloc_;  // of op_.device: weights (CUDA), cache, scratch
     int64_t max_batch_, max_len_;
+    Buffer device_weights_;  // CUDA: a copy of the parameter arena
     std::vector<LayerParams> w_;
     TensorView wte_, wpe_, lnf_w_, lnf_b_, out_w_;
-    std::vector<float> rope_cos_, rope_sin_;  // (max_len, R/2)
-    std::vector<float> k_cache_, v_cache_;    // per layer (batch, G, max_len, D)
+    Buffer rope_cos_, rope_sin_;  // (max_len, R/2)
+    Buffer k_cache_, v_cache_;    // per layer (batch, G, max_len, D)
     std::vector<int64_t> lengths_;
+    // Token ids, cache rows and positions of a forward: host values, and their device copies on CUDA.
+    std::vector<int32_t> ids_, rows_, positions_;
+    Buffer ids_dev_, rows_dev_, positions_dev_;
     // Scratch for n tokens, grown on demand.
     int64_t scratch_rows_ = 0;
-    std::vector<float> x_, x2_, ln_, mean_, rstd_, qkv_, ctx_, branch_, fc1_, act_, scores_;
+    Buffer x_, x2_, ln_, mean_, rstd_, qkv_, ctx_, branch_, fc1_, act_, logits_;
 };
 
 }  // namespace mwb::generate

@@ -2,7 +2,7 @@
 // this one process), with a key/value cache, greedy or sampled decoding, streamed as it is produced.
 //   mwb-generate --load CKPT [--ckpt-step N] [--tokenizer-type ... --tokenizer-model ... --vocab-file ...
 //                --merge-file ...] (--prompt TEXT ... | --prompt-file FILE) [--max-new-tokens 64]
-//                [--temperature 1.0] [--top-k 0] [--top-p 1.0] [--seed 1234] [--greedy] [--device cpu]
+//                [--temperature 1.0] [--top-k 0] [--top-p 1.0] [--seed 1234] [--greedy] [--device cpu|cuda]
 //                [--threads N] [--json]
 // Plain mode prints each prompt, then its completion token by token. --json prints one object per line
 // (start, token, done, error; docs/generation.md). Diagnostics go to stderr. Exit 2: bad arguments or input.
@@ -10,6 +10,8 @@
 #include "data/tokenizer.h"
 #include "generate/checkpoint_model.h"
 #include "generate/generation.h"
+#include "mwb/kernels/device.h"
+#include "mwb/kernels/device_runtime.h"
 #include "mwb/kernels/error.h"
 #include "mwb/kernels/ops.h"
 
@@ -56,13 +58,25 @@ void check_args(const Args& a) {
     if (a.top_k < 0) throw InputError(fmt::format("--top-k must be >= 0 (got {})", a.top_k));
     if (!(a.top_p > 0 && a.top_p <= 1)) throw InputError(fmt::format("--top-p must be in (0, 1] (got {})", a.top_p));
     if (a.threads < 0) throw InputError(fmt::format("--threads must be >= 1 (got {})", a.threads));
-    if (a.device != "cpu")
-        throw InputError("--device " + a.device +
-                         ": mwb-generate runs on the CPU in this version (docs/generation.md)");
+    if (a.device != "cpu" && a.device != "cuda")
+        throw InputError("--device must be cpu or cuda (got '" + a.device + "')");
+}
+
+/// The decoder's device for --device; --device cuda needs a build with the CUDA kernels and a usable GPU.
+Device generation_device(const std::string& flag) {
+    if (flag == "cpu") return Device::CPU;
+    const DeviceReport r = probe_devices();
+    if (!r.cuda_kernels_built)
+        throw InputError("--device cuda: this mwb-generate was built without CUDA (no nvcc at build time); use "
+                         "--device cpu");
+    if (r.cuda_devices == 0) throw InputError("--device cuda: no usable GPU (" + r.reason + "); use --device cpu");
+    device::set_device(0);
+    return Device::CUDA;
 }
 
 int run(const Args& a) {
     check_args(a);
+    const Device device = generation_device(a.device);
     if (a.threads > 0) ops::set_num_threads(static_cast<int>(a.threads));
     const auto t0 = std::chrono::steady_clock::now();
     std::unique_ptr<CheckpointModel> m;
@@ -153,17 +167,20 @@ int run(const Args& a) {
                 {"max_position_embeddings", context},
                 {"tokenizer", tok->name()},
                 {"parameters", m->model->layout().parameter_count()}}}});
-        // The whole batch together; tokens stream as each step produces them.
-        Decoder dec(d, m->model->layout(), m->model->params(), static_cast<int64_t>(prompts.size()), max_len);
+        // The whole batch together; tokens stream as each step produces them, a prompt's done line as
+        // soon as it finishes (the others go on).
+        Decoder dec(d, m->model->layout(), m->model->params(), static_cast<int64_t>(prompts.size()), max_len, device);
         std::vector<TextStream> streams(prompts.size(), TextStream(*tok));
-        const auto comps = complete(dec, prompts, o, [&](int64_t r, int32_t t) {
-            emit({{"type", "token"}, {"prompt_index", r}, {"token", t}, {"text", streams[r].push(t)}});
-        });
-        for (std::size_t i = 0; i < comps.size(); ++i) done(i, comps[i]);
+        complete(
+            dec, prompts, o,
+            [&](int64_t r, int32_t t) {
+                emit({{"type", "token"}, {"prompt_index", r}, {"token", t}, {"text", streams[r].push(t)}});
+            },
+            [&](int64_t r, const Completion& c) { done(static_cast<std::size_t>(r), c); });
     } else {
         // One prompt after the other so the text reads in order; each keeps its own random stream, so
         // the text is the one --json's batch gives.
-        Decoder dec(d, m->model->layout(), m->model->params(), 1, max_len);
+        Decoder dec(d, m->model->layout(), m->model->params(), 1, max_len, device);
         for (std::size_t i = 0; i < prompts.size(); ++i) {
             std::fwrite(texts[i].data(), 1, texts[i].size(), stdout);
             std::fflush(stdout);
@@ -205,7 +222,7 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     app.add_option("--seed", a.seed, "Random seed (the same seed gives the same text)")->capture_default_str();
     app.add_flag("--greedy", a.greedy, "Argmax decoding");
-    app.add_option("--device", a.device, "cpu (cuda: not in this version)")->capture_default_str();
+    app.add_option("--device", a.device, "cpu or cuda (one GPU)")->capture_default_str();
     app.add_option("--threads", a.threads, "CPU threads (default: OpenMP's)");
     app.add_flag("--json", a.json, "One JSON object per line on stdout");
     bool json_requested = false;

@@ -58,6 +58,8 @@ void attention_forward(OpContext& ctx, TensorView out, TensorView probs, TensorV
                        const AttentionParams& p);
 void attention_backward(OpContext& ctx, TensorView dqkv, TensorView dout, TensorView qkv, TensorView probs,
                         TensorView workspace, const AttentionParams& p);
+void cached_attention_forward(OpContext& ctx, TensorView out, TensorView k_cache, TensorView v_cache, TensorView qkv,
+                              TensorView rows, TensorView positions, const AttentionParams& p);
 
 void cross_entropy_partials(OpContext& ctx, TensorView row_max, TensorView row_sumexp, TensorView target_logit,
                             TensorView logits, TensorView targets, int64_t vocab_start);

@@ -11,6 +11,9 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include <algorithm>
+#include <utility>
+
 namespace mwb::ops {
 
 #if defined(MWB_WITH_CUDA)
@@ -148,6 +151,42 @@ void attention_forward(OpContext& ctx, TensorView out, TensorView probs, TensorV
 void attention_backward(OpContext& ctx, TensorView dqkv, TensorView dout, TensorView qkv, TensorView probs,
                         TensorView workspace, const AttentionParams& p) {
     MWB_DISPATCH(attention_backward, ctx, dqkv, dout, qkv, probs, workspace, p);
+}
+namespace {
+/// cached_attention_forward's shapes and dtypes, for both devices (its indices live on the device).
+void check_cached_attention(const TensorView& out, const TensorView& k_cache, const TensorView& v_cache,
+                            const TensorView& qkv, const TensorView& rows, const TensorView& positions,
+                            const AttentionParams& p) {
+    const char* op = "cached_attention_forward";
+    using Named = std::pair<const char*, const TensorView*>;
+    for (const auto& [name, t] :
+         {Named{"out", &out}, Named{"k_cache", &k_cache}, Named{"v_cache", &v_cache}, Named{"qkv", &qkv}})
+        MWB_CHECK(t->dtype == DType::F32, "{}: {} {} must be F32", op, name, t->describe());
+    MWB_CHECK(rows.dtype == DType::I32 && positions.dtype == DType::I32, "{}: rows {} and positions {} must be I32", op,
+              rows.describe(), positions.describe());
+    MWB_CHECK(p.num_heads > 0 && p.num_query_groups >= 0 && p.num_heads % p.groups() == 0,
+              "{}: num_query_groups {} must divide the {} query heads", op, p.num_query_groups, p.num_heads);
+    MWB_CHECK(p.dropout_p == 0.0f, "{}: no dropout in generation (got {})", op, p.dropout_p);
+    const int64_t A = p.num_heads, G = p.groups();
+    MWB_CHECK(k_cache.ndim == 4 && k_cache.dim(1) == G && v_cache.ndim == 4 && k_cache.dim(3) > 0 &&
+                  std::equal(k_cache.shape, k_cache.shape + 4, v_cache.shape),
+              "{}: k_cache {} and v_cache {} must both be (R, G={}, L, D)", op, k_cache.describe(), v_cache.describe(),
+              G);
+    const int64_t D = k_cache.dim(3);
+    MWB_CHECK(qkv.ndim == 2 && qkv.dim(1) == (A + 2 * G) * D, "{}: qkv {} must be (n, (A+2G)·D={}) for A={}, G={}, D={}",
+              op, qkv.describe(), (A + 2 * G) * D, A, G, D);
+    const int64_t n = qkv.dim(0);
+    MWB_CHECK(out.ndim == 2 && out.dim(0) == n && out.dim(1) == A * D, "{}: out {} must be (n={}, A·D={})", op,
+              out.describe(), n, A * D);
+    MWB_CHECK(rows.numel() == n && positions.numel() == n, "{}: rows {} and positions {} must hold n={} entries", op,
+              rows.describe(), positions.describe(), n);
+}
+}  // namespace
+
+void cached_attention_forward(OpContext& ctx, TensorView out, TensorView k_cache, TensorView v_cache, TensorView qkv,
+                              TensorView rows, TensorView positions, const AttentionParams& p) {
+    check_cached_attention(out, k_cache, v_cache, qkv, rows, positions, p);
+    MWB_DISPATCH(cached_attention_forward, ctx, out, k_cache, v_cache, qkv, rows, positions, p);
 }
 
 void cross_entropy_partials(OpContext& ctx, TensorView row_max, TensorView row_sumexp, TensorView target_logit,

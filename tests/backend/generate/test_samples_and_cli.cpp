@@ -177,6 +177,36 @@ private slots:
         int done = 0;
         for (const auto& l : la) done += l["type"] == "done";
         QCOMPARE(done, 2);
+
+        // Per-prompt done lines: a prompt of 61 ids in the 64-position context may take 3 new tokens, the
+        // other 10; its done line comes right after its own last token, while the other prompt goes on.
+        QStringList long_prompt;
+        for (int i = 0; i < 61; ++i) long_prompt << QString::number(1 + i % 50);
+        const Output e = run_generate({"--load", test::qpath(t / "ckpt"), "--prompt", long_prompt.join(' '), "--prompt",
+                                       "9", "--max-new-tokens", "10", "--greedy", "--json"});
+        QVERIFY2(e.code == 0, qPrintable(e.err));
+        const auto le = json_lines(e.out);
+        std::map<int, std::size_t> done_at, last_token_at;
+        std::size_t last_token = 0;
+        for (std::size_t k = 0; k < le.size(); ++k) {
+            const std::string type = le[k]["type"].get<std::string>();
+            if (type == "start") continue;
+            const int i = le[k]["prompt_index"].get<int>();
+            if (type == "token") {
+                QVERIFY2(!done_at.count(i), "a token line after its prompt's done line");
+                last_token_at[i] = last_token = k;
+            }
+            if (type == "done") {
+                QVERIFY(!done_at.count(i));
+                done_at[i] = k;
+            }
+        }
+        QCOMPARE(done_at.size(), std::size_t{2});
+        QCOMPARE(le[done_at[0]]["completion_tokens"].get<int>(), 3);
+        QCOMPARE(le[done_at[0]]["finish_reason"].get<std::string>(), std::string("length"));
+        QVERIFY(done_at[0] > last_token_at[0]);
+        QVERIFY2(done_at[0] < last_token, "prompt 0's done line waited for the end of the batch");
+        QCOMPARE(done_at[1], le.size() - 1);
     }
 
     void bad_input_exits_2_naming_it() {

@@ -172,6 +172,15 @@ void attention_forward(OpContext& ctx, TensorView out, TensorView probs, TensorV
 /// group sum over its query heads.
 void attention_backward(OpContext& ctx, TensorView dqkv, TensorView dout, TensorView qkv, TensorView probs,
                         TensorView workspace, const AttentionParams& p);
+/// Generation's attention over a key/value cache. qkv (n, G·(A/G + 2)·D): the projections of n new
+/// tokens in attention_forward's layout (RoPE applied); token i sits in cache row rows[i] at position
+/// positions[i] (I32 (n) each, distinct (row, position) pairs). First writes each token's k and v into
+/// k_cache and v_cache (R, G, L, D) at [rows[i]][g][positions[i]], then out (n, A·D) = softmax(q·kᵀ·
+/// p.softmax_scale)·v of each query head over its group's cache row, positions [0, positions[i]]: the
+/// caller has filled the row's earlier positions (before this call or as this call's earlier tokens).
+/// No dropout; p.batch is not read.
+void cached_attention_forward(OpContext& ctx, TensorView out, TensorView k_cache, TensorView v_cache, TensorView qkv,
+                              TensorView rows, TensorView positions, const AttentionParams& p);
 
 // ---- softmax + cross-entropy over a (vocab-parallel) vocabulary ---------------------------------------
 /// Per row n of logits (N, V): row_max, Σ exp(logit - row_max), and the target's logit when the
