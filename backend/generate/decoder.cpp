@@ -16,47 +16,47 @@ namespace mwb::generate {
 
 namespace {
 
-/// y (n, out) = x (n, in)·wᵀ + b: the output rows of w split over the threads, each chunk one
-/// single-threaded BLAS call (OpenBLAS runs single-threaded inside a parallel region) on its
-/// contiguous rows of w. n = 1 is a matrix-vector product: sgemv.
-void cpu_linear(float* y, const float* x, int64_t n, const TensorView& w, const TensorView& b) {
+/// Rows [r0, r1) of y (n, out) = x (n, in)·wᵀ + b: one single-threaded BLAS call (OpenBLAS runs
+/// single-threaded inside a parallel region) on those contiguous rows of w; n = 1 is an sgemv.
+void linear_rows(float* y, const float* x, int64_t n, const TensorView& w, const TensorView& b, int64_t r0,
+                 int64_t r1) {
+    if (r0 >= r1) return;
     const int64_t out = w.dim(0), in = w.dim(1);
     const float* W = w.f32();
-    const float* bias = b.empty() ? nullptr : b.f32();
-    constexpr int64_t kMinRows = 64;  // a multiple of any kernel's unroll
-    // Below ~256K multiply-adds a thread costs more to wake than it saves (and spins on a busy machine).
-    const int64_t threads = n * out * in >= (int64_t{1} << 18) ? std::max(1, omp_get_max_threads()) : 1;
-    const int64_t chunks = std::clamp<int64_t>(out / kMinRows, 1, threads);
-    const int64_t per = (out / chunks + 15) / 16 * 16;
-#pragma omp parallel for schedule(static) num_threads(static_cast <int>(chunks)) if (chunks > 1)
-    for (int64_t c = 0; c < chunks; ++c) {
-        const int64_t r0 = c * per, r1 = c + 1 == chunks ? out : std::min(out, r0 + per);
-        if (r0 >= r1) continue;
-        const auto rows = static_cast<blasint>(r1 - r0);
-        if (n == 1)
-            cblas_sgemv(CblasRowMajor, CblasNoTrans, rows, static_cast<blasint>(in), 1.0f, W + r0 * in,
-                        static_cast<blasint>(in), x, 1, 0.0f, y + r0, 1);
-        else
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(n), rows,
-                        static_cast<blasint>(in), 1.0f, x, static_cast<blasint>(in), W + r0 * in,
-                        static_cast<blasint>(in), 0.0f, y + r0, static_cast<blasint>(out));
-        if (bias)
-            for (int64_t i = 0; i < n; ++i) {
-                float* yi = y + i * out;
+    const auto rows = static_cast<blasint>(r1 - r0);
+    if (n == 1)
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, rows, static_cast<blasint>(in), 1.0f, W + r0 * in,
+                    static_cast<blasint>(in), x, 1, 0.0f, y + r0, 1);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(n), rows, static_cast<blasint>(in),
+                    1.0f, x, static_cast<blasint>(in), W + r0 * in, static_cast<blasint>(in), 0.0f, y + r0,
+                    static_cast<blasint>(out));
+    if (b.empty()) return;
+    const float* bias = b.f32();
+    for (int64_t i = 0; i < n; ++i) {
+        float* yi = y + i * out;
 #pragma omp simd
-                for (int64_t r = r0; r < r1; ++r) yi[r] += bias[r];
-            }
+        for (int64_t r = r0; r < r1; ++r) yi[r] += bias[r];
     }
 }
 
-/// Runs a small step on one thread: waking threads for the many tiny ops of a small model costs more
-/// than the ops (and threads spin on a busy machine). Restores the thread count when it goes.
-class SingleThreadBelow {
+/// Thread t's rows of a layer of `out` outputs split over `threads`: [first, last), 16-row aligned.
+struct RowSlice {
+    int64_t first, last;
+};
+RowSlice slice_of(int64_t out, int threads, int t) {
+    const int64_t per = (out / threads + 15) / 16 * 16;
+    const int64_t first = std::min(out, t * per);
+    return {first, t + 1 == threads ? out : std::min(out, first + per)};
+}
+
+/// Sets the OpenMP thread count for its lifetime (the ops read it), restoring it when it goes.
+class OmpThreads {
 public:
-    SingleThreadBelow(int64_t work, int64_t threshold) : saved_(omp_get_max_threads()) {
-        if (work < threshold) omp_set_num_threads(1);
-    }
-    ~SingleThreadBelow() { omp_set_num_threads(saved_); }
+    explicit OmpThreads(int n) : saved_(omp_get_max_threads()) { omp_set_num_threads(std::max(1, n)); }
+    ~OmpThreads() { omp_set_num_threads(saved_); }
+    OmpThreads(const OmpThreads&) = delete;
+    OmpThreads& operator=(const OmpThreads&) = delete;
 
 private:
     int saved_;
@@ -174,8 +174,20 @@ void Decoder::decode(std::span<const int64_t> rows, std::span<const int32_t> tok
 }
 
 void Decoder::linear(float* y, const float* x, int64_t n, const TensorView& w, const TensorView& b) {
-    if (op_.device == Device::CPU) return cpu_linear(y, x, n, w, b);
-    ops::linear_forward(op_, on_device(y, {n, w.dim(0)}), on_device(const_cast<float*>(x), {n, w.dim(1)}), w, b);
+    if (op_.device == Device::CUDA)
+        return ops::linear_forward(op_, on_device(y, {n, w.dim(0)}), on_device(const_cast<float*>(x), {n, w.dim(1)}),
+                                   w, b);
+    // The output rows over the threads (below ~256K multiply-adds, not worth a hand-off): one parallel
+    // region, each thread one single-threaded BLAS call on its contiguous rows of w.
+    const int64_t out = w.dim(0);
+    const int threads =
+        n * out * w.dim(1) >= (int64_t{1} << 18) ? static_cast<int>(std::clamp<int64_t>(out / 64, 1, linear_threads_)) : 1;
+    if (threads == 1) return linear_rows(y, x, n, w, b, 0, out);
+#pragma omp parallel num_threads(threads)
+    {
+        const RowSlice s = slice_of(out, threads, omp_get_thread_num());
+        linear_rows(y, x, n, w, b, s.first, s.last);
+    }
 }
 
 void Decoder::stage_indices(std::span<const Entry> entries, std::span<const int32_t> ids) {
@@ -231,11 +243,18 @@ void Decoder::forward(std::span<const Entry> entries, std::span<const int32_t> i
                   d_.vocab);
     }
     ensure_scratch(n);
-    const SingleThreadBelow small(n * weight_bytes_per_step() / 4, int64_t{1} << 21);
+    const bool cuda = op_.device == Device::CUDA;
+    // CPU threads. Waking a thread costs tens of microseconds under OMP_WAIT_POLICY=PASSIVE (a futex
+    // wake per parallel region, and another at its end), more than the work of an op on a few rows: a
+    // small model's step runs on one thread; otherwise the linear layers split their rows over the
+    // threads, and the ops between them (norms, residual adds, activations, RoPE) run on this thread
+    // unless the step holds enough rows (a prefill) to pay for the hand-off.
+    const int all = std::max(1, omp_get_max_threads());
+    linear_threads_ = cuda || n * weight_bytes_per_step() / 4 < (int64_t{1} << 21) ? 1 : all;
+    const OmpThreads step(cuda || n * F >= (int64_t{1} << 16) ? linear_threads_ : 1);
     float *x = x_.f32(), *x2 = x2_.f32(), *ln = ln_.f32(), *qkv = qkv_.f32(), *ctx = ctx_.f32();
     float *branch = branch_.f32(), *fc1 = fc1_.f32(), *act = act_.f32();
     stage_indices(entries, ids);
-    const bool cuda = op_.device == Device::CUDA;
     const TensorView rows_view = cuda ? rows_dev_.view({n}) : make_view(rows_.data(), DType::I32, {n});
     const TensorView pos_view = cuda ? positions_dev_.view({n}) : make_view(positions_.data(), DType::I32, {n});
 
@@ -265,10 +284,14 @@ void Decoder::forward(std::span<const Entry> entries, std::span<const int32_t> i
                 ops::rope_forward(op_, on_device(qkv + i * W, {1, 1, W}), rope_cos_.view({max_len_, half}),
                                   rope_sin_.view({max_len_, half}), ap, static_cast<int>(d_.rotary_dim),
                                   d_.rotary_interleaved, entries[static_cast<std::size_t>(i)].pos);
-        ops::cached_attention_forward(op_, on_device(ctx, {n, A * D}),
-                                      on_device(k_cache_.f32() + l * per_layer, {max_batch_, G, max_len_, D}),
-                                      on_device(v_cache_.f32() + l * per_layer, {max_batch_, G, max_len_, D}),
-                                      on_device(qkv, {n, W}), rows_view, pos_view, ap);
+        {
+            // The op threads itself when the rows' cache is long enough to pay for it.
+            const OmpThreads attention_threads(cuda ? all : linear_threads_);
+            ops::cached_attention_forward(op_, on_device(ctx, {n, A * D}),
+                                          on_device(k_cache_.f32() + l * per_layer, {max_batch_, G, max_len_, D}),
+                                          on_device(v_cache_.f32() + l * per_layer, {max_batch_, G, max_len_, D}),
+                                          on_device(qkv, {n, W}), rows_view, pos_view, ap);
+        }
         linear(branch, ctx, n, w.proj_w, w.proj_b);
         ops::add(op_, on_device(x2, {n, H}), on_device(x, {n, H}), on_device(branch, {n, H}));
         norm(ln, x2, w.ln2_w, w.ln2_b, n);

@@ -54,7 +54,7 @@ private:
     /// The forward of n tokens (entries[i] of token ids[i]); logits for the entries in logit_rows.
     void forward(std::span<const Entry> entries, std::span<const int32_t> ids, std::span<const int64_t> logit_rows,
                  float* logits);
-    /// y (n, out) = x (n, in)·wᵀ + b on the decoder's device.
+    /// y (n, out) = x (n, in)·wᵀ + b on the decoder's device (CPU: over linear_threads_ threads).
     void linear(float* y, const float* x, int64_t n, const TensorView& w, const TensorView& b);
     /// x (n, H) = word rows of ids plus, with learned positions, the position rows of the entries.
     void embed(float* x, std::span<const Entry> entries, std::span<const int32_t> ids);
@@ -67,6 +67,7 @@ private:
     mutable OpContext op_;
     Allocator alloc_;  // of op_.device: weights (CUDA), cache, scratch
     int64_t max_batch_, max_len_;
+    int linear_threads_ = 1;  // CPU threads of this step's linear layers
     Buffer device_weights_;  // CUDA: a copy of the parameter arena
     std::vector<LayerParams> w_;
     TensorView wte_, wpe_, lnf_w_, lnf_b_, out_w_;

@@ -6,6 +6,7 @@
 //   - mwb-generate reads a tensor-parallel checkpoint (resharded to one process), streams --json lines;
 //   - bad input: TP with sampling, a prompts file with an overlong line, bad flags — exit 2 naming them.
 #include "mwb/ipc/follower.h"
+#include "mwb/kernels/device.h"
 #include "parallel/mpi_runs.h"
 #include "support/jsonl.h"
 #include "support/trainer_process.h"
@@ -256,6 +257,20 @@ private slots:
         QVERIFY(bad_p.err.contains("--top-p"));
         const Output bad_flag = run_generate({"--load", "x", "--prompt", "1", "--no-such-flag"});
         QCOMPARE(bad_flag.code, 2);
+        const Output bad_device = run_generate({"--load", "x", "--prompt", "1", "--device", "tpu"});
+        QCOMPARE(bad_device.code, 2);
+        QVERIFY2(bad_device.err.contains("--device must be cpu or cuda"), qPrintable(bad_device.err));
+        // --device cuda: refused naming the flag and why where there is no GPU (or no CUDA in the build);
+        // with one, the device is taken and the missing checkpoint is what fails.
+        const Output cuda = run_generate({"--load", test::qpath(t / "nothing"), "--prompt", "1", "--device", "cuda"});
+        QCOMPARE(cuda.code, 2);
+        const DeviceReport r = probe_devices();
+        if (r.cuda_kernels_built && r.cuda_devices > 0)
+            QVERIFY2(cuda.err.contains("--load"), qPrintable(cuda.err));
+        else
+            QVERIFY2(cuda.err.contains("--device cuda: ") && cuda.err.contains("use --device cpu") &&
+                         (cuda.err.contains(r.cuda_kernels_built ? "no usable GPU" : "built without CUDA")),
+                     qPrintable(cuda.err));
     }
 };
 
