@@ -122,11 +122,13 @@ public:
             tensorboard_ = std::make_unique<TensorBoardWriter>(cfg_.logging.tensorboard_dir);
     }
 
-    /// Rank 0's text samples (generate/training_samples.h), made once the run directory has its run.start.
+    /// Text samples (generate/training_samples.h) by the ranks of data-parallel replica 0, published by
+    /// rank 0; made once the run directory has its run.start.
     void start_samples() {
-        if (leader() && cfg_.logging.sample_interval > 0)
+        if (par_.coord().dp == 0 && cfg_.logging.sample_interval > 0)
             samples_ = std::make_unique<generate::TrainingSamples>(
-                cfg_, model_, [this](std::string_view topic, nlohmann::json fields) { publish(topic, std::move(fields)); });
+                cfg_, model_, generate::DecoderGroups{&par_.host_tp(), &par_.host_pp()},
+                [this](std::string_view topic, nlohmann::json fields) { publish(topic, std::move(fields)); });
     }
 
     RunStatus run() {
@@ -683,28 +685,10 @@ private:
         for (int k = 0; k < 3; ++k)
             for (std::size_t i = 0; i < layout.size(); ++i) {
                 const ParamInfo& p = layout[i];
-                float* data = layout.view(s.views[k], i).f32();
-                // A slice of several blocks (SwiGLU's [gate | up]) is saved as one piece per block, each
-                // with its place in the global tensor, so any layout can load it.
-                const int64_t row = p.shape.size() == 2 ? p.shape[1] : 1;
-                for (const auto& [begin, len] : layout.slice_blocks(i)) {
-                    CheckpointTensor c;
-                    c.name = prefixes[k] + p.name;
-                    c.global_shape = p.global_shape;
-                    c.shape = p.shape;
-                    c.split_dim = p.split_dim;
-                    c.split_begin = p.split_begin;
-                    if (p.split_blocks > 1) {
-                        c.shape[0] = len;
-                        c.split_begin = begin;
-                    }
-                    c.data = data;
-                    c.dest = data;
+                for (CheckpointTensor& c : parameter_slices(layout, i, prefixes[k], layout.view(s.views[k], i).f32())) {
                     c.save = !p.tied_copy && (p.split_dim >= 0 || par_.coord().tp == 0) &&
                              (k == 0 || !cfg_.logging.no_save_optim);
-                    c.padded_rows = role_is_vocabulary(p.role);
                     t.push_back(std::move(c));
-                    data += len * row;
                 }
             }
         return t;
