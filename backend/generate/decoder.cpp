@@ -234,7 +234,8 @@ void Decoder::forward(std::span<const Entry> entries, std::span<const int32_t> i
     // threads, and the ops between them (norms, residual adds, activations, RoPE) run on this thread
     // unless the step holds enough rows (a prefill) to pay for the hand-off. (An op called inside a
     // parallel region would open a nested one, which costs as much: docs/performance.md.)
-    linear_threads_ = cuda || n * weight_bytes_per_step() / 4 < (int64_t{1} << 21) ? 1 : std::max(1, omp_get_max_threads());
+    linear_threads_ =
+        cuda || n * weight_bytes_per_step() / 4 < (int64_t{1} << 21) ? 1 : std::max(1, omp_get_max_threads());
     const OmpThreads step(cuda || n * ffn_ >= (int64_t{1} << 16) ? linear_threads_ : 1);
     stage_indices(entries, ids);
 
@@ -287,8 +288,7 @@ void Decoder::embed(std::span<const Entry> entries, std::span<const int32_t> ids
         const bool consecutive = std::all_of(entries.begin(), entries.end(), [&](const Entry& e) {
             return e.pos == entries[0].pos + (&e - entries.data());
         });
-        if (consecutive)
-            return ops::position_embedding_forward(op_, on_device(x, {n, 1, H}), wpe_, entries[0].pos);
+        if (consecutive) return ops::position_embedding_forward(op_, on_device(x, {n, 1, H}), wpe_, entries[0].pos);
         for (int64_t i = 0; i < n; ++i)
             ops::position_embedding_forward(op_, on_device(x + i * H, {1, 1, H}), wpe_, entries[i].pos);
         return;
@@ -312,13 +312,14 @@ void Decoder::embed(std::span<const Entry> entries, std::span<const int32_t> ids
 
 void Decoder::linear(float* y, const float* x, int64_t n, const TensorView& w, const TensorView& b) {
     if (op_.device == Device::CUDA)
-        return ops::linear_forward(op_, on_device(y, {n, w.dim(0)}), on_device(const_cast<float*>(x), {n, w.dim(1)}),
-                                   w, b);
+        return ops::linear_forward(op_, on_device(y, {n, w.dim(0)}), on_device(const_cast<float*>(x), {n, w.dim(1)}), w,
+                                   b);
     // The output rows over the threads (below ~256K multiply-adds, not worth a hand-off): one parallel
     // region, each thread one single-threaded BLAS call on its contiguous rows of w.
     const int64_t out = w.dim(0);
-    const int threads =
-        n * out * w.dim(1) >= (int64_t{1} << 18) ? static_cast<int>(std::clamp<int64_t>(out / 64, 1, linear_threads_)) : 1;
+    const int threads = n * out * w.dim(1) >= (int64_t{1} << 18)
+                            ? static_cast<int>(std::clamp<int64_t>(out / 64, 1, linear_threads_))
+                            : 1;
     if (threads == 1) return linear_rows(y, x, n, w, b, 0, out);
 #pragma omp parallel num_threads(threads)
     {
@@ -367,7 +368,8 @@ void Decoder::layer(std::span<const Entry> entries, int64_t slot) {
     ap.total_heads = static_cast<int>(d_.heads);
     ap.batch = 1;
     ap.softmax_scale = 1.0f / std::sqrt(static_cast<float>(d_.head_dim()));
-    const int64_t half = d_.rotary_dim / 2, G = kv_groups_, D = d_.head_dim(), per_layer = max_batch_ * G * max_len_ * D;
+    const int64_t half = d_.rotary_dim / 2, G = kv_groups_, D = d_.head_dim(),
+                  per_layer = max_batch_ * G * max_len_ * D;
     const LayerParams& w = w_[static_cast<std::size_t>(slot)];
     norm(ln, x, w.ln1_w, w.ln1_b, n);
     linear(qkv, ln, n, w.qkv_w, w.qkv_b);

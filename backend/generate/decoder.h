@@ -100,8 +100,8 @@ private:
     mutable OpContext op_;
     Allocator alloc_;  // of op_.device: weights (CUDA), cache, scratch
     int64_t max_batch_, max_len_;
-    int linear_threads_ = 1;             // CPU threads of this step's linear layers
-    Buffer device_weights_;              // CUDA: a copy of the parameter arena
+    int linear_threads_ = 1;              // CPU threads of this step's linear layers
+    Buffer device_weights_;               // CUDA: a copy of the parameter arena
     std::vector<LayerParams> w_;          // this rank's layers in chunk order
     std::vector<std::size_t> chunk_end_;  // w_ index past each chunk's last layer
     TensorView wte_, wpe_, lnf_w_, lnf_b_, out_w_;

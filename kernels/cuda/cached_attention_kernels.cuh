@@ -30,7 +30,9 @@ struct Geometry {
     float scale;
 };
 
-__device__ __forceinline__ int64_t ld_qkv(const Geometry& g) { return (g.A + 2 * g.G) * g.D; }
+__device__ __forceinline__ int64_t ld_qkv(const Geometry& g) {
+    return (g.A + 2 * g.G) * g.D;
+}
 /// Column of query head h, and of group grp's key (its value follows), in a qkv row.
 __device__ __forceinline__ int64_t q_col(const Geometry& g, int64_t h) {
     return ((h / g.per_group) * (g.per_group + 2) + h % g.per_group) * g.D;
@@ -63,9 +65,9 @@ __global__ void k_cache_append(float* k_cache, float* v_cache, const float* qkv,
 /// out[i][h] = softmax(q·kᵀ·scale)·v over positions [0, positions[i]] of row rows[i]; block (i, h) =
 /// (blockIdx.x, blockIdx.y). Dynamic shared memory: kWarps·(2 + D) floats.
 template <int P>
-__global__ void __launch_bounds__(kThreads) k_cached_attention(float* out, const float* qkv, const float* k_cache,
-                                                               const float* v_cache, const int32_t* rows,
-                                                               const int32_t* positions, Geometry g) {
+__global__ void __launch_bounds__(kThreads)
+    k_cached_attention(float* out, const float* qkv, const float* k_cache, const float* v_cache, const int32_t* rows,
+                       const int32_t* positions, Geometry g) {
     MWB_DYNAMIC_SHARED(shared_bytes);
     float* shared = reinterpret_cast<float*>(shared_bytes);
     const int64_t i = blockIdx.x, h = blockIdx.y, grp = h / g.per_group;

@@ -57,14 +57,30 @@ void cached_attention_forward(OpContext& ctx, TensorView out, TensorView k_cache
     check_launch(op);
     float* o = static_cast<float*>(out.data);
     switch ((g.D + 31) / 32) {
-        case 1: attend<1>(s, o, x, K, V, r, pos, g); break;
-        case 2: attend<2>(s, o, x, K, V, r, pos, g); break;
-        case 3: attend<3>(s, o, x, K, V, r, pos, g); break;
-        case 4: attend<4>(s, o, x, K, V, r, pos, g); break;
-        case 5: attend<5>(s, o, x, K, V, r, pos, g); break;
-        case 6: attend<6>(s, o, x, K, V, r, pos, g); break;
-        case 7: attend<7>(s, o, x, K, V, r, pos, g); break;
-        default: attend<8>(s, o, x, K, V, r, pos, g); break;
+        case 1:
+            attend<1>(s, o, x, K, V, r, pos, g);
+            break;
+        case 2:
+            attend<2>(s, o, x, K, V, r, pos, g);
+            break;
+        case 3:
+            attend<3>(s, o, x, K, V, r, pos, g);
+            break;
+        case 4:
+            attend<4>(s, o, x, K, V, r, pos, g);
+            break;
+        case 5:
+            attend<5>(s, o, x, K, V, r, pos, g);
+            break;
+        case 6:
+            attend<6>(s, o, x, K, V, r, pos, g);
+            break;
+        case 7:
+            attend<7>(s, o, x, K, V, r, pos, g);
+            break;
+        default:
+            attend<8>(s, o, x, K, V, r, pos, g);
+            break;
     }
     check_launch(op);
 }

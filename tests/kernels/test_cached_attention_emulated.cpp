@@ -45,9 +45,9 @@ struct Shape {
 struct Cache {
     Shape s;
     int64_t R, L;
-    std::vector<float> k, v;            // the op's cache (R, G, L, D)
-    std::vector<double> ref_k, ref_v;   // what it must hold
-    std::vector<bool> filled;           // (R, G, L): written positions
+    std::vector<float> k, v;           // the op's cache (R, G, L, D)
+    std::vector<double> ref_k, ref_v;  // what it must hold
+    std::vector<bool> filled;          // (R, G, L): written positions
     int64_t W() const { return (s.A + 2 * s.G) * s.D; }
     int64_t at(int64_t row, int64_t g, int64_t pos) const { return ((row * s.G + g) * L + pos) * s.D; }
     Cache(Shape shape, int64_t rows, int64_t len) : s(shape), R(rows), L(len) {
@@ -131,12 +131,12 @@ void run_kernels(Cache& c, std::vector<float>& out, const std::vector<float>& qk
     g.per_group = c.s.A / c.s.G;
     g.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.s.D)));
     // A grid smaller than the elements: the append's grid-stride loop wraps.
-    emu::launch(2, 1, 64, [&] {
-        ca::k_cache_append<uint32_t>(c.k.data(), c.v.data(), qkv.data(), rows.data(), pos.data(), g);
-    });
-    emu::launch(static_cast<unsigned>(g.n), static_cast<unsigned>(g.A), ca::kThreads,
-                [&] { ca::k_cached_attention<P>(out.data(), qkv.data(), c.k.data(), c.v.data(), rows.data(), pos.data(), g); },
-                static_cast<std::size_t>(ca::kWarps * (2 + g.D)) * sizeof(float));
+    emu::launch(2, 1, 64,
+                [&] { ca::k_cache_append<uint32_t>(c.k.data(), c.v.data(), qkv.data(), rows.data(), pos.data(), g); });
+    emu::launch(
+        static_cast<unsigned>(g.n), static_cast<unsigned>(g.A), ca::kThreads,
+        [&] { ca::k_cached_attention<P>(out.data(), qkv.data(), c.k.data(), c.v.data(), rows.data(), pos.data(), g); },
+        static_cast<std::size_t>(ca::kWarps * (2 + g.D)) * sizeof(float));
 }
 
 /// A prefill of `prompt` tokens into row 1, then two decode steps of rows {0, 1, 2} (row 0 and 2 given
@@ -188,7 +188,9 @@ private slots:
             for (const int64_t prompt : {1, 3, 37}) {
                 bool untouched = false;
                 const double e = scenario<1>(s, prompt, false, untouched);
-                QVERIFY2(e < 1e-5, qPrintable(QString("A=%1 G=%2 D=%3 prompt %4: %5").arg(s.A).arg(s.G).arg(s.D).arg(prompt).arg(e)));
+                QVERIFY2(
+                    e < 1e-5,
+                    qPrintable(QString("A=%1 G=%2 D=%3 prompt %4: %5").arg(s.A).arg(s.G).arg(s.D).arg(prompt).arg(e)));
                 QVERIFY(untouched);
             }
     }
@@ -204,12 +206,23 @@ private slots:
             bool untouched = false;
             double e = 0;
             switch ((c.s.D + 31) / 32) {
-                case 1: e = scenario<1>(c.s, c.prompt, true, untouched); break;
-                case 2: e = scenario<2>(c.s, c.prompt, true, untouched); break;
-                case 3: e = scenario<3>(c.s, c.prompt, true, untouched); break;
-                default: e = scenario<4>(c.s, c.prompt, true, untouched); break;
+                case 1:
+                    e = scenario<1>(c.s, c.prompt, true, untouched);
+                    break;
+                case 2:
+                    e = scenario<2>(c.s, c.prompt, true, untouched);
+                    break;
+                case 3:
+                    e = scenario<3>(c.s, c.prompt, true, untouched);
+                    break;
+                default:
+                    e = scenario<4>(c.s, c.prompt, true, untouched);
+                    break;
             }
-            QVERIFY2(e < 1e-5, qPrintable(QString("A=%1 G=%2 D=%3 prompt %4: %5").arg(c.s.A).arg(c.s.G).arg(c.s.D).arg(c.prompt).arg(e)));
+            QVERIFY2(
+                e < 1e-5,
+                qPrintable(
+                    QString("A=%1 G=%2 D=%3 prompt %4: %5").arg(c.s.A).arg(c.s.G).arg(c.s.D).arg(c.prompt).arg(e)));
             QVERIFY(untouched);
         }
     }
@@ -223,14 +236,15 @@ private slots:
         OpContext cpu;
         std::vector<float> want(static_cast<std::size_t>(S * s.A * s.D)), got(want.size(), kSentinel);
         std::vector<float> probs(static_cast<std::size_t>(ops::attention_saved_elements(Device::CPU, p, S)));
-        std::vector<float> ws(static_cast<std::size_t>(ops::attention_workspace_bytes(Device::CPU, p, S, ops::num_threads()) / 4 + 1));
+        std::vector<float> ws(
+            static_cast<std::size_t>(ops::attention_workspace_bytes(Device::CPU, p, S, ops::num_threads()) / 4 + 1));
         ops::attention_forward(cpu, f32(want, {S, 1, s.A * s.D}), f32(probs, {static_cast<int64_t>(probs.size())}),
                                f32(qkv, {S, 1, W}), f32(ws, {static_cast<int64_t>(ws.size())}), p);
         std::vector<float> k(static_cast<std::size_t>(2 * s.G * 64 * s.D)), v(k.size());
         std::vector<int32_t> rows(S, 1), pos(S);
         for (int64_t i = 0; i < S; ++i) pos[i] = static_cast<int32_t>(i);
-        ops::cached_attention_forward(cpu, f32(got, {S, s.A * s.D}), f32(k, {2, s.G, 64, s.D}), f32(v, {2, s.G, 64, s.D}),
-                                      f32(qkv, {S, W}), i32(rows), i32(pos), p);
+        ops::cached_attention_forward(cpu, f32(got, {S, s.A * s.D}), f32(k, {2, s.G, 64, s.D}),
+                                      f32(v, {2, s.G, 64, s.D}), f32(qkv, {S, W}), i32(rows), i32(pos), p);
         double diff = 0;
         for (std::size_t e = 0; e < want.size(); ++e) diff = std::max(diff, double{std::abs(got[e] - want[e])});
         QVERIFY2(diff < 1e-5, qPrintable(QString::number(diff)));
