@@ -2,7 +2,7 @@
 // memory-bandwidth bound of decoding: one decode step reads every weight once, so tokens/s at batch 1
 // cannot exceed (copy bandwidth) / (weight bytes per step). Both are measured in the same run, with
 // the sgemm peak as the compute reference. Random weights (the speed does not depend on them).
-//   mwb-bench-generate [--model gpt2-124m|llama-1b|all] [--prompt 128] [--new 16] [--reps 3]
+//   mwb-bench-generate [--model gpt2-124m|llama-1b|all] [--prompt 128] [--new 16] [--reps 3] [--batch 1 8]
 #include "generate/generation.h"
 #include "model/gpt_model.h"
 #include "mwb/kernels/ops.h"
@@ -101,7 +101,7 @@ double measure_bandwidth() {
     return bw;
 }
 
-void bench(const char* name, GptDims d, int64_t prompt, int64_t new_tokens, int reps) {
+void bench(const char* name, GptDims d, int64_t prompt, int64_t new_tokens, int reps, const std::vector<int64_t>& batches) {
     d.seq = 1;
     d.micro_batch = 1;
     OpContext ctx;
@@ -112,7 +112,7 @@ void bench(const char* name, GptDims d, int64_t prompt, int64_t new_tokens, int 
     GenerateOptions o;
     o.sampling.greedy = true;
     o.max_new_tokens = new_tokens;
-    for (const int64_t batch : {int64_t{1}, int64_t{8}}) {
+    for (const int64_t batch : batches) {
         Decoder dec(d, model.layout(), model.params(), batch, max_len);
         std::vector<std::vector<int32_t>> prompts(static_cast<std::size_t>(batch), std::vector<int32_t>(prompt));
         for (int64_t b = 0; b < batch; ++b)
@@ -153,6 +153,8 @@ int main(int argc, char** argv) {
     app.add_option("--prompt", prompt, "Prompt tokens (prefill)");
     app.add_option("--new", new_tokens, "Tokens decoded per row");
     app.add_option("--reps", reps);
+    std::vector<int64_t> batches{1, 8};
+    app.add_option("--batch", batches, "Batch sizes (default: 1 8)");
     CLI11_PARSE(app, argc, argv);
     const double bw = measure_bandwidth(), peak = sgemm_peak();
     fmt::print("threads {}, copy bandwidth {:.2f} GB/s (read + write), sgemm 2048^3 {:.1f} GFLOP/s\n\n",
@@ -162,7 +164,7 @@ int main(int argc, char** argv) {
         "| model | batch | prefill tok/s | weight GB/step | decode tok/s | bound tok/s (batch 1) | of bound per step "
         "|\n");
     fmt::print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
-    if (which != "llama-1b") bench("GPT-2 124M", gpt2_124m(), prompt, new_tokens, reps);
-    if (which != "gpt2-124m") bench("Llama 1B", llama_1b(), prompt, new_tokens, reps);
+    if (which != "llama-1b") bench("GPT-2 124M", gpt2_124m(), prompt, new_tokens, reps, batches);
+    if (which != "gpt2-124m") bench("Llama 1B", llama_1b(), prompt, new_tokens, reps, batches);
     return 0;
 }

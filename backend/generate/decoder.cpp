@@ -1,7 +1,9 @@
 #include "generate/decoder.h"
 
 #include "model/rope.h"
+#include "mwb/kernels/device_runtime.h"
 #include "mwb/kernels/error.h"
+#include "mwb/kernels/ops.h"
 #include "parallel/communicator.h"
 
 #include <cblas.h>
@@ -15,51 +17,47 @@ namespace mwb::generate {
 
 namespace {
 
-/// y (n, out) = x (n, in)·wᵀ + b: the output rows of w split over the threads, each chunk one
-/// single-threaded BLAS call (OpenBLAS runs single-threaded inside a parallel region) on its
-/// contiguous rows of w. n = 1 is a matrix-vector product: sgemv.
-void linear(float* y, const float* x, int64_t n, const TensorView& w, const TensorView& b) {
+/// Rows [r0, r1) of y (n, out) = x (n, in)·wᵀ + b: one single-threaded BLAS call (OpenBLAS runs
+/// single-threaded inside a parallel region) on those contiguous rows of w; n = 1 is an sgemv.
+void linear_rows(float* y, const float* x, int64_t n, const TensorView& w, const TensorView& b, int64_t r0,
+                 int64_t r1) {
+    if (r0 >= r1) return;
     const int64_t out = w.dim(0), in = w.dim(1);
     const float* W = w.f32();
-    const float* bias = b.empty() ? nullptr : b.f32();
-    constexpr int64_t kMinRows = 64;  // a multiple of any kernel's unroll
-    // Below ~256K multiply-adds a thread costs more to wake than it saves (and spins on a busy machine).
-    const int64_t threads = n * out * in >= (int64_t{1} << 18) ? std::max(1, omp_get_max_threads()) : 1;
-    const int64_t chunks = std::clamp<int64_t>(out / kMinRows, 1, threads);
-    const int64_t per = (out / chunks + 15) / 16 * 16;
-#pragma omp parallel for schedule(static) num_threads(static_cast <int>(chunks)) if (chunks > 1)
-    for (int64_t c = 0; c < chunks; ++c) {
-        const int64_t r0 = c * per, r1 = c + 1 == chunks ? out : std::min(out, r0 + per);
-        if (r0 >= r1) continue;
-        const auto rows = static_cast<blasint>(r1 - r0);
-        if (n == 1)
-            cblas_sgemv(CblasRowMajor, CblasNoTrans, rows, static_cast<blasint>(in), 1.0f, W + r0 * in,
-                        static_cast<blasint>(in), x, 1, 0.0f, y + r0, 1);
-        else
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(n), rows,
-                        static_cast<blasint>(in), 1.0f, x, static_cast<blasint>(in), W + r0 * in,
-                        static_cast<blasint>(in), 0.0f, y + r0, static_cast<blasint>(out));
-        if (bias)
-            for (int64_t i = 0; i < n; ++i) {
-                float* yi = y + i * out;
+    const auto rows = static_cast<blasint>(r1 - r0);
+    if (n == 1)
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, rows, static_cast<blasint>(in), 1.0f, W + r0 * in,
+                    static_cast<blasint>(in), x, 1, 0.0f, y + r0, 1);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(n), rows, static_cast<blasint>(in),
+                    1.0f, x, static_cast<blasint>(in), W + r0 * in, static_cast<blasint>(in), 0.0f, y + r0,
+                    static_cast<blasint>(out));
+    if (b.empty()) return;
+    const float* bias = b.f32();
+    for (int64_t i = 0; i < n; ++i) {
+        float* yi = y + i * out;
 #pragma omp simd
-                for (int64_t r = r0; r < r1; ++r) yi[r] += bias[r];
-            }
+        for (int64_t r = r0; r < r1; ++r) yi[r] += bias[r];
     }
 }
 
-TensorView host(float* p, std::initializer_list<int64_t> shape) {
-    return make_view(p, DType::F32, shape, Device::CPU);
+/// Thread t's rows of a layer of `out` outputs split over `threads`: [first, last), 16-row aligned.
+struct RowSlice {
+    int64_t first, last;
+};
+RowSlice slice_of(int64_t out, int threads, int t) {
+    const int64_t per = (out / threads + 15) / 16 * 16;
+    const int64_t first = std::min(out, t * per);
+    return {first, t + 1 == threads ? out : std::min(out, first + per)};
 }
 
-/// Runs a small step on one thread: waking threads for the many tiny ops of a small model costs more
-/// than the ops (and threads spin on a busy machine). Restores the thread count when it goes.
-class SingleThreadBelow {
+/// Sets the OpenMP thread count for its lifetime (the ops read it), restoring it when it goes.
+class OmpThreads {
 public:
-    SingleThreadBelow(int64_t work, int64_t threshold) : saved_(omp_get_max_threads()) {
-        if (work < threshold) omp_set_num_threads(1);
-    }
-    ~SingleThreadBelow() { omp_set_num_threads(saved_); }
+    explicit OmpThreads(int n) : saved_(omp_get_max_threads()) { omp_set_num_threads(std::max(1, n)); }
+    ~OmpThreads() { omp_set_num_threads(saved_); }
+    OmpThreads(const OmpThreads&) = delete;
+    OmpThreads& operator=(const OmpThreads&) = delete;
 
 private:
     int saved_;
@@ -68,14 +66,16 @@ private:
 }  // namespace
 
 Decoder::Decoder(const GptDims& d, const ParamLayout& layout, const TensorView& params, int64_t max_batch,
-                 int64_t max_len)
-    : Decoder(d, ModelPartition::whole(d), layout, params, {}, max_batch, max_len) {}
+                 int64_t max_len, Device device)
+    : Decoder(d, ModelPartition::whole(d), layout, params, {}, max_batch, max_len, device) {}
 
 Decoder::Decoder(const GptDims& d, const ModelPartition& partition, const ParamLayout& layout, const TensorView& params,
-                 DecoderGroups groups, int64_t max_batch, int64_t max_len)
+                 DecoderGroups groups, int64_t max_batch, int64_t max_len, Device device)
     : d_(d),
       partition_(partition),
       groups_(groups),
+      op_{device, nullptr},
+      alloc_(device),
       max_batch_(max_batch),
       max_len_(max_len),
       lengths_(static_cast<std::size_t>(max_batch), 0) {
@@ -86,7 +86,18 @@ Decoder::Decoder(const GptDims& d, const ModelPartition& partition, const ParamL
     pp_rank_ = groups_.pp ? groups_.pp->rank() : 0;
     const int64_t t = tp_size_;
     MWB_CHECK(params.device == Device::CPU && params.dtype == DType::F32,
-              "generation runs on the CPU with fp32 weights (got {})", params.describe());
+              "generation reads fp32 weights from host memory (got {})", params.describe());
+    MWB_CHECK(device == Device::CPU || (!groups_.tp && !groups_.pp),
+              "generation on CUDA runs the whole model in one process ({} tensor- x {} pipeline-parallel ranks here)",
+              tp_size_, pp_size_);
+    MWB_CHECK(max_len < (int64_t{1} << 31) && max_batch < (int64_t{1} << 31), "generation: {} rows of {} tokens",
+              max_batch, max_len);
+    TensorView arena = params;
+    if (device == Device::CUDA) {
+        device_weights_ = Buffer(alloc_, MemCategory::Weights, params.numel());
+        device::copy_to_device(device_weights_.data(), params.data, params.numel() * 4);
+        arena = device_weights_.view();
+    }
     MWB_CHECK(max_batch >= 1 && max_len >= 1 && (!d.learned_positions() || max_len <= d.max_positions),
               "generation: {} rows of {} tokens (the model has {} learned positions)", max_batch, max_len,
               d.max_positions);
@@ -103,7 +114,7 @@ Decoder::Decoder(const GptDims& d, const ModelPartition& partition, const ParamL
     fc1_rows_ = d.fc1_rows() / t;
     vocab_rows_ = d.vocab / t;
     vocab_begin_ = (groups_.tp ? groups_.tp->rank() : 0) * vocab_rows_;
-    const auto view = [&](const char* name) { return layout.view(params, layout.index_of(name)); };
+    const auto view = [&](const char* name) { return layout.view(arena, layout.index_of(name)); };
     const auto check_vocab = [&](const TensorView& v) {
         MWB_CHECK(v.dim(0) == vocab_rows_,
                   "generation: the word embedding has {} rows, expected {} of {} for tensor-parallel size {}", v.dim(0),
@@ -123,28 +134,33 @@ Decoder::Decoder(const GptDims& d, const ModelPartition& partition, const ParamL
     }
     for (const auto& chunk : partition.chunks) {
         for (int64_t l = chunk.first_layer; l < chunk.end_layer; ++l)
-            w_.push_back(TransformerLayer::params(layout, params, l, d));
+            w_.push_back(TransformerLayer::params(layout, arena, l, d));
         chunk_end_.push_back(w_.size());
     }
     if (d.positions == GptDims::Positions::Rope) {
         const int64_t half = d.rotary_dim / 2;
-        rope_cos_.resize(static_cast<std::size_t>(max_len * half));
-        rope_sin_.resize(rope_cos_.size());
-        rotary_tables(d, max_len, rope_cos_.data(), rope_sin_.data());
+        std::vector<float> cos(static_cast<std::size_t>(max_len * half)), sin(cos.size());
+        rotary_tables(d, max_len, cos.data(), sin.data());
+        rope_cos_ = Buffer(alloc_, MemCategory::Workspace, max_len * half);
+        rope_sin_ = Buffer(alloc_, MemCategory::Workspace, max_len * half);
+        if (device == Device::CUDA) {
+            device::copy_to_device(rope_cos_.data(), cos.data(), rope_cos_.bytes());
+            device::copy_to_device(rope_sin_.data(), sin.data(), rope_sin_.bytes());
+        } else {
+            std::copy(cos.begin(), cos.end(), rope_cos_.f32());
+            std::copy(sin.begin(), sin.end(), rope_sin_.f32());
+        }
     }
+    // Only positions a row has reached are ever read, so the cache needs no initialisation.
     const int64_t per_layer = max_batch * kv_groups_ * max_len * d.head_dim();
-    k_cache_.assign(static_cast<std::size_t>(per_layer * static_cast<int64_t>(w_.size())), 0.0f);
-    v_cache_.assign(k_cache_.size(), 0.0f);
+    k_cache_ = Buffer(alloc_, MemCategory::Activations, per_layer * static_cast<int64_t>(w_.size()));
+    v_cache_ = Buffer(alloc_, MemCategory::Activations, per_layer * static_cast<int64_t>(w_.size()));
+    // A forward returns the logits of at most max_batch rows (decode) or one (prefill).
+    if (device == Device::CUDA) logits_ = Buffer(alloc_, MemCategory::Activations, max_batch * d.vocab);
 }
 
-float* Decoder::cache_k(int64_t layer, int64_t row, int64_t group) const {
-    const int64_t G = kv_groups_, D = d_.head_dim();
-    return const_cast<float*>(k_cache_.data()) + (((layer * max_batch_ + row) * G + group) * max_len_) * D;
-}
-
-float* Decoder::cache_v(int64_t layer, int64_t row, int64_t group) const {
-    const int64_t G = kv_groups_, D = d_.head_dim();
-    return const_cast<float*>(v_cache_.data()) + (((layer * max_batch_ + row) * G + group) * max_len_) * D;
+TensorView Decoder::on_device(float* p, std::initializer_list<int64_t> shape) const {
+    return make_view(p, DType::F32, shape, op_.device);
 }
 
 int64_t Decoder::weight_bytes_per_step() const {
@@ -158,8 +174,8 @@ int64_t Decoder::weight_bytes_per_step() const {
 
 void Decoder::ensure_scratch(int64_t n) {
     if (n <= scratch_rows_) return;
-    const auto size = [&](std::vector<float>& v, int64_t per_row) {
-        v.assign(static_cast<std::size_t>(n * per_row), 0.0f);
+    const auto size = [&](Buffer& b, int64_t per_row, DType dtype = DType::F32) {
+        b = Buffer(alloc_, MemCategory::Activations, n * per_row, dtype);
     };
     const int64_t H = d_.hidden;
     size(x_, H);
@@ -172,6 +188,11 @@ void Decoder::ensure_scratch(int64_t n) {
     size(branch_, H);
     size(fc1_, fc1_rows_);
     size(act_, ffn_);
+    if (op_.device == Device::CUDA) {
+        size(ids_dev_, 1, DType::I32);
+        size(rows_dev_, 1, DType::I32);
+        size(positions_dev_, 1, DType::I32);
+    }
     scratch_rows_ = n;
 }
 
@@ -206,7 +227,17 @@ void Decoder::forward(std::span<const Entry> entries, std::span<const int32_t> i
         MWB_CHECK(ids[i] >= 0 && ids[i] < d_.vocab, "generation: token id {} is outside the vocabulary [0, {})", ids[i],
                   d_.vocab);
     ensure_scratch(n);
-    const SingleThreadBelow small(n * weight_bytes_per_step() / 4, int64_t{1} << 21);
+    const bool cuda = op_.device == Device::CUDA;
+    // CPU threads. Waking a thread costs tens of microseconds under OMP_WAIT_POLICY=PASSIVE (a futex
+    // wake per parallel region, and a barrier at its end), more than the work of an op on a few rows: a
+    // small model's step runs on one thread; otherwise the linear layers split their rows over the
+    // threads, and the ops between them (norms, residual adds, activations, RoPE) run on this thread
+    // unless the step holds enough rows (a prefill) to pay for the hand-off. (An op called inside a
+    // parallel region would open a nested one, which costs as much: docs/performance.md.)
+    linear_threads_ =
+        cuda || n * weight_bytes_per_step() / 4 < (int64_t{1} << 21) ? 1 : std::max(1, omp_get_max_threads());
+    const OmpThreads step(cuda || n * ffn_ >= (int64_t{1} << 16) ? linear_threads_ : 1);
+    stage_indices(entries, ids);
 
     // Virtual stage k (chunk k / P of stage k % P) runs after stage k - 1 and hands its residual
     // stream to stage k + 1; with one stage that is just chunk after chunk.
@@ -215,16 +246,16 @@ void Decoder::forward(std::span<const Entry> entries, std::span<const int32_t> i
         if (k % P != pp_rank_) continue;
         const auto peer = [&](int64_t stage) { return static_cast<int>(stage % P); };
         if (k == 0)
-            embed(entries, ids, x_.data());
+            embed(entries, ids, x_.f32());
         else if (P > 1) {
-            const Message in{x_.data(), n * H, peer(k - 1), static_cast<int>(k)};
+            const Message in{x_.f32(), n * H, peer(k - 1), static_cast<int>(k)};
             groups_.pp->exchange({}, std::span<const Message>(&in, 1));
         }
         const std::size_t c = static_cast<std::size_t>(k / P);
         for (std::size_t slot = c == 0 ? 0 : chunk_end_[c - 1]; slot < chunk_end_[c]; ++slot)
             layer(entries, static_cast<int64_t>(slot));
         if (k + 1 < stages && P > 1) {
-            const Message out{x_.data(), n * H, peer(k + 1), static_cast<int>(k + 1)};
+            const Message out{x_.f32(), n * H, peer(k + 1), static_cast<int>(k + 1)};
             groups_.pp->exchange(std::span<const Message>(&out, 1), {})->wait();
         }
     }
@@ -239,17 +270,30 @@ void Decoder::forward(std::span<const Entry> entries, std::span<const int32_t> i
 void Decoder::norm(float* out, const float* in, const TensorView& w, const TensorView& b, int64_t rows) {
     const int64_t H = d_.hidden;
     if (d_.rmsnorm)
-        ops::rmsnorm_forward(op_, host(out, {rows, H}), host(rstd_.data(), {rows}),
-                             host(const_cast<float*>(in), {rows, H}), w, d_.norm_eps);
+        ops::rmsnorm_forward(op_, on_device(out, {rows, H}), rstd_.view({rows}),
+                             on_device(const_cast<float*>(in), {rows, H}), w, d_.norm_eps);
     else
-        ops::layernorm_forward(op_, host(out, {rows, H}), host(mean_.data(), {rows}), host(rstd_.data(), {rows}),
-                               host(const_cast<float*>(in), {rows, H}), w, b, d_.norm_eps);
+        ops::layernorm_forward(op_, on_device(out, {rows, H}), mean_.view({rows}), rstd_.view({rows}),
+                               on_device(const_cast<float*>(in), {rows, H}), w, b, d_.norm_eps);
 }
 
 void Decoder::embed(std::span<const Entry> entries, std::span<const int32_t> ids, float* x) {
     // Word row plus (learned) position row. A vocabulary-parallel embedding: each rank has the rows
     // of its ids, zeros for the others, and the sum over the ranks is every token's row.
     const int64_t n = static_cast<int64_t>(entries.size()), H = d_.hidden;
+    if (op_.device == Device::CUDA) {
+        ops::embedding_forward(op_, on_device(x, {n, H}), ids_dev_.view({n}), wte_, 0);
+        if (wpe_.empty()) return;
+        // Prefill rows hold consecutive positions of one row: one call; decode rows each their own.
+        const bool consecutive = std::all_of(entries.begin(), entries.end(), [&](const Entry& e) {
+            return e.pos == entries[0].pos + (&e - entries.data());
+        });
+        if (consecutive) return ops::position_embedding_forward(op_, on_device(x, {n, 1, H}), wpe_, entries[0].pos);
+        for (int64_t i = 0; i < n; ++i)
+            ops::position_embedding_forward(op_, on_device(x + i * H, {1, 1, H}), wpe_, entries[i].pos);
+        return;
+    }
+    // A few rows: copies on this thread (an op would wake the thread pool for microseconds of work).
     for (int64_t i = 0; i < n; ++i) {
         const int64_t local = int64_t{ids[i]} - vocab_begin_;
         if (local >= 0 && local < vocab_rows_)
@@ -261,8 +305,43 @@ void Decoder::embed(std::span<const Entry> entries, std::span<const int32_t> ids
     if (!wpe_.empty())
         for (int64_t i = 0; i < n; ++i) {
             const float* p = wpe_.f32() + entries[i].pos * H;
+#pragma omp simd
             for (int64_t h = 0; h < H; ++h) x[i * H + h] += p[h];
         }
+}
+
+void Decoder::linear(float* y, const float* x, int64_t n, const TensorView& w, const TensorView& b) {
+    if (op_.device == Device::CUDA)
+        return ops::linear_forward(op_, on_device(y, {n, w.dim(0)}), on_device(const_cast<float*>(x), {n, w.dim(1)}), w,
+                                   b);
+    // The output rows over the threads (below ~256K multiply-adds, not worth a hand-off): one parallel
+    // region, each thread one single-threaded BLAS call on its contiguous rows of w.
+    const int64_t out = w.dim(0);
+    const int threads = n * out * w.dim(1) >= (int64_t{1} << 18)
+                            ? static_cast<int>(std::clamp<int64_t>(out / 64, 1, linear_threads_))
+                            : 1;
+    if (threads == 1) return linear_rows(y, x, n, w, b, 0, out);
+#pragma omp parallel num_threads(threads)
+    {
+        const RowSlice s = slice_of(out, threads, omp_get_thread_num());
+        linear_rows(y, x, n, w, b, s.first, s.last);
+    }
+}
+
+void Decoder::stage_indices(std::span<const Entry> entries, std::span<const int32_t> ids) {
+    const std::size_t n = entries.size();
+    ids_.assign(ids.begin(), ids.end());
+    rows_.resize(n);
+    positions_.resize(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        rows_[i] = static_cast<int32_t>(entries[i].row);
+        positions_[i] = static_cast<int32_t>(entries[i].pos);
+    }
+    if (op_.device != Device::CUDA) return;
+    const auto bytes = static_cast<int64_t>(n * sizeof(int32_t));
+    device::copy_to_device(ids_dev_.data(), ids_.data(), bytes);
+    device::copy_to_device(rows_dev_.data(), rows_.data(), bytes);
+    device::copy_to_device(positions_dev_.data(), positions_.data(), bytes);
 }
 
 void Decoder::row_parallel(float* y, const float* x, int64_t n, const TensorView& w, const TensorView& b) {
@@ -280,49 +359,62 @@ void Decoder::row_parallel(float* y, const float* x, int64_t n, const TensorView
 
 void Decoder::layer(std::span<const Entry> entries, int64_t slot) {
     const int64_t n = static_cast<int64_t>(entries.size()), H = d_.hidden, W = qkv_rows_;
-    float *x = x_.data(), *x2 = x2_.data(), *ln = ln_.data(), *qkv = qkv_.data(), *ctx = ctx_.data();
-    float *branch = branch_.data(), *fc1 = fc1_.data(), *act = act_.data();
+    float *x = x_.f32(), *x2 = x2_.f32(), *ln = ln_.f32(), *qkv = qkv_.f32(), *ctx = ctx_.f32();
+    float *branch = branch_.f32(), *fc1 = fc1_.f32(), *act = act_.f32();
+    const bool cuda = op_.device == Device::CUDA;
     AttentionParams ap;
     ap.num_heads = static_cast<int>(heads_);
     ap.num_query_groups = static_cast<int>(kv_groups_);
     ap.total_heads = static_cast<int>(d_.heads);
     ap.batch = 1;
-    const int64_t half = d_.rotary_dim / 2, G = kv_groups_, D = d_.head_dim(), per_group = W / G;
+    ap.softmax_scale = 1.0f / std::sqrt(static_cast<float>(d_.head_dim()));
+    const int64_t half = d_.rotary_dim / 2, G = kv_groups_, D = d_.head_dim(),
+                  per_layer = max_batch_ * G * max_len_ * D;
     const LayerParams& w = w_[static_cast<std::size_t>(slot)];
     norm(ln, x, w.ln1_w, w.ln1_b, n);
     linear(qkv, ln, n, w.qkv_w, w.qkv_b);
-    for (int64_t i = 0; i < n; ++i) {
-        float* row = qkv + i * W;
-        if (!rope_cos_.empty())
-            ops::rope_forward(op_, host(row, {1, 1, W}), host(rope_cos_.data(), {max_len_, half}),
-                              host(rope_sin_.data(), {max_len_, half}), ap, static_cast<int>(d_.rotary_dim),
-                              d_.rotary_interleaved, entries[i].pos);
-        for (int64_t g = 0; g < G; ++g) {
-            const float* k = row + g * per_group + (per_group / D - 2) * D;
-            std::memcpy(cache_k(slot, entries[i].row, g) + entries[i].pos * D, k, static_cast<std::size_t>(D) * 4);
-            std::memcpy(cache_v(slot, entries[i].row, g) + entries[i].pos * D, k + D, static_cast<std::size_t>(D) * 4);
-        }
+    if (!rope_cos_.empty())
+        for (int64_t i = 0; i < n; ++i)
+            ops::rope_forward(op_, on_device(qkv + i * W, {1, 1, W}), rope_cos_.view({max_len_, half}),
+                              rope_sin_.view({max_len_, half}), ap, static_cast<int>(d_.rotary_dim),
+                              d_.rotary_interleaved, entries[static_cast<std::size_t>(i)].pos);
+    {
+        // The op threads itself when the rows' cache is long enough to pay for it.
+        const OmpThreads attention_threads(cuda ? 1 : linear_threads_);
+        const TensorView rows = cuda ? rows_dev_.view({n}) : make_view(rows_.data(), DType::I32, {n});
+        const TensorView positions = cuda ? positions_dev_.view({n}) : make_view(positions_.data(), DType::I32, {n});
+        ops::cached_attention_forward(op_, on_device(ctx, {n, heads_ * D}),
+                                      on_device(k_cache_.f32() + slot * per_layer, {max_batch_, G, max_len_, D}),
+                                      on_device(v_cache_.f32() + slot * per_layer, {max_batch_, G, max_len_, D}),
+                                      on_device(qkv, {n, W}), rows, positions, ap);
     }
-    attention(entries, slot, qkv, ctx);
     row_parallel(branch, ctx, n, w.proj_w, w.proj_b);
-    ops::add(op_, host(x2, {n, H}), host(x, {n, H}), host(branch, {n, H}));
+    ops::add(op_, on_device(x2, {n, H}), on_device(x, {n, H}), on_device(branch, {n, H}));
     norm(ln, x2, w.ln2_w, w.ln2_b, n);
     linear(fc1, ln, n, w.fc1_w, w.fc1_b);
     if (d_.swiglu)
-        ops::swiglu_forward(op_, host(act, {n, ffn_}), host(fc1, {n, fc1_rows_}));
+        ops::swiglu_forward(op_, on_device(act, {n, ffn_}), on_device(fc1, {n, fc1_rows_}));
     else
-        ops::gelu_forward(op_, host(act, {n, ffn_}), host(fc1, {n, ffn_}));
+        ops::gelu_forward(op_, on_device(act, {n, ffn_}), on_device(fc1, {n, ffn_}));
     row_parallel(branch, act, n, w.fc2_w, w.fc2_b);
-    ops::add(op_, host(x, {n, H}), host(x2, {n, H}), host(branch, {n, H}));
+    ops::add(op_, on_device(x, {n, H}), on_device(x2, {n, H}), on_device(branch, {n, H}));
 }
 
 void Decoder::head(std::span<const int64_t> logit_rows, float* logits) {
     // Final norm and output layer, only for the rows whose logits are wanted.
     const int64_t m = static_cast<int64_t>(logit_rows.size()), H = d_.hidden, V = d_.vocab, Vt = vocab_rows_;
-    float *x = x_.data(), *x2 = x2_.data(), *ln = ln_.data();
-    for (int64_t j = 0; j < m; ++j)
-        std::memcpy(x2 + j * H, x + logit_rows[j] * H, static_cast<std::size_t>(H) * sizeof(float));
-    norm(ln, x2, lnf_w_, lnf_b_, m);
+    float *x = x_.f32(), *x2 = x2_.f32(), *ln = ln_.f32();
+    bool all_rows = true;  // decode (and a one-token prefill): the wanted rows are x's first m
+    for (int64_t j = 0; j < m; ++j) all_rows = all_rows && logit_rows[static_cast<std::size_t>(j)] == j;
+    if (!all_rows)
+        for (int64_t j = 0; j < m; ++j)
+            ops::copy(op_, on_device(x2 + j * H, {H}), on_device(x + logit_rows[static_cast<std::size_t>(j)] * H, {H}));
+    norm(ln, all_rows ? x : x2, lnf_w_, lnf_b_, m);
+    if (op_.device == Device::CUDA) {
+        linear(logits_.f32(), ln, m, out_w_, {});
+        device::copy_to_host(logits, logits_.data(), m * V * 4);
+        return;
+    }
     if (!groups_.tp) return linear(logits, ln, m, out_w_, {});
     // Each rank's vocabulary rows for the m rows, gathered as (t, m, V/t), laid out as (m, V).
     local_logits_.resize(static_cast<std::size_t>(m * Vt));
@@ -332,47 +424,6 @@ void Decoder::head(std::span<const int64_t> logit_rows, float* logits) {
     for (int64_t r = 0; r < tp_size_; ++r)
         for (int64_t j = 0; j < m; ++j)
             std::memcpy(logits + j * V + r * Vt, shards_.data() + (r * m + j) * Vt, static_cast<std::size_t>(Vt) * 4);
-}
-
-void Decoder::attention(std::span<const Entry> entries, int64_t layer, const float* qkv, float* context) {
-    // Causal attention of each token over its row's cache [0, pos]: one (token, head) pair per task.
-    const int64_t n = static_cast<int64_t>(entries.size()), A = heads_, G = kv_groups_, D = d_.head_dim();
-    const int64_t per_group = (A / G + 2) * D, W = G * per_group;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-    const int threads = std::max(1, omp_get_max_threads());
-    scores_.resize(static_cast<std::size_t>(threads * max_len_));
-    int64_t work = 0;  // multiply-adds: q·k and p·v over each token's cache
-    for (const Entry& e : entries) work += 2 * A * (e.pos + 1) * D;
-#pragma omp parallel for schedule(dynamic, 1) collapse(2) if (work >= (int64_t{1} << 17))
-    for (int64_t i = 0; i < n; ++i) {
-        for (int64_t h = 0; h < A; ++h) {
-            float* s = scores_.data() + omp_get_thread_num() * max_len_;
-            const int64_t g = h / (A / G), len = entries[i].pos + 1;
-            const float* q = qkv + i * W + g * per_group + (h % (A / G)) * D;
-            const float* K = cache_k(layer, entries[i].row, g);
-            const float* V = cache_v(layer, entries[i].row, g);
-            float max = -INFINITY;
-            for (int64_t j = 0; j < len; ++j) {
-                const float* k = K + j * D;
-                float dot = 0;
-#pragma omp simd reduction(+ : dot)
-                for (int64_t c = 0; c < D; ++c) dot += q[c] * k[c];
-                s[j] = dot * scale;
-                max = std::max(max, s[j]);
-            }
-            float sum = 0;
-            for (int64_t j = 0; j < len; ++j) sum += (s[j] = std::exp(s[j] - max));
-            float* out = context + i * A * D + h * D;
-            std::fill(out, out + D, 0.0f);
-            const float inv = 1.0f / sum;
-            for (int64_t j = 0; j < len; ++j) {
-                const float p = s[j] * inv;
-                const float* v = V + j * D;
-#pragma omp simd
-                for (int64_t c = 0; c < D; ++c) out[c] += p * v[c];
-            }
-        }
-    }
 }
 
 }  // namespace mwb::generate

@@ -1,14 +1,16 @@
 #pragma once
-// The model's forward pass for generation on the CPU: tokens go through the same weights and ops as
+// The model's forward pass for generation, on the CPU or one GPU: tokens go through the same weights and ops as
 // training (norms, GELU/SwiGLU, RoPE kernels), with a key/value cache so that each new token costs one
 // pass over the weights instead of a pass over the whole sequence.
 //   K, V cache per layer: (batch, G, max_len, D) contiguous; row b's token at position p sits at [b][g][p].
 // Rows are independent sequences with their own lengths (no padding): a prompt is prefilled into its
 // row alone, decode steps advance any set of rows by one token each at their own position. Learned
 // positions add wpe[p]; RoPE rotates q and k with the angles of position p before k enters the cache.
-// Linear layers split their output rows over the threads, each thread one single-threaded sgemv
-// (one token) or sgemm (several) over its contiguous slice of the weight: decode at batch 1 reads every
-// weight once per token, which is the memory-bandwidth bound docs/performance.md measures against.
+// On the CPU, linear layers split their output rows over the threads, each thread one single-threaded
+// sgemv (one token) or sgemm (several) over its contiguous slice of the weight: decode at batch 1 reads
+// every weight once per token, which is the memory-bandwidth bound docs/performance.md measures against.
+// On CUDA (one process) every step runs as the ops' CUDA kernels (cuBLAS for the linear layers, the
+// cached-attention kernel over the cache on the device); only the logits come back to the host.
 //
 // A model split over ranks (tensor and/or pipeline parallel) decodes with every rank of its model
 // group taking the same steps: each rank runs its own layers with its own heads, key/value groups, MLP
@@ -17,6 +19,7 @@
 // from stage to stage (virtual stages in Megatron-LM's interleaved order), and the last stage's logit
 // shards are gathered over tensor-parallel ranks and broadcast to every stage. So every rank receives
 // the same whole logits, and a sampler run on each of them chooses the same tokens.
+#include "core/memory.h"
 #include "model/gpt_dims.h"
 #include "model/param_layout.h"
 #include "model/transformer_layer.h"
@@ -39,25 +42,29 @@ struct DecoderGroups {
 
 class Decoder {
 public:
-    /// d: the whole model (tensor-parallel size 1); layout/params: its parameters (GptModel's arena);
-    /// max_batch rows of at most max_len tokens each (max_len <= max_positions with learned positions).
-    Decoder(const GptDims& d, const ParamLayout& layout, const TensorView& params, int64_t max_batch, int64_t max_len);
+    /// d: the whole model (tensor-parallel size 1); layout/params: its parameters (GptModel's arena, host
+    /// fp32); max_batch rows of at most max_len tokens each (max_len <= max_positions with learned
+    /// positions). On Device::CUDA the weights are copied to the current GPU once, the cache and every
+    /// activation live there, and only the logits come back.
+    Decoder(const GptDims& d, const ParamLayout& layout, const TensorView& params, int64_t max_batch, int64_t max_len,
+            Device device = Device::CPU);
     /// This rank's part of a split model: d the whole model's sizes, `partition` the layers this
     /// pipeline stage holds, layout/params its tensor-parallel slice (GptModel's). prefill() and
     /// decode() are then collective over both groups: every rank calls them with the same arguments.
     Decoder(const GptDims& d, const ModelPartition& partition, const ParamLayout& layout, const TensorView& params,
-            DecoderGroups groups, int64_t max_batch, int64_t max_len);
+            DecoderGroups groups, int64_t max_batch, int64_t max_len, Device device = Device::CPU);
 
     const GptDims& dims() const { return d_; }
+    Device device() const { return op_.device; }
     int64_t max_len() const { return max_len_; }
     /// Tokens row b holds in the cache.
     int64_t length(int64_t row) const { return lengths_[static_cast<std::size_t>(row)]; }
     /// Empties row b.
     void reset(int64_t row) { lengths_[static_cast<std::size_t>(row)] = 0; }
 
-    /// Appends `tokens` to row b and writes the logits (V) after its last token to `logits`.
+    /// Appends `tokens` to row b and writes the logits (V) after its last token to `logits` (host memory).
     void prefill(int64_t row, std::span<const int32_t> tokens, float* logits);
-    /// Appends tokens[i] to rows[i] (distinct rows) and writes their logits to logits (n, V).
+    /// Appends tokens[i] to rows[i] (distinct rows) and writes their logits to logits (n, V; host memory).
     void decode(std::span<const int64_t> rows, std::span<const int32_t> tokens, float* logits);
 
     /// Bytes of weights one forward step reads on this rank (every matrix and vector once, the
@@ -75,11 +82,13 @@ private:
     void embed(std::span<const Entry> entries, std::span<const int32_t> ids, float* x);
     void layer(std::span<const Entry> entries, int64_t slot);
     void head(std::span<const int64_t> logit_rows, float* logits);
+    /// y (n, out) = x (n, in)·wᵀ + b on the decoder's device (CPU: over linear_threads_ threads).
+    void linear(float* y, const float* x, int64_t n, const TensorView& w, const TensorView& b);
     /// y = x·wᵀ of a row-parallel weight, summed over the tensor-parallel ranks, plus b.
     void row_parallel(float* y, const float* x, int64_t n, const TensorView& w, const TensorView& b);
-    void attention(std::span<const Entry> entries, int64_t layer, const float* qkv, float* context);
-    float* cache_k(int64_t layer, int64_t row, int64_t group) const;
-    float* cache_v(int64_t layer, int64_t row, int64_t group) const;
+    /// The entries' token ids, cache rows and positions as I32 tensors (copied to the device on CUDA).
+    void stage_indices(std::span<const Entry> entries, std::span<const int32_t> ids);
+    TensorView on_device(float* p, std::initializer_list<int64_t> shape) const;
     void ensure_scratch(int64_t n);
 
     GptDims d_;
@@ -88,17 +97,23 @@ private:
     int tp_size_ = 1, pp_size_ = 1, pp_rank_ = 0;
     // This rank's share: A/t query heads, G/t key/value groups, F/t MLP columns, V/t vocabulary rows.
     int64_t heads_ = 0, kv_groups_ = 0, qkv_rows_ = 0, ffn_ = 0, fc1_rows_ = 0, vocab_rows_ = 0, vocab_begin_ = 0;
-    mutable OpContext op_;  // the CPU
+    mutable OpContext op_;
+    Allocator alloc_;  // of op_.device: weights (CUDA), cache, scratch
     int64_t max_batch_, max_len_;
+    int linear_threads_ = 1;              // CPU threads of this step's linear layers
+    Buffer device_weights_;               // CUDA: a copy of the parameter arena
     std::vector<LayerParams> w_;          // this rank's layers in chunk order
     std::vector<std::size_t> chunk_end_;  // w_ index past each chunk's last layer
     TensorView wte_, wpe_, lnf_w_, lnf_b_, out_w_;
-    std::vector<float> rope_cos_, rope_sin_;  // (max_len, R/2)
-    std::vector<float> k_cache_, v_cache_;    // per layer (batch, G, max_len, D)
+    Buffer rope_cos_, rope_sin_;  // (max_len, R/2)
+    Buffer k_cache_, v_cache_;    // per layer (batch, G, max_len, D)
     std::vector<int64_t> lengths_;
+    // Token ids, cache rows and positions of a forward: host values, and their device copies on CUDA.
+    std::vector<int32_t> ids_, rows_, positions_;
+    Buffer ids_dev_, rows_dev_, positions_dev_;
     // Scratch for n tokens, grown on demand.
     int64_t scratch_rows_ = 0;
-    std::vector<float> x_, x2_, ln_, mean_, rstd_, qkv_, ctx_, branch_, fc1_, act_, scores_;
+    Buffer x_, x2_, ln_, mean_, rstd_, qkv_, ctx_, branch_, fc1_, act_, logits_;
     std::vector<float> local_logits_, shards_;  // tensor parallel: this rank's (m, V/t), all ranks' (t, m, V/t)
 };
 

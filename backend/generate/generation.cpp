@@ -82,7 +82,7 @@ const char* finish_reason_name(FinishReason r) {
 }
 
 std::vector<Completion> complete(Decoder& decoder, const std::vector<std::vector<int32_t>>& prompts,
-                                 const GenerateOptions& o, const TokenCallback& on_token) {
+                                 const GenerateOptions& o, const TokenCallback& on_token, const DoneCallback& on_done) {
     using Clock = std::chrono::steady_clock;
     const auto start = Clock::now();
     const int64_t n = static_cast<int64_t>(prompts.size()), V = o.vocab > 0 ? o.vocab : decoder.dims().vocab;
@@ -94,17 +94,19 @@ std::vector<Completion> complete(Decoder& decoder, const std::vector<std::vector
     std::vector<int32_t> next;
     std::vector<float> logits(static_cast<std::size_t>(std::max<int64_t>(n, 1) * decoder.dims().vocab));
     const auto seconds = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
-    // Records row r's token; false when the row is finished.
+    // Records row r's token; false (after on_done) when the row is finished.
     const auto take = [&](int64_t r, int32_t token) {
         Completion& c = out[static_cast<std::size_t>(r)];
         c.seconds = seconds();
         if (token == o.eos) {
             c.finish = FinishReason::Eos;
-            return false;
+        } else {
+            c.tokens.push_back(token);
+            if (on_token) on_token(r, token);
+            if (static_cast<int64_t>(c.tokens.size()) < limit[static_cast<std::size_t>(r)]) return true;
         }
-        c.tokens.push_back(token);
-        if (on_token) on_token(r, token);
-        return static_cast<int64_t>(c.tokens.size()) < limit[static_cast<std::size_t>(r)];
+        if (on_done) on_done(r, c);
+        return false;
     };
     for (int64_t r = 0; r < n; ++r) {
         const auto& p = prompts[static_cast<std::size_t>(r)];
@@ -117,7 +119,10 @@ std::vector<Completion> complete(Decoder& decoder, const std::vector<std::vector
     }
     for (int64_t r = 0; r < n; ++r) {
         decoder.reset(r);
-        if (limit[static_cast<std::size_t>(r)] <= 0) continue;
+        if (limit[static_cast<std::size_t>(r)] <= 0) {
+            if (on_done) on_done(r, out[static_cast<std::size_t>(r)]);
+            continue;
+        }
         decoder.prefill(r, prompts[static_cast<std::size_t>(r)], logits.data());
         const int32_t t = samplers[static_cast<std::size_t>(r)].next(logits.data(), V);
         if (take(r, t)) {

@@ -36,12 +36,15 @@ struct Completion {
 
 /// Called for each generated token (not for the EOS) as soon as it is chosen.
 using TokenCallback = std::function<void(int64_t row, int32_t token)>;
+/// Called once per row as soon as it is finished (EOS or its limit), before the other rows go on.
+using DoneCallback = std::function<void(int64_t row, const Completion& completion)>;
 
 /// Generates a completion for each prompt (rows 0..n-1 of the decoder, reset first). A row's length
 /// limit is max_new_tokens or what is left of the decoder's context, whichever is smaller; a prompt
 /// that fills the context is an error naming it.
 std::vector<Completion> complete(Decoder& decoder, const std::vector<std::vector<int32_t>>& prompts,
-                                 const GenerateOptions& options, const TokenCallback& on_token = {});
+                                 const GenerateOptions& options, const TokenCallback& on_token = {},
+                                 const DoneCallback& on_done = {});
 
 /// Turns one row's tokens into text as they come: each call returns the bytes the new token
 /// completes. Bytes of an unfinished UTF-8 character wait for the next token (the piece is then "").

@@ -3,7 +3,7 @@
 // greedy or sampled decoding, streamed as it is produced.
 //   [mpirun -np T·P] mwb-generate --load CKPT [--ckpt-step N] [--tokenizer-type ... --tokenizer-model ...
 //                --vocab-file ... --merge-file ...] (--prompt TEXT ... | --prompt-file FILE) [--max-new-tokens 64]
-//                [--temperature 1.0] [--top-k 0] [--top-p 1.0] [--seed 1234] [--greedy] [--device cpu]
+//                [--temperature 1.0] [--top-k 0] [--top-p 1.0] [--seed 1234] [--greedy] [--device cpu|cuda]
 //                [--threads N] [--json] [--tensor-model-parallel-size T] [--pipeline-model-parallel-size P]
 // Plain mode prints each prompt, then its completion token by token. --json prints one object per line
 // (start, token, done, error; docs/generation.md). Diagnostics go to stderr. Exit 2: bad arguments or input.
@@ -12,6 +12,8 @@
 #include "data/tokenizer.h"
 #include "generate/checkpoint_model.h"
 #include "generate/generation.h"
+#include "mwb/kernels/device.h"
+#include "mwb/kernels/device_runtime.h"
 #include "mwb/kernels/error.h"
 #include "mwb/kernels/ops.h"
 #include "parallel/parallel_context.h"
@@ -67,9 +69,20 @@ void check_args(const Args& a) {
     if (a.top_k < 0) throw InputError(fmt::format("--top-k must be >= 0 (got {})", a.top_k));
     if (!(a.top_p > 0 && a.top_p <= 1)) throw InputError(fmt::format("--top-p must be in (0, 1] (got {})", a.top_p));
     if (a.threads < 0) throw InputError(fmt::format("--threads must be >= 1 (got {})", a.threads));
-    if (a.device != "cpu")
-        throw InputError("--device " + a.device +
-                         ": mwb-generate runs on the CPU in this version (docs/generation.md)");
+    if (a.device != "cpu" && a.device != "cuda")
+        throw InputError("--device must be cpu or cuda (got '" + a.device + "')");
+}
+
+/// The decoder's device for --device; --device cuda needs a build with the CUDA kernels and a usable GPU.
+Device generation_device(const std::string& flag) {
+    if (flag == "cpu") return Device::CPU;
+    const DeviceReport r = probe_devices();
+    if (!r.cuda_kernels_built)
+        throw InputError("--device cuda: this mwb-generate was built without CUDA (no nvcc at build time); use "
+                         "--device cpu");
+    if (r.cuda_devices == 0) throw InputError("--device cuda: no usable GPU (" + r.reason + "); use --device cpu");
+    device::set_device(0);
+    return Device::CUDA;
 }
 
 /// Generation's layout of the world's ranks: T·P must be the world (no data parallelism).
@@ -101,6 +114,11 @@ int64_t whole_model_parameters(const ParamLayout& layout, ParallelContext* par) 
 
 int run(const Args& a, World& world) {
     check_args(a);
+    if (a.device == "cuda" && world.size() > 1)
+        throw InputError(fmt::format("--device cuda: generation on a GPU runs in one process (this is {} ranks "
+                                     "under mpirun); use --device cpu for a split model",
+                                     world.size()));
+    const Device device = generation_device(a.device);
     if (a.threads > 0) ops::set_num_threads(static_cast<int>(a.threads));
     const auto t0 = std::chrono::steady_clock::now();
     const ParallelConfig layout = layout_of(a, world.size());
@@ -200,18 +218,21 @@ int run(const Args& a, World& world) {
                 {"max_position_embeddings", context},
                 {"tokenizer", tok->name()},
                 {"parameters", parameters}}}});
-        // The whole batch together; tokens stream as each step produces them.
+        // The whole batch together; tokens stream as each step produces them, a prompt's done line as
+        // soon as it finishes (the others go on).
         Decoder dec(d, m->model->partition(), m->model->layout(), m->model->params(), m->groups,
-                    static_cast<int64_t>(prompts.size()), max_len);
+                    static_cast<int64_t>(prompts.size()), max_len, device);
         std::vector<TextStream> streams(prompts.size(), TextStream(*tok));
-        const auto comps = complete(dec, prompts, o, [&](int64_t r, int32_t t) {
-            emit({{"type", "token"}, {"prompt_index", r}, {"token", t}, {"text", streams[r].push(t)}});
-        });
-        for (std::size_t i = 0; i < comps.size(); ++i) done(i, comps[i]);
+        complete(
+            dec, prompts, o,
+            [&](int64_t r, int32_t t) {
+                emit({{"type", "token"}, {"prompt_index", r}, {"token", t}, {"text", streams[r].push(t)}});
+            },
+            [&](int64_t r, const Completion& c) { done(static_cast<std::size_t>(r), c); });
     } else {
         // One prompt after the other so the text reads in order; each keeps its own random stream, so
         // the text is the one --json's batch gives.
-        Decoder dec(d, m->model->partition(), m->model->layout(), m->model->params(), m->groups, 1, max_len);
+        Decoder dec(d, m->model->partition(), m->model->layout(), m->model->params(), m->groups, 1, max_len, device);
         for (std::size_t i = 0; i < prompts.size(); ++i) {
             out(texts[i]);
             TextStream stream(*tok);
@@ -247,7 +268,7 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     app.add_option("--seed", a.seed, "Random seed (the same seed gives the same text)")->capture_default_str();
     app.add_flag("--greedy", a.greedy, "Argmax decoding");
-    app.add_option("--device", a.device, "cpu (cuda: not in this version)")->capture_default_str();
+    app.add_option("--device", a.device, "cpu or cuda (one GPU)")->capture_default_str();
     app.add_option("--threads", a.threads, "CPU threads (default: OpenMP's)");
     app.add_flag("--json", a.json, "One JSON object per line on stdout");
     app.add_option("--tensor-model-parallel-size", a.tensor_parallel,

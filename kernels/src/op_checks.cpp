@@ -5,6 +5,8 @@
 
 #include "mwb/kernels/error.h"
 
+#include <algorithm>
+
 namespace mwb::ops::check {
 
 // ---- the vocabulary ----------------------------------------------------------------------------------
@@ -397,6 +399,28 @@ void attention_backward(OpContext& ctx, TensorView dqkv, TensorView dout, Tensor
     attention(c, "dout", dout, probs, qkv, workspace, p);
     c.tensor("dqkv", dqkv, F32);
     same_size(c, "dqkv", dqkv, "qkv", qkv);
+}
+
+void cached_attention_forward(OpContext& ctx, TensorView out, TensorView k_cache, TensorView v_cache, TensorView qkv,
+                              TensorView rows, TensorView positions, const AttentionParams& p) {
+    const Args c("cached_attention_forward", ctx);
+    c.tensor("out", out, F32).tensor("k_cache", k_cache, F32).tensor("v_cache", v_cache, F32).tensor("qkv", qkv, F32);
+    c.tensor("rows", rows, I32).tensor("positions", positions, I32);
+    c.value(p.num_heads > 0, "p.num_heads", p.num_heads, "> 0");
+    c.value(p.num_query_groups >= 0 && p.num_heads % p.groups() == 0, "p.num_query_groups", p.num_query_groups,
+            "0 or a divisor of the {} query heads", p.num_heads);
+    c.value(p.dropout_p == 0.0f, "p.dropout_p", p.dropout_p, "0 (no dropout in generation)");
+    const int64_t A = p.num_heads, G = p.groups();
+    c.shape(k_cache.ndim == 4 && k_cache.dim(1) == G && k_cache.dim(3) > 0, "k_cache", k_cache, "(R, G={}, L, D)", G);
+    c.shape(v_cache.ndim == 4 && std::equal(k_cache.shape, k_cache.shape + 4, v_cache.shape), "v_cache", v_cache,
+            "k_cache's shape {}", k_cache.describe());
+    const int64_t D = k_cache.dim(3);
+    c.shape(qkv.ndim == 2 && qkv.dim(1) == (A + 2 * G) * D, "qkv", qkv, "(n, (A+2G)·D={}) for A={}, G={}, D={}",
+            (A + 2 * G) * D, A, G, D);
+    const int64_t n = qkv.dim(0);
+    c.shape(out.ndim == 2 && out.dim(0) == n && out.dim(1) == A * D, "out", out, "(n={}, A·D={})", n, A * D);
+    elements(c, "rows", rows, n, "one per new token");
+    elements(c, "positions", positions, n, "one per new token");
 }
 
 // ---- softmax + cross-entropy ----------------------------------------------------------------------------

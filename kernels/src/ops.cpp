@@ -13,6 +13,9 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include <algorithm>
+#include <utility>
+
 namespace mwb::ops {
 
 #if defined(MWB_WITH_CUDA)

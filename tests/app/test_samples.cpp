@@ -355,6 +355,20 @@ private slots:
         e = s.finish();  // the last line without its newline
         QCOMPARE(e.size(), std::size_t{1});
         QCOMPARE(e[0].prompts, 2);
+        // A batch: each prompt's done line comes as that prompt finishes, between the other's tokens.
+        GenerateStream batch;
+        e = batch.feed(
+            "{\"type\":\"start\",\"prompts\":2}\n"
+            "{\"type\":\"token\",\"prompt_index\":1,\"token\":5,\"text\":\"b\"}\n"
+            "{\"type\":\"done\",\"prompt_index\":1,\"completion\":\"b\",\"completion_tokens\":1,"
+            "\"finish_reason\":\"eos\",\"tokens_per_sec\":9}\n"
+            "{\"type\":\"token\",\"prompt_index\":0,\"token\":6,\"text\":\"a\"}\n"
+            "{\"type\":\"done\",\"prompt_index\":0,\"completion\":\"a\",\"completion_tokens\":1,"
+            "\"finish_reason\":\"length\",\"tokens_per_sec\":8}\n");
+        QCOMPARE(e.size(), std::size_t{5});
+        QVERIFY(e[2].type == GenerateEvent::Type::Done && e[2].prompt_index == 1 && e[2].finish_reason == "eos");
+        QVERIFY(e[3].type == GenerateEvent::Type::Token && e[3].prompt_index == 0 && e[3].text == "a");
+        QVERIFY(e[4].type == GenerateEvent::Type::Done && e[4].prompt_index == 0 && e[4].text == "a");
     }
 };
 

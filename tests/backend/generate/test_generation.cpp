@@ -2,7 +2,8 @@
 //   - greedy decoding with the key/value cache picks, at every step, the argmax of the logits a full
 //     forward of the whole sequence gives (GptModel::forward_logits: the training path, its own
 //     attention, RoPE and position kernels), for GPT and Llama shapes and a batch of prompts of
-//     different lengths; the cached logits equal the full forward's to 1e-4;
+//     different lengths, and a larger Llama shape on two threads (the same tokens as on one); the
+//     cached logits equal the full forward's to 1e-4;
 //   - sampled tokens follow the filtered softmax (temperature, top-k, top-p) recomputed here in float64:
 //     chi-square at significance 0.001 over 20,000 draws with a fixed seed, and no token outside the
 //     filtered support;
@@ -12,6 +13,7 @@
 #include "generate/generation.h"
 #include "model/gpt_model.h"
 #include "mwb/kernels/error.h"
+#include "mwb/kernels/ops.h"
 
 #include <QtTest>
 
@@ -159,6 +161,31 @@ class TestGeneration : public QObject {
 private slots:
     void greedy_matches_full_forward_gpt() { check_greedy_against_full_forward(gpt_dims()); }
     void greedy_matches_full_forward_llama() { check_greedy_against_full_forward(llama_dims()); }
+    void greedy_matches_full_forward_on_two_threads() {
+        // A model above the one-thread threshold (2M multiply-adds per token): the linear layers split
+        // their rows over two threads, the small ops stay on one; the same tokens as on one thread.
+        GptDims d = llama_dims();
+        d.hidden = 384;
+        d.heads = 6;  // head dim 64, 3 key/value groups
+        d.groups = 3;
+        d.ffn = 1024;
+        d.init_std = 0.05f;
+        const int saved = ops::num_threads();
+        ops::set_num_threads(2);
+        check_greedy_against_full_forward(d);
+        Model m(d);
+        const std::vector<std::vector<int32_t>> prompts = {{5, 17, 3}, {40, 2, 2, 9}};
+        GenerateOptions o;
+        o.sampling.greedy = true;
+        o.max_new_tokens = 10;
+        Decoder two(d, m.model->layout(), m.model->params(), 2, d.max_positions);
+        const auto a = complete(two, prompts, o);
+        ops::set_num_threads(1);
+        Decoder one(d, m.model->layout(), m.model->params(), 2, d.max_positions);
+        const auto b = complete(one, prompts, o);
+        ops::set_num_threads(saved);
+        for (std::size_t r = 0; r < prompts.size(); ++r) QCOMPARE(a[r].tokens, b[r].tokens);
+    }
 
     void chi2_critical_matches_tables() {
         // Published values (NIST/SEMATECH e-Handbook, table of the chi-square distribution, 0.999).

@@ -12,6 +12,7 @@
 //   - mwb-generate reads a tensor-parallel checkpoint (resharded to one process), streams --json lines;
 //   - bad input: a prompts file with an overlong line, bad flags — exit 2 naming them.
 #include "mwb/ipc/follower.h"
+#include "mwb/kernels/device.h"
 #include "parallel/mpi_runs.h"
 #include "support/jsonl.h"
 #include "support/trainer_process.h"
@@ -333,6 +334,36 @@ private slots:
         int done = 0;
         for (const auto& l : la) done += l["type"] == "done";
         QCOMPARE(done, 2);
+
+        // Per-prompt done lines: a prompt of 61 ids in the 64-position context may take 3 new tokens, the
+        // other 10; its done line comes right after its own last token, while the other prompt goes on.
+        QStringList long_prompt;
+        for (int i = 0; i < 61; ++i) long_prompt << QString::number(1 + i % 50);
+        const Output e = run_generate({"--load", test::qpath(t / "ckpt"), "--prompt", long_prompt.join(' '), "--prompt",
+                                       "9", "--max-new-tokens", "10", "--greedy", "--json"});
+        QVERIFY2(e.code == 0, qPrintable(e.err));
+        const auto le = json_lines(e.out);
+        std::map<int, std::size_t> done_at, last_token_at;
+        std::size_t last_token = 0;
+        for (std::size_t k = 0; k < le.size(); ++k) {
+            const std::string type = le[k]["type"].get<std::string>();
+            if (type == "start") continue;
+            const int i = le[k]["prompt_index"].get<int>();
+            if (type == "token") {
+                QVERIFY2(!done_at.count(i), "a token line after its prompt's done line");
+                last_token_at[i] = last_token = k;
+            }
+            if (type == "done") {
+                QVERIFY(!done_at.count(i));
+                done_at[i] = k;
+            }
+        }
+        QCOMPARE(done_at.size(), std::size_t{2});
+        QCOMPARE(le[done_at[0]]["completion_tokens"].get<int>(), 3);
+        QCOMPARE(le[done_at[0]]["finish_reason"].get<std::string>(), std::string("length"));
+        QVERIFY(done_at[0] > last_token_at[0]);
+        QVERIFY2(done_at[0] < last_token, "prompt 0's done line waited for the end of the batch");
+        QCOMPARE(done_at[1], le.size() - 1);
     }
 
     void bad_input_exits_2_naming_it() {
@@ -377,6 +408,20 @@ private slots:
         QVERIFY(bad_p.err.contains("--top-p"));
         const Output bad_flag = run_generate({"--load", "x", "--prompt", "1", "--no-such-flag"});
         QCOMPARE(bad_flag.code, 2);
+        const Output bad_device = run_generate({"--load", "x", "--prompt", "1", "--device", "tpu"});
+        QCOMPARE(bad_device.code, 2);
+        QVERIFY2(bad_device.err.contains("--device must be cpu or cuda"), qPrintable(bad_device.err));
+        // --device cuda: refused naming the flag and why where there is no GPU (or no CUDA in the build);
+        // with one, the device is taken and the missing checkpoint is what fails.
+        const Output cuda = run_generate({"--load", test::qpath(t / "nothing"), "--prompt", "1", "--device", "cuda"});
+        QCOMPARE(cuda.code, 2);
+        const DeviceReport r = probe_devices();
+        if (r.cuda_kernels_built && r.cuda_devices > 0)
+            QVERIFY2(cuda.err.contains("--load"), qPrintable(cuda.err));
+        else
+            QVERIFY2(cuda.err.contains("--device cuda: ") && cuda.err.contains("use --device cpu") &&
+                         (cuda.err.contains(r.cuda_kernels_built ? "no usable GPU" : "built without CUDA")),
+                     qPrintable(cuda.err));
     }
 };
 

@@ -1,5 +1,7 @@
 #include "cuda_model_check.h"
 
+#include "generate/decoder.h"
+#include "generate/sampler.h"
 #include "model/gpt_model.h"
 #include "optim/optimizer.h"
 #include "parallel/nccl_communicator.h"
@@ -134,6 +136,77 @@ CudaCheckResult check_nccl_group_of_one() {
         device::cuda_free(b);
         res.detail = res.detail.empty() ? "all-reduce, all-gather, reduce-scatter, broadcast, gather, exchange" : res.detail;
         res.passed = res.error == 0;
+    } catch (const std::exception& e) {
+        res.detail = e.what();
+    }
+    return res;
+}
+
+CudaCheckResult check_generation_against_cpu() {
+    CudaCheckResult res;
+    res.name = "generation";
+    res.tolerance = 1e-4;
+    try {
+        GptDims gpt = small_dims();
+        gpt.hidden_dropout = gpt.attention_dropout = 0;
+        gpt.seq = gpt.micro_batch = 1;
+        GptDims llama = gpt;
+        llama.heads = 4;  // head dim 16, two key/value groups
+        llama.groups = 2;
+        llama.swiglu = true;
+        llama.linear_bias = false;
+        llama.rmsnorm = true;
+        llama.positions = GptDims::Positions::Rope;
+        llama.rotary_dim = 16;
+        llama.tied_output = false;
+        for (const auto& [name, d] : {std::pair{"gpt", gpt}, std::pair{"llama", llama}}) {
+            OpContext ctx;
+            Allocator alloc;
+            GptModel model(d, RecomputePolicy{}, DType::F32, ctx, alloc, false);
+            model.init_weights(7);
+            const std::vector<std::vector<int32_t>> prompts = {{1, 2, 3, 4, 5}, {9}, {17, 3, 200, 45, 6, 7, 8}, {44, 2}};
+            const int64_t n = static_cast<int64_t>(prompts.size()), V = d.vocab, steps = 12;
+            generate::Decoder cpu(d, model.layout(), model.params(), n, 24, Device::CPU);
+            generate::Decoder gpu(d, model.layout(), model.params(), n, 24, Device::CUDA);
+            std::vector<float> lc(static_cast<std::size_t>(n * V)), lg(lc.size());
+            const auto compare = [&](const std::string& what, int64_t rows) {
+                double diff = 0, scale = 0;
+                for (int64_t e = 0; e < rows * V; ++e) {
+                    diff = std::max(diff, std::abs(static_cast<double>(lg[e]) - lc[e]));
+                    scale = std::max(scale, std::abs(static_cast<double>(lc[e])));
+                }
+                const double err = diff / scale;
+                if (err >= res.error) {
+                    res.error = err;
+                    res.detail = fmt::format("{}: logits of {}", name, what);
+                }
+            };
+            std::vector<int64_t> active;
+            std::vector<int32_t> next;
+            for (int64_t r = 0; r < n; ++r) {
+                cpu.prefill(r, prompts[r], lc.data());
+                gpu.prefill(r, prompts[r], lg.data());
+                compare(fmt::format("prefill of row {}", r), 1);
+                active.push_back(r);
+                next.push_back(generate::argmax(lc.data(), V));
+            }
+            for (int64_t step = 0; step < steps; ++step) {
+                cpu.decode(active, next, lc.data());
+                gpu.decode(active, next, lg.data());
+                compare(fmt::format("decode step {} ({} rows)", step, active.size()), static_cast<int64_t>(active.size()));
+                for (std::size_t i = 0; i < active.size(); ++i) {
+                    const int32_t tc = generate::argmax(lc.data() + i * V, V), tg = generate::argmax(lg.data() + i * V, V);
+                    if (tc != tg) throw std::runtime_error(fmt::format("{}: step {} row {}: token {} on the GPU, {} on the CPU",
+                                                                       name, step, active[i], tg, tc));
+                    next[i] = tc;
+                }
+                if (step % 4 == 3) {  // a row finishes: the batch shrinks, the others keep their positions
+                    active.erase(active.begin());
+                    next.erase(next.begin());
+                }
+            }
+        }
+        res.passed = res.error <= res.tolerance;
     } catch (const std::exception& e) {
         res.detail = e.what();
     }

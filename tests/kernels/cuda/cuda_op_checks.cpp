@@ -591,6 +591,52 @@ Compare check_attention_gqa_tensor_cores() {
     return cmp;
 }
 
+/// Generation's cached attention: a prefill of 37 tokens into row 1, then a decode step of rows 0-2 at
+/// different positions, GQA and multi-head, head dims 64 and 80 (the kernel's lane guard).
+Compare check_cached_attention() {
+    Compare cmp;
+    struct Shape {
+        int A, G;
+        int64_t D;
+    };
+    for (const Shape sh : {Shape{8, 2, 64}, Shape{4, 4, 80}}) {
+        const int64_t R = 3, L = 96, W = (sh.A + 2 * sh.G) * sh.D;
+        AttentionParams p;
+        p.num_heads = sh.A;
+        p.num_query_groups = sh.G;
+        p.softmax_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(sh.D)));
+        Twin k(random_floats(R * sh.G * L * sh.D, 90), {R, sh.G, L, sh.D});
+        Twin v(random_floats(R * sh.G * L * sh.D, 91), {R, sh.G, L, sh.D});
+        auto c = cpu_ctx(), g = gpu_ctx();
+        // (rows, positions) of each call; rows 0 and 2 hold random "earlier tokens" already.
+        const std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>> calls = {
+            {std::vector<int32_t>(37, 1), [] {
+                 std::vector<int32_t> pos(37);
+                 for (int i = 0; i < 37; ++i) pos[i] = i;
+                 return pos;
+             }()},
+            {{0, 1, 2}, {70, 37, 5}}};
+        for (std::size_t call = 0; call < calls.size(); ++call) {
+            const auto& [rows, positions] = calls[call];
+            const int64_t n = static_cast<int64_t>(rows.size());
+            Twin qkv(random_floats(n * W, 92 + static_cast<uint32_t>(call), -2, 2), {n, W});
+            Twin out(std::vector<float>(static_cast<std::size_t>(n * sh.A * sh.D), -7.0f), {n, sh.A * sh.D});
+            Twin r(ids_as_floats(rows), {n}), pos(ids_as_floats(positions), {n});
+            for (auto* ctx : {&c, &g}) {
+                const bool d = ctx == &g;
+                ops::cached_attention_forward(*ctx, d ? out.gpu() : out.cpu(), d ? k.gpu() : k.cpu(),
+                                              d ? v.gpu() : v.cpu(), d ? qkv.gpu() : qkv.cpu(),
+                                              d ? r.gpu_i32() : r.cpu_i32(), d ? pos.gpu_i32() : pos.cpu_i32(), p);
+            }
+            const std::string tag = fmt::format(" (A={}, G={}, D={}, {})", sh.A, sh.G, sh.D, call ? "decode" : "prefill");
+            cmp.twin("cached attention out" + tag, out);
+        }
+        cmp.twin(fmt::format("k cache (D={})", sh.D), k);
+        cmp.twin(fmt::format("v cache (D={})", sh.D), v);
+    }
+    return cmp;
+}
+
 Compare check_cross_entropy() {
     const int64_t N = 19, V = 3001, vocab_start = 1000;
     const std::vector<int32_t> tv = random_ids(N, 0, 5000, 110);  // some targets outside the shard
@@ -722,6 +768,7 @@ const std::vector<std::pair<std::string, CheckDef>>& registry() {
         {"attention_tensor_cores", {check_attention_tensor_cores, 1e-2}},
         {"attention_gqa", {check_attention_gqa, 5e-5}},
         {"attention_gqa_tensor_cores", {check_attention_gqa_tensor_cores, 1e-2}},
+        {"cached_attention", {check_cached_attention, 1e-5}},
         {"cross_entropy", {check_cross_entropy, 1e-5}},
         {"adamw", {check_adamw, 1e-5}},
         {"deterministic", {check_deterministic, 0.0}},

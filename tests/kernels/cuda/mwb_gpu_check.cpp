@@ -1,8 +1,8 @@
 // mwb-gpu-check: the CUDA op checks without Qt, for the bare GPU machine. Prints one line per check
 // (name, PASS/FAIL, error, tolerance, worst output) and exits 0 when all pass, 1 when any fails,
-// 77 when no GPU is usable. `--list` names the checks; arguments select checks by name. The last two
-// (not in the fallback build): "nccl", the NCCL communicator over a group of one, and "model", which
-// trains the whole GPT a few iterations on both devices.
+// 77 when no GPU is usable. `--list` names the checks; arguments select checks by name. The last
+// three (not in the fallback build): "nccl", the NCCL communicator over a group of one, "model", which
+// trains the whole GPT a few iterations on both devices, and "generation", the decoder on both devices.
 #include "cuda_op_checks.h"
 #if !defined(MWB_GPU_CHECK_NO_MODEL)
 #include "cuda_model_check.h"
@@ -19,6 +19,7 @@ std::vector<std::string> all_checks() {
 #if !defined(MWB_GPU_CHECK_NO_MODEL)
     names.emplace_back("nccl");
     names.emplace_back("model");
+    names.emplace_back("generation");
 #endif
     return names;
 }
@@ -26,6 +27,7 @@ std::vector<std::string> all_checks() {
 mwb::test::CudaCheckResult run_check(const std::string& name) {
 #if !defined(MWB_GPU_CHECK_NO_MODEL)
     if (name == "model") return mwb::test::check_model_against_cpu();
+    if (name == "generation") return mwb::test::check_generation_against_cpu();
     if (name == "nccl") return mwb::test::check_nccl_group_of_one();
 #endif
     return mwb::test::run_cuda_check(name);

@@ -2,7 +2,8 @@
 // training iterations in fp32 with dropout (the same Philox masks on both devices) give the same
 // losses and gradient norms within fp32 tolerance, and the GPU in deterministic mode repeats its
 // losses and weights bit for bit. Then the train loop itself (what `mwb-train --device cuda` runs):
-// its step records match the CPU run's, and a GPU checkpoint resumes bit-identically. Exits 77
+// its step records match the CPU run's, and a GPU checkpoint resumes bit-identically. Generation's
+// decoder on the GPU gives the CPU decoder's tokens and logits (cuda_model_check.h). Exits 77
 // without a GPU.
 #include "config/validate.h"
 #include "data/mock_data.h"
@@ -139,6 +140,11 @@ private slots:
         device::set_deterministic(false);
         QCOMPARE(a.losses, b.losses);
         QVERIFY(a.weights == b.weights);
+    }
+
+    void generation_on_the_gpu_matches_the_cpu() {
+        const auto r = mwb::test::check_generation_against_cpu();
+        QVERIFY2(r.passed, qPrintable(QString::fromStdString(r.detail) + QString(" error %1").arg(r.error)));
     }
 };
 
