@@ -2,6 +2,7 @@
 // while the row sits in cache; backward overwrites the logits with their gradient. With the whole
 // vocabulary in one tensor, the fused op also writes the gradient while the row is still in cache.
 #include "cpu_ops.h"
+#include "mwb/kernels/error.h"
 #include "vec_math.h"
 
 #include <algorithm>
