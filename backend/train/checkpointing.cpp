@@ -21,8 +21,8 @@ void Checkpointing::publish(std::string_view topic, nlohmann::json fields) {
 /// Where checkpoints go: --save, else <run_dir>/checkpoints when saving at intervals or on request.
 /// Every rank must agree: the run directory's path is broadcast once from rank 0.
 fs::path Checkpointing::save_dir(bool requested) {
-    if (!o_.cfg.logging.save.empty()) return o_.cfg.logging.save;
-    if (o_.cfg.logging.save_interval > 0 || requested) return run_dir_path() / "checkpoints";
+    if (!o_.cfg.checkpoint.save.empty()) return o_.cfg.checkpoint.save;
+    if (o_.cfg.checkpoint.save_interval > 0 || requested) return run_dir_path() / "checkpoints";
     return {};
 }
 
@@ -38,7 +38,7 @@ fs::path Checkpointing::run_dir_path() {
 
 bool Checkpointing::should_save(bool last, const Progress& p) {
     if (save_dir().empty()) return false;
-    return last || (o_.cfg.logging.save_interval > 0 && p.iteration % o_.cfg.logging.save_interval == 0);
+    return last || (o_.cfg.checkpoint.save_interval > 0 && p.iteration % o_.cfg.checkpoint.save_interval == 0);
 }
 
 /// The three fp32 arenas of the checkpoint in host memory, each as large as the whole parameter
@@ -100,7 +100,7 @@ std::vector<CheckpointTensor> Checkpointing::checkpoint_tensors(const FullState&
                 c.data = data;
                 c.dest = data;
                 c.save = !p.tied_copy && (p.split_dim >= 0 || o_.par.coord().tp == 0) &&
-                         (k == 0 || !o_.cfg.logging.no_save_optim);
+                         (k == 0 || !o_.cfg.checkpoint.no_save_optim);
                 c.padded_rows = role_is_vocabulary(p.role);
                 t.push_back(std::move(c));
                 data += len * row;
@@ -164,7 +164,7 @@ void Checkpointing::load(const fs::path& from, Progress& p) {
     }
     o_.optimizer->set_steps(s.optimizer_steps);
     o_.optimizer->sync_params_from_master();
-    const auto& l = o_.cfg.logging;
+    const auto& l = o_.cfg.checkpoint;
     if (!l.finetune && !l.no_load_optim && has_optimizer) o_.scaler.load_state(s.loss_scaler);
     if (l.finetune || l.no_load_optim ||
         !has_optimizer) {  // Megatron-LM: optimizer, loss scale and scheduler start over

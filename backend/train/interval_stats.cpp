@@ -201,8 +201,8 @@ void IntervalLog::log_interval(const Progress& p) {
             {"tokens_per_sec", tokens_per_iter / iter_time},
             {"tflops_per_device", tflops},
             {"hardware_tflops_per_device", flops_.hardware / iter_time / 1e12 / par_.world_size()},
-            {"mfu", cfg_.logging.peak_tflops_per_device > 0
-                        ? nlohmann::json(tflops / cfg_.logging.peak_tflops_per_device)
+            {"mfu", cfg_.telemetry.peak_tflops_per_device > 0
+                        ? nlohmann::json(tflops / cfg_.telemetry.peak_tflops_per_device)
                         : nlohmann::json(nullptr)},
             {"mem_allocated_bytes", mem.total_current},
             {"mem_peak_bytes", mem.total_peak},

@@ -7,11 +7,11 @@ namespace mwb {
 
 namespace {
 
-/// The device a run trains on: logging.device as mwb-train resolved it ("auto" from other callers
+/// The device a run trains on: runtime.device as mwb-train resolved it ("auto" from other callers
 /// means the CPU). On GPUs of more than one process the data groups become NCCL communicators; the
 /// caller has made this rank's GPU current (mwb-train: the node-local rank's).
 Device run_device(const Config& cfg, ParallelContext& par) {
-    if (cfg.logging.device != "cuda") return Device::CPU;
+    if (cfg.runtime.device != "cuda") return Device::CPU;
     if (par.world_size() > 1) par.use_device_collectives(nullptr);  // ordered with the ops' default stream
     return Device::CUDA;
 }
@@ -40,7 +40,7 @@ RunObjects::RunObjects(const Config& config, ParallelContext& context)
     // On a GPU, bf16 runs feed the GEMMs bf16 operands (tensor cores); weights and stored activations
     // are bf16 values already, dropout-scaled gradients are rounded as a bf16 tensor would be.
     if (ctx.device == Device::CUDA && model.storage() == DType::BF16) ctx.gemm_inputs = DType::BF16;
-    if (ctx.device == Device::CUDA) device::set_deterministic(cfg.logging.deterministic);
+    if (ctx.device == Device::CUDA) device::set_deterministic(cfg.runtime.deterministic);
     model.init_weights(static_cast<uint64_t>(cfg.training.seed));
     optimizer = std::make_unique<Optimizer>(model.layout(), model.params(), model.grads(), cfg.training,
                                             model.storage(), ctx, alloc, &par, reducer.shard());

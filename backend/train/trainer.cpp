@@ -32,7 +32,7 @@ public:
           metadata_(objects_, in, dir) {}
 
     RunStatus run() {
-        if (!cfg_.logging.load.empty()) checkpoints_.load(cfg_.logging.load, progress_);
+        if (!cfg_.checkpoint.load.empty()) checkpoints_.load(cfg_.checkpoint.load, progress_);
         metadata_.announce(progress_);
         start_samples();
         train_start_ = Clock::now();
@@ -74,7 +74,7 @@ private:
 
     /// Rank 0's text samples (generate/training_samples.h), made once the run directory has its run.start.
     void start_samples() {
-        if (leader() && cfg_.logging.sample_interval > 0)
+        if (leader() && cfg_.sampling.sample_interval > 0)
             samples_ = std::make_unique<generate::TrainingSamples>(
                 cfg_, objects_.model, [this](std::string_view topic, nlohmann::json fields) {
                     if (dir_) dir_->publish(topic, std::move(fields));
@@ -84,7 +84,7 @@ private:
     /// Why the run should exit now (exit_interval, exit_duration_in_mins), rank 0's clock deciding for
     /// every rank; "" to go on.
     std::string exit_reason() {
-        const auto& l = cfg_.logging;
+        const auto& l = cfg_.checkpoint;
         const int64_t it = progress_.iteration;
         if (l.exit_interval > 0 && it % l.exit_interval == 0)
             return fmt::format("exit_interval {} reached at iteration {}", l.exit_interval, it);
@@ -123,7 +123,7 @@ private:
 
 RunStatus train(TrainerInputs inputs, RunDir* run_dir, ParallelContext* par) {
     MWB_CHECK(inputs.train != nullptr, "train: no training data source");
-    if (inputs.config.logging.threads > 0) ops::set_num_threads(inputs.config.logging.threads);
+    if (inputs.config.runtime.threads > 0) ops::set_num_threads(inputs.config.runtime.threads);
     std::unique_ptr<World> own_world;
     std::unique_ptr<ParallelContext> own_par;
     if (!par) {
