@@ -349,6 +349,31 @@ CheckpointState read_checkpoint_state(const fs::path& iteration_dir) {
     }
 }
 
+std::vector<CheckpointTensor> parameter_slices(const ParamLayout& layout, std::size_t i, const std::string& prefix,
+                                               float* data) {
+    const ParamInfo& p = layout[i];
+    const int64_t row = p.shape.size() == 2 ? p.shape[1] : 1;
+    std::vector<CheckpointTensor> out;
+    for (const auto& [begin, len] : layout.slice_blocks(i)) {
+        CheckpointTensor c;
+        c.name = prefix + p.name;
+        c.global_shape = p.global_shape;
+        c.shape = p.shape;
+        c.split_dim = p.split_dim;
+        c.split_begin = p.split_begin;
+        if (p.split_blocks > 1) {
+            c.shape[0] = len;
+            c.split_begin = begin;
+        }
+        c.data = data;
+        c.dest = data;
+        c.padded_rows = role_is_vocabulary(p.role);
+        out.push_back(std::move(c));
+        data += len * row;
+    }
+    return out;
+}
+
 CheckpointState load_checkpoint(const fs::path& iteration_dir, const std::vector<CheckpointTensor>& tensors,
                                 Communicator* group, bool subset) {
     const fs::path meta_path = iteration_dir / "metadata.json";

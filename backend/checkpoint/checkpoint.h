@@ -11,6 +11,7 @@
 // has one); files are checksummed (XXH3-64) and verified on load. Format: docs/checkpoint.md.
 // Saving assumes the ranks share a file system (as Megatron-LM's checkpoints do).
 #include "core/files.h"
+#include "model/param_layout.h"
 #include "mwb/kernels/tensor.h"
 
 #include <nlohmann/json.hpp>
@@ -40,6 +41,12 @@ struct CheckpointTensor {
     /// load, extra padding rows are zero.
     bool padded_rows = false;
 };
+
+/// Parameter i of `layout` as checkpoint slices named prefix + its name, its values at `data` (in
+/// `layout`'s slice order): one per block of the rank's slice (SwiGLU's fc1 [gate | up]: two), each
+/// with its place in the global tensor, so any layout can load it. `save` is left true.
+std::vector<CheckpointTensor> parameter_slices(const ParamLayout& layout, std::size_t i, const std::string& prefix,
+                                               float* data);
 
 /// The scalar state saved beside the tensors.
 struct CheckpointState {

@@ -213,8 +213,9 @@ const auto kFields = std::to_array<Field>({
               ""),
     // sampling
     MWB_FIELD(sampling, sample_interval,
-              "Generate text from the current weights every N iterations and at the end of training (rank 0; "
-              "sample records on the telemetry stream and in samples.jsonl); 0 off.",
+              "Generate text from the current weights every N iterations and at the end of training (the ranks "
+              "of data-parallel replica 0, each with its part of the model; sample records on the telemetry "
+              "stream and in samples.jsonl); 0 off.",
               ""),
     MWB_FIELD(sampling, sample_prompts,
               "Prompts for sample_interval: a UTF-8 file, one prompt per line (empty lines ignored), at most 64 "

@@ -479,14 +479,8 @@ std::vector<ConfigIssue> validate(const Config& c, int world_size) {
     ck.require(c.checkpoint.save_interval >= 0, "save_interval", "save_interval must not be negative");
     ck.require(c.runtime.threads >= 0, "threads", "threads must not be negative");
     ck.require(c.telemetry.peak_tflops_per_device >= 0, "peak_tflops_per_device", "peak_tflops_per_device must not be negative");
-    // text samples: rank 0 generates with the whole model, so the model must not be split
+    // text samples: the ranks of data-parallel replica 0 generate together, each with its part of the model
     ck.require(c.sampling.sample_interval >= 0, "sample_interval", "sample_interval must not be negative");
-    if (c.sampling.sample_interval > 0)
-        ck.require(tp == 1 && pp == 1, "sample_interval",
-                   "sample_interval needs the whole model on rank 0: tensor_model_parallel_size and "
-                   "pipeline_model_parallel_size must be 1 (got {} and {}); generate from a checkpoint with "
-                   "mwb-generate instead",
-                   tp, pp);
     ck.require(c.sampling.sample_max_new_tokens >= 1, "sample_max_new_tokens", "sample_max_new_tokens must be at least 1 (got {})",
                c.sampling.sample_max_new_tokens);
     ck.require(c.sampling.sample_temperature >= 0, "sample_temperature", "sample_temperature must not be negative (got {})",

@@ -9,6 +9,14 @@
 // Linear layers split their output rows over the threads, each thread one single-threaded sgemv
 // (one token) or sgemm (several) over its contiguous slice of the weight: decode at batch 1 reads every
 // weight once per token, which is the memory-bandwidth bound docs/performance.md measures against.
+//
+// A model split over ranks (tensor and/or pipeline parallel) decodes with every rank of its model
+// group taking the same steps: each rank runs its own layers with its own heads, key/value groups, MLP
+// columns and vocabulary rows (its cache holds only those), the row-parallel outputs and the
+// vocabulary-parallel embedding are summed over the tensor-parallel group, the residual stream passes
+// from stage to stage (virtual stages in Megatron-LM's interleaved order), and the last stage's logit
+// shards are gathered over tensor-parallel ranks and broadcast to every stage. So every rank receives
+// the same whole logits, and a sampler run on each of them chooses the same tokens.
 #include "model/gpt_dims.h"
 #include "model/param_layout.h"
 #include "model/transformer_layer.h"
@@ -17,13 +25,28 @@
 #include <span>
 #include <vector>
 
+namespace mwb {
+class Communicator;
+}
+
 namespace mwb::generate {
+
+/// The host groups of a model split over ranks (ParallelContext's host_tp and host_pp); nullptr: one rank.
+struct DecoderGroups {
+    Communicator* tp = nullptr;  ///< this rank's tensor-parallel ranks
+    Communicator* pp = nullptr;  ///< the pipeline stages of this rank's (tp, dp) column
+};
 
 class Decoder {
 public:
     /// d: the whole model (tensor-parallel size 1); layout/params: its parameters (GptModel's arena);
     /// max_batch rows of at most max_len tokens each (max_len <= max_positions with learned positions).
     Decoder(const GptDims& d, const ParamLayout& layout, const TensorView& params, int64_t max_batch, int64_t max_len);
+    /// This rank's part of a split model: d the whole model's sizes, `partition` the layers this
+    /// pipeline stage holds, layout/params its tensor-parallel slice (GptModel's). prefill() and
+    /// decode() are then collective over both groups: every rank calls them with the same arguments.
+    Decoder(const GptDims& d, const ModelPartition& partition, const ParamLayout& layout, const TensorView& params,
+            DecoderGroups groups, int64_t max_batch, int64_t max_len);
 
     const GptDims& dims() const { return d_; }
     int64_t max_len() const { return max_len_; }
@@ -37,7 +60,8 @@ public:
     /// Appends tokens[i] to rows[i] (distinct rows) and writes their logits to logits (n, V).
     void decode(std::span<const int64_t> rows, std::span<const int32_t> tokens, float* logits);
 
-    /// Bytes of weights one forward step reads (every matrix and vector once, the embedding rows not).
+    /// Bytes of weights one forward step reads on this rank (every matrix and vector once, the
+    /// embedding rows not).
     int64_t weight_bytes_per_step() const;
 
 private:
@@ -47,15 +71,27 @@ private:
     /// The forward of n tokens (entries[i] of token ids[i]); logits for the entries in logit_rows.
     void forward(std::span<const Entry> entries, std::span<const int32_t> ids, std::span<const int64_t> logit_rows,
                  float* logits);
+    void norm(float* out, const float* in, const TensorView& w, const TensorView& b, int64_t rows);
+    void embed(std::span<const Entry> entries, std::span<const int32_t> ids, float* x);
+    void layer(std::span<const Entry> entries, int64_t slot);
+    void head(std::span<const int64_t> logit_rows, float* logits);
+    /// y = x·wᵀ of a row-parallel weight, summed over the tensor-parallel ranks, plus b.
+    void row_parallel(float* y, const float* x, int64_t n, const TensorView& w, const TensorView& b);
     void attention(std::span<const Entry> entries, int64_t layer, const float* qkv, float* context);
     float* cache_k(int64_t layer, int64_t row, int64_t group) const;
     float* cache_v(int64_t layer, int64_t row, int64_t group) const;
     void ensure_scratch(int64_t n);
 
     GptDims d_;
+    ModelPartition partition_;
+    DecoderGroups groups_;
+    int tp_size_ = 1, pp_size_ = 1, pp_rank_ = 0;
+    // This rank's share: A/t query heads, G/t key/value groups, F/t MLP columns, V/t vocabulary rows.
+    int64_t heads_ = 0, kv_groups_ = 0, qkv_rows_ = 0, ffn_ = 0, fc1_rows_ = 0, vocab_rows_ = 0, vocab_begin_ = 0;
     mutable OpContext op_;  // the CPU
     int64_t max_batch_, max_len_;
-    std::vector<LayerParams> w_;
+    std::vector<LayerParams> w_;          // this rank's layers in chunk order
+    std::vector<std::size_t> chunk_end_;  // w_ index past each chunk's last layer
     TensorView wte_, wpe_, lnf_w_, lnf_b_, out_w_;
     std::vector<float> rope_cos_, rope_sin_;  // (max_len, R/2)
     std::vector<float> k_cache_, v_cache_;    // per layer (batch, G, max_len, D)
@@ -63,6 +99,7 @@ private:
     // Scratch for n tokens, grown on demand.
     int64_t scratch_rows_ = 0;
     std::vector<float> x_, x2_, ln_, mean_, rstd_, qkv_, ctx_, branch_, fc1_, act_, scores_;
+    std::vector<float> local_logits_, shards_;  // tensor parallel: this rank's (m, V/t), all ranks' (t, m, V/t)
 };
 
 }  // namespace mwb::generate

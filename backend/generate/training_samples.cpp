@@ -19,7 +19,7 @@ std::vector<std::string> read_sample_prompts(const std::string& path) {
     }
 }
 
-TrainingSamples::TrainingSamples(const Config& config, const GptModel& model, Publish publish)
+TrainingSamples::TrainingSamples(const Config& config, const GptModel& model, DecoderGroups groups, Publish publish)
     : config_(config), publish_(std::move(publish)) {
     const SamplingConfig& l = config.sampling;
     const auto skip = [&](const std::string& why) {
@@ -59,7 +59,8 @@ TrainingSamples::TrainingSamples(const Config& config, const GptModel& model, Pu
     for (auto& ids : ids_)
         if (static_cast<int64_t>(ids.size()) >= context) ids.erase(ids.begin(), ids.end() - (context - 1));
     const int64_t max_len = std::min(context, std::min(longest, context - 1) + l.sample_max_new_tokens);
-    decoder_ = std::make_unique<Decoder>(d, model.layout(), model.params(), static_cast<int64_t>(ids_.size()), max_len);
+    decoder_ = std::make_unique<Decoder>(d, model.partition(), model.layout(), model.params(), groups,
+                                         static_cast<int64_t>(ids_.size()), max_len);
     options_.sampling = {l.sample_temperature <= 0, l.sample_temperature, l.sample_top_k, l.sample_top_p,
                          static_cast<uint64_t>(l.sample_seed)};
     options_.max_new_tokens = l.sample_max_new_tokens;

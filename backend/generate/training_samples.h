@@ -1,9 +1,10 @@
 #pragma once
-// Text samples during training (--sample-interval, docs/generation.md): rank 0 generates a completion
-// for each prompt of --sample-prompts from its current weights — the model's own parameter arena,
-// read in place through a Decoder (no copy) — and publishes one `sample` record per prompt
-// (docs/protocol.md), which the run directory keeps in samples.jsonl. Runs whose model is split
-// (tensor or pipeline parallel) are refused at validation; data-parallel rank 0 holds the whole model.
+// Text samples during training (--sample-interval, docs/generation.md): the ranks of data-parallel
+// replica 0 generate a completion for each prompt of --sample-prompts from their current weights —
+// each rank's part of the model (its tensor-parallel slice of its pipeline stage) read in place from
+// the model's parameter arena through a Decoder (no copy), every rank taking the same steps — and
+// rank 0 publishes one `sample` record per prompt (docs/protocol.md), which the run directory keeps in
+// samples.jsonl. The other replicas wait at the next iteration's collectives.
 #include "config/config.h"
 #include "generate/decoder.h"
 #include "generate/generation.h"
@@ -31,12 +32,15 @@ std::vector<std::string> read_sample_prompts(const std::string& path);
 class TrainingSamples {
 public:
     using Publish = std::function<void(std::string_view topic, nlohmann::json fields)>;
-    /// Rank 0 of a run with sample_interval > 0. Without a prompts file (or on a GPU run) it publishes
-    /// one warning event and then does nothing.
-    TrainingSamples(const Config& config, const GptModel& model, Publish publish);
+    /// Every rank of data-parallel replica 0 of a run with sample_interval > 0; `groups` its host
+    /// tensor-parallel and pipeline groups. Without a prompts file (or on a GPU run) it publishes one
+    /// warning event and then does nothing. `publish` is called on every rank (the trainer's writes
+    /// on rank 0 only).
+    TrainingSamples(const Config& config, const GptModel& model, DecoderGroups groups, Publish publish);
     ~TrainingSamples();
 
-    /// After training iteration `iteration`: samples when the interval divides it, or at the last one.
+    /// After training iteration `iteration`: samples when the interval divides it, or at the last one
+    /// (collective over the groups).
     void after_iteration(int64_t iteration, int64_t consumed_tokens, bool last);
 
 private:

@@ -29,9 +29,9 @@ GptModel::GptModel(const GptDims& dims, const RecomputePolicy& recompute, DType 
 
 GptModel::GptModel(const GptDims& dims, const ModelPartition& partition, TensorParallel& tp,
                    const RecomputePolicy& recompute, DType storage, OpContext& ctx, Allocator& alloc,
-                   int64_t arena_shards)
+                   int64_t arena_shards, bool gradients)
     : d_(dims), partition_(partition), tp_(tp), recompute_(recompute), storage_(storage), ctx_(ctx), alloc_(alloc) {
-    build(arena_shards);
+    build(arena_shards, gradients);
 }
 
 GptModel::~GptModel() = default;

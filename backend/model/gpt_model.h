@@ -45,9 +45,9 @@ public:
              bool gradients = true);
     /// This rank's part: `partition` says which layers (and whether the embedding and head) it holds,
     /// `tp` its tensor-parallel group; the arenas split into `arena_shards` equal shards (the
-    /// distributed optimizer's data-parallel size).
+    /// distributed optimizer's data-parallel size); gradients = false as above.
     GptModel(const GptDims& dims, const ModelPartition& partition, TensorParallel& tp, const RecomputePolicy& recompute,
-             DType storage, OpContext& ctx, Allocator& alloc, int64_t arena_shards = 1);
+             DType storage, OpContext& ctx, Allocator& alloc, int64_t arena_shards = 1, bool gradients = true);
     ~GptModel();
 
     const GptDims& dims() const { return d_; }

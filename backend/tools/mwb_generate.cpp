@@ -1,17 +1,20 @@
 // mwb-generate: text from any mwb checkpoint (any training layout; the loader reshards the weights to
-// this one process), with a key/value cache, greedy or sampled decoding, streamed as it is produced.
-//   mwb-generate --load CKPT [--ckpt-step N] [--tokenizer-type ... --tokenizer-model ... --vocab-file ...
-//                --merge-file ...] (--prompt TEXT ... | --prompt-file FILE) [--max-new-tokens 64]
+// this one process, or under mpirun to a tensor/pipeline layout of the ranks), with a key/value cache,
+// greedy or sampled decoding, streamed as it is produced.
+//   [mpirun -np T·P] mwb-generate --load CKPT [--ckpt-step N] [--tokenizer-type ... --tokenizer-model ...
+//                --vocab-file ... --merge-file ...] (--prompt TEXT ... | --prompt-file FILE) [--max-new-tokens 64]
 //                [--temperature 1.0] [--top-k 0] [--top-p 1.0] [--seed 1234] [--greedy] [--device cpu]
-//                [--threads N] [--json]
+//                [--threads N] [--json] [--tensor-model-parallel-size T] [--pipeline-model-parallel-size P]
 // Plain mode prints each prompt, then its completion token by token. --json prints one object per line
 // (start, token, done, error; docs/generation.md). Diagnostics go to stderr. Exit 2: bad arguments or input.
+// Under mpirun every rank decodes its part and rank 0 alone writes.
 #include "config/config_io.h"
 #include "data/tokenizer.h"
 #include "generate/checkpoint_model.h"
 #include "generate/generation.h"
 #include "mwb/kernels/error.h"
 #include "mwb/kernels/ops.h"
+#include "parallel/parallel_context.h"
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -36,15 +39,23 @@ struct Args {
     std::optional<int64_t> ckpt_step;
     std::vector<std::string> prompts;
     int64_t max_new_tokens = 64, top_k = 0, threads = 0;
+    int tensor_parallel = 0, pipeline_parallel = 1;  // 0: the ranks over the pipeline stages
     double temperature = 1.0, top_p = 1.0;
     uint64_t seed = 1234;
     bool greedy = false, json = false;
 };
 
-void emit(const nlohmann::ordered_json& j) {
-    const std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-    std::fwrite(line.data(), 1, line.size(), stdout);
+/// Rank 0 writes everything (stdout and the progress on stderr); the other ranks only decode.
+bool speaks = true;
+
+void out(std::string_view text) {
+    if (!speaks) return;
+    std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
+}
+
+void emit(const nlohmann::ordered_json& j) {
+    out(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
 }
 
 void check_args(const Args& a) {
@@ -61,13 +72,43 @@ void check_args(const Args& a) {
                          ": mwb-generate runs on the CPU in this version (docs/generation.md)");
 }
 
-int run(const Args& a) {
+/// Generation's layout of the world's ranks: T·P must be the world (no data parallelism).
+ParallelConfig layout_of(const Args& a, int world_size) {
+    ParallelConfig p;
+    if (a.pipeline_parallel < 1)
+        throw InputError(
+            fmt::format("--pipeline-model-parallel-size must be at least 1 (got {})", a.pipeline_parallel));
+    p.pipeline_model_parallel_size = a.pipeline_parallel;
+    p.tensor_model_parallel_size = a.tensor_parallel > 0 ? a.tensor_parallel : world_size / a.pipeline_parallel;
+    if (a.tensor_parallel < 0 || p.tensor_model_parallel_size * p.pipeline_model_parallel_size != world_size)
+        throw InputError(
+            fmt::format("--tensor-model-parallel-size {} x --pipeline-model-parallel-size {} must equal the {} rank(s) "
+                        "mwb-generate runs on (mpirun -np)",
+                        p.tensor_model_parallel_size, p.pipeline_model_parallel_size, world_size));
+    return p;
+}
+
+/// The whole model's parameter count from the ranks' parts: every slice of a split tensor once, a
+/// tensor that the tensor-parallel ranks replicate once, the last stage's copy of a tied embedding not.
+int64_t whole_model_parameters(const ParamLayout& layout, ParallelContext* par) {
+    if (!par) return layout.parameter_count();
+    double mine = 0;
+    for (const ParamInfo& p : layout)
+        if (!p.tied_copy && (p.split_dim >= 0 || par->coord().tp == 0)) mine += static_cast<double>(p.numel);
+    par->world().all_reduce_sum(&mine, 1);
+    return static_cast<int64_t>(mine);
+}
+
+int run(const Args& a, World& world) {
     check_args(a);
     if (a.threads > 0) ops::set_num_threads(static_cast<int>(a.threads));
     const auto t0 = std::chrono::steady_clock::now();
+    const ParallelConfig layout = layout_of(a, world.size());
+    std::unique_ptr<ParallelContext> par;
+    if (world.size() > 1) par = std::make_unique<ParallelContext>(world, layout);
     std::unique_ptr<CheckpointModel> m;
     try {
-        m = load_checkpoint_model(a.load, a.ckpt_step);
+        m = load_checkpoint_model(a.load, a.ckpt_step, par.get());
     } catch (const Error& e) {
         throw InputError(fmt::format("--load {}: {}", a.load, e.what()));
     }
@@ -121,10 +162,16 @@ int run(const Args& a) {
     o.eos = tok->eod();
     o.vocab = tok->vocab_size();
     const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::fprintf(stderr, "mwb-generate: %s (iteration %lld), %lld parameters, loaded in %.2f s; %zu prompt(s), %s\n",
-                 m->dir.c_str(), static_cast<long long>(m->iteration),
-                 static_cast<long long>(m->model->layout().parameter_count()), load_s, prompts.size(),
-                 o.sampling.is_greedy() ? "greedy" : "sampling");
+    const int64_t parameters = whole_model_parameters(m->model->layout(), par.get());
+    if (speaks)
+        std::fprintf(stderr,
+                     "mwb-generate: %s (iteration %lld), %lld parameters%s, loaded in %.2f s; %zu prompt(s), %s\n",
+                     m->dir.c_str(), static_cast<long long>(m->iteration), static_cast<long long>(parameters),
+                     par ? fmt::format(", tensor-parallel {} x pipeline {}", layout.tensor_model_parallel_size,
+                                       layout.pipeline_model_parallel_size)
+                               .c_str()
+                         : "",
+                     load_s, prompts.size(), o.sampling.is_greedy() ? "greedy" : "sampling");
 
     const auto done = [&](std::size_t i, const Completion& c) {
         const double tps = c.seconds > 0 ? static_cast<double>(c.tokens.size()) / c.seconds : 0.0;
@@ -135,7 +182,7 @@ int run(const Args& a) {
                   {"completion_tokens", c.tokens.size()},
                   {"finish_reason", finish_reason_name(c.finish)},
                   {"tokens_per_sec", tps}});
-        else
+        else if (speaks)
             std::fprintf(stderr, "\n[prompt %zu: %zu tokens, %s, %.1f tokens/s]\n", i, c.tokens.size(),
                          finish_reason_name(c.finish), tps);
     };
@@ -152,9 +199,10 @@ int run(const Args& a) {
                 {"vocab_size", d.vocab},
                 {"max_position_embeddings", context},
                 {"tokenizer", tok->name()},
-                {"parameters", m->model->layout().parameter_count()}}}});
+                {"parameters", parameters}}}});
         // The whole batch together; tokens stream as each step produces them.
-        Decoder dec(d, m->model->layout(), m->model->params(), static_cast<int64_t>(prompts.size()), max_len);
+        Decoder dec(d, m->model->partition(), m->model->layout(), m->model->params(), m->groups,
+                    static_cast<int64_t>(prompts.size()), max_len);
         std::vector<TextStream> streams(prompts.size(), TextStream(*tok));
         const auto comps = complete(dec, prompts, o, [&](int64_t r, int32_t t) {
             emit({{"type", "token"}, {"prompt_index", r}, {"token", t}, {"text", streams[r].push(t)}});
@@ -163,21 +211,13 @@ int run(const Args& a) {
     } else {
         // One prompt after the other so the text reads in order; each keeps its own random stream, so
         // the text is the one --json's batch gives.
-        Decoder dec(d, m->model->layout(), m->model->params(), 1, max_len);
+        Decoder dec(d, m->model->partition(), m->model->layout(), m->model->params(), m->groups, 1, max_len);
         for (std::size_t i = 0; i < prompts.size(); ++i) {
-            std::fwrite(texts[i].data(), 1, texts[i].size(), stdout);
-            std::fflush(stdout);
+            out(texts[i]);
             TextStream stream(*tok);
             o.first_stream = static_cast<int64_t>(i);
-            const auto comps = complete(dec, {prompts[i]}, o, [&](int64_t, int32_t t) {
-                const std::string piece = stream.push(t);
-                std::fwrite(piece.data(), 1, piece.size(), stdout);
-                std::fflush(stdout);
-            });
-            const std::string rest = stream.flush();
-            std::fwrite(rest.data(), 1, rest.size(), stdout);
-            std::fputc('\n', stdout);
-            std::fflush(stdout);
+            const auto comps = complete(dec, {prompts[i]}, o, [&](int64_t, int32_t t) { out(stream.push(t)); });
+            out(stream.flush() + "\n");
             done(i, comps[0]);
         }
     }
@@ -187,6 +227,8 @@ int run(const Args& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    World world(&argc, &argv);
+    speaks = world.rank() == 0;
     Args a;
     CLI::App app{"mwb-generate: text from an mwb checkpoint (KV cache, greedy or sampled, streamed)", "mwb-generate"};
     app.add_option("--load", a.load, "Checkpoint directory (its latest) or one iter_NNNNNNN folder")->required();
@@ -208,11 +250,19 @@ int main(int argc, char** argv) {
     app.add_option("--device", a.device, "cpu (cuda: not in this version)")->capture_default_str();
     app.add_option("--threads", a.threads, "CPU threads (default: OpenMP's)");
     app.add_flag("--json", a.json, "One JSON object per line on stdout");
+    app.add_option("--tensor-model-parallel-size", a.tensor_parallel,
+                   "Under mpirun: ranks each weight matrix is split over (default: the ranks / pipeline size)");
+    app.add_option("--pipeline-model-parallel-size", a.pipeline_parallel,
+                   "Under mpirun: pipeline stages the layers are split into")
+        ->capture_default_str();
     bool json_requested = false;
     for (int i = 1; i < argc; ++i) json_requested |= std::string_view(argv[i]) == "--json";
     const auto fail = [&](const std::string& message, int code) {
         if (json_requested) emit({{"type", "error"}, {"message", message}});
-        std::cerr << "mwb-generate: error: " << message << "\n";
+        // Bad input fails alike on every rank: rank 0 says it. Anything else may be one rank's own.
+        if (speaks || code != 2)
+            std::cerr << "mwb-generate: error: " << (speaks ? "" : fmt::format("rank {}: ", world.rank())) << message
+                      << "\n";
         return code;
     };
     try {
@@ -223,7 +273,7 @@ int main(int argc, char** argv) {
         return fail(e.what(), 2);
     }
     try {
-        return run(a);
+        return run(a, world);
     } catch (const InputError& e) {
         return fail(e.what(), 2);
     } catch (const std::exception& e) {

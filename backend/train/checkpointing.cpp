@@ -82,28 +82,10 @@ std::vector<CheckpointTensor> Checkpointing::checkpoint_tensors(const FullState&
     for (int k = 0; k < 3; ++k)
         for (std::size_t i = 0; i < layout.size(); ++i) {
             const ParamInfo& p = layout[i];
-            float* data = layout.view(s.views[k], i).f32();
-            // A slice of several blocks (SwiGLU's [gate | up]) is saved as one piece per block, each
-            // with its place in the global tensor, so any layout can load it.
-            const int64_t row = p.shape.size() == 2 ? p.shape[1] : 1;
-            for (const auto& [begin, len] : layout.slice_blocks(i)) {
-                CheckpointTensor c;
-                c.name = prefixes[k] + p.name;
-                c.global_shape = p.global_shape;
-                c.shape = p.shape;
-                c.split_dim = p.split_dim;
-                c.split_begin = p.split_begin;
-                if (p.split_blocks > 1) {
-                    c.shape[0] = len;
-                    c.split_begin = begin;
-                }
-                c.data = data;
-                c.dest = data;
+            for (CheckpointTensor& c : parameter_slices(layout, i, prefixes[k], layout.view(s.views[k], i).f32())) {
                 c.save = !p.tied_copy && (p.split_dim >= 0 || o_.par.coord().tp == 0) &&
                          (k == 0 || !o_.cfg.checkpoint.no_save_optim);
-                c.padded_rows = role_is_vocabulary(p.role);
                 t.push_back(std::move(c));
-                data += len * row;
             }
         }
     return t;

@@ -72,11 +72,13 @@ public:
 private:
     bool leader() const { return par_.world_rank() == 0; }
 
-    /// Rank 0's text samples (generate/training_samples.h), made once the run directory has its run.start.
+    /// Text samples (generate/training_samples.h) by the ranks of data-parallel replica 0, published by
+    /// rank 0; made once the run directory has its run.start.
     void start_samples() {
-        if (leader() && cfg_.sampling.sample_interval > 0)
+        if (par_.coord().dp == 0 && cfg_.sampling.sample_interval > 0)
             samples_ = std::make_unique<generate::TrainingSamples>(
-                cfg_, objects_.model, [this](std::string_view topic, nlohmann::json fields) {
+                cfg_, objects_.model, generate::DecoderGroups{&par_.host_tp(), &par_.host_pp()},
+                [this](std::string_view topic, nlohmann::json fields) {
                     if (dir_) dir_->publish(topic, std::move(fields));
                 });
     }
@@ -115,7 +117,7 @@ private:
     Checkpointing checkpoints_;
     RunControl control_;
     RunMetadata metadata_;
-    std::unique_ptr<generate::TrainingSamples> samples_;  // rank 0 with sample_interval
+    std::unique_ptr<generate::TrainingSamples> samples_;  // data-parallel replica 0 with sample_interval
     Clock::time_point train_start_ = Clock::now();
 };
 

@@ -14,9 +14,8 @@
 
 namespace mwb::test {
 
-/// Runs mwb-train (under mpirun when ranks > 1); returns its exit code, with its output in `log`.
-inline int run_train(int ranks, const QStringList& args, QString& log) {
-    QProcess p;
+/// Starts `exe` with `args`, under `mpirun -np ranks` when ranks > 1 (oversubscribed, shared memory only).
+inline void start_ranks(QProcess& p, int ranks, const QString& exe, const QStringList& args) {
     QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
     env.insert("OMPI_ALLOW_RUN_AS_ROOT", "1");
     env.insert("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
@@ -24,12 +23,17 @@ inline int run_train(int ranks, const QStringList& args, QString& log) {
     env.insert("OMPI_MCA_btl_vader_single_copy_mechanism", "none");
     env.insert("OMPI_MCA_btl", "self,vader");  // loopback only: shared memory between local processes
     p.setProcessEnvironment(env);
-    p.setProcessChannelMode(QProcess::MergedChannels);
-    const QString train = QString::fromStdString((binary_dir() / "backend" / "mwb-train").string());
     if (ranks == 1)
-        p.start(train, args);
+        p.start(exe, args);
     else
-        p.start(MWB_MPIEXEC, QStringList{"-np", QString::number(ranks), train} + args);
+        p.start(MWB_MPIEXEC, QStringList{"-np", QString::number(ranks), exe} + args);
+}
+
+/// Runs mwb-train (under mpirun when ranks > 1); returns its exit code, with its output in `log`.
+inline int run_train(int ranks, const QStringList& args, QString& log) {
+    QProcess p;
+    p.setProcessChannelMode(QProcess::MergedChannels);
+    start_ranks(p, ranks, QString::fromStdString((binary_dir() / "backend" / "mwb-train").string()), args);
     if (!p.waitForFinished(240000)) p.kill();
     log = p.readAll();
     return p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
