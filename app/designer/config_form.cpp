@@ -55,18 +55,11 @@ const std::vector<std::string_view> kTraining = {
 const std::vector<std::string_view> kData = {"tokenizer_type",  "vocab_file",    "merge_file",
                                              "mock_data",       "data_path",     "split",
                                              "data_cache_path", "eval_interval", "eval_iters"};
-const std::vector<std::string_view> kRun = {"log_interval",
-                                            "run_dir",
-                                            "save",
-                                            "save_interval",
-                                            "load",
-                                            "device",
-                                            "threads",
-                                            "telemetry_endpoint",
-                                            "telemetry_snapshot_endpoint",
-                                            "control_endpoint",
-                                            "curve_secret_key_file",
-                                            "curve_client_keys"};
+// The sections below follow the config groups (runtime, checkpoint, logging, telemetry).
+const std::vector<std::string_view> kRun = {"device", "threads", "log_interval", "run_dir"};
+const std::vector<std::string_view> kCheckpoint = {"save", "save_interval", "load"};
+const std::vector<std::string_view> kTelemetry = {"telemetry_endpoint", "telemetry_snapshot_endpoint", "control_endpoint",
+                                                  "curve_secret_key_file", "curve_client_keys"};
 
 }  // namespace
 
@@ -100,7 +93,9 @@ ConfigForm::ConfigForm(QWidget* parent) : QWidget(parent) {
     addSection(tr("Rotary position embedding (RoPE)"), kRope, true);
     addSection(tr("Model details"), kModelDetails, true);
     addSection(tr("fp16 loss scaling"), kLossScale, true);
-    addSection(tr("Run, checkpoints and telemetry"), kRun, true);
+    addSection(tr("Run"), kRun, true);
+    addSection(tr("Checkpoints"), kCheckpoint, true);
+    addSection(tr("Telemetry and control"), kTelemetry, true);
     std::vector<std::string_view> rest;
     for (const Field& f : config_fields())
         if (!editors_.contains(QString::fromUtf8(f.name.data(), static_cast<int>(f.name.size()))))

@@ -1,6 +1,6 @@
 #pragma once
 // The configuration as a form: every field of the field table, in sections a user thinks in (model,
-// parallel layout, batch, recomputation and precision, optimizer and schedule, data, run and
+// parallel layout, batch, recomputation and precision, optimizer and schedule, data, run, checkpoints and
 // telemetry); fields the table gains later land in "Other" by themselves. Problems are shown under
 // the field that causes them.
 #include "config/config.h"

@@ -77,7 +77,7 @@ QStringList slurm_warnings(const Config& config) {
     if (config.data.mock_data || config.data.data_path.empty())
         w << QObject::tr("this design has no dataset: the job trains on mock data (random tokens). Set data_path "
                          "(a Megatron-LM .bin/.idx prefix) for a real run.");
-    if (config.logging.save_interval > 0 || !config.logging.save.empty() || !config.logging.load.empty())
+    if (config.checkpoint.save_interval > 0 || !config.checkpoint.save.empty() || !config.checkpoint.load.empty())
         w << QObject::tr("the design's save/load settings are replaced by the job's checkpoint plan.");
     return w;
 }
@@ -150,7 +150,7 @@ QString slurm_script(const Config& config, const SlurmOptions& o) {
     s += QStringLiteral("    --telemetry-endpoint \"tcp://0.0.0.0:$PORT\" --telemetry-snapshot-endpoint "
                         "\"tcp://0.0.0.0:$((PORT + 1))\" \\\n");
     s += QStringLiteral("    --control-endpoint \"tcp://0.0.0.0:$((PORT + 2))\" \\\n");
-    if (config.logging.peak_tflops_per_device <= 0 && o.peak_tflops > 0)
+    if (config.telemetry.peak_tflops_per_device <= 0 && o.peak_tflops > 0)
         s += QStringLiteral("    --peak-tflops-per-device %1 \\\n").arg(o.peak_tflops, 0, 'g', 6);
     s += QStringLiteral(
         "    --curve-secret-key-file \"$KEYS/run.key_secret\" --curve-client-keys \"$KEYS/clients\" || status=$?\n");

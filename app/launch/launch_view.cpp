@@ -261,7 +261,7 @@ bool LaunchView::localCommand(const QString& run_dir, const QString& config_file
     in.as_root = ::geteuid() == 0;
     in.extra << QStringLiteral("--device") << device_->currentData().toString();
     // MFU in the step records against the same peak the planner's prediction uses
-    if (!config_file.isEmpty() && config_.logging.peak_tflops_per_device <= 0) {
+    if (!config_file.isEmpty() && config_.telemetry.peak_tflops_per_device <= 0) {
         const double peak = device_peak_tflops(cluster_.device, config_);
         if (peak > 0) in.extra << QStringLiteral("--peak-tflops-per-device") << QString::number(peak, 'g', 6);
     }

@@ -107,43 +107,59 @@ struct DataConfig {
     int64_t eval_iters = 100;                   ///< iterations (of global batches) per evaluation
 };
 
+/// Where and how the engine runs.
+struct RuntimeConfig {
+    std::string device = "auto";  ///< cpu | cuda | auto
+    int threads = 0;              ///< CPU threads; 0 = all cores (or OMP_NUM_THREADS)
+    bool deterministic = false;   ///< GPU: bit-identical run to run (no TF32, pinned cuBLAS reductions)
+};
+
+/// Checkpoints: where they go, what they hold, how a run resumes, and the exits that save one.
+struct CheckpointConfig {
+    std::string save;                   ///< checkpoint directory; "" = run_dir/checkpoints when saving
+    int64_t save_interval = 0;          ///< checkpoint every N iterations; 0 = only at the end when save is set
+    std::string load;                   ///< checkpoint directory (or iter_ folder) to resume from
+    bool no_save_optim = false;         ///< checkpoints without the optimizer state
+    bool no_load_optim = false;         ///< resume with a fresh optimizer (and schedule)
+    bool no_load_rng = false;           ///< accepted: dropout's RNG is a function of seed and iteration
+    bool finetune = false;              ///< load the weights only, start at iteration 0
+    int64_t exit_interval = 0;          ///< stop (with a checkpoint) at an iteration divisible by this
+    double exit_duration_in_mins = 0;   ///< stop (with a checkpoint) after this many minutes of training
+};
+
+/// The run directory's records, the progress line and TensorBoard.
 struct LoggingConfig {
-    int64_t log_interval = 100;                 ///< iterations per metrics line
-    std::string run_dir;                       ///< "" = a new folder under the user's data dir
-    std::string save;                          ///< checkpoint directory; "" = run_dir/checkpoints when saving
-    int64_t save_interval = 0;                 ///< checkpoint every N iterations; 0 = only at the end when save is set
-    std::string load;                          ///< checkpoint directory (or iter_ folder) to resume from
-    bool no_save_optim = false;                ///< checkpoints without the optimizer state
-    bool no_load_optim = false;                ///< resume with a fresh optimizer (and schedule)
-    bool no_load_rng = false;                  ///< accepted: dropout's RNG is a function of seed and iteration
-    bool finetune = false;                     ///< load the weights only, start at iteration 0
-    int64_t exit_interval = 0;                 ///< stop (with a checkpoint) at an iteration divisible by this
-    double exit_duration_in_mins = 0;          ///< stop (with a checkpoint) after this many minutes of training
-    bool log_throughput = false;               ///< TFLOP/s per device in the progress line
-    std::string tensorboard_dir;               ///< write TensorBoard event files here; "" = off
-    int64_t tensorboard_log_interval = 1;      ///< iterations per TensorBoard scalar
+    int64_t log_interval = 100;               ///< iterations per metrics line
+    std::string run_dir;                      ///< "" = a new folder under the user's data dir
+    bool log_throughput = false;              ///< TFLOP/s per device in the progress line
+    std::string tensorboard_dir;              ///< write TensorBoard event files here; "" = off
+    int64_t tensorboard_log_interval = 1;     ///< iterations per TensorBoard scalar
     bool log_loss_scale_to_tensorboard = true;
     bool log_validation_ppl_to_tensorboard = false;
-    bool log_timers_to_tensorboard = false;    ///< iteration-time and throughput scalars
+    bool log_timers_to_tensorboard = false;   ///< iteration-time and throughput scalars
     bool log_memory_to_tensorboard = false;
-    std::string device = "auto";               ///< cpu | cuda | auto
-    int threads = 0;                           ///< CPU threads; 0 = all cores (or OMP_NUM_THREADS)
-    bool deterministic = false;                ///< GPU: bit-identical run to run (no TF32, pinned cuBLAS reductions)
-    double peak_tflops_per_device = 0;         ///< the device's peak for MFU; 0 = not reported
+};
+
+/// Telemetry and control over ZeroMQ (docs/protocol.md; rank 0 binds, loopback by default) and the
+/// utilisation figure the records carry.
+struct TelemetryConfig {
+    double peak_tflops_per_device = 0;           ///< the device's peak for MFU; 0 = not reported
     std::string mfu_attention_flops = "causal";  ///< causal (Megatron-LM since core_v0.12) | full (older, papers)
-    // telemetry and control over ZeroMQ (docs/protocol.md); rank 0 binds, loopback by default
     std::string telemetry_endpoint = "tcp://127.0.0.1:0";           ///< PUB socket; port 0 = ephemeral; "" = off
     std::string telemetry_snapshot_endpoint = "tcp://127.0.0.1:0";  ///< "everything since seq N" requests
     std::string control_endpoint = "tcp://127.0.0.1:0";             ///< pause/resume/checkpoint/stop/status; "" = off
     std::string curve_secret_key_file;  ///< this run's CURVE key pair (NAME.key_secret); required off loopback
     std::string curve_client_keys;      ///< client public keys admitted: NAME.key, a directory of them, or a list
-    // text samples during training (docs/generation.md): rank 0 generates from its current weights
-    int64_t sample_interval = 0;        ///< generate every N iterations (and at the end); 0 = off
-    std::string sample_prompts;         ///< prompts file: one per line, at most 64, 4096 bytes each
+};
+
+/// Text samples during training (docs/generation.md): rank 0 generates from its current weights.
+struct SamplingConfig {
+    int64_t sample_interval = 0;    ///< generate every N iterations (and at the end); 0 = off
+    std::string sample_prompts;     ///< prompts file: one per line, at most 64, 4096 bytes each
     int64_t sample_max_new_tokens = 32;
-    double sample_temperature = 0;      ///< 0 = greedy
-    int64_t sample_top_k = 0;           ///< 0 = off
-    double sample_top_p = 1.0;          ///< 1 = off
+    double sample_temperature = 0;  ///< 0 = greedy
+    int64_t sample_top_k = 0;       ///< 0 = off
+    double sample_top_p = 1.0;      ///< 1 = off
     int64_t sample_seed = 1234;
 };
 
@@ -152,7 +168,11 @@ struct Config {
     ParallelConfig parallel;
     TrainingConfig training;
     DataConfig data;
+    RuntimeConfig runtime;
+    CheckpointConfig checkpoint;
     LoggingConfig logging;
+    TelemetryConfig telemetry;
+    SamplingConfig sampling;
 };
 
 }  // namespace mwb

@@ -472,22 +472,22 @@ std::vector<ConfigIssue> validate(const Config& c, int world_size) {
 
     // run
     ck.require(l.log_interval >= 1, "log_interval", "log_interval must be at least 1 (got {})", l.log_interval);
-    ck.require(l.exit_interval >= 0, "exit_interval", "exit_interval must not be negative");
-    ck.require(l.exit_duration_in_mins >= 0, "exit_duration_in_mins", "exit_duration_in_mins must not be negative");
+    ck.require(c.checkpoint.exit_interval >= 0, "exit_interval", "exit_interval must not be negative");
+    ck.require(c.checkpoint.exit_duration_in_mins >= 0, "exit_duration_in_mins", "exit_duration_in_mins must not be negative");
     ck.require(l.tensorboard_log_interval >= 1, "tensorboard_log_interval",
                "tensorboard_log_interval must be at least 1 (got {})", l.tensorboard_log_interval);
-    ck.require(l.save_interval >= 0, "save_interval", "save_interval must not be negative");
-    ck.require(l.threads >= 0, "threads", "threads must not be negative");
-    ck.require(l.peak_tflops_per_device >= 0, "peak_tflops_per_device", "peak_tflops_per_device must not be negative");
+    ck.require(c.checkpoint.save_interval >= 0, "save_interval", "save_interval must not be negative");
+    ck.require(c.runtime.threads >= 0, "threads", "threads must not be negative");
+    ck.require(c.telemetry.peak_tflops_per_device >= 0, "peak_tflops_per_device", "peak_tflops_per_device must not be negative");
     // text samples: the ranks of data-parallel replica 0 generate together, each with its part of the model
-    ck.require(l.sample_interval >= 0, "sample_interval", "sample_interval must not be negative");
-    ck.require(l.sample_max_new_tokens >= 1, "sample_max_new_tokens", "sample_max_new_tokens must be at least 1 (got {})",
-               l.sample_max_new_tokens);
-    ck.require(l.sample_temperature >= 0, "sample_temperature", "sample_temperature must not be negative (got {})",
-               l.sample_temperature);
-    ck.require(l.sample_top_k >= 0, "sample_top_k", "sample_top_k must not be negative (got {})", l.sample_top_k);
-    ck.require(l.sample_top_p > 0 && l.sample_top_p <= 1, "sample_top_p", "sample_top_p must be in (0, 1] (got {})",
-               l.sample_top_p);
+    ck.require(c.sampling.sample_interval >= 0, "sample_interval", "sample_interval must not be negative");
+    ck.require(c.sampling.sample_max_new_tokens >= 1, "sample_max_new_tokens", "sample_max_new_tokens must be at least 1 (got {})",
+               c.sampling.sample_max_new_tokens);
+    ck.require(c.sampling.sample_temperature >= 0, "sample_temperature", "sample_temperature must not be negative (got {})",
+               c.sampling.sample_temperature);
+    ck.require(c.sampling.sample_top_k >= 0, "sample_top_k", "sample_top_k must not be negative (got {})", c.sampling.sample_top_k);
+    ck.require(c.sampling.sample_top_p > 0 && c.sampling.sample_top_p <= 1, "sample_top_p", "sample_top_p must be in (0, 1] (got {})",
+               c.sampling.sample_top_p);
     // telemetry (ipc): plaintext only on loopback; CURVE keys come as a pair (docs/protocol.md)
     const auto loopback = [](const std::string& ep) {
         if (ep.rfind("ipc://", 0) == 0) return true;
@@ -495,23 +495,23 @@ std::vector<ConfigIssue> validate(const Config& c, int world_size) {
         return host.rfind("127.", 0) == 0 || host == "localhost" || host == "[::1]" || host == "::1";
     };
     const std::pair<const char*, const std::string*> endpoints[] = {
-        {"telemetry_endpoint", &l.telemetry_endpoint},
-        {"telemetry_snapshot_endpoint", &l.telemetry_snapshot_endpoint},
-        {"control_endpoint", &l.control_endpoint}};
+        {"telemetry_endpoint", &c.telemetry.telemetry_endpoint},
+        {"telemetry_snapshot_endpoint", &c.telemetry.telemetry_snapshot_endpoint},
+        {"control_endpoint", &c.telemetry.control_endpoint}};
     for (const auto& [field, ep] : endpoints) {
         if (ep->empty()) continue;
         const bool shaped = (ep->rfind("tcp://", 0) == 0 && ep->rfind(':') > 6) || ep->rfind("ipc://", 0) == 0;
         ck.require(shaped, field, "{} \"{}\" must be tcp://HOST:PORT or ipc://PATH (empty: off)", field, *ep);
         if (shaped)
-            ck.require(loopback(*ep) || !l.curve_secret_key_file.empty(), field,
+            ck.require(loopback(*ep) || !c.telemetry.curve_secret_key_file.empty(), field,
                        "{} {} is not a loopback address: plaintext telemetry and control are refused off loopback; "
                        "set curve_secret_key_file and curve_client_keys (mwb-record keygen NAME makes key pairs) or "
                        "bind 127.0.0.1",
                        field, *ep);
     }
-    ck.require(l.telemetry_endpoint.empty() || !l.telemetry_snapshot_endpoint.empty(), "telemetry_snapshot_endpoint",
+    ck.require(c.telemetry.telemetry_endpoint.empty() || !c.telemetry.telemetry_snapshot_endpoint.empty(), "telemetry_snapshot_endpoint",
                "telemetry_snapshot_endpoint must be set when telemetry_endpoint is (late subscribers need it)");
-    ck.require(l.curve_secret_key_file.empty() == l.curve_client_keys.empty(), "curve_client_keys",
+    ck.require(c.telemetry.curve_secret_key_file.empty() == c.telemetry.curve_client_keys.empty(), "curve_client_keys",
                "curve_secret_key_file and curve_client_keys go together: the run's key pair and the clients it admits");
     return ck.issues;
 }

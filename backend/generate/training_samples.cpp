@@ -22,7 +22,7 @@ std::vector<std::string> read_sample_prompts(const std::string& path) {
 
 TrainingSamples::TrainingSamples(const Config& config, const GptModel& model, DecoderGroups groups, Publish publish)
     : config_(config), publish_(std::move(publish)) {
-    const LoggingConfig& l = config.logging;
+    const SamplingConfig& l = config.sampling;
     const auto skip = [&](const std::string& why) {
         publish_("event", {{"kind", "sampling_skipped"}, {"reason", why}});
     };
@@ -72,7 +72,7 @@ TrainingSamples::TrainingSamples(const Config& config, const GptModel& model, De
 TrainingSamples::~TrainingSamples() = default;
 
 void TrainingSamples::after_iteration(int64_t iteration, int64_t consumed_tokens, bool last) {
-    const int64_t n = config_.logging.sample_interval;
+    const int64_t n = config_.sampling.sample_interval;
     if (!decoder_ || n <= 0 || iteration == last_sampled_) return;
     if (iteration % n == 0 || last) sample(iteration, consumed_tokens);
 }

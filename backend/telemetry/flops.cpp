@@ -28,7 +28,7 @@ FlopCounts flops_per_iteration(const Config& c) {
     const double T = static_cast<double>(c.training.global_batch_size) * c.model.seq_length;
     const double L = c.model.num_layers, h = c.model.hidden_size;
     const double V = static_cast<double>(padded_vocab_size(c));
-    const LayerFlops layer = layer_forward_flops(c.model, c.logging.mfu_attention_flops);
+    const LayerFlops layer = layer_forward_flops(c.model, c.telemetry.mfu_attention_flops);
     const double head_fwd = 2 * h * V;
     FlopCounts r;
     r.model = 3 * T * (L * layer.total() + head_fwd);

@@ -45,7 +45,7 @@ double attention_flops_share(std::string_view mfu_attention_flops);
 /// the attention core counted by the reading `mfu_attention_flops` ("causal" or "full").
 LayerFlops layer_forward_flops(const ModelConfig& resolved, std::string_view mfu_attention_flops);
 
-/// Per iteration, with the configuration's reading (logging.mfu_attention_flops).
+/// Per iteration, with the configuration's reading (telemetry.mfu_attention_flops).
 FlopCounts flops_per_iteration(const Config& resolved);
 
 }  // namespace mwb

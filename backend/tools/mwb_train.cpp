@@ -78,7 +78,7 @@ bool memory_fits(const mwb::Config& cfg, const mwb::World& world) {
     const mwb::PlannedMemory need = mwb::planned_rank_memory(cfg, world.size(), world.rank());
     const std::string who = world.size() > 1 ? fmt::format("rank {}", world.rank()) : std::string("this run");
     std::string problem;
-    if (cfg.logging.device == "cuda") {
+    if (cfg.runtime.device == "cuda") {
         const mwb::device::MemoryInfo gpu = mwb::device::cuda_memory_info();
         if (need.peak > static_cast<double>(gpu.free_bytes))
             problem = fmt::format("{} needs {} by the planner's estimate ({}), and its GPU has {} free of {}", who,
@@ -109,8 +109,8 @@ bool memory_fits(const mwb::Config& cfg, const mwb::World& world) {
 /// checks (the ranks share the file system); every rank gets its verdict.
 void check_save_dir(const mwb::Config& cfg, const mwb::World& world) {
     std::string problem;
-    if (world.rank() == 0 && !cfg.logging.save.empty()) {
-        const mwb::fs::path dir = cfg.logging.save;
+    if (world.rank() == 0 && !cfg.checkpoint.save.empty()) {
+        const mwb::fs::path dir = cfg.checkpoint.save;
         std::error_code ec;
         mwb::fs::create_directories(dir, ec);
         if (ec) problem = fmt::format("save: cannot create '{}': {}", dir.string(), ec.message());
@@ -188,10 +188,10 @@ int main(int argc, char** argv) {
             if (print_config) std::cerr << "mwb-train: " << r.flag << ": accepted, no effect here: " << r.note << "\n";
             else spdlog::info("{}: accepted, no effect here: {}", r.flag, r.note);
         }
-        const auto [device, gpu] = choose_device(cfg.logging.device, world, print_config || !leader);
-        cfg.logging.device = device;
+        const auto [device, gpu] = choose_device(cfg.runtime.device, world, print_config || !leader);
+        cfg.runtime.device = device;
         if (gpu >= 0) mwb::device::set_device(gpu);
-        if (cfg.logging.threads > 0) mwb::ops::set_num_threads(cfg.logging.threads);
+        if (cfg.runtime.threads > 0) mwb::ops::set_num_threads(cfg.runtime.threads);
         const auto tokenizer = as_config_error("tokenizer_type", [&] { return mwb::data::make_tokenizer(cfg.data, cfg.model); });
         for (const std::string& note : mwb::resolve(cfg, world.size(), tokenizer->vocab_size())) {
             if (print_config) {  // stdout carries the JSON alone
@@ -201,8 +201,8 @@ int main(int argc, char** argv) {
             }
         }
         mwb::check_config(cfg, world.size());
-        if (cfg.logging.sample_interval > 0 && !cfg.logging.sample_prompts.empty())
-            mwb::generate::read_sample_prompts(cfg.logging.sample_prompts);  // a bad file is a config error (exit 2)
+        if (cfg.sampling.sample_interval > 0 && !cfg.sampling.sample_prompts.empty())
+            mwb::generate::read_sample_prompts(cfg.sampling.sample_prompts);  // a bad file is a config error (exit 2)
         if (print_config) {
             if (!leader) return 0;
             std::cout << mwb::to_json(cfg).dump(2) << "\n";
@@ -264,8 +264,8 @@ int main(int argc, char** argv) {
         };
         std::unique_ptr<mwb::ipc::TelemetryServer> telemetry;
         std::unique_ptr<WireControl> wire_control;
-        if (leader && !cfg.logging.telemetry_endpoint.empty()) {
-            const auto& l = cfg.logging;
+        if (leader && !cfg.telemetry.telemetry_endpoint.empty()) {
+            const auto& l = cfg.telemetry;
             mwb::ipc::ServerOptions o;
             o.run_id = run_dir->run_id();
             o.run_dir = run_dir->path();

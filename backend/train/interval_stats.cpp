@@ -200,7 +200,7 @@ void IntervalLog::log_interval(const Progress& p) {
         rec.tokens_per_sec = ipc::tokens_per_sec(tokens_per_iter, iter_time);
         rec.tflops_per_device = tflops;
         rec.hardware_tflops_per_device = flops_.hardware / iter_time / 1e12 / par_.world_size();
-        rec.mfu = ipc::mfu(tflops, cfg_.logging.peak_tflops_per_device);
+        rec.mfu = ipc::mfu(tflops, cfg_.telemetry.peak_tflops_per_device);
         rec.mem_allocated_bytes = mem.total_current;
         rec.mem_peak_bytes = mem.total_peak;
         rec.mem = memory_record(mem);

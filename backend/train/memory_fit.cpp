@@ -80,7 +80,7 @@ PlannedMemory planned_rank_memory(const Config& cfg, int world_size, int world_r
         return {lower, fmt::format("at least 12·h²·L/(tp·pp) = {:.3g} parameters × 16 bytes of weights, gradients and "
                                    "Adam moments",
                                    lower / 16)};
-    const bool cuda = cfg.logging.device == "cuda";
+    const bool cuda = cfg.runtime.device == "cuda";
     const std::vector<planner::DeviceSpec>& catalogue = planner::device_catalogue();
     planner::DeviceSpec device = catalogue.front();
     for (const planner::DeviceSpec& d : catalogue)
@@ -88,7 +88,7 @@ PlannedMemory planned_rank_memory(const Config& cfg, int world_size, int world_r
             device = d;
             break;
         }
-    if (!cuda) device.threads = cfg.logging.threads > 0 ? cfg.logging.threads : ops::num_threads();
+    if (!cuda) device.threads = cfg.runtime.threads > 0 ? cfg.runtime.threads : ops::num_threads();
     device.memory_bytes = 0;  // the caller compares; the planner need not
     const planner::Plan plan = planner::plan(cfg, planner::make_cluster(device, world_size, 1));
     MWB_CHECK(plan.estimated && stage < static_cast<int>(plan.memory.size()),

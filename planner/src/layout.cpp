@@ -27,7 +27,7 @@ ModelShape ModelShape::from(const Config& c) {
     m.bias = c.model.add_bias_linear;
     m.qkv_bias = c.model.add_bias_linear || c.model.add_qkv_bias;
     m.rotary_dim = rope ? static_cast<int64_t>(c.model.kv_channels * c.model.rotary_percent) : 0;
-    m.layer_flops = layer_forward_flops(c.model, c.logging.mfu_attention_flops);
+    m.layer_flops = layer_forward_flops(c.model, c.telemetry.mfu_attention_flops);
     return m;
 }
 

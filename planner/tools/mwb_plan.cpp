@@ -42,7 +42,7 @@ Cluster build_cluster(const Args& a, const mwb::Config& c, std::vector<std::stri
     if (a.intra_gbps > 0) d.intra_node_bandwidth = a.intra_gbps * 1e9;
     if (a.inter_gbps > 0) d.inter_node_bandwidth = a.inter_gbps * 1e9;
     if (a.peak_tflops > 0) d.peak_flops_16bit = d.peak_flops_fp32 = a.peak_tflops * 1e12;
-    if (c.logging.threads > 0) d.threads = c.logging.threads;
+    if (c.runtime.threads > 0) d.threads = c.runtime.threads;
     const int gpn = a.gpus_per_node > 0 ? a.gpus_per_node : d.gpus_per_node;
     int nodes = a.nodes;
     if (nodes <= 0) {

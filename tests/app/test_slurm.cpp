@@ -99,7 +99,7 @@ private slots:
         c.training.train_iters = kIterations;
         c.training.lr = 1e-3;
         c.logging.log_interval = 1;
-        c.logging.threads = 1;
+        c.runtime.threads = 1;
         SlurmOptions o;
         o.job_name = QStringLiteral("mwbtest");
         o.nodes = 1;

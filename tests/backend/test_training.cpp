@@ -124,7 +124,7 @@ std::string bytes_of(const fs::path& p) {
 
 void expect_load_error(const fs::path& dir, const std::string& expected) {
     Config c = tiny_config();
-    c.logging.load = dir.string();
+    c.checkpoint.load = dir.string();
     test::TempDir out;
     try {
         run(c, out.path());
@@ -250,12 +250,12 @@ private slots:
         test::TempDir r;
         Config first = c;
         first.training.train_iters = 3;
-        first.logging.save = (r / "ckpt").string();
+        first.checkpoint.save = (r / "ckpt").string();
         QCOMPARE(run(first, r / "a"), RunStatus::Finished);
         // Megatron-LM's tracker file beside our marker.
         QCOMPARE(bytes_of(r / "ckpt" / "latest_checkpointed_iteration.txt"), std::string("3"));
         Config second = c;
-        second.logging.load = (r / "ckpt").string();
+        second.checkpoint.load = (r / "ckpt").string();
         QCOMPARE(run(second, r / "b", nullptr, nullptr, true), RunStatus::Finished);
         const auto resumed = records(r / "b" / "metrics.jsonl", "eval");
         QCOMPARE(resumed.size(), std::size_t{3});
@@ -266,8 +266,8 @@ private slots:
     void exit_interval_stops_with_a_checkpoint() {
         test::TempDir t;
         Config c = tiny_config();
-        c.logging.exit_interval = 4;
-        c.logging.save = (t / "ckpt").string();
+        c.checkpoint.exit_interval = 4;
+        c.checkpoint.save = (t / "ckpt").string();
         QCOMPARE(run(c, t / "run"), RunStatus::Finished);
         QCOMPARE(records(t / "run" / "metrics.jsonl", "step").size(), std::size_t{4});
         QCOMPARE(bytes_of(t / "ckpt" / "latest"), std::string("iter_0000004\n"));
@@ -276,7 +276,7 @@ private slots:
         QVERIFY(ends.back()["reason"].get<std::string>().find("exit_interval 4") != std::string::npos);
         // exit_duration_in_mins: a duration that has passed after the first iteration ends the run there.
         Config d = tiny_config();
-        d.logging.exit_duration_in_mins = 1e-9;
+        d.checkpoint.exit_duration_in_mins = 1e-9;
         QCOMPARE(run(d, t / "duration"), RunStatus::Finished);
         QCOMPARE(records(t / "duration" / "metrics.jsonl", "step").size(), std::size_t{1});
         QVERIFY(records(t / "duration" / "events.jsonl", "run.end").back()["reason"].get<std::string>().find(
@@ -286,12 +286,12 @@ private slots:
     void finetune_and_no_load_optim_start_over_as_megatron() {
         test::TempDir t;
         Config c = tiny_config();
-        c.logging.save = (t / "ckpt").string();
+        c.checkpoint.save = (t / "ckpt").string();
         QCOMPARE(run(c, t / "a"), RunStatus::Finished);
         Config fine = tiny_config();
         fine.training.train_iters = 2;
-        fine.logging.load = c.logging.save;
-        fine.logging.finetune = true;
+        fine.checkpoint.load = c.checkpoint.save;
+        fine.checkpoint.finetune = true;
         QCOMPARE(run(fine, t / "fine"), RunStatus::Finished);
         const auto steps = records(t / "fine" / "metrics.jsonl", "step");
         QCOMPARE(steps.size(), std::size_t{2});
@@ -299,8 +299,8 @@ private slots:
         QCOMPARE(steps[0]["lr"].get<double>(), 0.0);  // the warm-up starts again
         Config no_optim = tiny_config();
         no_optim.training.train_iters = 8;
-        no_optim.logging.load = c.logging.save;
-        no_optim.logging.no_load_optim = true;
+        no_optim.checkpoint.load = c.checkpoint.save;
+        no_optim.checkpoint.no_load_optim = true;
         QCOMPARE(run(no_optim, t / "no_optim"), RunStatus::Finished);
         const auto resumed = records(t / "no_optim" / "metrics.jsonl", "step");
         QCOMPARE(resumed.size(), std::size_t{2});
@@ -308,14 +308,14 @@ private slots:
         QCOMPARE(resumed[0]["lr"].get<double>(), 0.0);  // the schedule starts over too
         // A checkpoint without the optimizer state (no_save_optim) is smaller and loads weights only.
         Config lean = tiny_config();
-        lean.logging.save = (t / "lean").string();
-        lean.logging.no_save_optim = true;
+        lean.checkpoint.save = (t / "lean").string();
+        lean.checkpoint.no_save_optim = true;
         QCOMPARE(run(lean, t / "b"), RunStatus::Finished);
         const auto meta = nlohmann::json::parse(bytes_of(t / "lean" / "iter_0000006" / "metadata.json"));
         for (const auto& tensor : meta["tensors"]) QVERIFY(tensor["name"].get<std::string>().starts_with("param/"));
         Config from_lean = tiny_config();
         from_lean.training.train_iters = 7;
-        from_lean.logging.load = lean.logging.save;
+        from_lean.checkpoint.load = lean.checkpoint.save;
         QCOMPARE(run(from_lean, t / "c"), RunStatus::Finished);
         QCOMPARE(records(t / "c" / "metrics.jsonl", "step")[0]["lr"].get<double>(), 0.0);
     }
@@ -324,7 +324,7 @@ private slots:
         test::TempDir t;
         Config c = tiny_config();
         c.training.train_iters = 2;
-        c.logging.peak_tflops_per_device = 0.5;
+        c.telemetry.peak_tflops_per_device = 0.5;
         QCOMPARE(run(c, t.path()), RunStatus::Finished);
         const auto last = jsonl_records(t / "metrics.jsonl", "step").back();
         QVERIFY(std::abs(last["mfu"].get<double>() - last["tflops_per_device"].get<double>() / 0.5) < 1e-12);
@@ -333,13 +333,13 @@ private slots:
     void same_seed_same_bits_for_any_thread_count() {
         test::TempDir a, b, c;
         Config cfg = tiny_config();
-        cfg.logging.save = (a / "ckpt").string();
-        cfg.logging.threads = 2;
+        cfg.checkpoint.save = (a / "ckpt").string();
+        cfg.runtime.threads = 2;
         QCOMPARE(run(cfg, a.path()), RunStatus::Finished);
-        cfg.logging.save = (b / "ckpt").string();
+        cfg.checkpoint.save = (b / "ckpt").string();
         QCOMPARE(run(cfg, b.path()), RunStatus::Finished);
-        cfg.logging.save = (c / "ckpt").string();
-        cfg.logging.threads = 1;
+        cfg.checkpoint.save = (c / "ckpt").string();
+        cfg.runtime.threads = 1;
         QCOMPARE(run(cfg, c.path()), RunStatus::Finished);
         const auto ra = jsonl_records(a / "metrics.jsonl", "step");
         for (const fs::path& other : {b.path(), c.path()}) {
@@ -371,14 +371,14 @@ private slots:
         };
         test::TempDir whole, part;
         Config c = with_precision(tiny_config());
-        c.logging.save = (whole / "ckpt").string();
-        c.logging.save_interval = 3;
+        c.checkpoint.save = (whole / "ckpt").string();
+        c.checkpoint.save_interval = 3;
         QCOMPARE(run(c, whole.path()), RunStatus::Finished);
         QCOMPARE(bytes_of(whole / "ckpt/latest"), std::string("iter_0000006\n"));
 
         Config r = with_precision(tiny_config());
-        r.logging.load = (whole / "ckpt/iter_0000003").string();
-        r.logging.save = (part / "ckpt").string();
+        r.checkpoint.load = (whole / "ckpt/iter_0000003").string();
+        r.checkpoint.save = (part / "ckpt").string();
         QCOMPARE(run(r, part.path()), RunStatus::Finished);
         const auto full = jsonl_records(whole / "metrics.jsonl", "step");
         const auto resumed = jsonl_records(part / "metrics.jsonl", "step");
@@ -528,12 +528,12 @@ private slots:
                 c.training.hysteresis = 2;
             }
             check_config(c, 1);
-            c.logging.save = (whole / "ckpt").string();
-            c.logging.save_interval = 6;
+            c.checkpoint.save = (whole / "ckpt").string();
+            c.checkpoint.save_interval = 6;
             QCOMPARE(run(c, whole.path()), RunStatus::Finished);
             Config r = c;
-            r.logging.load = (whole / "ckpt/iter_0000006").string();
-            r.logging.save = (part / "ckpt").string();
+            r.checkpoint.load = (whole / "ckpt/iter_0000006").string();
+            r.checkpoint.save = (part / "ckpt").string();
             QCOMPARE(run(r, part.path()), RunStatus::Finished);
 
             const auto full = jsonl_records(whole / "metrics.jsonl", "step");
@@ -571,7 +571,7 @@ private slots:
     void bad_checkpoints_are_refused_by_name() {
         test::TempDir t;
         Config c = tiny_config();
-        c.logging.save = (t / "ckpt").string();
+        c.checkpoint.save = (t / "ckpt").string();
         c.training.train_iters = 2;
         QCOMPARE(run(c, t / "run"), RunStatus::Finished);
         const fs::path iter = t / "ckpt/iter_0000002";
@@ -599,7 +599,7 @@ private slots:
         Config other = tiny_config();  // a different model cannot load it
         other.model.hidden_size = 64;
         other.model.ffn_hidden_size = 256;
-        other.logging.load = (t / "ckpt").string();
+        other.checkpoint.load = (t / "ckpt").string();
         test::TempDir out;
         try {
             run(other, out.path());
@@ -629,8 +629,8 @@ private slots:
         test::TempDir t;
         Config c = tiny_config();
         c.training.train_iters = 2;
-        c.logging.load = (t / "ckpt").string();
-        c.logging.save = (t / "ckpt").string();
+        c.checkpoint.load = (t / "ckpt").string();
+        c.checkpoint.save = (t / "ckpt").string();
         QCOMPARE(run(c, t / "first"), RunStatus::Finished);
         auto events = jsonl_records(t / "first/events.jsonl", "event");
         QCOMPARE(events.front()["kind"], "checkpoint_not_found");
@@ -646,7 +646,7 @@ private slots:
     void checkpoint_of_another_vocabulary_is_refused_before_loading() {
         test::TempDir t;
         Config c = tiny_config();  // 64 ids, EOD among them, padded to 64
-        c.logging.save = (t / "ckpt").string();
+        c.checkpoint.save = (t / "ckpt").string();
         c.training.train_iters = 2;
         QCOMPARE(run(c, t / "run"), RunStatus::Finished);
         const std::string latest = bytes_of(t / "ckpt/latest");
@@ -658,8 +658,8 @@ private slots:
             Config other = tiny_config();
             other.model.vocab_size = vocab;
             resolve(other, 1, vocab);
-            other.logging.load = (t / "ckpt").string();
-            other.logging.save = (t / "ckpt").string();
+            other.checkpoint.load = (t / "ckpt").string();
+            other.checkpoint.save = (t / "ckpt").string();
             test::TempDir out;
             try {
                 run(other, out.path());
@@ -676,7 +676,7 @@ private slots:
     void metadata_is_validated_field_by_field() {
         test::TempDir t;
         Config c = tiny_config();
-        c.logging.save = (t / "ckpt").string();
+        c.checkpoint.save = (t / "ckpt").string();
         c.training.train_iters = 2;
         QCOMPARE(run(c, t / "run"), RunStatus::Finished);
         const fs::path iter = t / "ckpt/iter_0000002";
@@ -703,7 +703,7 @@ private slots:
         edited([](nlohmann::json& m) { m["tensors"][0]["file"] = "tp07_pp00.bin"; });
         expect_load_error(t / "ckpt", "lives in the unlisted file tp07_pp00.bin");
         std::ofstream(iter / "metadata.json") << original;
-        c.logging.load = (t / "ckpt").string();
+        c.checkpoint.load = (t / "ckpt").string();
         c.training.train_iters = 3;
         QCOMPARE(run(c, t / "again"), RunStatus::Finished);  // the untouched metadata still loads
     }
@@ -714,15 +714,15 @@ private slots:
         // .iter_N.old (the checkpoint `latest` meant) and .iter_N.tmp (the new one) are left.
         test::TempDir t;
         Config c = tiny_config();
-        c.logging.save = (t / "ckpt").string();
+        c.checkpoint.save = (t / "ckpt").string();
         c.training.train_iters = 2;
         QCOMPARE(run(c, t / "run"), RunStatus::Finished);
         fs::copy(t / "ckpt/iter_0000002", t / "ckpt/.iter_0000002.tmp", fs::copy_options::recursive);
         fs::rename(t / "ckpt/iter_0000002", t / "ckpt/.iter_0000002.old");
         std::ofstream(t / "ckpt/.latest.tmp-1f2e3d") << "iter_00";  // a marker write cut short
-        c.logging.load = (t / "ckpt").string();
+        c.checkpoint.load = (t / "ckpt").string();
         c.training.train_iters = 4;
-        c.logging.save_interval = 2;
+        c.checkpoint.save_interval = 2;
         QCOMPARE(run(c, t / "resumed"), RunStatus::Finished);
         QCOMPARE(jsonl_records(t / "resumed/events.jsonl", "event").front()["iteration"], 2);
         // The next save cleaned up: the moved checkpoint is back, no temporary is left.
@@ -743,14 +743,14 @@ private slots:
         }
         test::TempDir t;
         Config c = tiny_config();
-        c.logging.save = (t / "ckpt").string();
+        c.checkpoint.save = (t / "ckpt").string();
         c.training.train_iters = 2;
         QCOMPARE(run(c, t / "run"), RunStatus::Finished);
         const std::string latest = bytes_of(t / "ckpt/latest");
         std::signal(SIGXFSZ, SIG_IGN);
         const rlimit small{64 * 1024, 64 * 1024};  // below the ~1 MB shard, above every record
         QCOMPARE(setrlimit(RLIMIT_FSIZE, &small), 0);
-        c.logging.load = (t / "ckpt").string();
+        c.checkpoint.load = (t / "ckpt").string();
         c.training.train_iters = 3;
         try {
             run(c, t / "full");
@@ -796,7 +796,7 @@ private slots:
     void stop_request_saves_and_reports_interrupted() {
         test::TempDir t;
         Config c = tiny_config();
-        c.logging.save = (t / "ckpt").string();
+        c.checkpoint.save = (t / "ckpt").string();
         std::atomic<bool> stop{true};
         QCOMPARE(run(c, t / "run", &stop), RunStatus::Interrupted);
         QCOMPARE(bytes_of(t / "ckpt/latest"), std::string("iter_0000001\n"));

@@ -66,7 +66,7 @@ inline Config paper_gpt(int layers, int hidden, int heads, int tp, int pp, int b
     c.training.fp16 = true;
     c.training.lr = 1e-4;
     c.training.train_iters = 1;
-    c.logging.mfu_attention_flops = "full";  // the paper counts the whole s×s attention matrix
+    c.telemetry.mfu_attention_flops = "full";  // the paper counts the whole s×s attention matrix
     return c;
 }
 

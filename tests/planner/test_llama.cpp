@@ -120,7 +120,7 @@ private slots:
         for (const test::LlamaRow& r : test::kLlamaFamily) {
             const Plan current = plan_preset(r);
             Config c = load_preset(r.preset);
-            c.logging.mfu_attention_flops = "full";
+            c.telemetry.mfu_attention_flops = "full";
             const Plan p = plan(c, make_cluster(find_device(device_catalogue(), "H100"), 8, r.nodes));
             const double B = static_cast<double>(p.layout.global_batch), s = static_cast<double>(p.model.s);
             const double T = B * s, L = r.layers, h = r.hidden, f = r.ffn, V = static_cast<double>(p.model.V);

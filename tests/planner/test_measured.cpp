@@ -135,7 +135,7 @@ private slots:
         Config c;  // the same flags onto Megatron-LM's defaults (the demo preset mwb-train starts from
         test::apply_flags(c, args);  // differs only in fields that change no allocation)
         DeviceSpec cpu = find_device(device_catalogue(), "cpu");
-        cpu.threads = c.logging.threads;
+        cpu.threads = c.runtime.threads;
         const Plan plan_ = plan(c, make_cluster(cpu, 1, 1));
         QVERIFY(plan_.runnable());
         const nlohmann::json predicted = memory_json(plan_.most_loaded());

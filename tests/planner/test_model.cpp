@@ -59,7 +59,7 @@ private slots:
         test::full_recompute(c);
         const double B = 1536, s = 2048, L = 96, h = 12288, V = 51200;
         for (const char* reading : {"full", "causal"}) {
-            c.logging.mfu_attention_flops = reading;
+            c.telemetry.mfu_attention_flops = reading;
             const bool full = std::string(reading) == "full";
             const Plan p = plan(c, test::dgx_a100(1024));
             QVERIFY2(p.estimated, reading);
@@ -71,9 +71,9 @@ private slots:
             // The planner's MFU is the model FLOPs over its predicted time: the reading moves it alike.
             QVERIFY(std::fabs(p.time.mfu - p.flops.model / p.time.iteration_s / 1024 / p.time.peak_flops) < 1e-12);
         }
-        c.logging.mfu_attention_flops = "full";
+        c.telemetry.mfu_attention_flops = "full";
         const double full_flops = plan(c, test::dgx_a100(1024)).flops.model;
-        c.logging.mfu_attention_flops = "causal";
+        c.telemetry.mfu_attention_flops = "causal";
         QCOMPARE(full_flops / plan(c, test::dgx_a100(1024)).flops.model, 3.3861967463873244 / 3.3405978001601987);
     }
 

@@ -45,7 +45,7 @@ Config loop_config(const std::string& device, int64_t iters, bool bf16 = false) 
     c.training.train_iters = iters;
     c.training.lr = 1e-3;
     c.logging.log_interval = 1;
-    c.logging.device = device;
+    c.runtime.device = device;
     c.training.bf16 = bf16;
     resolve(c, 1, 128);
     check_config(c, 1);
@@ -100,8 +100,8 @@ private slots:
         const std::filesystem::path root = tmp.path().toStdString();
         const auto cpu = run_loop(loop_config("cpu", 4), root / "cpu");
         Config whole = loop_config("cuda", 4);
-        whole.logging.save = (root / "ckpt").string();
-        whole.logging.save_interval = 2;
+        whole.checkpoint.save = (root / "ckpt").string();
+        whole.checkpoint.save_interval = 2;
         nlohmann::json memory;
         const auto gpu = run_loop(whole, root / "gpu", &memory);
         // Device memory through the caching allocator, per category, plus the device's own totals.
@@ -114,7 +114,7 @@ private slots:
                      qPrintable(QStringLiteral("step %1: %2 on the GPU, %3 on the CPU").arg(i + 1).arg(gpu[i]).arg(cpu[i])));
         // Resume the GPU run from its iteration-2 checkpoint: the same bits as the straight run.
         Config part = loop_config("cuda", 4);
-        part.logging.load = (root / "ckpt" / "iter_0000002").string();
+        part.checkpoint.load = (root / "ckpt" / "iter_0000002").string();
         const auto resumed = run_loop(part, root / "gpu-resumed");
         QCOMPARE(resumed.size(), std::size_t{2});
         QCOMPARE(resumed[0], gpu[2]);

@@ -1,0 +1,47 @@
+#pragma once
+// The objects one rank trains with, wired together once per run: the device context and allocators,
+// this rank's model chunks, the gradient reducer, the pipeline runner, the optimizer with its
+// learning-rate schedule and loss scaler, and the token buffer of the micro-batch being read. The
+// parts of the loop (train_step, evaluation, checkpointing, run_metadata) work on them.
+#include "config/config.h"
+#include "core/memory.h"
+#include "model/gpt_model.h"
+#include "optim/loss_scaler.h"
+#include "optim/lr_schedule.h"
+#include "optim/optimizer.h"
+#include "parallel/gradient_reducer.h"
+#include "parallel/parallel_context.h"
+#include "telemetry/flops.h"
+#include "train/pipeline_runner.h"
+
+#include <memory>
+
+namespace mwb {
+
+struct RunObjects {
+    RunObjects(const Config& cfg, ParallelContext& par);
+
+    /// Memory the host reads and writes (tokens, checkpoint staging): the run's allocator on the CPU.
+    Allocator& host_allocator() { return alloc.device() == Device::CPU ? alloc : host_alloc; }
+
+    const Config& cfg;
+    ParallelContext& par;
+    OpContext ctx;
+    Allocator alloc;       // the device's memory: model, optimizer, activations
+    Allocator host_alloc;  // host memory beside a GPU allocator (unused on the CPU)
+    GptDims dims;
+    ModelPartition partition;
+    TensorParallel tp;
+    bool distributed;  // the distributed optimizer
+    GptModel model;
+    GradientReducer reducer;
+    PipelineRunner runner;
+    std::unique_ptr<Optimizer> optimizer;
+    int64_t micro_batches;  // of a global batch of global_batch_size
+    LrSchedule schedule;
+    LossScaler scaler;
+    FlopCounts flops;
+    Buffer tokens;  // (B, S+1) of the micro-batch being read
+};
+
+}  // namespace mwb

@@ -1,0 +1,111 @@
+#include "train/train_step.h"
+
+#include "config/validate.h"
+#include "mwb/kernels/error.h"
+#include "telemetry/run_dir.h"
+#include "train/records.h"
+#include "train/clock.h"
+
+#include <cmath>
+
+namespace mwb {
+
+/// The micro-batch m of this rank: global micro-batch m·DP + dp (as Megatron-LM's sampler), its
+/// samples [base + g·B, base + (g+1)·B) of `source`.
+MicroBatch TrainStep::micro_batch(const data::SampleSource& source, int64_t base, int64_t m, bool needs_tokens,
+                                  int64_t it, float grad_scale) {
+    const int64_t g = m * o_.par.dp_size() + o_.par.coord().dp;
+    if (needs_tokens) {
+        const auto t0 = Clock::now();
+        const int64_t per = o_.dims.seq + 1;
+        for (int64_t b = 0; b < o_.dims.micro_batch; ++b)
+            source.read(base + g * o_.dims.micro_batch + b,
+                        std::span<int32_t>(o_.tokens.i32() + b * per, static_cast<std::size_t>(per)));
+        log_.stats().data_s += seconds_since(t0);
+    }
+    MicroBatch mb;
+    mb.tokens = needs_tokens ? o_.tokens.i32() : nullptr;
+    mb.seed = static_cast<uint64_t>(o_.cfg.training.seed);
+    mb.stream_base = micro_batch_stream(it, g);
+    mb.grad_scale = grad_scale;
+    return mb;
+}
+
+/// Σ of the last stage's `micro_batches` micro-batch losses -> the iteration's mean loss on every rank.
+double TrainStep::mean_loss(double loss_sum, int64_t micro_batches) {
+    o_.par.host_pp().all_reduce_sum(&loss_sum, 1);
+    o_.par.host_dp().all_reduce_sum(&loss_sum, 1);
+    return loss_sum / static_cast<double>(micro_batches * o_.par.dp_size());
+}
+
+double TrainStep::forward_loss(const data::SampleSource& source, int64_t base) {
+    const PipelineResult pr = o_.runner.run(o_.micro_batches, false, [&](int64_t m, bool needs_tokens) {
+        return micro_batch(source, base, m, needs_tokens, 0, 0.0f);
+    });
+    return mean_loss(pr.loss_sum, o_.micro_batches);
+}
+
+void TrainStep::run(Progress& p) {
+    const auto t0 = Clock::now();
+    IntervalStats& interval = log_.stats();
+    const auto comm_before = o_.par.stats();
+    const int64_t it = p.iteration + 1;
+    if (!grads_zeroed_) o_.model.zero_grads();
+    // The global batch of this iteration (rampup_batch_size / step_batch_size_schedule change the
+    // number of micro-batches, as Megatron-LM's num-microbatches calculator does).
+    const int64_t batch = global_batch_size_at(o_.cfg, p.consumed_samples);
+    const int64_t micro_batches = num_micro_batches(o_.cfg, o_.par.world_size(), p.consumed_samples);
+    const double loss_scale = o_.scaler.scale();
+    const float grad_scale = static_cast<float>(loss_scale / static_cast<double>(micro_batches));
+    const PipelineResult pr = o_.runner.run(micro_batches, true, [&](int64_t m, bool needs_tokens) {
+        return micro_batch(train_, p.consumed_samples, m, needs_tokens, it, grad_scale);
+    });
+    if (o_.model.storage() != DType::F32 && !o_.cfg.training.accumulate_allreduce_grads_in_fp32)
+        ops::round_to(o_.ctx, o_.model.grads(), o_.model.storage());
+    const auto t_reduce = Clock::now();
+    o_.reducer.reduce();
+    const double loss = mean_loss(pr.loss_sum, micro_batches);
+    interval.reduce_s += seconds_since(t_reduce);
+    const auto t_opt = Clock::now();
+    // Megatron-LM's scheduler counts the samples of successful steps only: a skipped step leaves
+    // the learning rate (and weight decay) where it was.
+    const double lr = o_.schedule.lr(static_cast<double>(p.scheduled_samples));
+    o_.optimizer->set_weight_decay(o_.schedule.weight_decay(static_cast<double>(p.scheduled_samples)));
+    const StepResult step = o_.optimizer->step(lr, loss_scale, /*zero_grads=*/true);
+    grads_zeroed_ = step.grads_zeroed;
+    if (!step.skipped) p.scheduled_samples += batch;
+    o_.scaler.update(step.skipped);
+    interval.optimizer_s += seconds_since(t_opt);
+    interval.forward_s += pr.forward_seconds;
+    interval.backward_s += pr.backward_seconds;
+    p.iteration = it;
+    p.consumed_samples += batch;
+    interval.samples += batch;
+    p.last_batch = batch;
+
+    if (step.skipped) {
+        ++p.skipped;
+        ++interval.skipped;
+        publish_event(dir_, ipc::SkippedIterationEvent{it, loss_scale, "gradients are not finite"});
+    }
+    if (!std::isfinite(loss)) {
+        ++nonfinite_in_a_row_;
+        publish_event(dir_, ipc::NanLossEvent{it});
+        MWB_CHECK(nonfinite_in_a_row_ < 10 || o_.scaler.dynamic(),
+                  "training diverged: the loss was not finite for {} iterations in a row (last at iteration {})",
+                  nonfinite_in_a_row_, it);
+    } else {
+        nonfinite_in_a_row_ = 0;
+        interval.loss += loss;
+        ++interval.loss_count;
+    }
+    p.last_lr = lr;
+    p.last_grad_norm = step.grad_norm;
+    p.last_loss_scale = loss_scale;
+    log_.tensorboard_step(loss, p);
+    ++interval.iterations;
+    interval.comm.add_delta(comm_before, o_.par.stats());
+    interval.time += seconds_since(t0);
+}
+
+}  // namespace mwb
