@@ -1,8 +1,8 @@
 // mwb: the Megatron Workbench desktop app (docs/app.md). Everything is in mwb_app_lib; this parses
 // the command line, applies the palette and the remembered window, and shows the MainWindow.
-#include "core/theme.h"
-#include "shell/app_options.h"
-#include "shell/main_window.h"
+#include "app/core/theme.h"
+#include "app/shell/app_options.h"
+#include "app/shell/main_window.h"
 
 #include <QApplication>
 #include <QSocketNotifier>

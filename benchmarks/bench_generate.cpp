@@ -3,8 +3,8 @@
 // cannot exceed (copy bandwidth) / (weight bytes per step). Both are measured in the same run, with
 // the sgemm peak as the compute reference. Random weights (the speed does not depend on them).
 //   mwb-bench-generate [--model gpt2-124m|llama-1b|all] [--prompt 128] [--new 16] [--reps 3] [--batch 1 8]
-#include "generate/generation.h"
-#include "model/gpt_model.h"
+#include "backend/generate/generation.h"
+#include "backend/model/gpt_model.h"
 #include "mwb/kernels/ops.h"
 
 #include <cblas.h>

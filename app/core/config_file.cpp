@@ -1,8 +1,8 @@
-#include "core/config_file.h"
+#include "app/core/config_file.h"
 
-#include "config/config_io.h"
-#include "config/fields.h"
-#include "core/files.h"
+#include "backend/config/config_io.h"
+#include "backend/config/fields.h"
+#include "backend/core/files.h"
 
 namespace mwb::app {
 

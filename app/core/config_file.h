@@ -2,7 +2,7 @@
 // Config files as the app saves them: the JSON mwb-train --config reads (docs/config.md), holding only
 // the keys that differ from Megatron-LM's defaults (presets look the same), plus loading and presets.
 // Qt-free.
-#include "config/config.h"
+#include "backend/config/config.h"
 
 #include <nlohmann/json.hpp>
 

@@ -1,4 +1,4 @@
-#include "core/format.h"
+#include "app/core/format.h"
 
 #include <QDateTime>
 #include <QLocale>

@@ -1,6 +1,6 @@
-#include "core/paths.h"
+#include "app/core/paths.h"
 
-#include "core/files.h"
+#include "backend/core/files.h"
 #include "mwb/store/store.h"
 
 #include <QCoreApplication>

@@ -1,6 +1,6 @@
-#include "core/sample_text.h"
+#include "app/core/sample_text.h"
 
-#include "core/theme.h"
+#include "app/core/theme.h"
 
 #include <QApplication>
 #include <QPalette>

@@ -1,4 +1,4 @@
-#include "core/theme.h"
+#include "app/core/theme.h"
 
 #include <QApplication>
 #include <QChart>

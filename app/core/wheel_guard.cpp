@@ -1,4 +1,4 @@
-#include "core/wheel_guard.h"
+#include "app/core/wheel_guard.h"
 
 #include <QEvent>
 #include <QWidget>

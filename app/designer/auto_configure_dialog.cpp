@@ -1,7 +1,7 @@
-#include "designer/auto_configure_dialog.h"
+#include "app/designer/auto_configure_dialog.h"
 
-#include "core/format.h"
-#include "designer/layout_model.h"
+#include "app/core/format.h"
+#include "app/designer/layout_model.h"
 
 #include <QDialogButtonBox>
 #include <QFormLayout>

@@ -1,7 +1,7 @@
-#include "designer/cluster_form.h"
+#include "app/designer/cluster_form.h"
 
-#include "core/format.h"
-#include "core/wheel_guard.h"
+#include "app/core/format.h"
+#include "app/core/wheel_guard.h"
 
 #include <QComboBox>
 #include <QFormLayout>

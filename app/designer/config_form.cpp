@@ -1,7 +1,7 @@
-#include "designer/config_form.h"
+#include "app/designer/config_form.h"
 
-#include "config/fields.h"
-#include "designer/field_editor.h"
+#include "backend/config/fields.h"
+#include "app/designer/field_editor.h"
 
 #include <QFormLayout>
 #include <QGroupBox>

@@ -3,8 +3,8 @@
 // parallel layout, batch, recomputation and precision, optimizer and schedule, data, run, checkpoints and
 // telemetry); fields the table gains later land in "Other" by themselves. Problems are shown under
 // the field that causes them.
-#include "config/config.h"
-#include "config/config_io.h"
+#include "backend/config/config.h"
+#include "backend/config/config_io.h"
 
 #include <QMap>
 #include <QWidget>

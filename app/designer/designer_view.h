@@ -2,7 +2,7 @@
 // Designer: the configuration form (presets, load/save as mwb-train's JSON) and the cluster on the
 // left; the planner's prediction on the right, recomputed on every edit (plan() takes microseconds);
 // "Auto-configure" searches the layouts and applies one.
-#include "config/config.h"
+#include "backend/config/config.h"
 #include "mwb/planner/plan.h"
 
 #include <QTimer>

@@ -1,8 +1,8 @@
-#include "designer/field_editor.h"
+#include "app/designer/field_editor.h"
 
-#include "config/config_io.h"
-#include "core/theme.h"
-#include "core/wheel_guard.h"
+#include "backend/config/config_io.h"
+#include "app/core/theme.h"
+#include "app/core/wheel_guard.h"
 
 #include <QCheckBox>
 #include <QComboBox>

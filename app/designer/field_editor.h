@@ -2,8 +2,8 @@
 // One configuration field as an editor, made from its row in the field table (backend/config/fields):
 // a spin box for ints, a text box for floats, int64s and lists, a check box for bools, a combo box
 // for strings with choices. It shows the field's problems (ConfigIssue.field) right under it.
-#include "config/config.h"
-#include "config/fields.h"
+#include "backend/config/config.h"
+#include "backend/config/fields.h"
 
 #include <QWidget>
 

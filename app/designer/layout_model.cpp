@@ -1,7 +1,7 @@
-#include "designer/layout_model.h"
+#include "app/designer/layout_model.h"
 
-#include "core/format.h"
-#include "core/theme.h"
+#include "app/core/format.h"
+#include "app/core/theme.h"
 
 namespace mwb::app {
 

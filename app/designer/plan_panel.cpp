@@ -1,11 +1,11 @@
-#include "designer/plan_panel.h"
+#include "app/designer/plan_panel.h"
 
-#include "core/format.h"
-#include "core/theme.h"
+#include "app/core/format.h"
+#include "app/core/theme.h"
 #include "mwb/planner/report.h"
 #include "mwb/planner/search.h"
-#include "plot/memory_bars.h"
-#include "plot/stacked_bar.h"
+#include "app/plot/memory_bars.h"
+#include "app/plot/stacked_bar.h"
 
 #include <QDoubleSpinBox>
 #include <QGridLayout>

@@ -1,8 +1,8 @@
-#include "history/compare_plot.h"
+#include "app/history/compare_plot.h"
 
-#include "core/format.h"
-#include "core/theme.h"
-#include "live/history_loader.h"
+#include "app/core/format.h"
+#include "app/core/theme.h"
+#include "app/live/history_loader.h"
 #include "mwb/ipc/metrics.h"
 #include "mwb/store/schema.h"
 

@@ -8,7 +8,7 @@
 // run's iteration -> tokens / seconds-since-start map is read at up to 2,000 anchor iterations and
 // interpolated linearly in between (exact at the anchors; wall time includes pauses and restarts).
 #include "mwb/store/store.h"
-#include "plot/plot_view.h"
+#include "app/plot/plot_view.h"
 
 #include <QWidget>
 

@@ -1,6 +1,6 @@
-#include "history/config_diff_model.h"
+#include "app/history/config_diff_model.h"
 
-#include "core/theme.h"
+#include "app/core/theme.h"
 
 #include <QFont>
 #include <QGuiApplication>

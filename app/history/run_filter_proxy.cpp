@@ -1,6 +1,6 @@
-#include "history/run_filter_proxy.h"
+#include "app/history/run_filter_proxy.h"
 
-#include "history/run_list_model.h"
+#include "app/history/run_list_model.h"
 
 #include <QRegularExpression>
 

@@ -1,9 +1,9 @@
-#include "history/run_list_model.h"
+#include "app/history/run_list_model.h"
 
 #include "mwb/ipc/message.h"
 
-#include "core/format.h"
-#include "core/theme.h"
+#include "app/core/format.h"
+#include "app/core/theme.h"
 
 #include <algorithm>
 #include <cmath>

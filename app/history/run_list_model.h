@@ -2,7 +2,7 @@
 // The stored runs as a table (Qt's model/view: plain RunRow structs behind a column enum). Name, tags
 // and notes are editable in place; edits, tags and deletions go straight to the store, so they
 // persist. Sorting uses SortRole (numbers and times as numbers, not as their text).
-#include "history/run_rows.h"
+#include "app/history/run_rows.h"
 
 #include <QAbstractTableModel>
 #include <QStringList>

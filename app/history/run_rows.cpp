@@ -1,4 +1,4 @@
-#include "history/run_rows.h"
+#include "app/history/run_rows.h"
 
 #include "mwb/ipc/json_get.h"
 

@@ -1,8 +1,8 @@
-#include "history/sample_compare.h"
+#include "app/history/sample_compare.h"
 
-#include "core/format.h"
-#include "core/sample_text.h"
-#include "core/theme.h"
+#include "app/core/format.h"
+#include "app/core/sample_text.h"
+#include "app/core/theme.h"
 #include "mwb/store/store.h"
 
 #include <QComboBox>

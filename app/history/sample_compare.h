@@ -4,7 +4,7 @@
 // iteration, or every iteration — list, per run, what it wrote: the prompt highlighted, the
 // completion after it, its iteration and settings. Reads the store when the runs or the choice
 // change, never per frame.
-#include "history/compare_plot.h"
+#include "app/history/compare_plot.h"
 #include "mwb/store/types.h"
 
 #include <QWidget>

@@ -1,6 +1,6 @@
-#include "history/scatter_plot.h"
+#include "app/history/scatter_plot.h"
 
-#include "core/theme.h"
+#include "app/core/theme.h"
 
 #include <QComboBox>
 #include <QHBoxLayout>

@@ -1,8 +1,8 @@
 #pragma once
 // The final loss of every run in the table against one setting (learning rate, TP, hidden size, ...):
 // the sweep view W&B users reach for. One marker per run that has both; numbers only.
-#include "history/run_rows.h"
-#include "plot/plot_view.h"
+#include "app/history/run_rows.h"
+#include "app/plot/plot_view.h"
 
 #include <QWidget>
 

@@ -1,7 +1,7 @@
-#include "launch/attach_panel.h"
+#include "app/launch/attach_panel.h"
 
-#include "core/paths.h"
-#include "core/theme.h"
+#include "app/core/paths.h"
+#include "app/core/theme.h"
 #include "mwb/ipc/curve.h"
 #include "mwb/ipc/endpoint.h"
 

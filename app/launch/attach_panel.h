@@ -2,7 +2,7 @@
 // "Attach": follow any running job by its telemetry endpoint (tcp://HOST:PORT, ipc://PATH) or its
 // run directory on this machine. Off loopback the run requires CURVE (docs/protocol.md, "Security"):
 // the panel then asks for this side's key pair (NAME.key_secret) and the run's public key.
-#include "live/telemetry_worker.h"
+#include "app/live/telemetry_worker.h"
 
 #include <QGroupBox>
 

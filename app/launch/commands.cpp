@@ -1,6 +1,6 @@
-#include "launch/commands.h"
+#include "app/launch/commands.h"
 
-#include "core/config_file.h"
+#include "app/core/config_file.h"
 
 #include <QRegularExpression>
 

@@ -2,7 +2,7 @@
 // The command lines the Launch view runs or writes: a local run (mwb-train, or mpirun -np N
 // mwb-train for a multi-rank layout on this machine), a Slurm batch script (sbatch + srun mwb-train)
 // with telemetry on CURVE, and how to connect to it. Pure functions, tested on their own.
-#include "config/config.h"
+#include "backend/config/config.h"
 
 #include <QString>
 #include <QStringList>

@@ -1,9 +1,9 @@
-#include "launch/generate_dialog.h"
+#include "app/launch/generate_dialog.h"
 
-#include "core/paths.h"
-#include "core/sample_text.h"
-#include "core/theme.h"
-#include "core/wheel_guard.h"
+#include "app/core/paths.h"
+#include "app/core/sample_text.h"
+#include "app/core/theme.h"
+#include "app/core/wheel_guard.h"
 
 #include <QCheckBox>
 #include <QComboBox>

@@ -4,7 +4,7 @@
 // (found as mwb-train is: core/paths.h find_generator()) and streams its tokens into the output as
 // they arrive — the prompt highlighted, the completion after it; Stop ends the process; a failure
 // shows the process's own error message on one line.
-#include "launch/generate_stream.h"
+#include "app/launch/generate_stream.h"
 
 #include <QDialog>
 #include <QProcess>

@@ -1,4 +1,4 @@
-#include "launch/generate_stream.h"
+#include "app/launch/generate_stream.h"
 
 #include <nlohmann/json.hpp>
 

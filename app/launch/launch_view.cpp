@@ -1,12 +1,12 @@
-#include "launch/launch_view.h"
+#include "app/launch/launch_view.h"
 
-#include "core/config_file.h"
-#include "core/format.h"
-#include "core/paths.h"
-#include "core/theme.h"
-#include "launch/attach_panel.h"
-#include "launch/local_run.h"
-#include "launch/prediction.h"
+#include "app/core/config_file.h"
+#include "app/core/format.h"
+#include "app/core/paths.h"
+#include "app/core/theme.h"
+#include "app/launch/attach_panel.h"
+#include "app/launch/local_run.h"
+#include "app/launch/prediction.h"
 #include "mwb/planner/search.h"
 
 #include <QComboBox>

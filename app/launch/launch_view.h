@@ -3,9 +3,9 @@
 // layout) with its console output in a pane, writes the Slurm batch script and the connection details
 // for a cluster, and attaches to any running job (AttachPanel). Local runs get a fresh run directory
 // under runs_root(); the main window switches the Monitor to it (runStarted).
-#include "config/config.h"
-#include "launch/commands.h"
-#include "live/telemetry_worker.h"
+#include "backend/config/config.h"
+#include "app/launch/commands.h"
+#include "app/live/telemetry_worker.h"
 #include "mwb/planner/plan.h"
 
 #include <QWidget>

@@ -1,4 +1,4 @@
-#include "launch/local_run.h"
+#include "app/launch/local_run.h"
 
 #include <QDir>
 

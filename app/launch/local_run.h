@@ -2,7 +2,7 @@
 // A run started on this machine: the QProcess of mwb-train (or mpirun), its console output as it
 // comes, and how it ended. Stopping sends SIGTERM (mwb-train checkpoints and exits 130), killing
 // follows if it does not end within 15 s; the same happens when the object is destroyed with the run going.
-#include "launch/commands.h"
+#include "app/launch/commands.h"
 
 #include <QObject>
 #include <QProcess>

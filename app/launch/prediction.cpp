@@ -1,4 +1,4 @@
-#include "launch/prediction.h"
+#include "app/launch/prediction.h"
 
 #include <algorithm>
 

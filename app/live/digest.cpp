@@ -1,4 +1,4 @@
-#include "live/digest.h"
+#include "app/live/digest.h"
 
 #include "mwb/ipc/json_get.h"
 #include "mwb/store/sample.h"

@@ -5,7 +5,7 @@
 #include "mwb/ipc/message.h"
 #include "mwb/ipc/schema.h"
 #include "mwb/store/types.h"
-#include "plot/trace.h"
+#include "app/plot/trace.h"
 
 #include <nlohmann/json.hpp>
 

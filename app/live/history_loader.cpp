@@ -1,4 +1,4 @@
-#include "live/history_loader.h"
+#include "app/live/history_loader.h"
 
 #include "mwb/ipc/json_get.h"
 #include "mwb/ipc/metrics.h"

@@ -2,7 +2,7 @@
 // A run as the store holds it, turned into the Update the Monitor would have built from its messages:
 // what lets the app restart (or attach to a run it recorded before) and show the whole history at
 // once, then continue live from the store's next_seq without a gap. Qt-free.
-#include "live/digest.h"
+#include "app/live/digest.h"
 #include "mwb/store/store.h"
 
 namespace mwb::app {

@@ -1,4 +1,4 @@
-#include "live/live_run.h"
+#include "app/live/live_run.h"
 
 #include <QThread>
 

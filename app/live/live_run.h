@@ -3,9 +3,9 @@
 // arms a single-shot ~33 ms timer; when the timer fires it takes everything pending from the
 // SeriesBuffer at once, appends it to the RunTraces and emits updated() — so the views redraw at most
 // 30 times a second however fast messages come (PlotJuggler's coalescing redraw).
-#include "live/run_traces.h"
-#include "live/series_buffer.h"
-#include "live/telemetry_worker.h"
+#include "app/live/run_traces.h"
+#include "app/live/series_buffer.h"
+#include "app/live/telemetry_worker.h"
 
 #include <QObject>
 #include <QTimer>

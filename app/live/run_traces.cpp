@@ -1,4 +1,4 @@
-#include "live/run_traces.h"
+#include "app/live/run_traces.h"
 
 namespace mwb::app {
 

@@ -2,8 +2,8 @@
 // The GUI thread's copy of a watched run: full series as Traces (with their min/max index) and the
 // newest state (description, end, last step, memory and step time per rank,
 // events). Only the GUI thread touches it; it grows from Updates taken off the SeriesBuffer.
-#include "live/digest.h"
-#include "plot/trace.h"
+#include "app/live/digest.h"
+#include "app/plot/trace.h"
 
 #include <array>
 #include <map>

@@ -1,4 +1,4 @@
-#include "live/series_buffer.h"
+#include "app/live/series_buffer.h"
 
 namespace mwb::app {
 

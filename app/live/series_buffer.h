@@ -3,7 +3,7 @@
 // messages into a pending Update under a mutex and signals only when the GUI has nothing pending yet;
 // the GUI's timer takes the whole Update under the lock (a swap) and draws from its own copy.
 // Qt-free.
-#include "live/digest.h"
+#include "app/live/digest.h"
 
 #include <atomic>
 #include <mutex>

@@ -1,6 +1,6 @@
-#include "live/telemetry_worker.h"
+#include "app/live/telemetry_worker.h"
 
-#include "live/history_loader.h"
+#include "app/live/history_loader.h"
 #include "mwb/ipc/error.h"
 #include "mwb/ipc/follower.h"
 #include "mwb/ipc/message.h"

@@ -3,7 +3,7 @@
 // clone pattern, docs/protocol.md), records every message into the store (one transaction per batch,
 // as mwb-record does), digests it into the SeriesBuffer and emits dataArrived() only when the GUI has
 // nothing pending. Lives on its own QThread; run() loops until requestStop().
-#include "live/series_buffer.h"
+#include "app/live/series_buffer.h"
 #include "mwb/ipc/curve.h"
 #include "mwb/store/store.h"
 

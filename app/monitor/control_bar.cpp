@@ -1,6 +1,6 @@
-#include "monitor/control_bar.h"
+#include "app/monitor/control_bar.h"
 
-#include "core/theme.h"
+#include "app/core/theme.h"
 #include "mwb/ipc/control_client.h"
 
 #include <QHBoxLayout>

@@ -1,7 +1,7 @@
-#include "monitor/event_log_model.h"
+#include "app/monitor/event_log_model.h"
 
-#include "core/format.h"
-#include "core/theme.h"
+#include "app/core/format.h"
+#include "app/core/theme.h"
 
 #include <QDateTime>
 

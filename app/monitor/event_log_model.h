@@ -2,7 +2,7 @@
 // The run's events (start, evaluations, checkpoints, skipped iterations, control, end) as a table over
 // RunTraces::events: rows are only ever appended (or all reset for a new run), so the view keeps its
 // scroll position and selection while the run goes on.
-#include "live/run_traces.h"
+#include "app/live/run_traces.h"
 
 #include <QAbstractTableModel>
 

@@ -1,8 +1,8 @@
-#include "monitor/metric_charts.h"
+#include "app/monitor/metric_charts.h"
 
-#include "core/format.h"
-#include "core/theme.h"
-#include "plot/stacked_bar.h"
+#include "app/core/format.h"
+#include "app/core/theme.h"
+#include "app/plot/stacked_bar.h"
 
 #include <QCheckBox>
 #include <QComboBox>

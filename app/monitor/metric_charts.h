@@ -5,8 +5,8 @@
 // line faint behind) for every chart, the x-axis by iteration, trained tokens or wall time, a
 // crosshair synced across the charts, log scale per chart (L or the chart's menu). The owner calls
 // refresh() from its coalescing timer; nothing here redraws per message.
-#include "live/run_traces.h"
-#include "plot/plot_view.h"
+#include "app/live/run_traces.h"
+#include "app/plot/plot_view.h"
 
 #include <QWidget>
 

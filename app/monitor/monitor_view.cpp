@@ -1,13 +1,13 @@
-#include "monitor/monitor_view.h"
+#include "app/monitor/monitor_view.h"
 
-#include "core/format.h"
-#include "monitor/control_bar.h"
-#include "monitor/event_log_model.h"
-#include "monitor/metric_charts.h"
-#include "monitor/rank_grid.h"
-#include "monitor/samples_panel.h"
-#include "monitor/status_line.h"
-#include "plot/memory_bars.h"
+#include "app/core/format.h"
+#include "app/monitor/control_bar.h"
+#include "app/monitor/event_log_model.h"
+#include "app/monitor/metric_charts.h"
+#include "app/monitor/rank_grid.h"
+#include "app/monitor/samples_panel.h"
+#include "app/monitor/status_line.h"
+#include "app/plot/memory_bars.h"
 
 #include <QComboBox>
 #include <QElapsedTimer>

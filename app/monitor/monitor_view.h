@@ -5,7 +5,7 @@
 // emits updated() — at most ~30 times a second, whatever the message rate — and from a slow timer for
 // the link state. The run ending, crashing or the app restarting only changes what the status says:
 // the data stays, and a new attach reloads the history from the store before going live.
-#include "live/live_run.h"
+#include "app/live/live_run.h"
 
 #include <QWidget>
 

@@ -1,7 +1,7 @@
-#include "monitor/rank_grid.h"
+#include "app/monitor/rank_grid.h"
 
-#include "core/format.h"
-#include "core/theme.h"
+#include "app/core/format.h"
+#include "app/core/theme.h"
 
 #include <QMouseEvent>
 #include <QPainter>

@@ -3,7 +3,7 @@
 // of TP cells per data-parallel replica), coloured by the rank's peak memory or its step time on one
 // ramp from the smallest to the largest value. A straggler (step time well above the median) or a
 // rank close to the device's capacity gets a red outline, so one bad rank among hundreds stands out.
-#include "live/run_traces.h"
+#include "app/live/run_traces.h"
 
 #include <QWidget>
 

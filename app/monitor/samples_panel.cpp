@@ -1,7 +1,7 @@
-#include "monitor/samples_panel.h"
+#include "app/monitor/samples_panel.h"
 
-#include "core/format.h"
-#include "core/sample_text.h"
+#include "app/core/format.h"
+#include "app/core/sample_text.h"
 
 #include <QComboBox>
 #include <QHBoxLayout>

@@ -1,7 +1,7 @@
-#include "monitor/status_line.h"
+#include "app/monitor/status_line.h"
 
-#include "core/format.h"
-#include "core/theme.h"
+#include "app/core/format.h"
+#include "app/core/theme.h"
 #include "mwb/ipc/message.h"
 
 #include <QMap>

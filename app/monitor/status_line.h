@@ -2,8 +2,8 @@
 // One line over the Monitor: iteration (of train_iters), tokens, the newest loss, ETA from the newest
 // iteration time, and the link (live, catching up, reconnecting, reading files, recording) — or, once
 // the run is over, how it ended.
-#include "live/run_traces.h"
-#include "live/series_buffer.h"
+#include "app/live/run_traces.h"
+#include "app/live/series_buffer.h"
 
 #include <QLabel>
 

@@ -1,7 +1,7 @@
-#include "plot/memory_bars.h"
+#include "app/plot/memory_bars.h"
 
-#include "core/format.h"
-#include "core/theme.h"
+#include "app/core/format.h"
+#include "app/core/theme.h"
 
 #include <QMouseEvent>
 #include <QPainter>

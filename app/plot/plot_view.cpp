@@ -1,8 +1,8 @@
-#include "plot/plot_view.h"
+#include "app/plot/plot_view.h"
 
-#include "core/format.h"
-#include "core/theme.h"
-#include "plot/ticks.h"
+#include "app/core/format.h"
+#include "app/core/theme.h"
+#include "app/plot/ticks.h"
 
 #include <QAction>
 #include <QApplication>

@@ -14,7 +14,7 @@
 //
 // Interaction: drag to zoom into an x range, wheel to zoom around the cursor, double-click to follow
 // all the data again; right-click for a menu (follow all, log scale); L toggles the log scale.
-#include "plot/trace.h"
+#include "app/plot/trace.h"
 
 #include <QChartView>
 #include <QPointer>

@@ -1,4 +1,4 @@
-#include "plot/stacked_bar.h"
+#include "app/plot/stacked_bar.h"
 
 #include <QPainter>
 

@@ -1,4 +1,4 @@
-#include "plot/ticks.h"
+#include "app/plot/ticks.h"
 
 #include <algorithm>
 #include <cmath>

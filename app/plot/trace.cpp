@@ -1,4 +1,4 @@
-#include "plot/trace.h"
+#include "app/plot/trace.h"
 
 #include <algorithm>
 #include <cmath>

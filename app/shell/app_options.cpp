@@ -1,4 +1,4 @@
-#include "shell/app_options.h"
+#include "app/shell/app_options.h"
 
 #include <QCommandLineParser>
 #include <QObject>

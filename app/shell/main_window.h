@@ -2,9 +2,9 @@
 // The shell: four tabs (Designer, Launch, Monitor, History) and the wiring between them, menus with
 // keyboard shortcuts, the status bar, and what the app remembers (window geometry and state, the tab,
 // recent files, the palette) in QSettings. The views do the work; this class only connects them.
-#include "core/theme.h"
-#include "launch/local_run.h"
-#include "live/telemetry_worker.h"
+#include "app/core/theme.h"
+#include "app/launch/local_run.h"
+#include "app/live/telemetry_worker.h"
 
 #include <QMainWindow>
 #include <QStringList>

@@ -1,9 +1,9 @@
-#include "checkpoint/checkpoint.h"
+#include "backend/checkpoint/checkpoint.h"
 
-#include "core/mapped_file.h"
+#include "backend/core/mapped_file.h"
 #include "mwb/kernels/error.h"
-#include "parallel/communicator.h"
-#include "parallel/parallel_context.h"
+#include "backend/parallel/communicator.h"
+#include "backend/parallel/parallel_context.h"
 
 #include <fcntl.h>
 #include <fmt/ranges.h>

@@ -10,8 +10,8 @@
 // renamed into place (over an older one of the same iteration by an atomic exchange where the file system
 // has one); files are checksummed (XXH3-64) and verified on load. Format: docs/checkpoint.md.
 // Saving assumes the ranks share a file system (as Megatron-LM's checkpoints do).
-#include "core/files.h"
-#include "model/param_layout.h"
+#include "backend/core/files.h"
+#include "backend/model/param_layout.h"
 #include "mwb/kernels/tensor.h"
 
 #include <nlohmann/json.hpp>

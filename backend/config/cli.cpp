@@ -1,4 +1,4 @@
-#include "config/cli.h"
+#include "backend/config/cli.h"
 
 #include <array>
 

@@ -4,7 +4,7 @@
 // own name: aliases whose destination differs (store_false flags such as --disable-bias-linear),
 // flags accepted and recorded that change nothing here (kernel and backend selection, W&B, ...),
 // and flags refused because they change the math in a way this engine does not implement yet.
-#include "config/config_io.h"
+#include "backend/config/config_io.h"
 
 #include <CLI/CLI.hpp>
 

@@ -1,4 +1,4 @@
-#include "config/config_io.h"
+#include "backend/config/config_io.h"
 
 #include <charconv>
 #include <cmath>

@@ -1,9 +1,9 @@
 #pragma once
 // Reading and writing configurations: JSON files (the format the app saves and mwb-train reads),
 // command-line values, and the generated reference docs/config.md.
-#include "config/config.h"
-#include "config/fields.h"
-#include "core/files.h"
+#include "backend/config/config.h"
+#include "backend/config/fields.h"
+#include "backend/core/files.h"
 #include "mwb/kernels/error.h"
 
 #include <nlohmann/json.hpp>

@@ -1,4 +1,4 @@
-#include "config/fields.h"
+#include "backend/config/fields.h"
 
 #include <algorithm>
 #include <array>

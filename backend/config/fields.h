@@ -2,7 +2,7 @@
 // The table of configuration fields: one row per setting, binding its Megatron-LM name to the member
 // of Config that holds it. JSON keys, command-line flags, validation messages and docs/config.md all
 // come from this table, so a setting is named and described in exactly one place.
-#include "config/config.h"
+#include "backend/config/config.h"
 
 #include <span>
 #include <string>

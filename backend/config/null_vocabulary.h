@@ -1,7 +1,7 @@
 #pragma once
 // The NullTokenizer's vocabulary as Megatron-LM defines it, in one place for the tokenizer (data/)
 // and the model's vocabulary (config/validate): header-only because mwb_data does not link mwb_config.
-#include "config/config.h"
+#include "backend/config/config.h"
 
 #include <nlohmann/json.hpp>
 

@@ -1,5 +1,5 @@
-#include "config/validate.h"
-#include "config/null_vocabulary.h"
+#include "backend/config/validate.h"
+#include "backend/config/null_vocabulary.h"
 
 #include <algorithm>
 #include <charconv>

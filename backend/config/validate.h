@@ -1,8 +1,8 @@
 #pragma once
 // What a configuration implies (padded vocabulary, data-parallel size, micro-batches) and whether it
 // can run: every problem is reported with the field that causes it, before any work starts.
-#include "config/config.h"
-#include "config/config_io.h"
+#include "backend/config/config.h"
+#include "backend/config/config_io.h"
 #include "mwb/kernels/tensor.h"
 
 #include <string>

@@ -1,4 +1,4 @@
-#include "core/files.h"
+#include "backend/core/files.h"
 
 #include "mwb/kernels/error.h"
 

@@ -1,4 +1,4 @@
-#include "core/mapped_file.h"
+#include "backend/core/mapped_file.h"
 
 #include "mwb/kernels/error.h"
 

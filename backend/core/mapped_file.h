@@ -1,7 +1,7 @@
 #pragma once
 // A whole file mapped read-only into memory (MAP_SHARED, so many ranks on one machine share the page
 // cache). Datasets and their indices are read through it without copying.
-#include "core/files.h"
+#include "backend/core/files.h"
 
 #include <cstddef>
 #include <cstdint>

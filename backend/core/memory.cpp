@@ -1,4 +1,4 @@
-#include "core/memory.h"
+#include "backend/core/memory.h"
 
 #include "mwb/kernels/device_runtime.h"
 #include "mwb/kernels/error.h"

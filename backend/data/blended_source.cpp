@@ -1,4 +1,4 @@
-#include "data/blended_source.h"
+#include "backend/data/blended_source.h"
 
 #include "mwb/kernels/error.h"
 

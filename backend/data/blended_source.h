@@ -3,7 +3,7 @@
 // each sample in turn, pick the source whose achieved share lags its weight the most
 // (helpers.cpp build_blending_indices), so any prefix of the stream matches the weights closely and
 // the order is deterministic. Sample k of source d is that source's k-th sample.
-#include "data/sample_source.h"
+#include "backend/data/sample_source.h"
 
 #include <memory>
 #include <vector>

@@ -1,4 +1,4 @@
-#include "data/bpe_core.h"
+#include "backend/data/bpe_core.h"
 
 #include <algorithm>
 #include <array>

@@ -1,7 +1,7 @@
-#include "data/bundled_corpus.h"
+#include "backend/data/bundled_corpus.h"
 
-#include "data/indexed_dataset.h"
-#include "data/preprocess.h"
+#include "backend/data/indexed_dataset.h"
+#include "backend/data/preprocess.h"
 #include "mwb/kernels/error.h"
 
 #include <sys/wait.h>

@@ -3,8 +3,8 @@
 // from Debian's bible-kjv + bible-kjv-text, one document per chapter (1189 of them, about 4.3 MB of
 // text). Prepared on first use into user_data_dir()/data/kjv/, once per tokenizer; concurrent first
 // uses are safe (every file is written to a temporary name and renamed into place).
-#include "core/files.h"
-#include "data/tokenizer.h"
+#include "backend/core/files.h"
+#include "backend/data/tokenizer.h"
 
 #include <string>
 #include <vector>

@@ -1,4 +1,4 @@
-#include "data/byte_tokenizer.h"
+#include "backend/data/byte_tokenizer.h"
 
 #include "mwb/kernels/error.h"
 

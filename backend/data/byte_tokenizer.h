@@ -1,7 +1,7 @@
 #pragma once
 // The embedded default: one token per byte (ids 0..255) plus the end-of-document id 256. Needs no
 // files, encodes any byte string, and keeps the vocabulary (and so the demo model) tiny.
-#include "data/tokenizer.h"
+#include "backend/data/tokenizer.h"
 
 namespace mwb::data {
 

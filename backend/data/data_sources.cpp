@@ -1,11 +1,11 @@
-#include "data/data_sources.h"
+#include "backend/data/data_sources.h"
 
-#include "data/blended_source.h"
-#include "data/bundled_corpus.h"
-#include "data/gpt_dataset.h"
-#include "data/indexed_dataset.h"
-#include "data/mock_data.h"
-#include "data/split.h"
+#include "backend/data/blended_source.h"
+#include "backend/data/bundled_corpus.h"
+#include "backend/data/gpt_dataset.h"
+#include "backend/data/indexed_dataset.h"
+#include "backend/data/mock_data.h"
+#include "backend/data/split.h"
 #include "mwb/kernels/error.h"
 
 #include <cctype>

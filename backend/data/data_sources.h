@@ -3,9 +3,9 @@
 // --mock-data, from --data-path (one dataset, or several with weights, blended), or from the bundled
 // corpus when data_path is empty. Every dataset is split by --split; samples follow Megatron-LM's
 // GPTDataset and BlendedDataset order for training.seed.
-#include "config/config.h"
-#include "data/sample_source.h"
-#include "data/tokenizer.h"
+#include "backend/config/config.h"
+#include "backend/data/sample_source.h"
+#include "backend/data/tokenizer.h"
 
 #include <memory>
 #include <string>

@@ -4,8 +4,8 @@
 // of lowest merge rank is merged (every occurrence, left to right) until no pair has a rank. Token ids
 // come from vocab.json (encoder.json), ranks from merges.txt (vocab.bpe). The end-of-document id is
 // the id of "<|endoftext|>". Words already seen are served from a per-thread cache.
-#include "core/files.h"
-#include "data/tokenizer.h"
+#include "backend/core/files.h"
+#include "backend/data/tokenizer.h"
 
 #include <memory>
 

@@ -1,7 +1,7 @@
-#include "data/gpt_dataset.h"
+#include "backend/data/gpt_dataset.h"
 
-#include "data/gpt_indices.h"
-#include "data/npy.h"
+#include "backend/data/gpt_indices.h"
+#include "backend/data/npy.h"
 #include "mwb/kernels/error.h"
 
 #include <xxhash.h>

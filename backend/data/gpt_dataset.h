@@ -4,10 +4,10 @@
 // indices (gpt_indices.h). The indices are cached as .npy files named by a hash of everything they
 // depend on, next to the data (Megatron's PREFIX/cache/GPTDataset_indices) or in data_cache_path;
 // they are written atomically, checked when loaded, and rebuilt when stale or damaged.
-#include "core/files.h"
-#include "data/indexed_dataset.h"
-#include "data/sample_source.h"
-#include "data/split.h"
+#include "backend/core/files.h"
+#include "backend/data/indexed_dataset.h"
+#include "backend/data/sample_source.h"
+#include "backend/data/split.h"
 
 #include <memory>
 

@@ -1,4 +1,4 @@
-#include "data/gpt_indices.h"
+#include "backend/data/gpt_indices.h"
 
 #include "mwb/kernels/error.h"
 

@@ -8,7 +8,7 @@
 //                   seq_length + 1 tokens and the next one starts on its last token
 //   shuffle index   a permutation of the samples (again with a separate tail for a short last epoch)
 // All shuffles draw from one numpy.random.RandomState(seed), in this order.
-#include "data/numpy_random.h"
+#include "backend/data/numpy_random.h"
 
 #include <cstdint>
 #include <span>

@@ -11,8 +11,8 @@
 // and tokenizer_config.json next to it for bos_token / eos_token (EOD is the EOS token). encode() does
 // not run the post_processor (no BOS/EOS added); that is the caller's choice (bos()).
 // Covers Llama 3, Qwen2/3, GPT-2, SmolLM, Mistral's and Llama 2's converted tokenizers.
-#include "core/files.h"
-#include "data/tokenizer.h"
+#include "backend/core/files.h"
+#include "backend/data/tokenizer.h"
 
 #include <memory>
 

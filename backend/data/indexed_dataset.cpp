@@ -1,4 +1,4 @@
-#include "data/indexed_dataset.h"
+#include "backend/data/indexed_dataset.h"
 
 #include "mwb/kernels/error.h"
 

@@ -5,7 +5,7 @@
 //   "MMIDIDX\0\0" | u64 version = 1 | u8 dtype code | u64 S sequences | u64 D document indices
 //   | i32 lengths[S] | i64 byte pointers[S] | i64 document indices[D] (0, ..., S)
 // All integers little-endian, no padding. Document d is sequences [doc[d], doc[d + 1]).
-#include "core/mapped_file.h"
+#include "backend/core/mapped_file.h"
 
 #include <cstdio>
 #include <span>

@@ -1,4 +1,4 @@
-#include "data/mock_data.h"
+#include "backend/data/mock_data.h"
 
 #include "mwb/kernels/error.h"
 #include "mwb/kernels/philox.h"

@@ -1,7 +1,7 @@
 #pragma once
 // Megatron-LM's --mock-data: random token ids from a seeded counter-based RNG. Needs no files, so any
 // model shape can be trained and timed without a corpus.
-#include "data/sample_source.h"
+#include "backend/data/sample_source.h"
 
 namespace mwb::data {
 

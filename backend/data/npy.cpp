@@ -1,4 +1,4 @@
-#include "data/npy.h"
+#include "backend/data/npy.h"
 
 #include "mwb/kernels/error.h"
 

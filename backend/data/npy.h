@@ -1,7 +1,7 @@
 #pragma once
 // NumPy's .npy format (version 1.0), enough for the index caches: C-ordered little-endian integer
 // arrays of one or two dimensions. numpy.load() reads what we write, and we check what we read.
-#include "core/files.h"
+#include "backend/core/files.h"
 
 #include <cstdint>
 #include <span>

@@ -1,4 +1,4 @@
-#include "data/null_tokenizer.h"
+#include "backend/data/null_tokenizer.h"
 
 #include "mwb/kernels/error.h"
 

@@ -3,7 +3,7 @@
 // by spaces. Current Megatron-LM (core_v0.18.0 on): the vocabulary is vocab_size ids and EOD is
 // vocab_size - 1 unless --null-tokenizer-eod-id names another; older releases: vocab_size + 1 ids with
 // EOD = vocab_size (null_tokenizer_legacy_eod). make_tokenizer() picks; this class takes both numbers.
-#include "data/tokenizer.h"
+#include "backend/data/tokenizer.h"
 
 namespace mwb::data {
 

@@ -1,6 +1,6 @@
-#include "data/preprocess.h"
+#include "backend/data/preprocess.h"
 
-#include "data/indexed_dataset.h"
+#include "backend/data/indexed_dataset.h"
 #include "mwb/kernels/error.h"
 
 #include <unistd.h>

@@ -3,7 +3,7 @@
 // per line, one document per line and key) or plain text files, tokenised in parallel, written in input
 // order to {output_prefix}_{key}_document.{bin,idx}. A document's text may also be a list of strings
 // (Megatron's pre-split sentences): each non-empty one becomes a sequence.
-#include "data/tokenizer.h"
+#include "backend/data/tokenizer.h"
 
 #include <functional>
 #include <string>

@@ -1,4 +1,4 @@
-#include "data/regex_pretokenizer.h"
+#include "backend/data/regex_pretokenizer.h"
 
 #include "mwb/kernels/error.h"
 

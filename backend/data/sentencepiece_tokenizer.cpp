@@ -1,6 +1,6 @@
-#include "data/sentencepiece_tokenizer.h"
+#include "backend/data/sentencepiece_tokenizer.h"
 
-#include "data/regex_pretokenizer.h"
+#include "backend/data/regex_pretokenizer.h"
 #include "mwb/kernels/error.h"
 
 #include <sentencepiece_processor.h>

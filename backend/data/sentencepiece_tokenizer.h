@@ -2,8 +2,8 @@
 // Megatron-LM's SentencePieceTokenizer: a SentencePiece `tokenizer.model` (BPE or unigram), encoded
 // and decoded by Debian's libsentencepiece (the library Megatron's Python wrapper calls). EOD is the
 // model's </s> (eos_id), BOS its <s>.
-#include "core/files.h"
-#include "data/tokenizer.h"
+#include "backend/core/files.h"
+#include "backend/data/tokenizer.h"
 
 #include <memory>
 

@@ -1,4 +1,4 @@
-#include "data/split.h"
+#include "backend/data/split.h"
 
 #include "mwb/kernels/error.h"
 

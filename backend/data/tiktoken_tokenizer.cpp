@@ -1,7 +1,7 @@
-#include "data/tiktoken_tokenizer.h"
+#include "backend/data/tiktoken_tokenizer.h"
 
-#include "data/bpe_core.h"
-#include "data/regex_pretokenizer.h"
+#include "backend/data/bpe_core.h"
+#include "backend/data/regex_pretokenizer.h"
 #include "mwb/kernels/error.h"
 
 #include <xxhash.h>

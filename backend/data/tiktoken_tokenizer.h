@@ -5,8 +5,8 @@
 // <unk> <s> </s> <mask> <pad> <cls> <sep> then <SPECIAL_7>, ...; token of rank r has id r + num_special.
 // EOD is </s>. As tiktoken, a piece that is a token as a whole is that token; special tokens are
 // recognised in the text (Megatron encodes with allowed_special="all").
-#include "core/files.h"
-#include "data/tokenizer.h"
+#include "backend/core/files.h"
+#include "backend/data/tokenizer.h"
 
 #include <memory>
 

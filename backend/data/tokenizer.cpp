@@ -1,13 +1,13 @@
-#include "data/tokenizer.h"
+#include "backend/data/tokenizer.h"
 
-#include "config/config.h"
-#include "config/null_vocabulary.h"
-#include "data/byte_tokenizer.h"
-#include "data/gpt2_bpe_tokenizer.h"
-#include "data/hf_tokenizer.h"
-#include "data/null_tokenizer.h"
-#include "data/sentencepiece_tokenizer.h"
-#include "data/tiktoken_tokenizer.h"
+#include "backend/config/config.h"
+#include "backend/config/null_vocabulary.h"
+#include "backend/data/byte_tokenizer.h"
+#include "backend/data/gpt2_bpe_tokenizer.h"
+#include "backend/data/hf_tokenizer.h"
+#include "backend/data/null_tokenizer.h"
+#include "backend/data/sentencepiece_tokenizer.h"
+#include "backend/data/tiktoken_tokenizer.h"
 #include "mwb/kernels/error.h"
 
 namespace mwb::data {

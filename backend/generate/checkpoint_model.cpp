@@ -1,9 +1,9 @@
-#include "generate/checkpoint_model.h"
+#include "backend/generate/checkpoint_model.h"
 
-#include "checkpoint/checkpoint.h"
-#include "config/config_io.h"
+#include "backend/checkpoint/checkpoint.h"
+#include "backend/config/config_io.h"
 #include "mwb/kernels/error.h"
-#include "parallel/parallel_context.h"
+#include "backend/parallel/parallel_context.h"
 
 #include <nlohmann/json.hpp>
 

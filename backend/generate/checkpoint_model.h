@@ -3,11 +3,11 @@
 // runs: the whole model on this process, or under mpirun this rank's part of a tensor/pipeline layout
 // of its own. The checkpoint loader reshards every "param/" tensor to that layout (the optimizer's
 // moments are not read).
-#include "config/config.h"
-#include "core/files.h"
-#include "core/memory.h"
-#include "generate/decoder.h"
-#include "model/gpt_model.h"
+#include "backend/config/config.h"
+#include "backend/core/files.h"
+#include "backend/core/memory.h"
+#include "backend/generate/decoder.h"
+#include "backend/model/gpt_model.h"
 
 #include <memory>
 #include <optional>

@@ -1,10 +1,10 @@
-#include "generate/decoder.h"
+#include "backend/generate/decoder.h"
 
-#include "model/rope.h"
+#include "backend/model/rope.h"
 #include "mwb/kernels/device_runtime.h"
 #include "mwb/kernels/error.h"
 #include "mwb/kernels/ops.h"
-#include "parallel/communicator.h"
+#include "backend/parallel/communicator.h"
 
 #include <cblas.h>
 #include <omp.h>

@@ -19,10 +19,10 @@
 // from stage to stage (virtual stages in Megatron-LM's interleaved order), and the last stage's logit
 // shards are gathered over tensor-parallel ranks and broadcast to every stage. So every rank receives
 // the same whole logits, and a sampler run on each of them chooses the same tokens.
-#include "core/memory.h"
-#include "model/gpt_dims.h"
-#include "model/param_layout.h"
-#include "model/transformer_layer.h"
+#include "backend/core/memory.h"
+#include "backend/model/gpt_dims.h"
+#include "backend/model/param_layout.h"
+#include "backend/model/transformer_layer.h"
 
 #include <cstdint>
 #include <span>

@@ -1,7 +1,7 @@
-#include "generate/generation.h"
+#include "backend/generate/generation.h"
 
-#include "core/files.h"
-#include "data/tokenizer.h"
+#include "backend/core/files.h"
+#include "backend/data/tokenizer.h"
 #include "mwb/kernels/error.h"
 
 #include <nlohmann/json.hpp>

@@ -3,8 +3,8 @@
 // unfinished rows advance together one token per step (one pass over the weights for the batch) until
 // each emits EOS or reaches its length limit. Prompts keep their own lengths (no padding): row b's
 // tokens sit at positions 0.. of row b, so results do not depend on what else is in the batch.
-#include "generate/decoder.h"
-#include "generate/sampler.h"
+#include "backend/generate/decoder.h"
+#include "backend/generate/sampler.h"
 
 #include <functional>
 #include <string>

@@ -1,6 +1,6 @@
-#include "generate/sampler.h"
+#include "backend/generate/sampler.h"
 
-#include "model/runtime.h"
+#include "backend/model/runtime.h"
 #include "mwb/kernels/error.h"
 
 #include <algorithm>

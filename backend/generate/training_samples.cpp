@@ -1,8 +1,8 @@
-#include "generate/training_samples.h"
+#include "backend/generate/training_samples.h"
 
-#include "config/config_io.h"
-#include "data/tokenizer.h"
-#include "model/gpt_model.h"
+#include "backend/config/config_io.h"
+#include "backend/data/tokenizer.h"
+#include "backend/model/gpt_model.h"
 #include "mwb/ipc/schema.h"
 #include "mwb/kernels/error.h"
 

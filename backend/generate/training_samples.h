@@ -5,9 +5,9 @@
 // the model's parameter arena through a Decoder (no copy), every rank taking the same steps — and
 // rank 0 publishes one `sample` record per prompt (docs/protocol.md), which the run directory keeps in
 // samples.jsonl. The other replicas wait at the next iteration's collectives.
-#include "config/config.h"
-#include "generate/decoder.h"
-#include "generate/generation.h"
+#include "backend/config/config.h"
+#include "backend/generate/decoder.h"
+#include "backend/generate/generation.h"
 
 #include <nlohmann/json.hpp>
 

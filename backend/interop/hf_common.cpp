@@ -1,4 +1,4 @@
-#include "interop/hf_common.h"
+#include "backend/interop/hf_common.h"
 
 #include "mwb/kernels/error.h"
 

@@ -1,7 +1,7 @@
 #pragma once
 // What the Hugging Face architecture mappings (hf_gpt2, hf_llama) share: whole tensors by name, reading
 // a checked HF tensor as float32, and Megatron-core layer names.
-#include "interop/safetensors.h"
+#include "backend/interop/safetensors.h"
 
 #include <nlohmann/json.hpp>
 

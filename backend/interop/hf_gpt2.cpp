@@ -1,4 +1,4 @@
-#include "interop/hf_gpt2.h"
+#include "backend/interop/hf_gpt2.h"
 
 #include "mwb/kernels/error.h"
 

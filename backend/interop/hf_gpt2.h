@@ -10,7 +10,7 @@
 //   -> embedding.word_embeddings / position_embeddings, decoder.layers.N.input_layernorm /
 //      self_attention.linear_qkv / linear_proj / pre_mlp_layernorm / mlp.linear_fc1 / linear_fc2,
 //      decoder.final_layernorm
-#include "interop/hf_common.h"
+#include "backend/interop/hf_common.h"
 
 #include <nlohmann/json.hpp>
 

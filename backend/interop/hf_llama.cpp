@@ -1,4 +1,4 @@
-#include "interop/hf_llama.h"
+#include "backend/interop/hf_llama.h"
 
 #include "mwb/kernels/error.h"
 

@@ -17,8 +17,8 @@
 //   -> embedding.word_embeddings / decoder.layers.N.{input_layernorm, self_attention.linear_qkv,
 //   self_attention.linear_proj, pre_mlp_layernorm, mlp.linear_fc1, mlp.linear_fc2} /
 //   decoder.final_layernorm / output_layer
-#include "config/config.h"
-#include "interop/hf_common.h"
+#include "backend/config/config.h"
+#include "backend/interop/hf_common.h"
 
 #include <nlohmann/json.hpp>
 

@@ -1,4 +1,4 @@
-#include "interop/safetensors.h"
+#include "backend/interop/safetensors.h"
 
 #include "mwb/kernels/error.h"
 #include "mwb/kernels/precision.h"

@@ -9,8 +9,8 @@
 // its byte range, ranges inside the file, sorted without overlap or gap, covering the data exactly.
 // Any violation is an mwb::Error naming the file and the tensor. Sharded checkpoints
 // (model-0000x-of-0000y.safetensors with model.safetensors.index.json) are read by SafetensorsModel.
-#include "core/files.h"
-#include "core/mapped_file.h"
+#include "backend/core/files.h"
+#include "backend/core/mapped_file.h"
 
 #include <cstdint>
 #include <map>

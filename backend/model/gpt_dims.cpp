@@ -1,6 +1,6 @@
-#include "model/gpt_dims.h"
+#include "backend/model/gpt_dims.h"
 
-#include "config/validate.h"
+#include "backend/config/validate.h"
 
 #include <algorithm>
 

@@ -1,6 +1,6 @@
 #pragma once
 // The sizes of the GPT model held by this rank, and how it recomputes activations.
-#include "config/config.h"
+#include "backend/config/config.h"
 
 #include <cstdint>
 #include <vector>

@@ -1,11 +1,11 @@
-#include "model/gpt_model.h"
+#include "backend/model/gpt_model.h"
 
-#include "model/init.h"
-#include "model/norm.h"
-#include "model/rope.h"
+#include "backend/model/init.h"
+#include "backend/model/norm.h"
+#include "backend/model/rope.h"
 #include "mwb/kernels/device_runtime.h"
 #include "mwb/kernels/error.h"
-#include "parallel/self_communicator.h"
+#include "backend/parallel/self_communicator.h"
 
 #include <algorithm>
 #include <cmath>

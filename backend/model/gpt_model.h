@@ -7,12 +7,12 @@
 //
 // Forward and backward run per (chunk, micro-batch) so that pipeline schedules can interleave them;
 // what a micro-batch keeps between its forward and its backward lives here until its backward.
-#include "core/memory.h"
-#include "model/gpt_dims.h"
-#include "model/param_layout.h"
-#include "model/runtime.h"
-#include "model/tensor_parallel.h"
-#include "model/transformer_layer.h"
+#include "backend/core/memory.h"
+#include "backend/model/gpt_dims.h"
+#include "backend/model/param_layout.h"
+#include "backend/model/runtime.h"
+#include "backend/model/tensor_parallel.h"
+#include "backend/model/transformer_layer.h"
 
 #include <map>
 #include <memory>

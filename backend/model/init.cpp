@@ -1,6 +1,6 @@
-#include "model/init.h"
+#include "backend/model/init.h"
 
-#include "model/runtime.h"
+#include "backend/model/runtime.h"
 #include "mwb/kernels/error.h"
 #include "mwb/kernels/philox.h"
 

@@ -2,7 +2,7 @@
 // Weight initialisation from the counter-based RNG: element i of a tensor is a pure function of
 // (seed, tensor name, i), so a tensor initialises the same whatever else the model holds, and a
 // shard of it draws exactly the values of its part of the whole tensor.
-#include "model/param_layout.h"
+#include "backend/model/param_layout.h"
 #include "mwb/kernels/tensor.h"
 
 #include <cstdint>

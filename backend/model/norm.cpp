@@ -1,4 +1,4 @@
-#include "model/norm.h"
+#include "backend/model/norm.h"
 
 namespace mwb {
 

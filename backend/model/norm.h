@@ -1,8 +1,8 @@
 #pragma once
 // The model's normalisation (LayerNorm or RMSNorm) with what it keeps for backward.
-#include "core/memory.h"
-#include "model/gpt_dims.h"
-#include "model/runtime.h"
+#include "backend/core/memory.h"
+#include "backend/model/gpt_dims.h"
+#include "backend/model/runtime.h"
 
 namespace mwb {
 

@@ -1,4 +1,4 @@
-#include "model/param_layout.h"
+#include "backend/model/param_layout.h"
 
 #include "mwb/kernels/error.h"
 

@@ -1,4 +1,4 @@
-#include "model/rope.h"
+#include "backend/model/rope.h"
 
 #include <cmath>
 #include <numbers>

@@ -1,7 +1,7 @@
 #pragma once
 // Rotary position embedding tables (Su et al. 2021): the angle of frequency i at position p is
 // p·f_i with f_i = base^(-2i/R), optionally rescaled as Llama 3.1 does (docs/architecture.md).
-#include "model/gpt_dims.h"
+#include "backend/model/gpt_dims.h"
 
 #include <vector>
 

@@ -1,7 +1,7 @@
 #pragma once
 // What the model's forward and backward run with: the op context, the tracked allocator, the
 // storage precision, and the dropout stream of the current micro-batch.
-#include "core/memory.h"
+#include "backend/core/memory.h"
 #include "mwb/kernels/ops.h"
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-#include "model/tensor_parallel.h"
+#include "backend/model/tensor_parallel.h"
 
 #include "mwb/kernels/error.h"
 

@@ -8,7 +8,7 @@
 // contiguous block of S/t positions [s_begin, s_begin + S/t), i.e. rows [s_begin·B, (s_begin + S/t)·B).
 #include "mwb/kernels/ops.h"
 #include "mwb/kernels/tensor.h"
-#include "parallel/communicator.h"
+#include "backend/parallel/communicator.h"
 
 #include <cstdint>
 

@@ -1,4 +1,4 @@
-#include "model/transformer_layer.h"
+#include "backend/model/transformer_layer.h"
 
 #include "mwb/kernels/error.h"
 

@@ -8,12 +8,12 @@
 // Under sequence parallelism x, ln outputs, x2 and out hold this rank's S/t positions; the
 // column-parallel inputs are all-gathered (and gathered again in backward instead of being kept),
 // the row-parallel outputs reduce-scattered.
-#include "core/memory.h"
-#include "model/gpt_dims.h"
-#include "model/norm.h"
-#include "model/param_layout.h"
-#include "model/runtime.h"
-#include "model/tensor_parallel.h"
+#include "backend/core/memory.h"
+#include "backend/model/gpt_dims.h"
+#include "backend/model/norm.h"
+#include "backend/model/param_layout.h"
+#include "backend/model/runtime.h"
+#include "backend/model/tensor_parallel.h"
 
 namespace mwb {
 

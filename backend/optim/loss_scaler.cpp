@@ -1,4 +1,4 @@
-#include "optim/loss_scaler.h"
+#include "backend/optim/loss_scaler.h"
 
 #include <algorithm>
 

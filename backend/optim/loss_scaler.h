@@ -3,7 +3,7 @@
 // multiplied by the scale so small fp16 gradients don't flush to zero; an iteration whose gradients
 // overflow is skipped, and after `hysteresis` such iterations the scale halves; after
 // `loss_scale_window` clean iterations it doubles. bf16 and fp32 runs use a constant scale of 1.
-#include "config/config.h"
+#include "backend/config/config.h"
 
 #include <nlohmann/json.hpp>
 

@@ -1,4 +1,4 @@
-#include "optim/lr_schedule.h"
+#include "backend/optim/lr_schedule.h"
 
 #include <algorithm>
 #include <cmath>

@@ -5,7 +5,7 @@
 // batch size, as Megatron-LM does. Warm-up is linear from lr_warmup_init to lr; then constant, linear,
 // cosine, inverse-square-root or WSD decay to min_lr at the end of the decay, then min_lr. Weight
 // decay stays at weight_decay or moves linearly/cosine-like from start_ to end_weight_decay.
-#include "config/config.h"
+#include "backend/config/config.h"
 
 #include <cstdint>
 

@@ -1,6 +1,6 @@
-#include "optim/optimizer.h"
+#include "backend/optim/optimizer.h"
 
-#include "parallel/parallel_context.h"
+#include "backend/parallel/parallel_context.h"
 
 #include <algorithm>
 #include <cmath>

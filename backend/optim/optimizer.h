@@ -4,11 +4,11 @@
 // global-norm clipped, and the step skipped when any gradient is Inf/NaN. With the distributed
 // optimizer a rank keeps master weights and moments for its shard of the arena only, updates that
 // shard, and the data-parallel group all-gathers the new weights.
-#include "config/config.h"
-#include "core/memory.h"
-#include "model/param_layout.h"
+#include "backend/config/config.h"
+#include "backend/core/memory.h"
+#include "backend/model/param_layout.h"
 #include "mwb/kernels/ops.h"
-#include "parallel/gradient_reducer.h"
+#include "backend/parallel/gradient_reducer.h"
 
 namespace mwb {
 

@@ -1,4 +1,4 @@
-#include "parallel/gradient_reducer.h"
+#include "backend/parallel/gradient_reducer.h"
 
 #include "mwb/kernels/error.h"
 

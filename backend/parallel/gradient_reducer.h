@@ -4,9 +4,9 @@
 // group, the tied word embedding's two copies summed over the embedding group (first and last
 // pipeline stage), then the data-parallel average — an all-reduce in buckets, or with the distributed
 // optimizer a reduce-scatter that leaves each rank the summed gradients of its shard only.
-#include "model/param_layout.h"
+#include "backend/model/param_layout.h"
 #include "mwb/kernels/ops.h"
-#include "parallel/parallel_context.h"
+#include "backend/parallel/parallel_context.h"
 
 namespace mwb {
 

@@ -1,4 +1,4 @@
-#include "parallel/mpi_communicator.h"
+#include "backend/parallel/mpi_communicator.h"
 
 #include "mwb/kernels/error.h"
 

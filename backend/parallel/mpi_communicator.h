@@ -1,7 +1,7 @@
 #pragma once
 // A process group on MPI (Open MPI from Debian), for host buffers.
-#include "parallel/communicator.h"
-#include "parallel/watchdog.h"
+#include "backend/parallel/communicator.h"
+#include "backend/parallel/watchdog.h"
 
 #include <mpi.h>
 

@@ -1,4 +1,4 @@
-#include "parallel/nccl_communicator.h"
+#include "backend/parallel/nccl_communicator.h"
 
 #include "mwb/kernels/error.h"
 

@@ -3,7 +3,7 @@
 // counts) as MpiCommunicator, with every collective queued on one CUDA stream so that it can overlap
 // compute queued on other streams. The NCCL unique id travels over the group's host communicator
 // (MPI), so each group (tp, dp, pp, ...) gets its own NCCL communicator.
-#include "parallel/communicator.h"
+#include "backend/parallel/communicator.h"
 
 #include <memory>
 

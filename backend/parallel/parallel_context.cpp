@@ -1,11 +1,11 @@
-#include "parallel/parallel_context.h"
+#include "backend/parallel/parallel_context.h"
 
 #include "mwb/kernels/error.h"
-#include "parallel/mpi_communicator.h"
+#include "backend/parallel/mpi_communicator.h"
 #if defined(MWB_WITH_CUDA)
-#include "parallel/nccl_communicator.h"
+#include "backend/parallel/nccl_communicator.h"
 #endif
-#include "parallel/self_communicator.h"
+#include "backend/parallel/self_communicator.h"
 
 #include <mpi.h>
 

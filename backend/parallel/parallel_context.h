@@ -2,9 +2,9 @@
 // Who this rank is in the 3D layout and its process groups. Ranks are ordered as Megatron-LM's
 // default: tensor-parallel ranks adjacent, then data-parallel, then pipeline
 // (world rank = tp + TP·(dp + DP·pp)). Passed explicitly to everything that communicates; no globals.
-#include "config/config.h"
-#include "parallel/communicator.h"
-#include "parallel/watchdog.h"
+#include "backend/config/config.h"
+#include "backend/parallel/communicator.h"
+#include "backend/parallel/watchdog.h"
 
 #include <map>
 #include <memory>

@@ -1,4 +1,4 @@
-#include "parallel/schedule.h"
+#include "backend/parallel/schedule.h"
 
 #include "mwb/kernels/error.h"
 

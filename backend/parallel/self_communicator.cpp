@@ -1,4 +1,4 @@
-#include "parallel/self_communicator.h"
+#include "backend/parallel/self_communicator.h"
 
 #include "mwb/kernels/error.h"
 

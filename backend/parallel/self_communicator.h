@@ -1,7 +1,7 @@
 #pragma once
 // The group of one process: collectives are copies, nothing is sent. Used for every group of a
 // single-process run (no MPI needed) and for groups of size one in a parallel run.
-#include "parallel/communicator.h"
+#include "backend/parallel/communicator.h"
 
 namespace mwb {
 

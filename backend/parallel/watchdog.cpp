@@ -1,4 +1,4 @@
-#include "parallel/watchdog.h"
+#include "backend/parallel/watchdog.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

@@ -1,4 +1,4 @@
-#include "telemetry/control.h"
+#include "backend/telemetry/control.h"
 
 namespace mwb {
 

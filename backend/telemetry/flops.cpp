@@ -1,6 +1,6 @@
-#include "telemetry/flops.h"
+#include "backend/telemetry/flops.h"
 
-#include "config/validate.h"
+#include "backend/config/validate.h"
 
 #include "mwb/kernels/error.h"
 

@@ -19,7 +19,7 @@
 // full recompute adds one forward of every recomputed layer (giving Narayanan's 96·... variant),
 // selective adds the attention core. Norms, RoPE, the SwiGLU product and softmax are not counted
 // (nor are they in either reference).
-#include "config/config.h"
+#include "backend/config/config.h"
 
 #include <cstdint>
 #include <string_view>

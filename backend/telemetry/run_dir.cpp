@@ -1,4 +1,4 @@
-#include "telemetry/run_dir.h"
+#include "backend/telemetry/run_dir.h"
 
 #include "mwb/kernels/error.h"
 

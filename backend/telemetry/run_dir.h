@@ -7,7 +7,7 @@
 // Every message carries schema, run_id, seq (one increasing sequence per run directory, continued
 // on resume) and time, exactly as published on the wire (docs/protocol.md). A resumed run first cuts a
 // torn last line (a record the previous run could not finish writing) and says so in an event.
-#include "core/files.h"
+#include "backend/core/files.h"
 
 #include <nlohmann/json.hpp>
 

@@ -1,4 +1,4 @@
-#include "telemetry/tensorboard.h"
+#include "backend/telemetry/tensorboard.h"
 
 #include "mwb/kernels/error.h"
 

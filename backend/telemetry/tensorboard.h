@@ -8,7 +8,7 @@
 // Hand-written, not libprotobuf: three messages and six fields are written, never read, so a small
 // encoder is less than vendoring TensorBoard's .proto files and running protoc in the build. The
 // tests decode the files with Debian's protoc + python3-protobuf and python3-crcmod instead.
-#include "core/files.h"
+#include "backend/core/files.h"
 
 #include <cstdint>
 #include <fstream>

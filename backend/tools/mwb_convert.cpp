@@ -10,18 +10,18 @@
 //       any mwb checkpoint of a GPT-2- or Llama-shaped model (any layout) -> config.json,
 //       generation_config.json, model.safetensors (or shards with an index) with Hugging Face's names,
 //       and the run's tokenizer files.
-#include "checkpoint/checkpoint.h"
-#include "config/config.h"
-#include "config/config_io.h"
-#include "config/fields.h"
-#include "config/null_vocabulary.h"
-#include "config/validate.h"
-#include "data/tokenizer.h"
-#include "interop/hf_gpt2.h"
-#include "interop/hf_llama.h"
-#include "model/gpt_model.h"
-#include "optim/loss_scaler.h"
-#include "parallel/parallel_context.h"
+#include "backend/checkpoint/checkpoint.h"
+#include "backend/config/config.h"
+#include "backend/config/config_io.h"
+#include "backend/config/fields.h"
+#include "backend/config/null_vocabulary.h"
+#include "backend/config/validate.h"
+#include "backend/data/tokenizer.h"
+#include "backend/interop/hf_gpt2.h"
+#include "backend/interop/hf_llama.h"
+#include "backend/model/gpt_model.h"
+#include "backend/optim/loss_scaler.h"
+#include "backend/parallel/parallel_context.h"
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>

@@ -4,11 +4,11 @@
 //   mwb-data corpus [--tokenizer-type ...] [--write-text FILE]
 //   mwb-data bench-tokenizer [--tokenizer-type ...] [--workers 1,2] FILE
 //   mwb-data tokenize [--tokenizer-type ...] TEXT | --file FILE
-#include "config/config.h"
-#include "data/bundled_corpus.h"
-#include "data/indexed_dataset.h"
-#include "data/preprocess.h"
-#include "data/tokenizer.h"
+#include "backend/config/config.h"
+#include "backend/data/bundled_corpus.h"
+#include "backend/data/indexed_dataset.h"
+#include "backend/data/preprocess.h"
+#include "backend/data/tokenizer.h"
 #include "mwb/kernels/error.h"
 
 #include <CLI/CLI.hpp>

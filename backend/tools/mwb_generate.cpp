@@ -8,15 +8,15 @@
 // Plain mode prints each prompt, then its completion token by token. --json prints one object per line
 // (start, token, done, error; docs/generation.md). Diagnostics go to stderr. Exit 2: bad arguments or input.
 // Under mpirun every rank decodes its part and rank 0 alone writes.
-#include "config/config_io.h"
-#include "data/tokenizer.h"
-#include "generate/checkpoint_model.h"
-#include "generate/generation.h"
+#include "backend/config/config_io.h"
+#include "backend/data/tokenizer.h"
+#include "backend/generate/checkpoint_model.h"
+#include "backend/generate/generation.h"
 #include "mwb/kernels/device.h"
 #include "mwb/kernels/device_runtime.h"
 #include "mwb/kernels/error.h"
 #include "mwb/kernels/ops.h"
-#include "parallel/parallel_context.h"
+#include "backend/parallel/parallel_context.h"
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>

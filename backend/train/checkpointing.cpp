@@ -1,13 +1,13 @@
-#include "train/checkpointing.h"
+#include "backend/train/checkpointing.h"
 
-#include "config/config_io.h"
-#include "config/null_vocabulary.h"
-#include "config/validate.h"
-#include "core/files.h"
+#include "backend/config/config_io.h"
+#include "backend/config/null_vocabulary.h"
+#include "backend/config/validate.h"
+#include "backend/core/files.h"
 #include "mwb/kernels/error.h"
-#include "telemetry/run_dir.h"
-#include "train/records.h"
-#include "train/clock.h"
+#include "backend/telemetry/run_dir.h"
+#include "backend/train/records.h"
+#include "backend/train/clock.h"
 
 #include <spdlog/spdlog.h>
 

@@ -1,9 +1,9 @@
 #pragma once
 // A rank's part of checkpoints: where and when to save, the optimizer's arenas gathered to whole
 // tensors in host memory, the tensors each rank writes or reads, and a resume from --load.
-#include "checkpoint/checkpoint.h"
-#include "train/progress.h"
-#include "train/run_objects.h"
+#include "backend/checkpoint/checkpoint.h"
+#include "backend/train/progress.h"
+#include "backend/train/run_objects.h"
 
 #include <vector>
 

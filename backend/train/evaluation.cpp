@@ -1,9 +1,9 @@
-#include "train/evaluation.h"
+#include "backend/train/evaluation.h"
 
-#include "telemetry/run_dir.h"
-#include "train/records.h"
-#include "telemetry/tensorboard.h"
-#include "train/clock.h"
+#include "backend/telemetry/run_dir.h"
+#include "backend/train/records.h"
+#include "backend/telemetry/tensorboard.h"
+#include "backend/train/clock.h"
 
 #include <spdlog/spdlog.h>
 

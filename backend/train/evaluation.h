@@ -1,10 +1,10 @@
 #pragma once
 // Evaluation: eval_iters global batches of the validation or test split, forward only, reported as an
 // "eval" record, TensorBoard scalars and a line.
-#include "data/sample_source.h"
-#include "train/interval_stats.h"
-#include "train/progress.h"
-#include "train/train_step.h"
+#include "backend/data/sample_source.h"
+#include "backend/train/interval_stats.h"
+#include "backend/train/progress.h"
+#include "backend/train/train_step.h"
 
 namespace mwb {
 

@@ -1,8 +1,8 @@
-#include "train/interval_stats.h"
+#include "backend/train/interval_stats.h"
 
-#include "parallel/parallel_context.h"
-#include "telemetry/run_dir.h"
-#include "telemetry/tensorboard.h"
+#include "backend/parallel/parallel_context.h"
+#include "backend/telemetry/run_dir.h"
+#include "backend/telemetry/tensorboard.h"
 
 #include <spdlog/spdlog.h>
 

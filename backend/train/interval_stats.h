@@ -2,11 +2,11 @@
 // The statistics of one log interval (sums over its training steps, reset as a whole when the
 // interval is logged) and their report at the interval's end: every rank's times, traffic and memory
 // gathered to rank 0, the "step" and "memory" records, the TensorBoard scalars and the progress line.
-#include "config/config.h"
-#include "core/memory.h"
-#include "parallel/communicator.h"
-#include "telemetry/flops.h"
-#include "train/progress.h"
+#include "backend/config/config.h"
+#include "backend/core/memory.h"
+#include "backend/parallel/communicator.h"
+#include "backend/telemetry/flops.h"
+#include "backend/train/progress.h"
 
 #include "mwb/ipc/schema.h"
 

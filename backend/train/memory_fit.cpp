@@ -1,4 +1,4 @@
-#include "train/memory_fit.h"
+#include "backend/train/memory_fit.h"
 
 #include "mwb/kernels/error.h"
 #include "mwb/kernels/ops.h"

@@ -4,7 +4,7 @@
 // offers: on the CPU the host memory the ranks of one node share (MemAvailable, capped by the cgroup's
 // limit), on a GPU the device's free memory. The estimate counts only tracked buffers, so a refusal is
 // certain; passing does not promise the run fits.
-#include "config/config.h"
+#include "backend/config/config.h"
 
 #include <cstdint>
 #include <string>

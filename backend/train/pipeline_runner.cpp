@@ -1,4 +1,4 @@
-#include "train/pipeline_runner.h"
+#include "backend/train/pipeline_runner.h"
 
 #include "mwb/kernels/error.h"
 

@@ -3,9 +3,9 @@
 // exchanging activations and gradients with the neighbouring stages at one point per schedule
 // step: the previous step's outputs go out together with this step's inputs (one NCCL group; the
 // receives block right before the passes that need them), and sends complete in the background.
-#include "model/gpt_model.h"
-#include "parallel/parallel_context.h"
-#include "parallel/schedule.h"
+#include "backend/model/gpt_model.h"
+#include "backend/parallel/parallel_context.h"
+#include "backend/parallel/schedule.h"
 
 #include <functional>
 

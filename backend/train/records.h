@@ -3,7 +3,7 @@
 #pragma once
 
 #include "mwb/ipc/schema.h"
-#include "telemetry/run_dir.h"
+#include "backend/telemetry/run_dir.h"
 
 namespace mwb {
 

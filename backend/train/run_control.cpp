@@ -1,8 +1,8 @@
-#include "train/run_control.h"
+#include "backend/train/run_control.h"
 
-#include "parallel/parallel_context.h"
-#include "telemetry/run_dir.h"
-#include "train/records.h"
+#include "backend/parallel/parallel_context.h"
+#include "backend/telemetry/run_dir.h"
+#include "backend/train/records.h"
 
 #include <spdlog/spdlog.h>
 

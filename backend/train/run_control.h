@@ -2,9 +2,9 @@
 // Decisions rank 0 takes for every rank at an iteration boundary: a stop signal to any rank, and the
 // control channel's pause / resume / checkpoint / stop / status requests, applied on every rank in
 // the same order and answered by rank 0.
-#include "telemetry/control.h"
-#include "train/progress.h"
-#include "train/trainer.h"
+#include "backend/telemetry/control.h"
+#include "backend/train/progress.h"
+#include "backend/train/trainer.h"
 
 #include <filesystem>
 #include <functional>

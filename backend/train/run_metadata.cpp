@@ -1,11 +1,11 @@
-#include "train/run_metadata.h"
+#include "backend/train/run_metadata.h"
 
-#include "config/config_io.h"
-#include "config/validate.h"
-#include "core/build_info.h"
-#include "telemetry/run_dir.h"
-#include "train/records.h"
-#include "train/interval_stats.h"
+#include "backend/config/config_io.h"
+#include "backend/config/validate.h"
+#include "backend/core/build_info.h"
+#include "backend/telemetry/run_dir.h"
+#include "backend/train/records.h"
+#include "backend/train/interval_stats.h"
 
 #include <spdlog/spdlog.h>
 #include <unistd.h>

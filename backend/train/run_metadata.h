@@ -1,9 +1,9 @@
 #pragma once
 // The run's description: run.json and the run.start record (config, derived sizes, topology, hosts,
 // data, build) with the opening lines, and the run.end record.
-#include "train/progress.h"
-#include "train/run_objects.h"
-#include "train/trainer.h"
+#include "backend/train/progress.h"
+#include "backend/train/run_objects.h"
+#include "backend/train/trainer.h"
 
 #include <string>
 

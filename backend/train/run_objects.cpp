@@ -1,6 +1,6 @@
-#include "train/run_objects.h"
+#include "backend/train/run_objects.h"
 
-#include "config/validate.h"
+#include "backend/config/validate.h"
 #include "mwb/kernels/device_runtime.h"
 
 namespace mwb {

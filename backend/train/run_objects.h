@@ -3,16 +3,16 @@
 // this rank's model chunks, the gradient reducer, the pipeline runner, the optimizer with its
 // learning-rate schedule and loss scaler, and the token buffer of the micro-batch being read. The
 // parts of the loop (train_step, evaluation, checkpointing, run_metadata) work on them.
-#include "config/config.h"
-#include "core/memory.h"
-#include "model/gpt_model.h"
-#include "optim/loss_scaler.h"
-#include "optim/lr_schedule.h"
-#include "optim/optimizer.h"
-#include "parallel/gradient_reducer.h"
-#include "parallel/parallel_context.h"
-#include "telemetry/flops.h"
-#include "train/pipeline_runner.h"
+#include "backend/config/config.h"
+#include "backend/core/memory.h"
+#include "backend/model/gpt_model.h"
+#include "backend/optim/loss_scaler.h"
+#include "backend/optim/lr_schedule.h"
+#include "backend/optim/optimizer.h"
+#include "backend/parallel/gradient_reducer.h"
+#include "backend/parallel/parallel_context.h"
+#include "backend/telemetry/flops.h"
+#include "backend/train/pipeline_runner.h"
 
 #include <memory>
 

@@ -1,10 +1,10 @@
-#include "train/train_step.h"
+#include "backend/train/train_step.h"
 
-#include "config/validate.h"
+#include "backend/config/validate.h"
 #include "mwb/kernels/error.h"
-#include "telemetry/run_dir.h"
-#include "train/records.h"
-#include "train/clock.h"
+#include "backend/telemetry/run_dir.h"
+#include "backend/train/records.h"
+#include "backend/train/clock.h"
 
 #include <cmath>
 

@@ -2,10 +2,10 @@
 // One training iteration of a rank: the iteration's global batch through the pipeline schedule with
 // gradient accumulation, the gradient reduction, the optimizer step with the scheduled learning rate
 // and the loss scale; and a forward-only pass of one global batch (evaluation's).
-#include "data/sample_source.h"
-#include "train/interval_stats.h"
-#include "train/progress.h"
-#include "train/run_objects.h"
+#include "backend/data/sample_source.h"
+#include "backend/train/interval_stats.h"
+#include "backend/train/progress.h"
+#include "backend/train/run_objects.h"
 
 namespace mwb {
 

@@ -3,9 +3,9 @@
 // accumulation, gradient reduction over the parallel groups, the optimizer step, learning-rate
 // schedule and loss scaling, evaluation, checkpoints, control requests and telemetry. Rank 0 writes
 // the run directory and prints; every rank takes part in every collective decision.
-#include "config/config.h"
-#include "data/sample_source.h"
-#include "telemetry/control.h"
+#include "backend/config/config.h"
+#include "backend/data/sample_source.h"
+#include "backend/telemetry/control.h"
 
 #include <atomic>
 #include <memory>

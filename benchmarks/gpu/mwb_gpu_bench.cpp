@@ -8,8 +8,8 @@
 // run on bf16 tensor cores, with fp32 storage they run in fp32 (TF32 unless --no-tf32); attention is
 // the fp32 flash-style kernel. The JSON says so in "precision".
 #include "attention_bench.h"
-#include "model/gpt_model.h"
-#include "optim/optimizer.h"
+#include "backend/model/gpt_model.h"
+#include "backend/optim/optimizer.h"
 
 #include "mwb/kernels/device.h"
 #include "mwb/kernels/device_runtime.h"

@@ -1,6 +1,6 @@
 #include "mwb/planner/memory.h"
 
-#include "parallel/schedule.h"
+#include "backend/parallel/schedule.h"
 
 #include <algorithm>
 

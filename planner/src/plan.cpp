@@ -1,6 +1,6 @@
 #include "mwb/planner/plan.h"
 
-#include "config/validate.h"
+#include "backend/config/validate.h"
 
 #include <algorithm>
 #include <array>

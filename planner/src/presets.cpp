@@ -1,6 +1,6 @@
 #include "mwb/planner/presets.h"
 
-#include "config/config_io.h"
+#include "backend/config/config_io.h"
 #include "mwb/planner/cluster.h"
 
 #include <algorithm>

@@ -6,7 +6,7 @@
 //
 // Exit status: 0 the configuration runs and fits (search: some layout does), 2 unusable input (bad
 // flag, unreadable or unknown file, preset or device), 3 the configuration would not run.
-#include "config/cli.h"
+#include "backend/config/cli.h"
 #include "mwb/planner/cluster.h"
 #include "mwb/planner/plan.h"
 #include "mwb/planner/presets.h"

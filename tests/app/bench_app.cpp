@@ -7,13 +7,13 @@
 //   3. History overlaying 10 runs of 1M steps each (a store made here): reading and drawing the
 //      comparison, and redrawing it (zoom), median of 9.
 //   mwb-app-bench [--skip-history] [--iterations N (0: skip the Monitor)] [--store FILE (kept, reused)]
-#include "history/compare_plot.h"
-#include "live/live_run.h"
-#include "monitor/metric_charts.h"
-#include "monitor/monitor_view.h"
+#include "app/history/compare_plot.h"
+#include "app/live/live_run.h"
+#include "app/monitor/metric_charts.h"
+#include "app/monitor/monitor_view.h"
 #include "mwb/ipc/message.h"
 #include "mwb/store/store.h"
-#include "plot/plot_view.h"
+#include "app/plot/plot_view.h"
 
 #include <QApplication>
 #include <QDir>

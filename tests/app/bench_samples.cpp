@@ -2,7 +2,7 @@
 // that sampled 64 prompts at N points (completions of ~200 bytes); the rebuild when a run is attached
 // (all of it) and when one more sampling point arrives, median of 7, offscreen.
 //   mwb-samples-bench [POINTS]    (default 500)
-#include "monitor/samples_panel.h"
+#include "app/monitor/samples_panel.h"
 
 #include <QApplication>
 #include <QElapsedTimer>

@@ -5,21 +5,21 @@
 // (scripts/ui-check.sh): a real window, real runs, every view. The runs
 // are real, short mwb-train runs on the bundled corpus, recorded into a temporary store (the user's is never touched).
 //   mwb-screenshots [--designer-only] [OUTPUT_DIR]   (default: the source tree's docs/screenshots)
-#include "config/fields.h"
-#include "core/paths.h"
-#include "core/theme.h"
-#include "designer/auto_configure_dialog.h"
-#include "designer/config_form.h"
-#include "designer/designer_view.h"
-#include "designer/field_editor.h"
-#include "history/history_view.h"
-#include "history/scatter_plot.h"
-#include "launch/launch_view.h"
-#include "monitor/metric_charts.h"
-#include "monitor/monitor_view.h"
-#include "monitor/samples_panel.h"
+#include "backend/config/fields.h"
+#include "app/core/paths.h"
+#include "app/core/theme.h"
+#include "app/designer/auto_configure_dialog.h"
+#include "app/designer/config_form.h"
+#include "app/designer/designer_view.h"
+#include "app/designer/field_editor.h"
+#include "app/history/history_view.h"
+#include "app/history/scatter_plot.h"
+#include "app/launch/launch_view.h"
+#include "app/monitor/metric_charts.h"
+#include "app/monitor/monitor_view.h"
+#include "app/monitor/samples_panel.h"
 #include "mwb/planner/presets.h"
-#include "shell/main_window.h"
+#include "app/shell/main_window.h"
 
 #include <QAbstractItemView>
 #include <QApplication>

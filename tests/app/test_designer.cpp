@@ -2,17 +2,17 @@
 // each edit with what planner::plan() says for the same config and cluster (called here directly),
 // presets load, auto-configure applies a ranked layout, and a saved design loads back through
 // mwb-train's own config parser (and mwb-train itself accepts it).
-#include "config/config_io.h"
-#include "core/config_file.h"
-#include "core/format.h"
-#include "core/paths.h"
-#include "designer/auto_configure_dialog.h"
-#include "designer/cluster_form.h"
-#include "designer/config_form.h"
-#include "designer/designer_view.h"
-#include "designer/field_editor.h"
-#include "designer/layout_model.h"
-#include "designer/plan_panel.h"
+#include "backend/config/config_io.h"
+#include "app/core/config_file.h"
+#include "app/core/format.h"
+#include "app/core/paths.h"
+#include "app/designer/auto_configure_dialog.h"
+#include "app/designer/cluster_form.h"
+#include "app/designer/config_form.h"
+#include "app/designer/designer_view.h"
+#include "app/designer/field_editor.h"
+#include "app/designer/layout_model.h"
+#include "app/designer/plan_panel.h"
 #include "mwb/planner/presets.h"
 
 #include <QCheckBox>

@@ -6,13 +6,13 @@
 // Without an mwb-generate target in this build the suite is a ctest skip (exit 77), never a pass.
 #include "test_monitor_fixtures.h"
 
-#include "core/paths.h"
-#include "core/sample_text.h"
-#include "history/history_view.h"
-#include "history/run_filter_proxy.h"
-#include "history/run_list_model.h"
-#include "launch/generate_dialog.h"
-#include "launch/generate_stream.h"
+#include "app/core/paths.h"
+#include "app/core/sample_text.h"
+#include "app/history/history_view.h"
+#include "app/history/run_filter_proxy.h"
+#include "app/history/run_list_model.h"
+#include "app/launch/generate_dialog.h"
+#include "app/launch/generate_stream.h"
 #include "mwb/store/store.h"
 
 #include <QCheckBox>

@@ -5,13 +5,13 @@
 // CSV export equals the store's series; rename, tags, notes and delete persist in the file.
 #include "test_monitor_fixtures.h"
 
-#include "core/theme.h"
-#include "history/compare_plot.h"
-#include "history/config_diff_model.h"
-#include "history/history_view.h"
-#include "history/run_filter_proxy.h"
-#include "history/run_list_model.h"
-#include "history/scatter_plot.h"
+#include "app/core/theme.h"
+#include "app/history/compare_plot.h"
+#include "app/history/config_diff_model.h"
+#include "app/history/history_view.h"
+#include "app/history/run_filter_proxy.h"
+#include "app/history/run_list_model.h"
+#include "app/history/scatter_plot.h"
 #include "mwb/ipc/control_client.h"
 #include "mwb/store/store.h"
 

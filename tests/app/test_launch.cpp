@@ -1,14 +1,14 @@
 // Launch: the command lines (one process, mpirun for several ranks, the Slurm batch script and its
 // connection details), the attach inputs (loopback, CURVE keys off loopback), the prediction per rank,
 // and real local runs of mwb-train started through the Launch view that end with status finished.
-#include "config/config_io.h"
-#include "core/config_file.h"
-#include "core/paths.h"
-#include "launch/attach_panel.h"
-#include "launch/commands.h"
-#include "launch/launch_view.h"
-#include "launch/local_run.h"
-#include "launch/prediction.h"
+#include "backend/config/config_io.h"
+#include "app/core/config_file.h"
+#include "app/core/paths.h"
+#include "app/launch/attach_panel.h"
+#include "app/launch/commands.h"
+#include "app/launch/launch_view.h"
+#include "app/launch/local_run.h"
+#include "app/launch/prediction.h"
 #include "mwb/ipc/curve.h"
 #include "mwb/planner/presets.h"
 

@@ -6,17 +6,17 @@
 #include "support/skip.h"
 #include "test_monitor_fixtures.h"
 
-#include "core/theme.h"
-#include "monitor/control_bar.h"
-#include "monitor/event_log_model.h"
-#include "monitor/metric_charts.h"
-#include "monitor/monitor_view.h"
-#include "monitor/rank_grid.h"
-#include "monitor/status_line.h"
+#include "app/core/theme.h"
+#include "app/monitor/control_bar.h"
+#include "app/monitor/event_log_model.h"
+#include "app/monitor/metric_charts.h"
+#include "app/monitor/monitor_view.h"
+#include "app/monitor/rank_grid.h"
+#include "app/monitor/status_line.h"
 #include "mwb/ipc/control_client.h"
 #include "mwb/store/store.h"
-#include "plot/memory_bars.h"
-#include "plot/stacked_bar.h"
+#include "app/plot/memory_bars.h"
+#include "app/plot/stacked_bar.h"
 
 #include <QPushButton>
 #include <QSignalSpy>

@@ -3,10 +3,10 @@
 // against a brute-force pass over the points, for the decimation and for what a zoomed PlotView
 // draws, whose pixels are then looked at); the Monitor's charts over a 1M-point run do the same;
 // the min/max index agrees with a linear scan on random ranges.
-#include "live/run_traces.h"
-#include "monitor/metric_charts.h"
-#include "plot/plot_view.h"
-#include "plot/trace.h"
+#include "app/live/run_traces.h"
+#include "app/monitor/metric_charts.h"
+#include "app/plot/plot_view.h"
+#include "app/plot/trace.h"
 
 #include <QElapsedTimer>
 #include <QtTest>

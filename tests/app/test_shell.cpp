@@ -1,18 +1,18 @@
 // Shell: the four tabs hold the four views, keyboard shortcuts switch them, QSettings (in a temp
 // dir) keeps window geometry, the tab, recent files and the palette across windows, the command line
 // parses (and refuses what it should), and --store / a config argument reach the views.
-#include "core/config_file.h"
-#include "core/paths.h"
-#include "core/theme.h"
-#include "designer/designer_view.h"
-#include "history/history_view.h"
-#include "launch/launch_view.h"
-#include "monitor/monitor_view.h"
+#include "app/core/config_file.h"
+#include "app/core/paths.h"
+#include "app/core/theme.h"
+#include "app/designer/designer_view.h"
+#include "app/history/history_view.h"
+#include "app/launch/launch_view.h"
+#include "app/monitor/monitor_view.h"
 #include "mwb/planner/presets.h"
 #include "mwb/store/store.h"
-#include "plot/plot_view.h"
-#include "shell/app_options.h"
-#include "shell/main_window.h"
+#include "app/plot/plot_view.h"
+#include "app/shell/app_options.h"
+#include "app/shell/main_window.h"
 
 #include <QAction>
 #include <QLineSeries>

@@ -7,8 +7,8 @@
 // build wrote (`test_telemetry_fixture --write-expected` rewrites it: only for a deliberate change).
 #include "test_monitor_fixtures.h"
 
-#include "live/digest.h"
-#include "live/history_loader.h"
+#include "app/live/digest.h"
+#include "app/live/history_loader.h"
 #include "mwb/ipc/metrics.h"
 #include "mwb/store/schema.h"
 #include "mwb/store/store.h"

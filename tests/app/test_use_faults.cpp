@@ -1,21 +1,21 @@
 // The faults found using the app (issue 19), each driven by real input events (wheel, clicks, keys,
 // mouse moves) on the real widgets, checked on what is drawn: tick labels, drawn points, crosshair
 // values, the status line's rendered height, redraw counts.
-#include "core/format.h"
-#include "designer/auto_configure_dialog.h"
-#include "designer/designer_view.h"
-#include "launch/commands.h"
-#include "launch/launch_view.h"
-#include "launch/local_run.h"
-#include "monitor/control_bar.h"
-#include "monitor/metric_charts.h"
-#include "monitor/monitor_view.h"
-#include "monitor/status_line.h"
+#include "app/core/format.h"
+#include "app/designer/auto_configure_dialog.h"
+#include "app/designer/designer_view.h"
+#include "app/launch/commands.h"
+#include "app/launch/launch_view.h"
+#include "app/launch/local_run.h"
+#include "app/monitor/control_bar.h"
+#include "app/monitor/metric_charts.h"
+#include "app/monitor/monitor_view.h"
+#include "app/monitor/status_line.h"
 #include "mwb/planner/cluster.h"
 #include "mwb/planner/presets.h"
-#include "plot/plot_view.h"
-#include "plot/ticks.h"
-#include "shell/main_window.h"
+#include "app/plot/plot_view.h"
+#include "app/plot/ticks.h"
+#include "app/shell/main_window.h"
 
 #include <QComboBox>
 #include <QMenu>

@@ -1,9 +1,9 @@
 // Configuration: JSON and flags onto the struct tree, errors that name the field, validation rules.
 #include "support/fixtures.h"
 
-#include "config/cli.h"
-#include "config/config_io.h"
-#include "config/validate.h"
+#include "backend/config/cli.h"
+#include "backend/config/config_io.h"
+#include "backend/config/validate.h"
 
 #include <QtTest>
 

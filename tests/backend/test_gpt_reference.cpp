@@ -5,9 +5,9 @@
 #include "support/fixtures.h"
 #include "support/reference.h"
 
-#include "config/config.h"
-#include "model/gpt_model.h"
-#include "optim/optimizer.h"
+#include "backend/config/config.h"
+#include "backend/model/gpt_model.h"
+#include "backend/optim/optimizer.h"
 
 #include <QtTest>
 

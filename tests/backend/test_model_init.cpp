@@ -3,8 +3,8 @@
 // norm weights, zeros for biases; the sample statistics of every tensor must fit the rule. And a
 // tensor-parallel shard draws exactly its part of the global tensor, also for SwiGLU's fc1, whose
 // shard holds its own gate and up rows.
-#include "model/gpt_model.h"
-#include "model/init.h"
+#include "backend/model/gpt_model.h"
+#include "backend/model/init.h"
 
 #include <QtTest>
 

@@ -1,7 +1,7 @@
 // mwb-train as a user runs it: a real process, its exit codes, its messages, its run directory.
 #include "support/fixtures.h"
 
-#include "config/cli.h"
+#include "backend/config/cli.h"
 
 #include <QProcess>
 #include "support/skip.h"

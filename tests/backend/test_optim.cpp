@@ -2,14 +2,14 @@
 #include "support/fixtures.h"
 #include "support/reference.h"
 
-#include "config/config_io.h"
-#include "config/validate.h"
+#include "backend/config/config_io.h"
+#include "backend/config/validate.h"
 
-#include "model/gpt_model.h"
+#include "backend/model/gpt_model.h"
 #include "mwb/kernels/precision.h"
-#include "optim/loss_scaler.h"
-#include "optim/lr_schedule.h"
-#include "optim/optimizer.h"
+#include "backend/optim/loss_scaler.h"
+#include "backend/optim/lr_schedule.h"
+#include "backend/optim/optimizer.h"
 
 #include <QtTest>
 

@@ -1,6 +1,6 @@
 // The process groups' setup that needs no second process: which GPU each rank of a node drives,
 // and the MWB_P2P_SEMANTICS switch (multi-rank behaviour is in tests/parallel, under mpirun).
-#include "parallel/parallel_context.h"
+#include "backend/parallel/parallel_context.h"
 
 #include "mwb/kernels/error.h"
 

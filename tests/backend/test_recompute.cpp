@@ -5,7 +5,7 @@
 // no biases).
 #include "support/reference.h"
 
-#include "model/gpt_model.h"
+#include "backend/model/gpt_model.h"
 
 #include <QtTest>
 

@@ -5,7 +5,7 @@
 #include "support/jsonl.h"
 #include "support/trainer_process.h"
 
-#include "train/memory_fit.h"
+#include "backend/train/memory_fit.h"
 
 #include "support/skip.h"
 

@@ -3,7 +3,7 @@
 // stays behind as a line no reader can parse.
 #include "support/fixtures.h"
 
-#include "telemetry/run_dir.h"
+#include "backend/telemetry/run_dir.h"
 
 #include <QtTest>
 

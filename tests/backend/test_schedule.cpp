@@ -5,7 +5,7 @@
 // one exchange at a time per rank (one stream), sends completing only when received, messages between
 // two ranks matched in posting order (no tags). Any layout whose messages would deadlock or pair up
 // wrongly on GPUs fails here, without GPUs.
-#include "parallel/schedule.h"
+#include "backend/parallel/schedule.h"
 
 #include <QtTest>
 

@@ -6,7 +6,7 @@
 #include "support/fixtures.h"
 #include "support/trainer_process.h"
 
-#include "telemetry/tensorboard.h"
+#include "backend/telemetry/tensorboard.h"
 
 #include <QProcess>
 #include <QtTest>

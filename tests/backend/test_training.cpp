@@ -5,13 +5,13 @@
 #include "support/fixtures.h"
 #include "support/jsonl.h"
 
-#include "checkpoint/checkpoint.h"
-#include "config/validate.h"
-#include "data/mock_data.h"
-#include "optim/lr_schedule.h"
+#include "backend/checkpoint/checkpoint.h"
+#include "backend/config/validate.h"
+#include "backend/data/mock_data.h"
+#include "backend/optim/lr_schedule.h"
 #include "mwb/kernels/ops.h"
-#include "telemetry/run_dir.h"
-#include "train/trainer.h"
+#include "backend/telemetry/run_dir.h"
+#include "backend/train/trainer.h"
 
 #include <QtTest>
 

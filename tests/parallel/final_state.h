@@ -4,7 +4,7 @@
 // under different layouts compare element by element. The comparison is a relative L2 distance per
 // tensor: a gradient summed twice or a shard applied to the wrong rows moves one tensor by O(1), while
 // reduction-order rounding moves it by ~1e-7.
-#include "checkpoint/checkpoint.h"
+#include "backend/checkpoint/checkpoint.h"
 
 #include <nlohmann/json.hpp>
 

@@ -2,8 +2,8 @@
 // max, double), all-gather, reduce-scatter (also in place), broadcast, gather, point-to-point exchanges (lone and grouped) and byte
 // counts equal to MpiCommunicator's. ctest runs it as one rank (a size-1 group); under
 // `mpirun -np N` on N GPUs it checks the real multi-rank collectives. Exits 77 without a GPU.
-#include "parallel/mpi_communicator.h"
-#include "parallel/nccl_communicator.h"
+#include "backend/parallel/mpi_communicator.h"
+#include "backend/parallel/nccl_communicator.h"
 
 #include "mwb/kernels/device.h"
 #include "mwb/kernels/device_runtime.h"

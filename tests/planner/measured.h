@@ -1,7 +1,7 @@
 #pragma once
 // What the two measured suites (test_measured: one rank, test_measured_parallel: mpirun) share: the
 // flags of the Llama-family model they run, and applying mwb-train flags onto a Config for the plan.
-#include "config/config_io.h"
+#include "backend/config/config_io.h"
 
 #include <QStringList>
 #include <QtTest>

@@ -5,7 +5,7 @@
 //  - Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models":
 //    Table 2 (activation bytes per layer), Table 3 (configurations), Table 5 (iteration times).
 // Both use GPT models with sequence 2048 and vocabulary 51200, 16-bit training on DGX A100 nodes.
-#include "config/config.h"
+#include "backend/config/config.h"
 #include "mwb/planner/cluster.h"
 
 #include <array>

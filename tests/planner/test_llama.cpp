@@ -10,7 +10,7 @@
 //  - communication: no position-table gradient with RoPE, RMSNorm's single weight vector.
 #include "published.h"
 
-#include "config/validate.h"
+#include "backend/config/validate.h"
 #include "mwb/planner/plan.h"
 #include "mwb/planner/presets.h"
 

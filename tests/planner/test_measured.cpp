@@ -5,7 +5,7 @@
 #include "measured.h"
 #include "support/fixtures.h"
 
-#include "config/config_io.h"
+#include "backend/config/config_io.h"
 #include "mwb/planner/plan.h"
 #include "mwb/planner/report.h"
 

@@ -4,7 +4,7 @@
 // P = 1008B, 450B tokens on 3072: 84 days).
 #include "published.h"
 
-#include "config/validate.h"
+#include "backend/config/validate.h"
 #include "mwb/planner/plan.h"
 
 #include <QtTest>

@@ -3,8 +3,8 @@
 #include "published.h"
 #include "support/fixtures.h"
 
-#include "config/config_io.h"
-#include "config/validate.h"
+#include "backend/config/config_io.h"
+#include "backend/config/validate.h"
 #include "mwb/planner/presets.h"
 
 #include <QProcess>

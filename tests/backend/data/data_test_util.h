@@ -1,7 +1,7 @@
 #pragma once
 // Helpers shared by the data suites: temporary directories, small indexed datasets with known tokens,
 // and file byte manipulation for corruption tests.
-#include "data/indexed_dataset.h"
+#include "backend/data/indexed_dataset.h"
 #include "mwb/kernels/error.h"
 
 #include <QTemporaryDir>

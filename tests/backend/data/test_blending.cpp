@@ -1,10 +1,10 @@
 // Blending several datasets (Megatron's deterministic greedy choice), data_path parsing, and the
 // factory mwb-train uses: mock data, weighted data paths, missing files, resuming.
-#include "config/config.h"
-#include "data/blended_source.h"
-#include "data/data_sources.h"
-#include "data/mock_data.h"
-#include "data/tokenizer.h"
+#include "backend/config/config.h"
+#include "backend/data/blended_source.h"
+#include "backend/data/data_sources.h"
+#include "backend/data/mock_data.h"
+#include "backend/data/tokenizer.h"
 #include "data_test_util.h"
 
 #include <QtTest>

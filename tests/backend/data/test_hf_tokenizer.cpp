@@ -3,14 +3,14 @@
 // small SentencePiece-style tokenizer.json (merges, byte fallback, Metaspace prepend schemes, added
 // tokens), a small tiktoken vocabulary, and the errors bad files give. Exact ids on real vocabularies
 // are test_tokenizer_reference.cpp's.
-#include "core/files.h"
-#include "data/bundled_corpus.h"
-#include "data/hf_tokenizer.h"
-#include "data/preprocess.h"
-#include "data/regex_pretokenizer.h"
-#include "data/tiktoken_tokenizer.h"
-#include "data/tokenizer.h"
-#include "config/config.h"
+#include "backend/core/files.h"
+#include "backend/data/bundled_corpus.h"
+#include "backend/data/hf_tokenizer.h"
+#include "backend/data/preprocess.h"
+#include "backend/data/regex_pretokenizer.h"
+#include "backend/data/tiktoken_tokenizer.h"
+#include "backend/data/tokenizer.h"
+#include "backend/config/config.h"
 #include "data_test_util.h"
 
 #include <QtTest>

@@ -1,8 +1,8 @@
 // Megatron-LM's indexed dataset format: a .idx/.bin pair built byte by byte from the format's definition
 // (not with our writer) loads correctly, our writer reproduces it exactly, and damaged or foreign files
 // are refused with an error that names the file.
-#include "data/indexed_dataset.h"
-#include "data/npy.h"
+#include "backend/data/indexed_dataset.h"
+#include "backend/data/npy.h"
 #include "data_test_util.h"
 
 #include <QtTest>

@@ -1,9 +1,9 @@
 // preprocess (mwb-data preprocess): JSON lines and text into indexed datasets as Megatron's
 // preprocess_data.py writes them; parallel output identical to serial; errors with file and line;
 // the mwb-data command line end to end.
-#include "data/byte_tokenizer.h"
-#include "data/indexed_dataset.h"
-#include "data/preprocess.h"
+#include "backend/data/byte_tokenizer.h"
+#include "backend/data/indexed_dataset.h"
+#include "backend/data/preprocess.h"
 #include "data_test_util.h"
 
 #include <QProcess>

@@ -8,12 +8,12 @@
 //                  model on the corpus in the test and encodes it
 // Run as `test_data_tokenizer_reference FAMILY`; exits 77 (a ctest skip) when what the family needs
 // is missing, never passes without checking.
-#include "core/files.h"
-#include "data/bundled_corpus.h"
-#include "data/hf_tokenizer.h"
-#include "data/preprocess.h"
-#include "data/sentencepiece_tokenizer.h"
-#include "data/tiktoken_tokenizer.h"
+#include "backend/core/files.h"
+#include "backend/data/bundled_corpus.h"
+#include "backend/data/hf_tokenizer.h"
+#include "backend/data/preprocess.h"
+#include "backend/data/sentencepiece_tokenizer.h"
+#include "backend/data/tiktoken_tokenizer.h"
 
 #include <QProcess>
 #include <QTemporaryDir>

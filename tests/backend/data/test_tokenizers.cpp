@@ -1,8 +1,8 @@
 // ByteTokenizer, NullTokenizer and the tokenizer factory: round trips, vocabularies, EOD, errors.
-#include "config/config.h"
-#include "data/byte_tokenizer.h"
-#include "data/null_tokenizer.h"
-#include "data/tokenizer.h"
+#include "backend/config/config.h"
+#include "backend/data/byte_tokenizer.h"
+#include "backend/data/null_tokenizer.h"
+#include "backend/data/tokenizer.h"
 #include "data_test_util.h"
 
 #include <QtTest>

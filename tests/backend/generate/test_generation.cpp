@@ -9,9 +9,9 @@
 //     filtered support;
 //   - the same seed gives the same tokens, another seed others; EOS stops a row; streamed text holds
 //     back an unfinished UTF-8 character.
-#include "data/byte_tokenizer.h"
-#include "generate/generation.h"
-#include "model/gpt_model.h"
+#include "backend/data/byte_tokenizer.h"
+#include "backend/generate/generation.h"
+#include "backend/model/gpt_model.h"
 #include "mwb/kernels/error.h"
 #include "mwb/kernels/ops.h"
 

@@ -1,7 +1,7 @@
 #pragma once
 // A whole model's parameters as named whole tensors, both ways, for the Hugging Face mapping suites.
-#include "interop/hf_common.h"
-#include "model/gpt_model.h"
+#include "backend/interop/hf_common.h"
+#include "backend/model/gpt_model.h"
 
 #include <QtTest>
 

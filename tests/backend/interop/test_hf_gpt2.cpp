@@ -4,11 +4,11 @@
 // same tokens matches it to 1e-5 (F32 and BF16 weights); mapping back gives every tensor byte for
 // byte, also through a padded vocabulary. A skip (exit 77) without /usr/bin/python3 + torch + numpy.
 #include "backend/data/data_test_util.h"
-#include "checkpoint/checkpoint.h"
-#include "core/files.h"
-#include "interop/hf_gpt2.h"
+#include "backend/checkpoint/checkpoint.h"
+#include "backend/core/files.h"
+#include "backend/interop/hf_gpt2.h"
 #include "model_tensors.h"
-#include "model/gpt_model.h"
+#include "backend/model/gpt_model.h"
 
 #include <QProcess>
 #include <QTemporaryDir>

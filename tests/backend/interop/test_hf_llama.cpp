@@ -14,12 +14,12 @@
 //   - Malformed indexes, shards and configs are errors naming the file, the tensor or the key.
 // A skip (exit 77) without /usr/bin/python3 + torch + numpy.
 #include "backend/data/data_test_util.h"
-#include "checkpoint/checkpoint.h"
-#include "config/config_io.h"
-#include "config/validate.h"
-#include "core/files.h"
-#include "interop/hf_llama.h"
-#include "model/gpt_model.h"
+#include "backend/checkpoint/checkpoint.h"
+#include "backend/config/config_io.h"
+#include "backend/config/validate.h"
+#include "backend/core/files.h"
+#include "backend/interop/hf_llama.h"
+#include "backend/model/gpt_model.h"
 #include "model_tensors.h"
 #include "parallel/mpi_runs.h"
 

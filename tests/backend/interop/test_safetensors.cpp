@@ -3,9 +3,9 @@
 // decodes it), sharded directories, our files read by it, F16/BF16 rounding as numpy / float64
 // nearest-even round, and malformed files (every truncation, random header corruption, crafted bad
 // headers) refused with an error naming the file and the tensor, never a crash.
-#include "core/files.h"
+#include "backend/core/files.h"
 #include "backend/data/data_test_util.h"
-#include "interop/safetensors.h"
+#include "backend/interop/safetensors.h"
 #include "mwb/kernels/error.h"
 
 #include <QProcess>

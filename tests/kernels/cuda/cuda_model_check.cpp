@@ -1,11 +1,11 @@
 #include "cuda_model_check.h"
 
-#include "generate/decoder.h"
-#include "generate/sampler.h"
-#include "model/gpt_model.h"
-#include "optim/optimizer.h"
-#include "parallel/nccl_communicator.h"
-#include "parallel/self_communicator.h"
+#include "backend/generate/decoder.h"
+#include "backend/generate/sampler.h"
+#include "backend/model/gpt_model.h"
+#include "backend/optim/optimizer.h"
+#include "backend/parallel/nccl_communicator.h"
+#include "backend/parallel/self_communicator.h"
 
 #include "mwb/kernels/device_runtime.h"
 

@@ -1,7 +1,7 @@
 // The backend's caching Allocator on a GPU: device memory counted per category exactly as on the
 // CPU (current, peak, reserved), freed blocks reused without a new cudaMalloc (reserved stays put),
 // the memory is usable by the ops, and cudaMemGetInfo totals are reported. Exits 77 without a GPU.
-#include "core/memory.h"
+#include "backend/core/memory.h"
 
 #include "cuda_op_checks.h"
 #include "mwb/kernels/device_runtime.h"

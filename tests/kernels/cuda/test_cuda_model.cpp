@@ -5,12 +5,12 @@
 // its step records match the CPU run's, and a GPU checkpoint resumes bit-identically. Generation's
 // decoder on the GPU gives the CPU decoder's tokens and logits (cuda_model_check.h). Exits 77
 // without a GPU.
-#include "config/validate.h"
-#include "data/mock_data.h"
-#include "model/gpt_model.h"
-#include "optim/optimizer.h"
-#include "telemetry/run_dir.h"
-#include "train/trainer.h"
+#include "backend/config/validate.h"
+#include "backend/data/mock_data.h"
+#include "backend/model/gpt_model.h"
+#include "backend/optim/optimizer.h"
+#include "backend/telemetry/run_dir.h"
+#include "backend/train/trainer.h"
 
 #include "cuda_model_check.h"
 #include "cuda_op_checks.h"

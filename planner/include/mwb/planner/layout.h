@@ -1,9 +1,9 @@
 #pragma once
 // What a resolved configuration means for one rank: the model's sizes, the parallel layout on a world
 // of N ranks, and the bytes per element of each kind of tensor on the device.
-#include "config/config.h"
+#include "backend/config/config.h"
 #include "mwb/planner/cluster.h"
-#include "telemetry/flops.h"
+#include "backend/telemetry/flops.h"
 
 #include <cstdint>
 

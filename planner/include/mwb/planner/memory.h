@@ -17,7 +17,7 @@
 // completed by then; measured so). A message above MPI's eager limit completes only when the
 // neighbour posts its receive, so on real runs a buffer may live a few passes longer: the measured
 // peak can then exceed the prediction by one (s/t·b·h) buffer per such send.
-#include "core/memory.h"
+#include "backend/core/memory.h"
 #include "mwb/planner/activations.h"
 #include "mwb/planner/parameters.h"
 

@@ -1,8 +1,8 @@
 #pragma once
 // The planner's entry point: everything predicted for one configuration on one cluster. Qt-free and
 // fast enough to call on every edit in the app's Designer (microseconds; see docs/planner.md).
-#include "config/config.h"
-#include "config/config_io.h"
+#include "backend/config/config.h"
+#include "backend/config/config_io.h"
 #include "mwb/planner/activations.h"
 #include "mwb/planner/cluster.h"
 #include "mwb/planner/communication.h"
@@ -10,7 +10,7 @@
 #include "mwb/planner/memory.h"
 #include "mwb/planner/parameters.h"
 #include "mwb/planner/timing.h"
-#include "telemetry/flops.h"
+#include "backend/telemetry/flops.h"
 
 #include <string>
 #include <vector>

@@ -1,6 +1,6 @@
 #pragma once
 // Presets by name: resources/presets/<name>.json, config files like any other (docs/config.md).
-#include "config/config.h"
+#include "backend/config/config.h"
 
 #include <filesystem>
 #include <string>

@@ -13,7 +13,7 @@
 #include "mwb/planner/communication.h"
 #include "mwb/planner/layout.h"
 #include "mwb/planner/parameters.h"
-#include "telemetry/flops.h"
+#include "backend/telemetry/flops.h"
 
 #include <vector>
 
