@@ -109,6 +109,7 @@ fallback_build() {
     mkdir -p "$out"
     echo "gpu-check: fallback build of mwb-gpu-check in $out"
     local srcs=("$here"/kernels/src/error.cpp "$here"/kernels/src/tensor.cpp "$here"/kernels/src/ops.cpp
+                "$here"/kernels/src/op_checks.cpp
                 "$here"/kernels/cpu/*.cpp "$here"/kernels/cuda/device_probe.cpp "$here"/kernels/cuda/runtime.cpp
                 "$here"/kernels/cuda/gemm.cpp "$here"/tests/kernels/cuda/cuda_op_checks.cpp
                 "$here"/tests/kernels/cuda/mwb_gpu_check.cpp "$here"/kernels/cuda/*.cu)
