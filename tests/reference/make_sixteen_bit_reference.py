@@ -23,14 +23,15 @@ mwb's recipe (Megatron's --bf16 / --fp16 with fp32 master weights; docs/numerics
       GEMM, bias and residual add are one fused step), norm 2 output, fc1 = linear incl. bias, GELU or
       SwiGLU output, x2 + fc2(act) + bias (one rounding) | final norm output, logits.
   - Not rounded (fp32): norm statistics (mean, 1/rms), attention scores and probabilities (the CPU
-    stores the probabilities in fp32; the CUDA kernel keeps them in registers), the cross-entropy's
-    softmax, max and log-sum-exp; the loss is summed in float64 from fp32 per-row values.
+    stores the probabilities in fp32; mwb's CUDA bf16 kernels round them before P @ V as
+    FlashAttention-2 does), the cross-entropy's softmax, max and log-sum-exp; the loss is summed in
+    float64 from fp32 per-row values.
   - Backward: the gradient of every stored forward tensor is rounded once, after all of its
     contributions are summed in fp32 (the residual stream's gradient is the sum of the identity path and
     the norm's input gradient, rounded once). So the rounded gradients are: logits (the cross-entropy's
     gradient, already multiplied by the loss scale), final norm output, each layer's output and residual
-    x2, fc2's input (act), fc1's output, norm 2 output, context, qkv after and before RoPE, norm 1 output.
-    The attention's internal gradients (of probabilities and scores) stay fp32.
+    x2, fc2's input (act), fc1's output, norm 2 output, context, qkv after and before RoPE, norm 1 output,
+    the embedding sum. The attention's internal gradients (of probabilities and scores) stay fp32.
   - fp16 multiplies the loss by a scale (the test: 2^12) before backward, so the logits' gradient is
     rounded in its scaled form; gradients are divided by the scale in fp32 afterwards. bf16: scale 1.
 
@@ -47,7 +48,8 @@ The script checks itself: with no rounding it must reproduce the float64 fixture
 to float32 accuracy. It also measures two noise floors and stores them beside the results:
 "accumulation_noise", the same recipe with every matmul accumulated in float64 (what another summation
 order alone does: the floor the C++ test's bound must cover), and "jitter_noise", the worst of 8 runs
-with every value moved by a random -4..4 float32 ulps just before each 16-bit rounding (a pessimistic
+with every value multiplied by 1 + k·2^-24, k a random integer in -4..4 (up to about 4 float32
+ulps), just before each 16-bit rounding (a pessimistic
 model of other exp/tanh/rsqrt implementations at every op at once; docs/numerics.md explains why this
 one reaches the float64 comparison's level: one flipped rounding flips about a fifth of its consumers).
 """
@@ -70,8 +72,8 @@ RECIPES = {"bf16": (torch.bfloat16, 1.0), "fp16": (torch.float16, 4096.0)}
 
 class Store(torch.autograd.Function):
     """A 16-bit store: rounds the value in forward and its (summed) gradient in backward. With `jitter` (a
-    torch.Generator), each value is first moved by a random whole number of float32 ulps in [-4, 4]: how
-    far another fp32 summation order or exp/tanh implementation can move it before the rounding."""
+    torch.Generator), each value is first multiplied by 1 + k·2^-24, k random in -4..4: about as far as
+    another fp32 summation order or exp/tanh implementation can move it before the rounding."""
 
     @staticmethod
     def forward(ctx, x, dtype, jitter):
