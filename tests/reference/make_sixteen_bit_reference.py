@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""Builds the 16-bit PyTorch references for tests/backend/test_gpt_reference.cpp
-(sixteen_bit_recipes_match_their_rounding_points).
+"""Builds the 16-bit PyTorch references for tests/backend/test_sixteen_bit_reference.cpp (bf16) and
+test_gpt_reference.cpp (fp16_matches_its_rounding_points).
 
 The float64 references (make_gpt_reference.py, make_llama_reference.py) say what the model computes; they
 cannot say whether mwb's --bf16 / --fp16 round where they should: a missing or extra rounding hides
@@ -52,6 +52,11 @@ with every value multiplied by 1 + k·2^-24, k a random integer in -4..4 (up to 
 ulps), just before each 16-bit rounding (a pessimistic
 model of other exp/tanh/rsqrt implementations at every op at once; docs/numerics.md explains why this
 one reaches the float64 comparison's level: one flipped rounding flips about a fifth of its consumers).
+For bf16 it stores "sgemm_probe": the float32 results of every linear's GEMMs (forward, input and weight
+gradient; layer 0 and the output layer) as this PyTorch's BLAS computed them, with their inputs. The bf16
+bound holds only where mwb's sgemm gives these bits exactly (the same kernel family); the C++ test checks
+that and skips otherwise. So generate on a machine whose BLAS kernels match CI's usual one (OpenBLAS's
+own choice on AVX-512: SkylakeX), with OPENBLAS_CORETYPE unset.
 """
 import base64
 import json
