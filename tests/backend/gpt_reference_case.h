@@ -84,6 +84,11 @@ inline double loss_and_grads(const nlohmann::json& fx, const Case& k, GptModel& 
     return loss / static_cast<double>(k.micro_batches);
 }
 
+/// The fixtures make_sixteen_bit_reference.py writes: tests/fixtures/sixteen_bit_reference_<name>.json.
+inline constexpr const char* sixteen_bit_fixtures[] = {"gpt_tied_layernorm", "gpt_untied_rmsnorm_accum",
+                                                       "llama_gqa_rope_scaled", "llama_mqa_qkv_bias",
+                                                       "llama_gqa_rope_interleaved"};
+
 // The same recipes against tests/reference/make_sixteen_bit_reference.py: PyTorch in float32 that
 // rounds to 16 bits exactly where mwb stores (docs/numerics.md lists the points). The two then
 // differ only where their fp32 arithmetic before a rounding (summation order, exp/tanh/rsqrt)

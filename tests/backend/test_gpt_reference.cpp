@@ -139,9 +139,7 @@ private slots:
 
     void fp16_matches_its_rounding_points_data() {
         QTest::addColumn<QString>("fixture");
-        for (const char* f : {"gpt_tied_layernorm", "gpt_untied_rmsnorm_accum", "llama_gqa_rope_scaled",
-                              "llama_mqa_qkv_bias", "llama_gqa_rope_interleaved"})
-            QTest::newRow(f) << QString(f);
+        for (const char* f : test::sixteen_bit_fixtures) QTest::newRow(f) << QString(f);
     }
     void fp16_matches_its_rounding_points() {
         // The fp16 recipe against the 16-bit reference (test::check_sixteen_bit_reference says why its

@@ -66,9 +66,7 @@ class TestSixteenBitReference : public QObject {
 private slots:
     void bf16_matches_its_rounding_points_data() {
         QTest::addColumn<QString>("fixture");
-        for (const char* f : {"gpt_tied_layernorm", "gpt_untied_rmsnorm_accum", "llama_gqa_rope_scaled",
-                              "llama_mqa_qkv_bias", "llama_gqa_rope_interleaved"})
-            QTest::newRow(f) << QString(f);
+        for (const char* f : test::sixteen_bit_fixtures) QTest::newRow(f) << QString(f);
     }
     void bf16_matches_its_rounding_points() {
         QFETCH(QString, fixture);
