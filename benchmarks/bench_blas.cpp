@@ -7,15 +7,16 @@
 //   own    — the whole product in one call, the library's own threading;
 // and each library's square-2048 sgemm (own threading) is its peak. BLIS and oneDNN are dlopen'ed with
 // RTLD_LOCAL: both export cblas_sgemm/sgemm_, which must not interpose on OpenBLAS's.
-//   mwb-bench-blas [--split-only] [--head-chunks] [--threads T] [--rounds R] [--reps N] [--tokens 1024] [--hidden 384] [--vocab 32000]
+//   mwb-bench-blas [--split-only] [--head-chunks] [--threads T] [--rounds R] [--reps N] [--tokens 1024] [--hidden 384]
+//   [--vocab 32000]
 #include "kernels/cpu/gemm.h"
 
-#include <CLI/CLI.hpp>
 #include <cblas.h>
 #include <dlfcn.h>
 #include <fmt/format.h>
 #include <omp.h>
 #include <time.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -30,9 +31,9 @@ namespace {
 // ---- the candidates, loaded at run time ---------------------------------------------------------
 
 // BLIS's typed API (blis.h, 0.9.0, 64-bit dim_t/inc_t): strides instead of transposes.
-using BliSgemm = void (*)(int transa, int transb, int64_t m, int64_t n, int64_t k, const float* alpha,
-                          const float* a, int64_t rsa, int64_t csa, const float* b, int64_t rsb, int64_t csb,
-                          const float* beta, float* c, int64_t rsc, int64_t csc);
+using BliSgemm = void (*)(int transa, int transb, int64_t m, int64_t n, int64_t k, const float* alpha, const float* a,
+                          int64_t rsa, int64_t csa, const float* b, int64_t rsb, int64_t csb, const float* beta,
+                          float* c, int64_t rsc, int64_t csc);
 using BliSetThreads = void (*)(int64_t);
 using BliArchId = int (*)();
 using BliArchString = const char* (*)(int);
@@ -59,8 +60,7 @@ void openblas_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alp
 
 void blis_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                 const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-    bli_sgemm_fn(0, 0, m, n, k, &alpha, a, ta ? 1 : lda, ta ? lda : 1, b, tb ? 1 : ldb, tb ? ldb : 1, &beta, c, ldc,
-                 1);
+    bli_sgemm_fn(0, 0, m, n, k, &alpha, a, ta ? 1 : lda, ta ? lda : 1, b, tb ? 1 : ldb, tb ? ldb : 1, &beta, c, ldc, 1);
 }
 
 void dnnl_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
@@ -175,9 +175,10 @@ int main(int argc, char** argv) {
 #endif
     const char* coretype = std::getenv("OPENBLAS_CORETYPE");
     const char* l2 = std::getenv("OPENBLAS_L2_SIZE");
-    fmt::print("threads {}, tokens {}, hidden {}, heads {} in {} groups, SwiGLU {}, vocab {}, layers {}; "
-               "OPENBLAS_CORETYPE={} OPENBLAS_L2_SIZE={}\n",
-               threads, T, H, A, G, F, V, L, coretype ? coretype : "(unset)", l2 ? l2 : "(unset)");
+    fmt::print(
+        "threads {}, tokens {}, hidden {}, heads {} in {} groups, SwiGLU {}, vocab {}, layers {}; "
+        "OPENBLAS_CORETYPE={} OPENBLAS_L2_SIZE={}\n",
+        threads, T, H, A, G, F, V, L, coretype ? coretype : "(unset)", l2 ? l2 : "(unset)");
 
     const int64_t D = H / A;
     std::vector<Gemm> gemms;
@@ -207,9 +208,9 @@ int main(int argc, char** argv) {
             const std::size_t id = r % 2 ? nl - 1 - li : li;
             lib.set_threads(threads);
             const int64_t n2 = 2048;
-            const Timing tp = time_it([&] {
-                lib.sgemm(false, true, n2, n2, n2, 1.0f, a.data(), n2, b.data(), n2, 0.0f, c.data(), n2);
-            }, reps);
+            const Timing tp = time_it(
+                [&] { lib.sgemm(false, true, n2, n2, n2, 1.0f, a.data(), n2, b.data(), n2, 0.0f, c.data(), n2); },
+                reps);
             peak[id].push_back(2.0 * n2 * n2 * n2 * 1e-9 / tp.wall);
             // On a shared machine the CPU time is what the load disturbs least: GFLOP/s per busy core × threads.
             peak_cpu[id].push_back(2.0 * n2 * n2 * n2 * 1e-9 / tp.cpu * threads);
@@ -220,14 +221,16 @@ int main(int argc, char** argv) {
                 for (std::size_t gi = 0; gi < ng; ++gi) {
                     const Gemm& g = gemms[gi];
                     const int64_t lda = g.ta ? g.m : g.k, ldb = g.tb ? g.k : g.n;
-                    const Timing t = time_it([&] {
-                        if (mode == 0)
-                            mwb::cpu::split_sgemm(lib.sgemm, g.ta, g.tb, g.m, g.n, g.k, 1.0f, a.data(), lda,
-                                                  b.data(), ldb, g.beta, c.data(), g.n);
-                        else
-                            lib.sgemm(g.ta, g.tb, g.m, g.n, g.k, 1.0f, a.data(), lda, b.data(), ldb, g.beta,
-                                      c.data(), g.n);
-                    }, reps);
+                    const Timing t = time_it(
+                        [&] {
+                            if (mode == 0)
+                                mwb::cpu::split_sgemm(lib.sgemm, g.ta, g.tb, g.m, g.n, g.k, 1.0f, a.data(), lda,
+                                                      b.data(), ldb, g.beta, c.data(), g.n);
+                            else
+                                lib.sgemm(g.ta, g.tb, g.m, g.n, g.k, 1.0f, a.data(), lda, b.data(), ldb, g.beta,
+                                          c.data(), g.n);
+                        },
+                        reps);
                     wall[id][mode][gi].push_back(t.wall);
                     cpu[id][mode][gi].push_back(t.cpu);
                 }
@@ -246,12 +249,13 @@ int main(int argc, char** argv) {
     fmt::print("\nsgemm 2048² NT peak (own threading), median of {} rounds, wall / CPU-time GFLOP/s:\n", rounds);
     for (std::size_t li = 0; li < nl; ++li)
         fmt::print("  {:<9} {:7.1f} / {:7.1f}\n", libs[li].name, median(peak[li]), median(peak_cpu[li]));
-    fmt::print("\nper call: median wall ms, CPU ms, and % of the best peak by wall / by CPU time "
-               "(best peaks {:.1f} / {:.1f} GFLOP/s)\n",
-               best_peak, best_peak_cpu);
+    fmt::print(
+        "\nper call: median wall ms, CPU ms, and % of the best peak by wall / by CPU time "
+        "(best peaks {:.1f} / {:.1f} GFLOP/s)\n",
+        best_peak, best_peak_cpu);
     for (int mode = 0; mode < (split_only ? 1 : 2); ++mode) {
-        fmt::print("\n{}\n{:<20} {:>5} {:>5} {:>5}", mode == 0 ? "split (mwb's cut, single-threaded calls)"
-                                                            : "own (one call, the library's threads)",
+        fmt::print("\n{}\n{:<20} {:>5} {:>5} {:>5}",
+                   mode == 0 ? "split (mwb's cut, single-threaded calls)" : "own (one call, the library's threads)",
                    "GEMM", "m", "n", "k");
         for (const Library& lib : libs) fmt::print(" | {:>30}", lib.name + " wall cpu %w %c");
         fmt::print("\n");
@@ -266,8 +270,8 @@ int main(int argc, char** argv) {
                 const double w = median(wall[li][mode][gi]), cp = median(cpu[li][mode][gi]);
                 step_wall[li] += w * g.per_step;
                 step_cpu[li] += cp * g.per_step;
-                fmt::print(" | {:7.2f} {:7.2f} {:4.0f}% {:4.0f}%", w * 1e3, cp * 1e3, 100 * flops / w * 1e-9 / best_peak,
-                           100 * flops / cp * threads * 1e-9 / best_peak_cpu);
+                fmt::print(" | {:7.2f} {:7.2f} {:4.0f}% {:4.0f}%", w * 1e3, cp * 1e3,
+                           100 * flops / w * 1e-9 / best_peak, 100 * flops / cp * threads * 1e-9 / best_peak_cpu);
             }
             fmt::print("\n");
         }
@@ -281,25 +285,29 @@ int main(int argc, char** argv) {
     if (head_chunks) {
         // Does a narrower column chunk (its slice of the logits stays in L2 between OpenBLAS's zeroing for
         // β = 0 and its kernel) beat mwb's cut? Each width: chunks over 2 threads, single-threaded calls.
-        fmt::print("\nLM head forward {}×{}×{} (β = 0), OpenBLAS, column chunks; median of {} rounds\n", T, V, H, rounds);
+        fmt::print("\nLM head forward {}×{}×{} (β = 0), OpenBLAS, column chunks; median of {} rounds\n", T, V, H,
+                   rounds);
         const std::vector<int64_t> widths = {V / 8, V / 16, 1024, 512, 256};
         std::vector<std::vector<double>> w_ms(widths.size()), c_ms(widths.size());
         for (int r = 0; r < rounds; ++r)
             for (std::size_t wi = 0; wi < widths.size(); ++wi) {
                 const int64_t width = widths[wi], chunks = (V + width - 1) / width;
-                const Timing t = time_it([&] {
+                const Timing t = time_it(
+                    [&] {
 #pragma omp parallel for schedule(static)
-                    for (int64_t i = 0; i < chunks; ++i) {
-                        const int64_t first = i * width, count = std::min(width, V - first);
-                        openblas_sgemm(false, true, T, count, H, 1.0f, a.data(), H, b.data() + first * H, H, 0.0f,
-                                             c.data() + first, V);
-                    }
-                }, reps);
+                        for (int64_t i = 0; i < chunks; ++i) {
+                            const int64_t first = i * width, count = std::min(width, V - first);
+                            openblas_sgemm(false, true, T, count, H, 1.0f, a.data(), H, b.data() + first * H, H, 0.0f,
+                                           c.data() + first, V);
+                        }
+                    },
+                    reps);
                 w_ms[wi].push_back(t.wall * 1e3);
                 c_ms[wi].push_back(t.cpu * 1e3);
             }
         for (std::size_t wi = 0; wi < widths.size(); ++wi)
-            fmt::print("  width {:>5}: {:8.2f} ms wall {:8.2f} ms CPU\n", widths[wi], median(w_ms[wi]), median(c_ms[wi]));
+            fmt::print("  width {:>5}: {:8.2f} ms wall {:8.2f} ms CPU\n", widths[wi], median(w_ms[wi]),
+                       median(c_ms[wi]));
     }
     return 0;
 }
