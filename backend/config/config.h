@@ -60,7 +60,7 @@ struct TrainingConfig {
     std::vector<std::string> rampup_batch_size;  ///< [start, increment, ramp-up samples] of the global batch; empty = off
     std::string step_batch_size_schedule;      ///< "THRESHOLD:BATCH ..." (thresholds in tokens, K/M/B/T); "" = off
     int64_t seed = 1234;                       ///< seeds init, dropout, data order
-    double lr = kLrNotGiven;                ///< peak learning rate (0 is legal: Megatron-LM trains with it)
+    double lr = kLrNotGiven;                   ///< peak learning rate (0 is legal: Megatron-LM trains with it)
     double min_lr = 0;                      ///< floor of the decay
     int64_t lr_warmup_iters = 0;               ///< linear warm-up from lr_warmup_init
     int64_t lr_warmup_samples = 0;             ///< the same in samples (sample-based training)

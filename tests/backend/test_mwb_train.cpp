@@ -219,8 +219,9 @@ private slots:
 
     void lr_zero_trains_and_only_a_missing_lr_is_required() {
         // Megatron-LM accepts --lr 0; "lr is required" is for a run without --lr.
-        const QStringList model = {"--num-layers", "1", "--hidden-size", "32", "--num-attention-heads", "2",
-                                   "--seq-length", "16", "--train-iters", "1", "--mock-data"};
+        const QStringList model = {"--num-layers",          "1", "--hidden-size", "32",
+                                   "--num-attention-heads", "2", "--seq-length",  "16",
+                                   "--train-iters",         "1", "--mock-data"};
         const auto j = print_config(model + QStringList{"--lr", "0"});
         QVERIFY(!j.is_null());
         QCOMPARE(j.at("lr").get<double>(), 0.0);
