@@ -10,6 +10,7 @@
 //   - the same seed gives the same tokens, another seed others; EOS stops a row; streamed text holds
 //     back an unfinished UTF-8 character.
 #include "backend/data/byte_tokenizer.h"
+#include "backend/data/null_tokenizer.h"
 #include "backend/generate/generation.h"
 #include "backend/model/gpt_model.h"
 #include "mwb/kernels/error.h"
@@ -336,6 +337,27 @@ private slots:
         QCOMPARE(s.push(0xF0), std::string());
         QCOMPARE(s.flush(), std::string("\xF0"));
         QCOMPARE(valid_utf8("ok\xF0"), std::string("ok\xEF\xBF\xBD"));
+    }
+
+    void text_stream_continues_its_prompt() {
+        // A completion printed after its prompt reads as decode(prompt + completion): the NullTokenizer's
+        // space between prompt and first token comes from decoding them together (alone, "8" has none).
+        const data::NullTokenizer tok(100, 99);
+        const std::vector<int32_t> prompt = {5, 6, 7}, completion = {8, 42, 0};
+        TextStream s(tok, prompt);
+        std::string printed = s.context_text();
+        QCOMPARE(printed, std::string("5 6 7"));
+        for (const int32_t t : completion) printed += s.push(t);
+        printed += s.flush();
+        std::vector<int32_t> all = prompt;
+        all.insert(all.end(), completion.begin(), completion.end());
+        QCOMPARE(printed, tok.decode(all));
+        QCOMPARE(printed, std::string("5 6 7 8 42 0"));
+        // Bytes: an unfinished character at the prompt's end waits for the token that completes it.
+        const data::ByteTokenizer bytes;
+        TextStream b(bytes, std::vector<int32_t>{'a', 0xC3});
+        QCOMPARE(b.context_text(), std::string("a"));
+        QCOMPARE(b.push(0xA9), std::string("\xC3\xA9"));
     }
 };
 
