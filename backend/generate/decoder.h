@@ -9,6 +9,9 @@
 // On the CPU, linear layers split their output rows over the threads, each thread one single-threaded
 // sgemv (one token) or sgemm (several) over its contiguous slice of the weight: decode at batch 1 reads
 // every weight once per token, which is the memory-bandwidth bound docs/performance.md measures against.
+// A decode step (a few rows, whose small ops run on one thread) keeps its threads in one parallel region
+// from the first layer to the logits (a StepTeam): they split each linear layer's rows and the attention's
+// key/value groups, the first thread runs the small ops, and they meet between dependent ops.
 // On CUDA (one process) every step runs as the ops' CUDA kernels (cuBLAS for the linear layers, the
 // cached-attention kernel over the cache on the device); only the logits come back to the host.
 //
@@ -20,6 +23,7 @@
 // shards are gathered over tensor-parallel ranks and broadcast to every stage. So every rank receives
 // the same whole logits, and a sampler run on each of them chooses the same tokens.
 #include "backend/core/memory.h"
+#include "backend/generate/step_team.h"
 #include "backend/model/gpt_dims.h"
 #include "backend/model/param_layout.h"
 #include "backend/model/transformer_layer.h"
@@ -75,17 +79,22 @@ private:
     struct Entry {
         int64_t row, pos;
     };
+    using Member = TeamMember;
     /// The forward of n tokens (entries[i] of token ids[i]); logits for the entries in logit_rows.
     void forward(std::span<const Entry> entries, std::span<const int32_t> ids, std::span<const int64_t> logit_rows,
                  float* logits);
     void norm(float* out, const float* in, const TensorView& w, const TensorView& b, int64_t rows);
     void embed(std::span<const Entry> entries, std::span<const int32_t> ids, float* x);
-    void layer(std::span<const Entry> entries, int64_t slot);
-    void head(std::span<const int64_t> logit_rows, float* logits);
-    /// y (n, out) = x (n, in)·wᵀ + b on the decoder's device (CPU: over linear_threads_ threads).
-    void linear(float* y, const float* x, int64_t n, const TensorView& w, const TensorView& b);
+    void layer(std::span<const Entry> entries, int64_t slot, const Member& m = {});
+    /// RoPE and attention over the cache of layer `slot` for qkv_ into ctx_ (a team: each thread its groups).
+    void attention(std::span<const Entry> entries, int64_t slot, const Member& m);
+    void head(std::span<const int64_t> logit_rows, float* logits, const Member& member = {});
+    /// y (n, out) = x (n, in)·wᵀ + b on the decoder's device (CPU: over linear_threads_ threads; in a
+    /// team, this thread's rows, then the team meets).
+    void linear(float* y, const float* x, int64_t n, const TensorView& w, const TensorView& b, const Member& m = {});
     /// y = x·wᵀ of a row-parallel weight, summed over the tensor-parallel ranks, plus b.
-    void row_parallel(float* y, const float* x, int64_t n, const TensorView& w, const TensorView& b);
+    void row_parallel(float* y, const float* x, int64_t n, const TensorView& w, const TensorView& b,
+                      const Member& m = {});
     /// The entries' token ids, cache rows and positions as I32 tensors (copied to the device on CUDA).
     void stage_indices(std::span<const Entry> entries, std::span<const int32_t> ids);
     TensorView on_device(float* p, std::initializer_list<int64_t> shape) const;

@@ -8,16 +8,20 @@
 //     chi-square at significance 0.001 over 20,000 draws with a fixed seed, and no token outside the
 //     filtered support;
 //   - the same seed gives the same tokens, another seed others; EOS stops a row; streamed text holds
-//     back an unfinished UTF-8 character.
+//     back an unfinished UTF-8 character;
+//   - a decode step's StepTeam lets no thread past a meeting before all have reached it.
 #include "backend/data/byte_tokenizer.h"
 #include "backend/generate/generation.h"
+#include "backend/generate/step_team.h"
 #include "backend/model/gpt_model.h"
 #include "mwb/kernels/error.h"
 #include "mwb/kernels/ops.h"
 
 #include <QtTest>
+#include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <numeric>
 
@@ -185,6 +189,30 @@ private slots:
         const auto b = complete(one, prompts, o);
         ops::set_num_threads(saved);
         for (std::size_t r = 0; r < prompts.size(); ++r) QCOMPARE(a[r].tokens, b[r].tokens);
+    }
+
+    void step_team_meets_every_thread() {
+        // Each round every thread writes its slot, meets, checks every slot holds this round, meets
+        // again (so nobody writes the next round while another still checks). Three threads on this
+        // 2-core machine: some meetings end spinning, others sleeping.
+        constexpr int threads = 3, rounds = 5000;
+        StepTeam team;
+        std::vector<std::atomic<int>> slot(threads);
+        std::atomic<int> wrong{0}, team_size{0};
+#pragma omp parallel num_threads(threads)
+        {
+            const int t = omp_get_thread_num(), n = omp_get_num_threads();
+            if (t == 0) team_size = n;
+            for (int r = 0; r < rounds; ++r) {
+                slot[t].store(r, std::memory_order_relaxed);
+                team.sync(n);
+                for (int u = 0; u < n; ++u)
+                    if (slot[u].load(std::memory_order_relaxed) != r) ++wrong;
+                team.sync(n);
+            }
+        }
+        QCOMPARE(team_size.load(), threads);
+        QCOMPARE(wrong.load(), 0);
     }
 
     void chi2_critical_matches_tables() {
