@@ -1,10 +1,10 @@
 #include "backend/generate/decoder.h"
 
 #include "backend/model/rope.h"
+#include "backend/parallel/communicator.h"
 #include "mwb/kernels/device_runtime.h"
 #include "mwb/kernels/error.h"
 #include "mwb/kernels/ops.h"
-#include "backend/parallel/communicator.h"
 
 #include <cblas.h>
 #include <omp.h>
@@ -54,8 +54,9 @@ RowSlice slice_of(int64_t out, int threads, int t) {
 /// Threads of a linear layer of n rows through w: below ~256K multiply-adds not worth a hand-off, and
 /// at least 64 output rows per thread.
 int linear_threads(int64_t n, const TensorView& w, int threads) {
-    return n * w.dim(0) * w.dim(1) >= (int64_t{1} << 18) ? static_cast<int>(std::clamp<int64_t>(w.dim(0) / 64, 1, threads))
-                                                         : 1;
+    return n * w.dim(0) * w.dim(1) >= (int64_t{1} << 18)
+               ? static_cast<int>(std::clamp<int64_t>(w.dim(0) / 64, 1, threads))
+               : 1;
 }
 
 /// Runs f on the team's first thread, then the team meets (no team: runs f).
@@ -444,10 +445,9 @@ void Decoder::attention(std::span<const Entry> entries, int64_t slot, const Memb
         const OmpThreads attention_threads(cuda ? 1 : linear_threads_);
         const TensorView rows = cuda ? rows_dev_.view({n}) : make_view(rows_.data(), DType::I32, {n});
         const TensorView positions = cuda ? positions_dev_.view({n}) : make_view(positions_.data(), DType::I32, {n});
-        ops::cached_attention_forward(op_, on_device(ctx, {n, heads_ * D}),
-                                      on_device(k_cache, {max_batch_, G, max_len_, D}),
-                                      on_device(v_cache, {max_batch_, G, max_len_, D}), on_device(qkv, {n, W}), rows,
-                                      positions, ap);
+        ops::cached_attention_forward(
+            op_, on_device(ctx, {n, heads_ * D}), on_device(k_cache, {max_batch_, G, max_len_, D}),
+            on_device(v_cache, {max_batch_, G, max_len_, D}), on_device(qkv, {n, W}), rows, positions, ap);
         return;
     }
     // A team: each thread rotates and attends with its key/value groups [g0, g1) of every token, through

@@ -5,8 +5,9 @@
 // the other threads and a sleeping barrier each time, and a sleeping thread takes tens of microseconds
 // to wake (longer on a virtual machine, whose idle vCPU halts). Here the threads stay in one region for
 // the whole step and meet at sync(): each spins for a bounded time (their slices of a layer are equal,
-// so they usually arrive microseconds apart), then sleeps on the counter (std::atomic::wait, a futex),
-// so an oversubscribed machine does not lose a core to spinning.
+// so they usually arrive microseconds apart), then sleeps on the counter (std::atomic::wait, a futex);
+// the bound shrinks while meetings end asleep, so an oversubscribed machine does not lose its cores to
+// spinning.
 #include <atomic>
 #include <cstdint>
 
@@ -25,7 +26,8 @@ public:
 private:
     std::atomic<int> arrived_{0};
     std::atomic<uint32_t> generation_{0};
-    std::atomic<int> sleepers_{0};  // threads in generation_.wait()
+    std::atomic<int> sleepers_{0};          // threads in generation_.wait()
+    std::atomic<int64_t> spin_ns_{50'000};  // how long the next meeting spins (step_team.cpp)
 };
 
 /// One thread of a team (team nullptr: a thread on its own).
