@@ -77,7 +77,7 @@ std::vector<float> full_logits(const GptDims& base, const GptModel& weights, con
     GptModel ref(d, RecomputePolicy{}, DType::F32, ctx, alloc, false);
     std::copy(weights.params().f32(), weights.params().f32() + weights.params().numel(), ref.params().f32());
     std::vector<int32_t> in = tokens;
-    in.push_back(0);                       // the (unused) target of the last position
+    in.push_back(0);  // the (unused) target of the last position
     return ref.forward_logits(in.data());  // (B = 1, S, V)
 }
 
