@@ -257,7 +257,9 @@ void Decoder::forward(std::span<const Entry> entries, std::span<const int32_t> i
 
     // A decode step of one process: one parallel region for all of it (a StepTeam, decoder.h), instead
     // of one per linear layer. Results are those of the regions: the same rows per thread, the same ops.
-    if (!threaded_ops && linear_threads_ > 1 && !groups_.tp && !groups_.pp) {
+    if (!threaded_ops && linear_threads_ > 1 && !groups_.tp && !groups_.pp &&
+        (step_threads_ == StepThreads::Team ||
+         (step_threads_ == StepThreads::Auto && StepTeam::cpus_free_for(linear_threads_)))) {
         embed(entries, ids, x_.f32());
         StepTeam team;
 #pragma omp parallel num_threads(linear_threads_)

@@ -71,6 +71,12 @@ public:
     /// Appends tokens[i] to rows[i] (distinct rows) and writes their logits to logits (n, V; host memory).
     void decode(std::span<const int64_t> rows, std::span<const int32_t> tokens, float* logits);
 
+    /// How a CPU decode step of one process uses its threads: one parallel region for the whole step
+    /// (Team) or one per linear layer (Regions); Auto: Team when the machine has a CPU for each thread
+    /// (StepTeam::cpus_free_for). The logits are the same either way.
+    enum class StepThreads { Auto, Team, Regions };
+    void set_step_threads(StepThreads s) { step_threads_ = s; }
+
     /// Bytes of weights one forward step reads on this rank (every matrix and vector once, the
     /// embedding rows not).
     int64_t weight_bytes_per_step() const;
@@ -109,7 +115,8 @@ private:
     mutable OpContext op_;
     Allocator alloc_;  // of op_.device: weights (CUDA), cache, scratch
     int64_t max_batch_, max_len_;
-    int linear_threads_ = 1;              // CPU threads of this step's linear layers
+    int linear_threads_ = 1;  // CPU threads of this step's linear layers
+    StepThreads step_threads_ = StepThreads::Auto;
     Buffer device_weights_;               // CUDA: a copy of the parameter arena
     std::vector<LayerParams> w_;          // this rank's layers in chunk order
     std::vector<std::size_t> chunk_end_;  // w_ index past each chunk's last layer

@@ -19,6 +19,11 @@ public:
     StepTeam(const StepTeam&) = delete;
     StepTeam& operator=(const StepTeam&) = delete;
 
+    /// Whether `threads` threads would each have a CPU now: the machine's running threads (the
+    /// running count of /proc/loadavg, the caller included) plus the others <= its online CPUs.
+    /// Only then does the team pay: on an oversubscribed machine a team's threads measured slower than
+    /// per-layer regions whose threads sleep at once (docs/performance.md, "Generation").
+    static bool cpus_free_for(int threads);
     /// Waits until all `threads` threads of the region (omp_get_num_threads(): what the region really
     /// got) have called it as often as this one.
     void sync(int threads);
