@@ -19,6 +19,17 @@ endif()
 add_library(mwb_blas INTERFACE)
 target_include_directories(mwb_blas SYSTEM INTERFACE ${MWB_OPENBLAS_INCLUDE_DIR})
 target_link_libraries(mwb_blas INTERFACE ${MWB_OPENBLAS_LIBRARY} OpenMP::OpenMP_CXX)
+# oneDNN's sgemm for the shapes where it measured faster (kernels/cpu/linear.cpp, docs/performance.md).
+# Its OpenMP build runs one thread inside a parallel region, as OpenBLAS does.
+if(MWB_ONEDNN_GEMM)
+  find_path(MWB_DNNL_INCLUDE_DIR oneapi/dnnl/dnnl.h)
+  find_library(MWB_DNNL_LIBRARY dnnl)
+  if(NOT MWB_DNNL_INCLUDE_DIR OR NOT MWB_DNNL_LIBRARY)
+    message(FATAL_ERROR "MWB_ONEDNN_GEMM=ON needs oneDNN: install libdnnl-dev (scripts/setup.sh does)")
+  endif()
+  target_include_directories(mwb_blas SYSTEM INTERFACE ${MWB_DNNL_INCLUDE_DIR})
+  target_link_libraries(mwb_blas INTERFACE ${MWB_DNNL_LIBRARY})
+endif()
 
 find_path(MWB_XXHASH_INCLUDE_DIR xxhash.h REQUIRED)
 find_library(MWB_XXHASH_LIBRARY xxhash REQUIRED)

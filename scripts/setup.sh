@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 packages=(
   cmake g++ make ninja-build pkg-config git
-  libopenblas-openmp-dev libopenmpi-dev openmpi-bin
+  libopenblas-openmp-dev libdnnl-dev libopenmpi-dev openmpi-bin
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev libxxhash-dev libpcre2-dev
   libicu-dev libsentencepiece-dev python3-sentencepiece python3-numpy
   python3-torch python3-zmq

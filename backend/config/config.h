@@ -2,13 +2,16 @@
 // The one configuration of a run, as plain structs grouped by concern. Every field has the name of
 // its Megatron-LM argument (snake_case in JSON, --kebab-case on the command line); the table in
 // fields.cpp binds names to members, documents them, and drives JSON, flags and docs/config.md.
-// Defaults are Megatron-LM's where it has one; what Megatron requires (sizes, lr, train_iters) is 0 here
-// and validation asks for it. The embedded demo is a preset (resources/presets/tiny-cpu-demo.json).
+// Defaults are Megatron-LM's where it has one; what Megatron requires (sizes, train_iters) is 0 here, lr
+// kLrNotGiven, and validation asks for it. The embedded demo is a preset (resources/presets/tiny-cpu-demo.json).
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace mwb {
+
+/// TrainingConfig::lr before --lr (Megatron-LM requires it): a rate is never negative, and 0 is a legal one.
+inline constexpr double kLrNotGiven = -1;
 
 struct ModelConfig {
     int num_layers = 0;                        ///< transformer layers
@@ -57,7 +60,7 @@ struct TrainingConfig {
     std::vector<std::string> rampup_batch_size;  ///< [start, increment, ramp-up samples] of the global batch; empty = off
     std::string step_batch_size_schedule;      ///< "THRESHOLD:BATCH ..." (thresholds in tokens, K/M/B/T); "" = off
     int64_t seed = 1234;                       ///< seeds init, dropout, data order
-    double lr = 0;                          ///< peak learning rate
+    double lr = kLrNotGiven;                   ///< peak learning rate (0 is legal: Megatron-LM trains with it)
     double min_lr = 0;                      ///< floor of the decay
     int64_t lr_warmup_iters = 0;               ///< linear warm-up from lr_warmup_init
     int64_t lr_warmup_samples = 0;             ///< the same in samples (sample-based training)

@@ -100,7 +100,7 @@ const auto kFields = std::to_array<Field>({
               "is the global batch size, so global_batch_size must not be given too.",
               ""),
     MWB_FIELD(training, seed, "Seed of weight init, dropout and data order.", ""),
-    MWB_FIELD(training, lr, "Peak learning rate (required).", ""),
+    MWB_FIELD(training, lr, "Peak learning rate (required; 0 is a legal rate, -1 means not given).", ""),
     MWB_FIELD(training, min_lr, "Learning rate at the end of the decay.", ""),
     MWB_FIELD(training, lr_warmup_iters, "Iterations of linear warm-up from lr_warmup_init to lr.", ""),
     MWB_FIELD(training, lr_warmup_samples, "Samples of linear warm-up (sample-based training).", ""),

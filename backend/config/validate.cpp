@@ -379,11 +379,14 @@ std::vector<ConfigIssue> validate(const Config& c, int world_size) {
         ck.require(t.lr_wsd_decay_samples == 0, "lr_wsd_decay_samples",
                    "lr_wsd_decay_samples is for sample-based training (train_samples); give lr_wsd_decay_iters");
     }
-    if (t.lr == 0) ck.require(false, "lr", "lr is required (--lr X); Megatron-LM has no default");
-    else ck.require(t.lr > 0, "lr", "lr must be positive (got {})", t.lr);
-    ck.require(t.min_lr >= 0 && t.min_lr <= t.lr, "min_lr", "min_lr ({}) must be in [0, lr ({})]", t.min_lr, t.lr);
-    ck.require(t.lr_warmup_init >= 0 && t.lr_warmup_init <= t.lr, "lr_warmup_init",
-               "lr_warmup_init ({}) must be in [0, lr ({})]", t.lr_warmup_init, t.lr);
+    if (t.lr == kLrNotGiven) {
+        ck.require(false, "lr", "lr is required (--lr X); Megatron-LM has no default");
+    } else {
+        ck.require(t.lr >= 0, "lr", "lr must not be negative (got {})", t.lr);
+        ck.require(t.min_lr >= 0 && t.min_lr <= t.lr, "min_lr", "min_lr ({}) must be in [0, lr ({})]", t.min_lr, t.lr);
+        ck.require(t.lr_warmup_init >= 0 && t.lr_warmup_init <= t.lr, "lr_warmup_init",
+                   "lr_warmup_init ({}) must be in [0, lr ({})]", t.lr_warmup_init, t.lr);
+    }
     ck.require(t.lr_warmup_iters >= 0, "lr_warmup_iters", "lr_warmup_iters must not be negative");
     ck.require(t.lr_warmup_samples >= 0, "lr_warmup_samples", "lr_warmup_samples must not be negative");
     ck.require(t.lr_warmup_fraction >= 0 && t.lr_warmup_fraction < 1, "lr_warmup_fraction",

@@ -148,6 +148,13 @@ std::vector<Completion> complete(Decoder& decoder, const std::vector<std::vector
     return out;
 }
 
+TextStream::TextStream(const data::Tokenizer& tokenizer, std::span<const int32_t> context)
+    : tokenizer_(tokenizer), ids_(context.begin(), context.end()) {
+    if (ids_.empty()) return;
+    tokenizer_.decode(ids_, text_);
+    emitted_ = complete_prefix(text_);
+}
+
 std::string TextStream::push(int32_t token) {
     ids_.push_back(token);
     text_.clear();

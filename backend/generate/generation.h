@@ -7,6 +7,7 @@
 #include "backend/generate/sampler.h"
 
 #include <functional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -48,9 +49,14 @@ std::vector<Completion> complete(Decoder& decoder, const std::vector<std::vector
 
 /// Turns one row's tokens into text as they come: each call returns the bytes the new token
 /// completes. Bytes of an unfinished UTF-8 character wait for the next token (the piece is then "").
+/// With a `context` (the prompt's ids), the tokens are decoded after it, so the pieces carry what a
+/// tokenizer puts between the prompt and them (the NullTokenizer's space, SentencePiece's word start):
+/// context_text() followed by every piece is decode(context + tokens).
 class TextStream {
 public:
-    explicit TextStream(const data::Tokenizer& tokenizer) : tokenizer_(tokenizer) {}
+    explicit TextStream(const data::Tokenizer& tokenizer, std::span<const int32_t> context = {});
+    /// The context's text (its complete characters), which the pieces continue.
+    std::string context_text() const { return text_.substr(0, emitted_); }
     std::string push(int32_t token);
     /// Whatever is left (an unfinished character at the end).
     std::string flush();

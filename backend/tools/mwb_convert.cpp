@@ -58,15 +58,9 @@ struct ModelState {
         const char* prefixes[3] = {"param/", "exp_avg/", "exp_avg_sq/"};
         std::vector<CheckpointTensor> out;
         for (int k = 0; k < (with_moments ? 3 : 1); ++k)
-            for (const ParamInfo& p : layout) {
-                CheckpointTensor c;
-                c.name = prefixes[k] + p.name;
-                c.global_shape = p.global_shape;
-                c.shape = p.shape;
-                c.data = c.dest = bases[k] + p.offset;
-                c.padded_rows = role_is_vocabulary(p.role);
-                out.push_back(std::move(c));
-            }
+            for (std::size_t i = 0; i < layout.size(); ++i)
+                for (CheckpointTensor& c : parameter_slices(layout, i, prefixes[k], bases[k] + layout[i].offset))
+                    out.push_back(std::move(c));
         return out;
     }
 };

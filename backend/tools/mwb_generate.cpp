@@ -234,8 +234,10 @@ int run(const Args& a, World& world) {
         // the text is the one --json's batch gives.
         Decoder dec(d, m->model->partition(), m->model->layout(), m->model->params(), m->groups, 1, max_len, device);
         for (std::size_t i = 0; i < prompts.size(); ++i) {
-            out(texts[i]);
-            TextStream stream(*tok);
+            // The prompt as its ids decode, the completion decoded after it: the text printed is
+            // decode(prompt + completion), with the tokenizer's own separator between the two.
+            TextStream stream(*tok, prompts[i]);
+            out(stream.context_text());
             o.first_stream = static_cast<int64_t>(i);
             const auto comps = complete(dec, {prompts[i]}, o, [&](int64_t, int32_t t) { out(stream.push(t)); });
             out(stream.flush() + "\n");

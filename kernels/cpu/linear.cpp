@@ -1,10 +1,14 @@
-// GEMM on OpenBLAS and the linear layer built on it.
+// GEMM on OpenBLAS (and oneDNN for some shapes with MWB_ONEDNN_GEMM; gemm.h) and the linear layer built on it.
 #include "cpu_ops.h"
+#include "gemm.h"
 
 #include "mwb/kernels/error.h"
 
 #include <cblas.h>
 #include <omp.h>
+#if MWB_WITH_ONEDNN
+#include <oneapi/dnnl/dnnl.h>
+#endif
 
 #include <algorithm>
 #include <vector>
@@ -84,38 +88,45 @@ void add_column_sums(float* out, const float* m, int64_t rows, int64_t cols) {
 
 }  // namespace
 
-void matmul(OpContext&, TensorView c, TensorView a, TensorView b, bool trans_a, bool trans_b, float alpha,
-            float beta) {
-    // Shapes were checked by the dispatcher (this is also linear_*'s GEMM); the dtype is the CPU's limit.
-    MWB_CHECK(c.dtype == DType::F32 && a.dtype == DType::F32 && b.dtype == DType::F32,
-              "matmul: the CPU multiplies f32 tensors (16-bit storage is emulated in f32), got c={} a={} b={}",
-              c.describe(), a.describe(), b.describe());
-    const int64_t m = trans_a ? a.dim(1) : a.dim(0);
-    const int64_t k = trans_a ? a.dim(0) : a.dim(1);
-    const int64_t n = trans_b ? b.dim(0) : b.dim(1);
+void blas_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+#if MWB_WITH_ONEDNN
+    // oneDNN's sgemm was faster at config S's y = x·Wᵀ (NT) and at dx = dy·W with an output no wider
+    // than its inner dimension; OpenBLAS at dW = dyᵀ·x (TN) and the wide dx (mwb-bench-blas).
+    if (!trans_a && (trans_b || n <= k)) {
+        const dnnl_status_t status = dnnl_sgemm('N', trans_b ? 'T' : 'N', m, n, k, alpha, a, lda, b,
+                                                ldb, beta, c, ldc);
+        MWB_CHECK(status == dnnl_success, "matmul: oneDNN's sgemm failed (status {}) at m={} n={} k={}",
+                  static_cast<int>(status), m, n, k);
+        return;
+    }
+#endif
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+                static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
+                static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+}
+
+void split_sgemm(SgemmFn sgemm, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                 const float* pa, int64_t lda, const float* pb, int64_t ldb, float beta, float* pc, int64_t ldc) {
     if (m == 0 || n == 0) return;
     const GemmSplit split = plan_gemm_split(m, n, k);
     const bool depth = split.axis == GemmSplit::Axis::Depth, rows = split.axis == GemmSplit::Axis::Rows;
     const int64_t dim = depth ? k : rows ? m : n;
     const int64_t chunk = (dim + split.chunks - 1) / split.chunks;
-    const int64_t lda = a.dim(1), ldb = b.dim(1);
-    const float *pa = a.f32(), *pb = b.f32();
-    float* pc = c.f32();
     float* partial = depth && split.chunks > 1 ? depth_scratch((split.chunks - 1) * m * n) : nullptr;
     const auto run = [&](int64_t i, int64_t first, int64_t count) {
         // A chunk of rows of C is a chunk of rows of op(A); a chunk of columns, one of op(B); a depth
         // chunk, columns of op(A) and rows of op(B). Depth chunk 0 applies beta to C, the others write
-        // their own partial product.
+        // their own partial product (leading dimension n).
         const float* ca = rows ? (trans_a ? pa + first : pa + first * lda)
                                : depth ? (trans_a ? pa + first * lda : pa + first) : pa;
         const float* cb = rows ? pb : (trans_b ? pb + first * ldb : pb + first);
         if (depth) cb = trans_b ? pb + first : pb + first * ldb;
-        float* cc = rows ? pc + first * n : depth ? (i == 0 ? pc : partial + (i - 1) * m * n) : pc + first;
+        const bool own_partial = depth && i > 0;
+        float* cc = rows ? pc + first * ldc : depth ? (i == 0 ? pc : partial + (i - 1) * m * n) : pc + first;
         const int64_t cm = rows ? count : m, cn = rows || depth ? n : count, ck = depth ? count : k;
-        cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-                    static_cast<blasint>(cm), static_cast<blasint>(cn), static_cast<blasint>(ck), alpha, ca,
-                    static_cast<blasint>(lda), cb, static_cast<blasint>(ldb), depth && i > 0 ? 0.0f : beta, cc,
-                    static_cast<blasint>(n));
+        sgemm(trans_a, trans_b, cm, cn, ck, alpha, ca, lda, cb, ldb, own_partial ? 0.0f : beta, cc,
+              own_partial ? n : ldc);
     };
     if (split.chunks == 1) {
         // OpenBLAS (OpenMP build) follows omp_get_max_threads() outside parallel regions: make it 1.
@@ -137,7 +148,7 @@ void matmul(OpContext&, TensorView c, TensorView a, TensorView b, bool trans_a, 
             const int64_t used = (dim + chunk - 1) / chunk;
 #pragma omp for schedule(static)
             for (int64_t r = 0; r < m; ++r) {
-                float* cr = pc + r * n;
+                float* cr = pc + r * ldc;
                 for (int64_t i = 1; i < used; ++i) {
                     const float* pr = partial + (i - 1) * m * n + r * n;
 #pragma omp simd
@@ -146,6 +157,18 @@ void matmul(OpContext&, TensorView c, TensorView a, TensorView b, bool trans_a, 
             }
         }
     }
+}
+
+void matmul(OpContext&, TensorView c, TensorView a, TensorView b, bool trans_a, bool trans_b, float alpha,
+            float beta) {
+    // Shapes were checked by the dispatcher (this is also linear_*'s GEMM); the dtype is the CPU's limit.
+    MWB_CHECK(c.dtype == DType::F32 && a.dtype == DType::F32 && b.dtype == DType::F32,
+              "matmul: the CPU multiplies f32 tensors (16-bit storage is emulated in f32), got c={} a={} b={}",
+              c.describe(), a.describe(), b.describe());
+    const int64_t m = trans_a ? a.dim(1) : a.dim(0);
+    const int64_t k = trans_a ? a.dim(0) : a.dim(1);
+    const int64_t n = trans_b ? b.dim(0) : b.dim(1);
+    split_sgemm(blas_sgemm, trans_a, trans_b, m, n, k, alpha, a.f32(), a.dim(1), b.f32(), b.dim(1), beta, c.f32(), n);
 }
 
 void linear_forward(OpContext& ctx, TensorView y, TensorView x, TensorView w, TensorView bias) {

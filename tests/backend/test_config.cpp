@@ -77,8 +77,9 @@ private slots:
             const nlohmann::json m = nlohmann::json::parse(def);
             const nlohmann::json& v = ours.at(key);
             // Megatron's None is our "not given" value: 0, "" or an empty list (or false for its store_true
-            // flags whose default is None).
-            const bool unset = v == 0 || v == "" || v == false || (v.is_array() && v.empty());
+            // flags whose default is None); lr's is kLrNotGiven, as 0 is a learning rate.
+            const bool unset = v == 0 || v == "" || v == false || (v.is_array() && v.empty()) ||
+                               (key == std::string("lr") && v == kLrNotGiven);
             QVERIFY2(m.is_null() ? unset : v == m, qPrintable(QString("%1: ours %2, Megatron-LM's %3")
                                                                   .arg(key, QString::fromStdString(v.dump()), def)));
         }
@@ -123,6 +124,22 @@ private slots:
         // Nothing that only follows from what is missing (ffn_hidden_size = 4 x 0, lr_decay_iters = 0).
         QVERIFY(!mentions(issues, "ffn_hidden_size", ""));
         QVERIFY(!mentions(issues, "lr_decay_iters", ""));
+    }
+
+    void lr_zero_is_a_learning_rate() {
+        // Megatron-LM trains with --lr 0 (the weights stay where they are): only a missing lr is required.
+        Config c = valid_config();
+        c.training.lr = 0;
+        QVERIFY(validate(c, 1).empty());
+        c.training.lr = -1e-3;
+        const auto issues = validate(c, 1);
+        QVERIFY(mentions(issues, "lr", "must not be negative"));
+        QVERIFY(!mentions(issues, "lr", "required"));
+        c.training.lr = kLrNotGiven;
+        QVERIFY(mentions(validate(c, 1), "lr", "required"));
+        set_field(c, *find_config_field("lr"), "0");
+        QCOMPARE(c.training.lr, 0.0);
+        QVERIFY(validate(c, 1).empty());
     }
 
     void sample_based_training_resolves_as_megatron() {

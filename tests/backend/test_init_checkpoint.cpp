@@ -4,11 +4,14 @@
 // projections of each layer (self_attention.linear_proj, mlp.linear_fc2: Megatron's
 // output_layer_init_method) N(0, init_method_std / sqrt(2L)), norm weights ones, biases zeros.
 // The weights after iteration 1 are the initial ones: Megatron's warm-up learning rate of step 0 is 0
-// (checked from the step record), so AdamW moves nothing. Under TP 2 the assembled tensors must be the
-// single process's, bit for bit (init draws by global element index: docs/architecture.md).
+// (checked from the step record), so AdamW moves nothing. Under TP 2, PP 2, TP 2 x PP 2 and PP 2 with two
+// virtual stages per rank (interleaved) the tensors assembled from the shards and stages must be the single
+// process's, bit for bit: in Megatron a layer's init does not depend on the layout (init draws by global
+// element index and global layer: docs/architecture.md); each assembled layout is also checked against the
+// rule on its own.
 //
 // Bounds (n = the tensor's element count, σ the rule's std, z = 5, a two-sided 6e-7 tail per check,
-// about 1e-4 for the ~200 checks of the suite; the seed is fixed, so a pass is a pass for good):
+// about 1e-4 for the ~200 checks of a layout; the seed is fixed, so a pass is a pass for good):
 //  - mean: x̄ ~ N(0, σ²/n), |x̄| <= z σ / sqrt(n);
 //  - variance: Σx²/σ² ~ χ²(n), by Wilson-Hilferty (Σx²/(nσ²))^(1/3) ~ N(1 - 2/(9n), 2/(9n));
 //  - shape: the sample kurtosis m4/m2² of a normal sample is 3 ± sqrt(24/n) (a uniform or a
@@ -32,7 +35,7 @@ namespace {
 
 constexpr double kZ = 5.0;
 constexpr double kStd = 0.03;  // not Megatron's default 0.02, so a hard-coded 0.02 fails
-constexpr int kLayers = 3;     // sqrt(2L) = 2.45, sqrt(L) = 1.73: a wrong scaling is 30% off
+constexpr int kLayers = 4;     // sqrt(2L) = 2.83, sqrt(L) = 2: a wrong scaling is 29% off; PP 2 takes 2 each
 
 enum class Rule { Ones, Zeros, Normal, ScaledNormal };
 
@@ -76,7 +79,7 @@ QStringList common_args(const std::filesystem::path& dir) {
             "--micro-batch-size",
             "1",
             "--global-batch-size",
-            "1",
+            "2",  // the interleaved schedule needs a multiple of PP 2 micro-batches
             "--init-method-std",
             QString::number(kStd),
             "--seed",
@@ -117,18 +120,36 @@ QStringList llama_args() {
             "320"};
 }
 
+/// A parallel layout of the run; ranks = tp x pp.
+struct Layout {
+    const char* name;
+    int tp = 1, pp = 1, layers_per_virtual_stage = 0;
+    int ranks() const { return tp * pp; }
+};
+
+constexpr Layout kLayouts[] = {
+    {"TP 2", 2, 1, 0},
+    {"PP 2", 1, 2, 0},
+    {"TP 2 x PP 2", 2, 2, 0},
+    {"PP 2 interleaved (2 virtual stages per rank)", 1, 2, 1},
+};
+
 }  // namespace
 
 class TestInitCheckpoint : public QObject {
     Q_OBJECT
 
     /// The parameters of a fresh run's checkpoint, assembled into global tensors.
-    GlobalTensors fresh(int tp, bool llama, const TempDir& dir) {
+    GlobalTensors fresh(const Layout& layout, bool llama, const TempDir& dir) {
         QStringList args = common_args(dir.path());
         if (llama) args += llama_args();
-        if (tp > 1) args += QStringList{"--tensor-model-parallel-size", QString::number(tp)};
+        args += QStringList{"--tensor-model-parallel-size", QString::number(layout.tp),
+                            "--pipeline-model-parallel-size", QString::number(layout.pp)};
+        if (layout.layers_per_virtual_stage > 0)
+            args += QStringList{"--num-layers-per-virtual-pipeline-stage",
+                                QString::number(layout.layers_per_virtual_stage)};
         QString log;
-        const int rc = run_train(tp, args, log);
+        const int rc = run_train(layout.ranks(), args, log);
         if (rc != 0) qWarning("%s", qPrintable(log));
         if (rc != 0) return {};
         const auto steps = records(dir.path() / "run", "step");
@@ -213,18 +234,25 @@ private slots:
     }
     void fresh_checkpoint_follows_megatrons_rule() {
         QFETCH(bool, llama);
-        TempDir one, two;
-        const GlobalTensors single = fresh(1, llama, one);
+        TempDir one;
+        const GlobalTensors single = fresh(Layout{"one process"}, llama, one);
         QVERIFY2(!single.empty(), "the single-process run failed or moved the weights at iteration 1");
         check_rule(single, llama);
         if (QTest::currentTestFailed()) return;
-        // TP 2: each rank draws its shard; assembled, the tensors are the single process's.
-        const GlobalTensors sharded = fresh(2, llama, two);
-        QVERIFY2(!sharded.empty(), "the TP 2 run failed or moved the weights at iteration 1");
-        QCOMPARE(sharded.size(), single.size());
-        for (const auto& [name, t] : single) {
-            QVERIFY2(sharded.contains(name), name.c_str());
-            QVERIFY2(sharded.at(name) == t, qPrintable(QString::fromStdString(name) + ": TP 2 differs from TP 1"));
+        // Each rank draws its shard of its stages' layers; assembled, the tensors are the single process's.
+        for (const Layout& layout : kLayouts) {
+            TempDir dir;
+            const GlobalTensors assembled = fresh(layout, llama, dir);
+            const QString where = QString(layout.name) + ": ";
+            QVERIFY2(!assembled.empty(), qPrintable(where + "the run failed or moved the weights at iteration 1"));
+            QCOMPARE(assembled.size(), single.size());
+            for (const auto& [name, t] : single) {
+                QVERIFY2(assembled.contains(name), qPrintable(where + QString::fromStdString(name) + " is missing"));
+                QVERIFY2(assembled.at(name) == t,
+                         qPrintable(where + QString::fromStdString(name) + " differs from the single process's"));
+            }
+            check_rule(assembled, llama);
+            if (QTest::currentTestFailed()) return;
         }
     }
 };

@@ -217,6 +217,26 @@ private slots:
         QCOMPARE(j["seed"], 7);  // the list ends at the next flag
     }
 
+    void lr_zero_trains_and_only_a_missing_lr_is_required() {
+        // Megatron-LM accepts --lr 0; "lr is required" is for a run without --lr.
+        const QStringList model = {"--num-layers",          "1", "--hidden-size", "32",
+                                   "--num-attention-heads", "2", "--seq-length",  "16",
+                                   "--train-iters",         "1", "--mock-data"};
+        const auto j = print_config(model + QStringList{"--lr", "0"});
+        QVERIFY(!j.is_null());
+        QCOMPARE(j.at("lr").get<double>(), 0.0);
+        mwb::test::TempDir t;
+        const Result zero = run(tiny(t / "zero") + QStringList{"--lr", "0", "--min-lr", "0", "--train-iters", "2"});
+        QVERIFY2(zero.code == 0, qPrintable(zero.err));
+        QCOMPARE(lines(t / "zero" / "metrics.jsonl"), 2);
+        const Result missing = run(model + QStringList{"--run-dir", QString::fromStdString(t.path().string())});
+        QVERIFY2(missing.code == 2 && missing.err.contains("lr is required (--lr X)"), qPrintable(missing.err));
+        const Result negative =
+            run(model + QStringList{"--lr", "-0.5", "--run-dir", QString::fromStdString(t.path().string())});
+        QVERIFY2(negative.code == 2 && negative.err.contains("lr must not be negative (got -0.5)"),
+                 qPrintable(negative.err));
+    }
+
     void parse_errors_exit_2_with_a_suggestion() {
         const Result misspelt = run({"--num-layer", "3"});
         QCOMPARE(misspelt.code, 2);

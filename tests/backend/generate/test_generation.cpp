@@ -13,6 +13,7 @@
 //     run as one parallel region per linear layer, and StepTeam lets no thread past a meeting before
 //     all have reached it.
 #include "backend/data/byte_tokenizer.h"
+#include "backend/data/null_tokenizer.h"
 #include "backend/generate/generation.h"
 #include "backend/generate/step_team.h"
 #include "backend/model/gpt_model.h"
@@ -423,6 +424,27 @@ private slots:
         QCOMPARE(s.push(0xF0), std::string());
         QCOMPARE(s.flush(), std::string("\xF0"));
         QCOMPARE(valid_utf8("ok\xF0"), std::string("ok\xEF\xBF\xBD"));
+    }
+
+    void text_stream_continues_its_prompt() {
+        // A completion printed after its prompt reads as decode(prompt + completion): the NullTokenizer's
+        // space between prompt and first token comes from decoding them together (alone, "8" has none).
+        const data::NullTokenizer tok(100, 99);
+        const std::vector<int32_t> prompt = {5, 6, 7}, completion = {8, 42, 0};
+        TextStream s(tok, prompt);
+        std::string printed = s.context_text();
+        QCOMPARE(printed, std::string("5 6 7"));
+        for (const int32_t t : completion) printed += s.push(t);
+        printed += s.flush();
+        std::vector<int32_t> all = prompt;
+        all.insert(all.end(), completion.begin(), completion.end());
+        QCOMPARE(printed, tok.decode(all));
+        QCOMPARE(printed, std::string("5 6 7 8 42 0"));
+        // Bytes: an unfinished character at the prompt's end waits for the token that completes it.
+        const data::ByteTokenizer bytes;
+        TextStream b(bytes, std::vector<int32_t>{'a', 0xC3});
+        QCOMPARE(b.context_text(), std::string("a"));
+        QCOMPARE(b.push(0xA9), std::string("\xC3\xA9"));
     }
 };
 
