@@ -1,7 +1,9 @@
 // Decode and prefill speed of the generation engine (backend/generate/) on the CPU, against the
 // memory-bandwidth bound of decoding: one decode step reads every weight once, so tokens/s at batch 1
 // cannot exceed (copy bandwidth) / (weight bytes per step). Both are measured in the same run, with
-// the sgemm peak as the compute reference. Random weights (the speed does not depend on them).
+// the sgemm peak as the compute reference. Random weights (the speed does not depend on them). Each
+// decode runs with a step's threads as one team and as one parallel region per linear layer
+// (Decoder::StepThreads), alternating within each repetition.
 //   mwb-bench-generate [--model gpt2-124m|llama-1b|all] [--prompt 128] [--new 16] [--reps 3] [--batch 1 8]
 #include "backend/generate/generation.h"
 #include "backend/model/gpt_model.h"
@@ -101,7 +103,8 @@ double measure_bandwidth() {
     return bw;
 }
 
-void bench(const char* name, GptDims d, int64_t prompt, int64_t new_tokens, int reps, const std::vector<int64_t>& batches) {
+void bench(const char* name, GptDims d, int64_t prompt, int64_t new_tokens, int reps,
+           const std::vector<int64_t>& batches) {
     d.seq = 1;
     d.micro_batch = 1;
     OpContext ctx;
@@ -117,27 +120,38 @@ void bench(const char* name, GptDims d, int64_t prompt, int64_t new_tokens, int 
         std::vector<std::vector<int32_t>> prompts(static_cast<std::size_t>(batch), std::vector<int32_t>(prompt));
         for (int64_t b = 0; b < batch; ++b)
             for (int64_t i = 0; i < prompt; ++i) prompts[b][i] = static_cast<int32_t>((b * 7919 + i * 104729) % 50000);
-        std::vector<double> prefill, decode;
+        // Each repetition decodes with every way of threading a step (Decoder::StepThreads), one after
+        // the other, so that they are compared under the same machine load.
+        const std::vector<std::pair<const char*, Decoder::StepThreads>> modes = {
+            {"team", Decoder::StepThreads::Team}, {"regions", Decoder::StepThreads::Regions}};
+        std::vector<double> prefill;
+        std::vector<std::vector<double>> decode(modes.size());
         std::vector<float> logits(static_cast<std::size_t>(d.vocab));
         for (int rep = 0; rep < reps; ++rep) {
-            // Prefill alone (row 0), then the whole generation; decode = generation minus prefills.
-            dec.reset(0);
-            auto t0 = Clock::now();
-            dec.prefill(0, prompts[0], logits.data());
-            const double p = since(t0);
-            prefill.push_back(p);
-            t0 = Clock::now();
-            const auto out = complete(dec, prompts, o);
-            const double all = since(t0);
-            decode.push_back(static_cast<double>(batch * new_tokens - batch) / std::max(1e-9, all - batch * p));
+            for (std::size_t k = 0; k < modes.size(); ++k) {
+                dec.set_step_threads(modes[k].second);
+                // Prefill alone (row 0), then the whole generation; decode = generation minus prefills.
+                dec.reset(0);
+                auto t0 = Clock::now();
+                dec.prefill(0, prompts[0], logits.data());
+                const double p = since(t0);
+                prefill.push_back(p);
+                t0 = Clock::now();
+                const auto out = complete(dec, prompts, o);
+                const double all = since(t0);
+                decode[k].push_back(static_cast<double>(batch * new_tokens - batch) / std::max(1e-9, all - batch * p));
+            }
         }
         const double now = measure_bandwidth();
         const double bytes = static_cast<double>(dec.weight_bytes_per_step());
         const double bound = best_bandwidth / bytes;
-        const double tps = median(decode);
-        fmt::print("| {} | {} | {:.1f} | {:.2f} | {:.1f} | {:.2f} ({:.2f} GB/s best, {:.2f} now) | {:.0f} % |\n", name,
-                   batch, static_cast<double>(prompt) / median(prefill), bytes / 1e9, tps, bound, best_bandwidth / 1e9,
-                   now / 1e9, batch == 1 ? 100.0 * tps / bound : 100.0 * tps / batch / bound);
+        for (std::size_t k = 0; k < modes.size(); ++k) {
+            const double tps = median(decode[k]);
+            fmt::print(
+                "| {} | {} | {} | {:.1f} | {:.2f} | {:.1f} | {:.2f} ({:.2f} GB/s best, {:.2f} now) | {:.0f} % |\n",
+                name, batch, modes[k].first, static_cast<double>(prompt) / median(prefill), bytes / 1e9, tps, bound,
+                best_bandwidth / 1e9, now / 1e9, batch == 1 ? 100.0 * tps / bound : 100.0 * tps / batch / bound);
+        }
         std::fflush(stdout);
     }
 }
@@ -161,9 +175,10 @@ int main(int argc, char** argv) {
                omp_get_max_threads(), bw / 1e9, peak / 1e9);
     std::fflush(stdout);
     fmt::print(
-        "| model | batch | prefill tok/s | weight GB/step | decode tok/s | bound tok/s (batch 1) | of bound per step "
-        "|\n");
-    fmt::print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+        "| model | batch | decode step | prefill tok/s | weight GB/step | decode tok/s | bound tok/s (batch 1) | of "
+        "bound "
+        "per step |\n");
+    fmt::print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n");
     if (which != "llama-1b") bench("GPT-2 124M", gpt2_124m(), prompt, new_tokens, reps, batches);
     if (which != "gpt2-124m") bench("Llama 1B", llama_1b(), prompt, new_tokens, reps, batches);
     return 0;

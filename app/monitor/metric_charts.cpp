@@ -3,6 +3,7 @@
 #include "app/core/format.h"
 #include "app/core/theme.h"
 #include "app/plot/stacked_bar.h"
+#include "mwb/ipc/metrics.h"
 
 #include <QCheckBox>
 #include <QComboBox>
@@ -15,10 +16,43 @@
 #include <QVBoxLayout>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 namespace mwb::app {
 
+namespace {
+
+// A built-in series' texts from its metric-table row (ipc/metrics.cpp: title, value axis, legend line).
+QString text(std::string_view s) {
+    return QObject::tr(std::string(s).c_str());
+}
+QString chart_title(SeriesId s) {
+    return text(ipc::chart_title(ipc::metric_of_series(s)));
+}
+QString axis_title(SeriesId s) {
+    return text(ipc::metric_of_series(s).chart.axis);
+}
+QString line_name(SeriesId s) {
+    return text(ipc::chart_line(ipc::metric_of_series(s)));
+}
+
+}  // namespace
+
+const std::vector<SeriesId>& MetricCharts::seriesOf(Chart c) {
+    using S = SeriesId;
+    static const std::array<std::vector<SeriesId>, ChartCount> drawn = {{
+        {S::Loss, S::ValLoss},                      // LossChart
+        {S::Lr},                                    // LrChart
+        {S::GradNorm},                              // GradNormChart
+        {S::LossScale},                             // LossScaleChart
+        {S::TokensPerSec},                          // ThroughputChart
+        {S::Tflops},                                // TflopsChart
+        {S::Compute, S::Communication, S::Bubble},  // StepTimeChart
+        {S::IterationTime},                         // IterationTimeChart
+    }};
+    return drawn[static_cast<std::size_t>(c)];
+}
 
 double peak_tflops(const RunTraces& t) {
     if (t.start && t.start->config.is_object()) {
@@ -87,44 +121,44 @@ MetricCharts::MetricCharts(RunTraces& traces, QWidget* parent) : QWidget(parent)
     grid->setSpacing(4);
     outer->addLayout(grid, 1);
 
-    PlotView* loss = add(LossChart, tr("Loss"), tr("nats/token"));
-    const int train_line = loss->addLine(tr("train"), themed_line(0, 2.0));
+    // titles, axes and legend names are the metric table's (seriesOf: which rows each chart draws)
+    PlotView* loss = add(LossChart);
+    const int train_line = loss->addLine(line_name(SeriesId::Loss), themed_line(0, 2.0));
     PlotView::LineStyle val_style = themed_line(1, 1.8);
     val_style.markers = true;
     val_style.smooth = false;  // a few points, each an average already
-    const int val_line = loss->addLine(tr("validation"), val_style);
+    const int val_line = loss->addLine(line_name(SeriesId::ValLoss), val_style);
     loss->setTrace(train_line, &traces_[SeriesId::Loss]);
     loss->setTrace(val_line, &traces_[SeriesId::ValLoss]);
     loss->setEmptyText(tr("Waiting for the first step…"));
 
-    const auto single = [this](Chart c, const QString& title, const QString& y, SeriesId s, int color,
-                               bool smooth = true) {
-        PlotView* p = add(c, title, y);
+    const auto single = [this](Chart c, int color, bool smooth = true) {
+        PlotView* p = add(c);
         PlotView::LineStyle style = themed_line(color, 1.6);
         style.smooth = smooth;
-        p->setTrace(p->addLine(title, style), &traces_[s]);
+        const SeriesId s = seriesOf(c).front();
+        p->setTrace(p->addLine(line_name(s), style), &traces_[s]);
         return p;
     };
-    single(LrChart, tr("Learning rate"), {}, SeriesId::Lr, 2, false);  // a schedule: exact, not noisy
-    single(GradNormChart, tr("Gradient norm"), {}, SeriesId::GradNorm, 3);
-    single(LossScaleChart, tr("Loss scale"), {}, SeriesId::LossScale, 4, false);
-    single(ThroughputChart, tr("Tokens/s"), tr("trained tokens/s"), SeriesId::TokensPerSec, 5);
-    single(IterationTimeChart, tr("Iteration time"), tr("s (wall, mean per record)"), SeriesId::IterationTime, 7);
-    single(TflopsChart, tr("TFLOP/s per device"), tr("model TFLOP/s"), SeriesId::Tflops, 6);
+    single(LrChart, 2, false);  // a schedule: exact, not noisy
+    single(GradNormChart, 3);
+    single(LossScaleChart, 4, false);
+    single(ThroughputChart, 5);
+    single(IterationTimeChart, 7);
+    single(TflopsChart, 6);
 
     // step time: the slowest rank's compute / communication / bubble, stacked, and the newest step
     auto* step_box = new QWidget;
     auto* step_layout = new QVBoxLayout(step_box);
     step_layout->setContentsMargins(0, 0, 0, 0);
-    charts_[StepTimeChart] = new PlotView(tr("Step time"));
-    charts_[StepTimeChart]->setObjectName(QStringLiteral("chart.step"));
-    charts_[StepTimeChart]->setYTitle(tr("s/iteration"));
-    charts_[StepTimeChart]->setTrace(charts_[StepTimeChart]->addArea(tr("compute"), compute_color()),
-                                     &traces_[SeriesId::Compute]);
-    charts_[StepTimeChart]->setTrace(charts_[StepTimeChart]->addArea(tr("communication"), communication_color()),
-                                     &traces_[SeriesId::Communication]);
-    charts_[StepTimeChart]->setTrace(charts_[StepTimeChart]->addArea(tr("bubble"), bubble_color()),
-                                     &traces_[SeriesId::Bubble]);
+    PlotView* step = new PlotView(chart_title(SeriesId::Compute));
+    charts_[StepTimeChart] = step;
+    step->setObjectName(QStringLiteral("chart.step"));
+    step->setYTitle(axis_title(SeriesId::Compute));
+    step->setTrace(step->addArea(line_name(SeriesId::Compute), compute_color()), &traces_[SeriesId::Compute]);
+    step->setTrace(step->addArea(line_name(SeriesId::Communication), communication_color()),
+                   &traces_[SeriesId::Communication]);
+    step->setTrace(step->addArea(line_name(SeriesId::Bubble), bubble_color()), &traces_[SeriesId::Bubble]);
     charts_[StepTimeChart]->setEmptyText(tr("No per-rank timing yet"));
     step_layout->addWidget(charts_[StepTimeChart], 1);
     step_bar_ = new StackedBar;
@@ -167,11 +201,12 @@ MetricCharts::MetricCharts(RunTraces& traces, QWidget* parent) : QWidget(parent)
     setSmoothing(0.6);  // TensorBoard's default
 }
 
-PlotView* MetricCharts::add(Chart c, const QString& title, const QString& y_title) {
-    auto* p = new PlotView(title);
+PlotView* MetricCharts::add(Chart c) {
+    const SeriesId first = seriesOf(c).front();
+    auto* p = new PlotView(chart_title(first));
     p->setObjectName(QStringLiteral("chart.%1").arg(c));
     p->setXTitle(tr("iteration"));
-    if (!y_title.isEmpty()) p->setYTitle(y_title);
+    if (const QString y = axis_title(first); !y.isEmpty()) p->setYTitle(y);
     charts_[c] = p;
     return p;
 }
@@ -341,8 +376,9 @@ void MetricCharts::refresh() {
     if (peak > 0 && peak != (mfu_factor_ > 0 ? 1 / mfu_factor_ : 0)) {
         mfu_factor_ = 1 / peak;
         // MFU = TFLOP/s / peak: a right axis with the same lines, in percent
-        charts_[TflopsChart]->setRightMirror(tr("MFU (peak %1 TFLOP/s)").arg(format_value(peak)), 100 * mfu_factor_,
-                                             QStringLiteral("%"));
+        charts_[TflopsChart]->setRightMirror(
+            tr("%1 (peak %2 TFLOP/s)").arg(text(ipc::metric_of_series(SeriesId::Mfu).label), format_value(peak)),
+            100 * mfu_factor_, QStringLiteral("%"));
     }
     if (x_ == XAxis::WallTime) applyXAxis();  // seconds become minutes as the run grows
     bindCustom();
@@ -356,9 +392,9 @@ void MetricCharts::refresh() {
             comm = std::max(comm, r.communication);
             bubble = std::max(bubble, r.bubble);
         }
-        step_bar_->setSegments({{tr("compute"), compute, compute_color()},
-                                {tr("communication"), comm, communication_color()},
-                                {tr("bubble"), bubble, bubble_color()}},
+        step_bar_->setSegments({{line_name(SeriesId::Compute), compute, compute_color()},
+                                {line_name(SeriesId::Communication), comm, communication_color()},
+                                {line_name(SeriesId::Bubble), bubble, bubble_color()}},
                                [](double s) { return format_duration(s); });
     } else if (!step_bar_->segments().empty()) {
         step_bar_->setSegments({}, [](double s) { return format_duration(s); });

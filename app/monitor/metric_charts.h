@@ -53,6 +53,9 @@ public:
     void setLogLoss(bool on);
     bool logLoss() const;
     PlotView* chart(Chart c) const { return charts_[c]; }
+    /// The metric table's series chart `c` draws, in legend order (its title, value axis and line
+    /// names are those rows': ipc::chart_title, ChartText::axis, ipc::chart_line).
+    static const std::vector<SeriesId>& seriesOf(Chart c);
     /// The charts' last paints together (ms): the owner paces its redraws by it.
     double lastPaintMs() const;
 
@@ -77,7 +80,7 @@ signals:
     void arrangementChanged();
 
 private:
-    PlotView* add(Chart c, const QString& title, const QString& y_title);
+    PlotView* add(Chart c);  // titled from the metric table's row of its first series
     void applyXAxis();
     void layoutCustom();
     void bindCustom();

@@ -239,6 +239,10 @@ void PlotView::setYTitle(const QString& title) {
     y_axis_->setTitleText(title);
 }
 
+QString PlotView::yTitle() const {
+    return y_axis_->titleText();
+}
+
 void PlotView::setXMap(const Trace* map, double offset) {
     if (map == x_map_ && (map ? offset : 0) == x_offset_) return;
     x_map_ = map;

@@ -76,6 +76,7 @@ public:
     void setXTitle(const QString& title);
     void setYTitle(const QString& title);
     QString xTitle() const;
+    QString yTitle() const;
     /// Maps iteration (the traces' x) to the shown x (tokens, seconds) through a monotone trace of
     /// (iteration, x), minus `offset`; nullptr shows iterations. Zoom ranges are in shown units.
     void setXMap(const Trace* map, double offset = 0);

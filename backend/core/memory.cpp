@@ -13,18 +13,6 @@ constexpr int64_t kAlignment = 64;
 int64_t rounded(int64_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
 }  // namespace
 
-std::string_view category_name(MemCategory c) {
-    switch (c) {
-    case MemCategory::Weights: return "weights";
-    case MemCategory::Gradients: return "gradients";
-    case MemCategory::Optimizer: return "optimizer";
-    case MemCategory::Activations: return "activations";
-    case MemCategory::Workspace: return "workspace";
-    case MemCategory::Data: return "data";
-    }
-    return "?";
-}
-
 Allocator::~Allocator() {
     try {
         empty_cache();

@@ -2,6 +2,7 @@
 // Tracked memory: every buffer the engine allocates (weights, gradients, optimizer state, activations,
 // workspace, data) is counted by category, so current and peak bytes are known at any time. These
 // figures are the "per-GPU memory" that telemetry publishes and the planner predicts.
+#include "mwb/ipc/memory_categories.h"
 #include "mwb/kernels/tensor.h"
 
 #include <array>
@@ -14,9 +15,12 @@
 
 namespace mwb {
 
-enum class MemCategory : uint8_t { Weights, Gradients, Optimizer, Activations, Workspace, Data };
-inline constexpr int kMemCategories = 6;
-std::string_view category_name(MemCategory c);
+/// The categories are the wire's (ipc/memory_categories.h): one enum, one list of names.
+using MemCategory = ipc::MemoryCategory;
+inline constexpr int kMemCategories = static_cast<int>(ipc::kMemoryCategoryCount);
+inline constexpr std::string_view category_name(MemCategory c) {
+    return ipc::memory_category_name(c);
+}
 
 struct MemoryStats {
     std::array<int64_t, kMemCategories> current{};  ///< bytes of live tensors now, per category (exact sizes)

@@ -1,10 +1,10 @@
 #include "backend/generate/decoder.h"
 
 #include "backend/model/rope.h"
+#include "backend/parallel/communicator.h"
 #include "mwb/kernels/device_runtime.h"
 #include "mwb/kernels/error.h"
 #include "mwb/kernels/ops.h"
-#include "backend/parallel/communicator.h"
 
 #include <cblas.h>
 #include <omp.h>
@@ -49,6 +49,21 @@ RowSlice slice_of(int64_t out, int threads, int t) {
     const int64_t per = (out / threads + 15) / 16 * 16;
     const int64_t first = std::min(out, t * per);
     return {first, t + 1 == threads ? out : std::min(out, first + per)};
+}
+
+/// Threads of a linear layer of n rows through w: below ~256K multiply-adds not worth a hand-off, and
+/// at least 64 output rows per thread.
+int linear_threads(int64_t n, const TensorView& w, int threads) {
+    return n * w.dim(0) * w.dim(1) >= (int64_t{1} << 18)
+               ? static_cast<int>(std::clamp<int64_t>(w.dim(0) / 64, 1, threads))
+               : 1;
+}
+
+/// Runs f on the team's first thread, then the team meets (no team: runs f).
+template <class Member, class F>
+void on_first(const Member& m, F&& f) {
+    if (m.thread == 0) f();
+    if (m.team) m.team->sync(m.threads);
 }
 
 /// Sets the OpenMP thread count for its lifetime (the ops read it), restoring it when it goes.
@@ -236,8 +251,26 @@ void Decoder::forward(std::span<const Entry> entries, std::span<const int32_t> i
     // parallel region would open a nested one, which costs as much: docs/performance.md.)
     linear_threads_ =
         cuda || n * weight_bytes_per_step() / 4 < (int64_t{1} << 21) ? 1 : std::max(1, omp_get_max_threads());
-    const OmpThreads step(cuda || n * ffn_ >= (int64_t{1} << 16) ? linear_threads_ : 1);
+    const bool threaded_ops = cuda || n * ffn_ >= (int64_t{1} << 16);
+    const OmpThreads step(threaded_ops ? linear_threads_ : 1);
     stage_indices(entries, ids);
+
+    // A decode step of one process: one parallel region for all of it (a StepTeam, decoder.h), instead
+    // of one per linear layer. Results are those of the regions: the same rows per thread, the same ops.
+    if (!threaded_ops && linear_threads_ > 1 && !groups_.tp && !groups_.pp &&
+        (step_threads_ == StepThreads::Team ||
+         (step_threads_ == StepThreads::Auto && StepTeam::cpus_free_for(linear_threads_)))) {
+        embed(entries, ids, x_.f32());
+        StepTeam team;
+#pragma omp parallel num_threads(linear_threads_)
+        {
+            const Member m{&team, omp_get_thread_num(), omp_get_num_threads()};
+            for (std::size_t slot = 0; slot < w_.size(); ++slot) layer(entries, static_cast<int64_t>(slot), m);
+            if (partition_.head) head(logit_rows, logits, m);
+        }
+        for (const Entry& e : entries) lengths_[static_cast<std::size_t>(e.row)] = std::max(length(e.row), e.pos + 1);
+        return;
+    }
 
     // Virtual stage k (chunk k / P of stage k % P) runs after stage k - 1 and hands its residual
     // stream to stage k + 1; with one stage that is just chunk after chunk.
@@ -310,16 +343,22 @@ void Decoder::embed(std::span<const Entry> entries, std::span<const int32_t> ids
         }
 }
 
-void Decoder::linear(float* y, const float* x, int64_t n, const TensorView& w, const TensorView& b) {
+void Decoder::linear(float* y, const float* x, int64_t n, const TensorView& w, const TensorView& b, const Member& m) {
     if (op_.device == Device::CUDA)
         return ops::linear_forward(op_, on_device(y, {n, w.dim(0)}), on_device(const_cast<float*>(x), {n, w.dim(1)}), w,
                                    b);
-    // The output rows over the threads (below ~256K multiply-adds, not worth a hand-off): one parallel
-    // region, each thread one single-threaded BLAS call on its contiguous rows of w.
+    // The output rows over the threads: each thread one single-threaded BLAS call on its contiguous rows
+    // of w (in a team the threads are already running; otherwise one parallel region).
     const int64_t out = w.dim(0);
-    const int threads = n * out * w.dim(1) >= (int64_t{1} << 18)
-                            ? static_cast<int>(std::clamp<int64_t>(out / 64, 1, linear_threads_))
-                            : 1;
+    if (m.team) {
+        const int threads = linear_threads(n, w, m.threads);
+        if (m.thread < threads) {
+            const RowSlice s = slice_of(out, threads, m.thread);
+            linear_rows(y, x, n, w, b, s.first, s.last);
+        }
+        return m.team->sync(m.threads);
+    }
+    const int threads = linear_threads(n, w, linear_threads_);
     if (threads == 1) return linear_rows(y, x, n, w, b, 0, out);
 #pragma omp parallel num_threads(threads)
     {
@@ -344,8 +383,9 @@ void Decoder::stage_indices(std::span<const Entry> entries, std::span<const int3
     device::copy_to_device(positions_dev_.data(), positions_.data(), bytes);
 }
 
-void Decoder::row_parallel(float* y, const float* x, int64_t n, const TensorView& w, const TensorView& b) {
-    if (!groups_.tp) return linear(y, x, n, w, b);
+void Decoder::row_parallel(float* y, const float* x, int64_t n, const TensorView& w, const TensorView& b,
+                           const Member& m) {
+    if (!groups_.tp) return linear(y, x, n, w, b, m);
     linear(y, x, n, w, {});
     groups_.tp->all_reduce_sum(y, n * d_.hidden);
     if (b.empty()) return;
@@ -357,10 +397,37 @@ void Decoder::row_parallel(float* y, const float* x, int64_t n, const TensorView
     }
 }
 
-void Decoder::layer(std::span<const Entry> entries, int64_t slot) {
-    const int64_t n = static_cast<int64_t>(entries.size()), H = d_.hidden, W = qkv_rows_;
+void Decoder::layer(std::span<const Entry> entries, int64_t slot, const Member& m) {
+    // In a team the first thread runs the small ops and every thread meets after each op (on_first,
+    // linear); the final residual add needs no meeting: the next layer's norm runs on the same thread.
+    const int64_t n = static_cast<int64_t>(entries.size()), H = d_.hidden;
     float *x = x_.f32(), *x2 = x2_.f32(), *ln = ln_.f32(), *qkv = qkv_.f32(), *ctx = ctx_.f32();
     float *branch = branch_.f32(), *fc1 = fc1_.f32(), *act = act_.f32();
+    const LayerParams& w = w_[static_cast<std::size_t>(slot)];
+    on_first(m, [&] { norm(ln, x, w.ln1_w, w.ln1_b, n); });
+    linear(qkv, ln, n, w.qkv_w, w.qkv_b, m);
+    attention(entries, slot, m);
+    row_parallel(branch, ctx, n, w.proj_w, w.proj_b, m);
+    on_first(m, [&] {
+        ops::add(op_, on_device(x2, {n, H}), on_device(x, {n, H}), on_device(branch, {n, H}));
+        norm(ln, x2, w.ln2_w, w.ln2_b, n);
+    });
+    linear(fc1, ln, n, w.fc1_w, w.fc1_b, m);
+    on_first(m, [&] {
+        if (d_.swiglu)
+            ops::swiglu_forward(op_, on_device(act, {n, ffn_}), on_device(fc1, {n, fc1_rows_}));
+        else
+            ops::gelu_forward(op_, on_device(act, {n, ffn_}), on_device(fc1, {n, ffn_}));
+    });
+    row_parallel(branch, act, n, w.fc2_w, w.fc2_b, m);
+    if (m.thread == 0) ops::add(op_, on_device(x, {n, H}), on_device(x2, {n, H}), on_device(branch, {n, H}));
+}
+
+void Decoder::attention(std::span<const Entry> entries, int64_t slot, const Member& m) {
+    const int64_t n = static_cast<int64_t>(entries.size()), W = qkv_rows_, G = kv_groups_, D = d_.head_dim(),
+                  half = d_.rotary_dim / 2, per_layer = max_batch_ * G * max_len_ * D;
+    float *qkv = qkv_.f32(), *ctx = ctx_.f32();
+    float *k_cache = k_cache_.f32() + slot * per_layer, *v_cache = v_cache_.f32() + slot * per_layer;
     const bool cuda = op_.device == Device::CUDA;
     AttentionParams ap;
     ap.num_heads = static_cast<int>(heads_);
@@ -368,54 +435,67 @@ void Decoder::layer(std::span<const Entry> entries, int64_t slot) {
     ap.total_heads = static_cast<int>(d_.heads);
     ap.batch = 1;
     ap.softmax_scale = 1.0f / std::sqrt(static_cast<float>(d_.head_dim()));
-    const int64_t half = d_.rotary_dim / 2, G = kv_groups_, D = d_.head_dim(),
-                  per_layer = max_batch_ * G * max_len_ * D;
-    const LayerParams& w = w_[static_cast<std::size_t>(slot)];
-    norm(ln, x, w.ln1_w, w.ln1_b, n);
-    linear(qkv, ln, n, w.qkv_w, w.qkv_b);
-    if (!rope_cos_.empty())
-        for (int64_t i = 0; i < n; ++i)
-            ops::rope_forward(op_, on_device(qkv + i * W, {1, 1, W}), rope_cos_.view({max_len_, half}),
-                              rope_sin_.view({max_len_, half}), ap, static_cast<int>(d_.rotary_dim),
-                              d_.rotary_interleaved, entries[static_cast<std::size_t>(i)].pos);
-    {
+    const auto rope = [&](float* q, int64_t width, const AttentionParams& p, int64_t pos) {
+        ops::rope_forward(op_, on_device(q, {1, 1, width}), rope_cos_.view({max_len_, half}),
+                          rope_sin_.view({max_len_, half}), p, static_cast<int>(d_.rotary_dim), d_.rotary_interleaved,
+                          pos);
+    };
+    if (!m.team) {
+        if (!rope_cos_.empty())
+            for (int64_t i = 0; i < n; ++i) rope(qkv + i * W, W, ap, entries[static_cast<std::size_t>(i)].pos);
         // The op threads itself when the rows' cache is long enough to pay for it.
         const OmpThreads attention_threads(cuda ? 1 : linear_threads_);
         const TensorView rows = cuda ? rows_dev_.view({n}) : make_view(rows_.data(), DType::I32, {n});
         const TensorView positions = cuda ? positions_dev_.view({n}) : make_view(positions_.data(), DType::I32, {n});
-        ops::cached_attention_forward(op_, on_device(ctx, {n, heads_ * D}),
-                                      on_device(k_cache_.f32() + slot * per_layer, {max_batch_, G, max_len_, D}),
-                                      on_device(v_cache_.f32() + slot * per_layer, {max_batch_, G, max_len_, D}),
-                                      on_device(qkv, {n, W}), rows, positions, ap);
+        ops::cached_attention_forward(
+            op_, on_device(ctx, {n, heads_ * D}), on_device(k_cache, {max_batch_, G, max_len_, D}),
+            on_device(v_cache, {max_batch_, G, max_len_, D}), on_device(qkv, {n, W}), rows, positions, ap);
+        return;
     }
-    row_parallel(branch, ctx, n, w.proj_w, w.proj_b);
-    ops::add(op_, on_device(x2, {n, H}), on_device(x, {n, H}), on_device(branch, {n, H}));
-    norm(ln, x2, w.ln2_w, w.ln2_b, n);
-    linear(fc1, ln, n, w.fc1_w, w.fc1_b);
-    if (d_.swiglu)
-        ops::swiglu_forward(op_, on_device(act, {n, ffn_}), on_device(fc1, {n, fc1_rows_}));
-    else
-        ops::gelu_forward(op_, on_device(act, {n, ffn_}), on_device(fc1, {n, ffn_}));
-    row_parallel(branch, act, n, w.fc2_w, w.fc2_b);
-    ops::add(op_, on_device(x, {n, H}), on_device(x2, {n, H}), on_device(branch, {n, H}));
+    // A team: each thread rotates and attends with its key/value groups [g0, g1) of every token, through
+    // views of just those groups (qkv and ctx hold a token's groups side by side, the cache a row's):
+    // each (token, head) pair is computed as the whole op computes it.
+    const int64_t g0 = G * m.thread / m.threads, g1 = G * (m.thread + 1) / m.threads, per_group = heads_ / G;
+    if (g0 < g1) {
+        AttentionParams part = ap;
+        part.num_heads = static_cast<int>((g1 - g0) * per_group);
+        part.num_query_groups = static_cast<int>(g1 - g0);
+        const int64_t width = (g1 - g0) * (per_group + 2) * D;
+        int32_t first_row = 0;  // the views start at the token's row
+        for (int64_t i = 0; i < n; ++i) {
+            const Entry& e = entries[static_cast<std::size_t>(i)];
+            float* q = qkv + i * W + g0 * (per_group + 2) * D;
+            if (!rope_cos_.empty()) rope(q, width, part, e.pos);
+            const int64_t at = (e.row * G + g0) * max_len_ * D;
+            ops::cached_attention_forward(
+                op_, on_device(ctx + (i * heads_ + g0 * per_group) * D, {1, part.num_heads * D}),
+                on_device(k_cache + at, {1, g1 - g0, max_len_, D}), on_device(v_cache + at, {1, g1 - g0, max_len_, D}),
+                on_device(q, {1, width}), make_view(&first_row, DType::I32, {1}),
+                make_view(&positions_[static_cast<std::size_t>(i)], DType::I32, {1}), part);
+        }
+    }
+    m.team->sync(m.threads);
 }
 
-void Decoder::head(std::span<const int64_t> logit_rows, float* logits) {
+void Decoder::head(std::span<const int64_t> logit_rows, float* logits, const Member& member) {
     // Final norm and output layer, only for the rows whose logits are wanted.
     const int64_t m = static_cast<int64_t>(logit_rows.size()), H = d_.hidden, V = d_.vocab, Vt = vocab_rows_;
     float *x = x_.f32(), *x2 = x2_.f32(), *ln = ln_.f32();
     bool all_rows = true;  // decode (and a one-token prefill): the wanted rows are x's first m
     for (int64_t j = 0; j < m; ++j) all_rows = all_rows && logit_rows[static_cast<std::size_t>(j)] == j;
-    if (!all_rows)
-        for (int64_t j = 0; j < m; ++j)
-            ops::copy(op_, on_device(x2 + j * H, {H}), on_device(x + logit_rows[static_cast<std::size_t>(j)] * H, {H}));
-    norm(ln, all_rows ? x : x2, lnf_w_, lnf_b_, m);
+    on_first(member, [&] {
+        if (!all_rows)
+            for (int64_t j = 0; j < m; ++j)
+                ops::copy(op_, on_device(x2 + j * H, {H}),
+                          on_device(x + logit_rows[static_cast<std::size_t>(j)] * H, {H}));
+        norm(ln, all_rows ? x : x2, lnf_w_, lnf_b_, m);
+    });
     if (op_.device == Device::CUDA) {
         linear(logits_.f32(), ln, m, out_w_, {});
         device::copy_to_host(logits, logits_.data(), m * V * 4);
         return;
     }
-    if (!groups_.tp) return linear(logits, ln, m, out_w_, {});
+    if (!groups_.tp) return linear(logits, ln, m, out_w_, {}, member);
     // Each rank's vocabulary rows for the m rows, gathered as (t, m, V/t), laid out as (m, V).
     local_logits_.resize(static_cast<std::size_t>(m * Vt));
     shards_.resize(static_cast<std::size_t>(m * V));

@@ -9,6 +9,9 @@
 // On the CPU, linear layers split their output rows over the threads, each thread one single-threaded
 // sgemv (one token) or sgemm (several) over its contiguous slice of the weight: decode at batch 1 reads
 // every weight once per token, which is the memory-bandwidth bound docs/performance.md measures against.
+// A decode step (a few rows, whose small ops run on one thread) keeps its threads in one parallel region
+// from the first layer to the logits (a StepTeam): they split each linear layer's rows and the attention's
+// key/value groups, the first thread runs the small ops, and they meet between dependent ops.
 // On CUDA (one process) every step runs as the ops' CUDA kernels (cuBLAS for the linear layers, the
 // cached-attention kernel over the cache on the device); only the logits come back to the host.
 //
@@ -20,6 +23,7 @@
 // shards are gathered over tensor-parallel ranks and broadcast to every stage. So every rank receives
 // the same whole logits, and a sampler run on each of them chooses the same tokens.
 #include "backend/core/memory.h"
+#include "backend/generate/step_team.h"
 #include "backend/model/gpt_dims.h"
 #include "backend/model/param_layout.h"
 #include "backend/model/transformer_layer.h"
@@ -67,6 +71,12 @@ public:
     /// Appends tokens[i] to rows[i] (distinct rows) and writes their logits to logits (n, V; host memory).
     void decode(std::span<const int64_t> rows, std::span<const int32_t> tokens, float* logits);
 
+    /// How a CPU decode step of one process uses its threads: one parallel region for the whole step
+    /// (Team) or one per linear layer (Regions); Auto: Team when the machine has a CPU for each thread
+    /// (StepTeam::cpus_free_for). The logits are the same either way.
+    enum class StepThreads { Auto, Team, Regions };
+    void set_step_threads(StepThreads s) { step_threads_ = s; }
+
     /// Bytes of weights one forward step reads on this rank (every matrix and vector once, the
     /// embedding rows not).
     int64_t weight_bytes_per_step() const;
@@ -75,17 +85,22 @@ private:
     struct Entry {
         int64_t row, pos;
     };
+    using Member = TeamMember;
     /// The forward of n tokens (entries[i] of token ids[i]); logits for the entries in logit_rows.
     void forward(std::span<const Entry> entries, std::span<const int32_t> ids, std::span<const int64_t> logit_rows,
                  float* logits);
     void norm(float* out, const float* in, const TensorView& w, const TensorView& b, int64_t rows);
     void embed(std::span<const Entry> entries, std::span<const int32_t> ids, float* x);
-    void layer(std::span<const Entry> entries, int64_t slot);
-    void head(std::span<const int64_t> logit_rows, float* logits);
-    /// y (n, out) = x (n, in)·wᵀ + b on the decoder's device (CPU: over linear_threads_ threads).
-    void linear(float* y, const float* x, int64_t n, const TensorView& w, const TensorView& b);
+    void layer(std::span<const Entry> entries, int64_t slot, const Member& m = {});
+    /// RoPE and attention over the cache of layer `slot` for qkv_ into ctx_ (a team: each thread its groups).
+    void attention(std::span<const Entry> entries, int64_t slot, const Member& m);
+    void head(std::span<const int64_t> logit_rows, float* logits, const Member& member = {});
+    /// y (n, out) = x (n, in)·wᵀ + b on the decoder's device (CPU: over linear_threads_ threads; in a
+    /// team, this thread's rows, then the team meets).
+    void linear(float* y, const float* x, int64_t n, const TensorView& w, const TensorView& b, const Member& m = {});
     /// y = x·wᵀ of a row-parallel weight, summed over the tensor-parallel ranks, plus b.
-    void row_parallel(float* y, const float* x, int64_t n, const TensorView& w, const TensorView& b);
+    void row_parallel(float* y, const float* x, int64_t n, const TensorView& w, const TensorView& b,
+                      const Member& m = {});
     /// The entries' token ids, cache rows and positions as I32 tensors (copied to the device on CUDA).
     void stage_indices(std::span<const Entry> entries, std::span<const int32_t> ids);
     TensorView on_device(float* p, std::initializer_list<int64_t> shape) const;
@@ -100,7 +115,8 @@ private:
     mutable OpContext op_;
     Allocator alloc_;  // of op_.device: weights (CUDA), cache, scratch
     int64_t max_batch_, max_len_;
-    int linear_threads_ = 1;              // CPU threads of this step's linear layers
+    int linear_threads_ = 1;  // CPU threads of this step's linear layers
+    StepThreads step_threads_ = StepThreads::Auto;
     Buffer device_weights_;               // CUDA: a copy of the parameter arena
     std::vector<LayerParams> w_;          // this rank's layers in chunk order
     std::vector<std::size_t> chunk_end_;  // w_ index past each chunk's last layer

@@ -24,7 +24,7 @@ TrainingSamples::TrainingSamples(const Config& config, const GptModel& model, De
     : config_(config), publish_(std::move(publish)) {
     const SamplingConfig& l = config.sampling;
     const auto skip = [&](const std::string& why) {
-        publish_("event", {{"kind", "sampling_skipped"}, {"reason", why}});
+        publish_(ipc::kEventTopic, ipc::event_json(ipc::SamplingSkippedEvent{why}));
     };
     if (l.sample_prompts.empty()) {
         skip("sample_interval is set but sample_prompts names no prompts file");

@@ -16,23 +16,33 @@ using D = Derivation;
 using P = PhaseRole;
 
 /// A top-level field of the step record: name, unit, label, stored in the steps column of its name?,
-/// series, compared?, doc. The JSON key and the StepRecord member are the name.
-#define MWB_STEP(NAME, UNIT, LABEL, STORED, SERIES, COMPARE, DOC)                                                   \
+/// series, compared?, doc, and for a charted series its ChartText. The JSON key and the StepRecord
+/// member are the name.
+#define MWB_STEP(NAME, UNIT, LABEL, STORED, SERIES, COMPARE, DOC, ...)                                              \
     Metric {                                                                                                        \
 #NAME, #NAME, UNIT, LABEL, STORED ? #NAME : "", SERIES, MetricSource::Step, D::None, P::None, COMPARE, DOC, \
-            &StepRecord::NAME                                                                                       \
+            &StepRecord::NAME, ChartText {                                                                          \
+            __VA_ARGS__                                                                                             \
+        }                                                                                                           \
     }
 /// A phase of ranks[].time, stored as the slowest rank's.
-#define MWB_PHASE(NAME, LABEL, SERIES, ROLE, DOC)                                                     \
-    Metric {                                                                                          \
-#NAME, #NAME, "s", LABEL, #NAME, SERIES, MetricSource::SlowestRank, D::None, ROLE, 0, DOC, {} \
+#define MWB_PHASE(NAME, LABEL, SERIES, ROLE, DOC, ...)                                                             \
+    Metric {                                                                                                       \
+#NAME, #NAME, "s", LABEL, #NAME, SERIES, MetricSource::SlowestRank, D::None, ROLE, 0, DOC, {}, ChartText { \
+            __VA_ARGS__                                                                                            \
+        }                                                                                                          \
     }
+
+// the Monitor's charts that draw several rows
+constexpr std::string_view kLossChart = "Loss", kAxisLoss = "nats/token";
+constexpr std::string_view kStepChart = "Step time", kAxisStep = "s/iteration";
 
 // The order of the rows with a steps column is the order of those columns (store/src/schema.cpp's
 // migrations add columns, never reorder them); the phases are in Phase order.
 const auto kMetrics = std::to_array<Metric>({
     MWB_STEP(lm_loss, "", "Training loss", true, S::Loss, 1,
-             "mean loss of the interval's iterations with a finite loss (`null`: none)"),
+             "mean loss of the interval's iterations with a finite loss (`null`: none)", kLossChart, kAxisLoss,
+             "train"),
     MWB_STEP(lr, "", "Learning rate", true, S::Lr, 3, "learning rate of the last iteration"),
     MWB_STEP(grad_norm, "", "Gradient norm", true, S::GradNorm, 4,
              "global gradient norm before clipping, last iteration (`null`: not finite)"),
@@ -40,11 +50,12 @@ const auto kMetrics = std::to_array<Metric>({
     MWB_STEP(skipped_iterations, "", "Skipped iterations", true, kNone, 0,
              "iterations of the interval skipped for non-finite gradients"),
     MWB_STEP(iteration_time_s, "s", "Iteration time (s)", true, S::IterationTime, 8,
-             "wall time per iteration, mean over the interval"),
+             "wall time per iteration, mean over the interval", "Iteration time", "s (wall, mean per record)", ""),
     Metric{"tokens_per_sec", "tokens_per_sec", "1/s", "Tokens/s", "tokens_per_sec", S::TokensPerSec, MetricSource::Step,
-           D::TokensPerSec, P::None, 6, "trained tokens per second", &StepRecord::tokens_per_sec},
+           D::TokensPerSec, P::None, 6, "trained tokens per second", &StepRecord::tokens_per_sec,
+           ChartText{"", "trained tokens/s", ""}},
     MWB_STEP(tflops_per_device, "TFLOP/s", "TFLOP/s per device", true, S::Tflops, 7,
-             "model FLOPs (docs/run-directory.md) per second per device"),
+             "model FLOPs (docs/run-directory.md) per second per device", "", "model TFLOP/s", ""),
     MWB_STEP(hardware_tflops_per_device, "TFLOP/s", "Hardware TFLOP/s per device", true, kNone, 0,
              "hardware FLOPs (recomputation included) per second per device"),
     MWB_STEP(consumed_samples, "", "Consumed samples", true, kNone, 0, "samples trained so far"),
@@ -62,9 +73,10 @@ const auto kMetrics = std::to_array<Metric>({
     MWB_PHASE(optimizer_s, "Optimizer (s)", kNone, P::Work, "clipping and the optimizer step"),
     MWB_PHASE(data_s, "Data (s)", kNone, P::Work, "loading batches"),
     MWB_PHASE(communication_s, "Communication (s)", S::Communication, P::Communication,
-              "collectives and sends inside the phases above, waiting excluded"),
+              "collectives and sends inside the phases above, waiting excluded", kStepChart, kAxisStep,
+              "communication"),
     MWB_PHASE(pipeline_bubble_s, "Pipeline bubble (s)", S::Bubble, P::Bubble,
-              "waiting for another pipeline stage, inside the phases above"),
+              "waiting for another pipeline stage, inside the phases above", kStepChart, kAxisStep, "bubble"),
     // on the wire, not a steps column (the store keeps them in step_details)
     Metric{"mfu", "mfu", "", "MFU", "", S::Mfu, MetricSource::Step, D::Mfu, P::None, 0,
            "tflops_per_device / --peak-tflops-per-device (`null` without a peak; readers then derive it "
@@ -85,7 +97,8 @@ const auto kMetrics = std::to_array<Metric>({
            P::None,
            0,
            "work phases - communication_s - pipeline_bubble_s (at least 0), the slowest rank's",
-           {}},
+           {},
+           ChartText{kStepChart, kAxisStep, "compute"}},
     Metric{"val_loss",
            "lm_loss",
            "",
@@ -97,7 +110,8 @@ const auto kMetrics = std::to_array<Metric>({
            P::None,
            2,
            "the `eval` record's loss (the evals table's lm_loss)",
-           {}},
+           {},
+           ChartText{kLossChart, kAxisLoss, "validation"}},
     Metric{"time",
            "time",
            "s",
@@ -138,6 +152,14 @@ const Metric& metric_of_series(SeriesId series) {
     for (const Metric& m : kMetrics)
         if (m.series == series) return m;
     throw std::logic_error("metric table: no row for series " + std::to_string(static_cast<int>(series)));
+}
+
+std::string_view chart_title(const Metric& m) {
+    return m.chart.title.empty() ? m.label : m.chart.title;
+}
+
+std::string_view chart_line(const Metric& m) {
+    return m.chart.line.empty() ? chart_title(m) : m.chart.line;
 }
 
 const Metric& phase_metric(Phase phase) {

@@ -169,28 +169,38 @@ void from_json(const json& j, StepRecord& r) {
 
 // ---- eval, run.start, run.end, sample ----
 
+std::span<const EvalField> eval_fields() {
+    // clang-format off
+    static const EvalField kFields[] = {
+        {"iteration",              &EvalRecord::iteration,              ""},
+        {"consumed_tokens",        &EvalRecord::consumed_tokens,        "consumed_tokens"},
+        {"consumed_samples",       &EvalRecord::consumed_samples,       ""},
+        {"split",                  &EvalRecord::split,                  ""},
+        {"consumed_valid_samples", &EvalRecord::consumed_valid_samples, ""},
+        {"lm_loss",                &EvalRecord::lm_loss,                "lm_loss"},
+        {"ppl",                    &EvalRecord::ppl,                    "ppl"},
+        {"samples",                &EvalRecord::samples,                "samples"},
+        {"time_s",                 &EvalRecord::time_s,                 "time_s"},
+    };
+    // clang-format on
+    return kFields;
+}
+
 void to_json(json& j, const EvalRecord& r) {
-    j = {{"iteration", r.iteration},
-         {"consumed_tokens", r.consumed_tokens},
-         {"consumed_samples", r.consumed_samples},
-         {"split", r.split},
-         {"consumed_valid_samples", r.consumed_valid_samples},
-         {"lm_loss", r.lm_loss},
-         {"ppl", r.ppl},
-         {"samples", r.samples},
-         {"time_s", r.time_s}};
+    j = json::object();
+    for (const EvalField& f : eval_fields())
+        std::visit([&](auto member) { j[std::string(f.key)] = r.*member; }, f.member);
 }
 
 void from_json(const json& j, EvalRecord& r) {
-    r.iteration = int_or(j, "iteration", -1);
-    r.consumed_tokens = int_or(j, "consumed_tokens", 0);
-    r.consumed_samples = int_or(j, "consumed_samples", 0);
-    r.split = text_or(j, "split");
-    r.consumed_valid_samples = int_or(j, "consumed_valid_samples", 0);
-    r.lm_loss = number_or(j, "lm_loss");
-    r.ppl = number_or(j, "ppl");
-    r.samples = int_or(j, "samples", 0);
-    r.time_s = number_or(j, "time_s");
+    // a missing field keeps its default (-1 for iteration, NaN for numbers)
+    r = EvalRecord{};
+    for (const EvalField& f : eval_fields()) {
+        const std::string key(f.key);
+        if (const auto* i = std::get_if<int64_t EvalRecord::*>(&f.member)) r.** i = int_or(j, key.c_str(), r.**i);
+        if (const auto* d = std::get_if<double EvalRecord::*>(&f.member)) r.** d = number_or(j, key.c_str(), r.**d);
+        if (const auto* t = std::get_if<std::string EvalRecord::*>(&f.member)) r.** t = text_or(j, key.c_str());
+    }
 }
 
 void to_json(json& j, const RunStartRecord& r) {
@@ -266,10 +276,10 @@ void from_json(const json& j, SampleMessage& r) {
     r.completion_tokens = int_or(j, "completion_tokens", 0);
     r.finish_reason = text_or(j, "finish_reason");
     const json& g = member(j, "greedy");
-    r.greedy = g.is_boolean() && g.get<bool>();
+    r.greedy = g.is_boolean() ? g.get<bool>() : SampleMessage{}.greedy;
     r.temperature = number_or(j, "temperature", 0);
     r.top_k = int_or(j, "top_k", 0);
-    r.top_p = number_or(j, "top_p", 0);
+    r.top_p = number_or(j, "top_p", SampleMessage{}.top_p);
     const json& seed = member(j, "seed");
     r.seed = seed.is_number_unsigned() ? seed.get<uint64_t>() : static_cast<uint64_t>(int_or(j, "seed", 0));
     r.time_s = number_or(j, "time_s", 0);
@@ -319,6 +329,12 @@ void from_json(const json& j, ControlAppliedEvent& r) {
     r.action = text_or(j, "action");
     r.iteration = int_or(j, "iteration", -1);
     r.request_id = text_or(j, "request_id");
+}
+void to_json(json& j, const SamplingSkippedEvent& r) {
+    j = {{"reason", r.reason}};
+}
+void from_json(const json& j, SamplingSkippedEvent& r) {
+    r.reason = text_or(j, "reason");
 }
 
 }  // namespace mwb::ipc

@@ -56,39 +56,47 @@ void cached_attention_forward(OpContext&, TensorView out, TensorView k_cache, Te
         work += 2 * g.A * (int64_t{pos[i]} + 1) * g.D;
     }
     const float scale = p.softmax_scale;
-    const int threads = work >= (int64_t{1} << 17) ? std::max(1, omp_get_max_threads()) : 1;
-#pragma omp parallel num_threads(threads) if (threads > 1)
+    // One (token, query head) pair; s: the scores' scratch of the calling thread.
+    const auto attend = [&](int64_t i, int64_t h, float* s) {
+        const int64_t grp = h / g.per_group(), len = int64_t{pos[i]} + 1;
+        const float* q = x + i * g.ld_qkv() + g.q(h);
+        const float* Kr = K + g.at(row[i], grp);
+        const float* Vr = V + g.at(row[i], grp);
+        float max = -INFINITY;
+        for (int64_t j = 0; j < len; ++j) {
+            const float* k = Kr + j * g.D;
+            float dot = 0;
+#pragma omp simd reduction(+ : dot)
+            for (int64_t c = 0; c < g.D; ++c) dot += q[c] * k[c];
+            s[j] = dot * scale;
+            max = std::max(max, s[j]);
+        }
+        float sum = 0;
+        for (int64_t j = 0; j < len; ++j) sum += (s[j] = std::exp(s[j] - max));
+        float* out_ih = o + (i * g.A + h) * g.D;
+        std::fill(out_ih, out_ih + g.D, 0.0f);
+        const float inv = 1.0f / sum;
+        for (int64_t j = 0; j < len; ++j) {
+            const float w = s[j] * inv;
+            const float* v = Vr + j * g.D;
+#pragma omp simd
+            for (int64_t c = 0; c < g.D; ++c) out_ih[c] += w * v[c];
+        }
+    };
+    if (work < (int64_t{1} << 17) || omp_get_max_threads() == 1) {
+        // Not even an inactive parallel region: entering one costs futex calls, more than this work
+        // (a decode step calls this once per layer and thread: backend/generate/decoder.cpp).
+        std::vector<float> s(static_cast<std::size_t>(g.L));
+        for (int64_t i = 0; i < g.n; ++i)
+            for (int64_t h = 0; h < g.A; ++h) attend(i, h, s.data());
+        return;
+    }
+#pragma omp parallel
     {
         std::vector<float> s(static_cast<std::size_t>(g.L));  // one per thread, not per pair
 #pragma omp for schedule(dynamic, 1) collapse(2)
-        for (int64_t i = 0; i < g.n; ++i) {
-            for (int64_t h = 0; h < g.A; ++h) {
-                const int64_t grp = h / g.per_group(), len = int64_t{pos[i]} + 1;
-                const float* q = x + i * g.ld_qkv() + g.q(h);
-                const float* Kr = K + g.at(row[i], grp);
-                const float* Vr = V + g.at(row[i], grp);
-                float max = -INFINITY;
-                for (int64_t j = 0; j < len; ++j) {
-                    const float* k = Kr + j * g.D;
-                    float dot = 0;
-#pragma omp simd reduction(+ : dot)
-                    for (int64_t c = 0; c < g.D; ++c) dot += q[c] * k[c];
-                    s[j] = dot * scale;
-                    max = std::max(max, s[j]);
-                }
-                float sum = 0;
-                for (int64_t j = 0; j < len; ++j) sum += (s[j] = std::exp(s[j] - max));
-                float* out_ih = o + (i * g.A + h) * g.D;
-                std::fill(out_ih, out_ih + g.D, 0.0f);
-                const float inv = 1.0f / sum;
-                for (int64_t j = 0; j < len; ++j) {
-                    const float w = s[j] * inv;
-                    const float* v = Vr + j * g.D;
-#pragma omp simd
-                    for (int64_t c = 0; c < g.D; ++c) out_ih[c] += w * v[c];
-                }
-            }
-        }
+        for (int64_t i = 0; i < g.n; ++i)
+            for (int64_t h = 0; h < g.A; ++h) attend(i, h, s.data());
     }
 }
 

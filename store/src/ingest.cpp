@@ -55,6 +55,17 @@ std::optional<double> column_value(const json& step, const ipc::Metric& m) {
                                                       : ipc::get_number(step, key.c_str());
 }
 
+/// An eval field's value in `body`, by the member's type (absent or of another type: NULL).
+void bind_field(Statement& q, int col, const json& body, const ipc::EvalField& f) {
+    const std::string key(f.key);
+    if (std::holds_alternative<int64_t ipc::EvalRecord::*>(f.member))
+        q.bind(col, ipc::get_integral(body, key.c_str()));
+    else if (std::holds_alternative<double ipc::EvalRecord::*>(f.member))
+        q.bind(col, ipc::get_number(body, key.c_str()));
+    else
+        q.bind(col, ipc::get_string(body, key.c_str()));
+}
+
 }  // namespace
 
 bool Store::ingest(const ipc::Message& m) {
@@ -112,12 +123,15 @@ void Store::ingest_unlocked(const ipc::Message& m, bool& inserted) {
         return;
     }
     if (m.topic == "eval" && iteration) {
-        s.insert_eval.bind(1, run).bind(2, m.seq).bind(3, *iteration).bind(4, m.time);
-        s.insert_eval.bind(5, ipc::get_integral(b, "consumed_tokens"))
-            .bind(6, ipc::get_number(b, "lm_loss"))
-            .bind(7, ipc::get_number(b, "ppl"));
-        s.insert_eval.bind(8, ipc::get_integral(b, "samples")).bind(9, ipc::get_number(b, "time_s"));
-        s.insert_eval.bind(10, extra(b, {"iteration", "consumed_tokens", "lm_loss", "ppl", "samples", "time_s"})).run();
+        auto& q = s.insert_eval;
+        q.bind(1, run).bind(2, m.seq).bind(3, *iteration).bind(4, m.time);
+        std::vector<std::string_view> known = {"iteration"};
+        int col = 5;
+        for (const ipc::EvalField* f : eval_columns()) {
+            known.push_back(f->key);
+            bind_field(q, col++, b, *f);
+        }
+        q.bind(col, extra(b, known)).run();
         return;
     }
     if (m.topic == "memory" && b.contains("ranks") && b["ranks"].is_array()) {

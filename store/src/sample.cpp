@@ -11,8 +11,8 @@ namespace {
 
 using nlohmann::json;
 
-using Target =
-    std::variant<int64_t SampleRecord::*, double SampleRecord::*, std::string SampleRecord::*, bool SampleRecord::*>;
+using M = ipc::SampleMessage;
+using Target = std::variant<int64_t M::*, uint64_t M::*, double M::*, std::string M::*, bool M::*>;
 
 struct Field {
     const char* name;
@@ -28,20 +28,20 @@ constexpr const char* kFinishReasons[] = {"eos", "length", nullptr};
 
 // clang-format off
 const Field kFields[] = {
-    {"iteration",         &SampleRecord::iteration,         true,  0, kMaxInt},
-    {"consumed_tokens",   &SampleRecord::consumed_tokens,   false, 0, kMaxInt},
-    {"prompt_index",      &SampleRecord::prompt_index,      true,  0, kMaxSamplePrompts - 1},
-    {"prompt",            &SampleRecord::prompt,            true,  0, 0, kMaxPromptBytes},
-    {"completion",        &SampleRecord::completion,        true,  0, 0, kMaxCompletionBytes},
-    {"prompt_tokens",     &SampleRecord::prompt_tokens,     false, 0, 1 << 24},
-    {"completion_tokens", &SampleRecord::completion_tokens, false, 0, 1 << 24},
-    {"finish_reason",     &SampleRecord::finish_reason,     false, 0, 0, 16, kFinishReasons},
-    {"greedy",            &SampleRecord::greedy,            false},
-    {"temperature",       &SampleRecord::temperature,       false, 0, 1e6},
-    {"top_k",             &SampleRecord::top_k,             false, 0, 1 << 24},
-    {"top_p",             &SampleRecord::top_p,             false, 0, 1},
-    {"seed",              &SampleRecord::seed,              false, -kMaxInt, kMaxInt},
-    {"time_s",            &SampleRecord::time_s,            false, 0, 1e7},
+    {"iteration",         &M::iteration,         true,  0, kMaxInt},
+    {"consumed_tokens",   &M::consumed_tokens,   false, 0, kMaxInt},
+    {"prompt_index",      &M::prompt_index,      true,  0, kMaxSamplePrompts - 1},
+    {"prompt",            &M::prompt,            true,  0, 0, kMaxPromptBytes},
+    {"completion",        &M::completion,        true,  0, 0, kMaxCompletionBytes},
+    {"prompt_tokens",     &M::prompt_tokens,     false, 0, 1 << 24},
+    {"completion_tokens", &M::completion_tokens, false, 0, 1 << 24},
+    {"finish_reason",     &M::finish_reason,     false, 0, 0, 16, kFinishReasons},
+    {"greedy",            &M::greedy,            false},
+    {"temperature",       &M::temperature,       false, 0, 1e6},
+    {"top_k",             &M::top_k,             false, 0, 1 << 24},
+    {"top_p",             &M::top_p,             false, 0, 1},
+    {"seed",              &M::seed,              false, -kMaxInt, kMaxInt},
+    {"time_s",            &M::time_s,            false, 0, 1e7},
 };
 // clang-format on
 
@@ -51,25 +51,31 @@ std::string range(const Field& f, bool integer) {
 }
 
 /// Checks `v` against `f` and stores it in `r`; the problem otherwise.
-std::optional<std::string> take(const Field& f, const json& v, SampleRecord& r) {
+std::optional<std::string> take(const Field& f, const json& v, M& r) {
     const std::string name = std::string("field '") + f.name + "'";
-    if (const auto* pi = std::get_if<int64_t SampleRecord::*>(&f.target)) {
+    const auto* pi = std::get_if<int64_t M::*>(&f.target);
+    const auto* pu = std::get_if<uint64_t M::*>(&f.target);
+    if (pi || pu) {
         // 3.0 is an integer; 3.5 is not
         const bool ok = v.is_number_integer() || (v.is_number_float() && std::isfinite(v.get<double>()) &&
                                                   std::floor(v.get<double>()) == v.get<double>());
         const double d = ok ? v.get<double>() : 0;
         if (!ok || d < f.lo || d > f.hi)
             return name + " must be an integer in " + range(f, true) + ", got " + v.dump().substr(0, 40);
-        r.*(*pi) = v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(d);
-    } else if (const auto* pd = std::get_if<double SampleRecord::*>(&f.target)) {
+        const int64_t n = v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(d);
+        // the seed is unsigned in the record; a negative one (in range) keeps its bits, as the
+        // store's integer column gives it back
+        if (pi) r.*(*pi) = n;
+        if (pu) r.*(*pu) = static_cast<uint64_t>(n);
+    } else if (const auto* pd = std::get_if<double M::*>(&f.target)) {
         const double d = v.is_number() ? v.get<double>() : NAN;
         if (!std::isfinite(d) || d < f.lo || d > f.hi)
             return name + " must be a number in " + range(f, false) + ", got " + v.dump().substr(0, 40);
         r.*(*pd) = d;
-    } else if (const auto* pb = std::get_if<bool SampleRecord::*>(&f.target)) {
+    } else if (const auto* pb = std::get_if<bool M::*>(&f.target)) {
         if (!v.is_boolean()) return name + " must be true or false, got " + v.dump().substr(0, 40);
         r.*(*pb) = v.get<bool>();
-    } else if (const auto* ps = std::get_if<std::string SampleRecord::*>(&f.target)) {
+    } else if (const auto* ps = std::get_if<std::string M::*>(&f.target)) {
         if (!v.is_string()) return name + " must be a string, got " + v.dump().substr(0, 40);
         const auto& s = v.get_ref<const std::string&>();
         if (s.size() > f.max_bytes)

@@ -34,7 +34,7 @@ SampleRecord read_sample(const Statement& s, const std::string& uid) {
     r.temperature = s.optional_real(11).value_or(0);
     r.top_k = s.optional_int64(12).value_or(0);
     r.top_p = s.optional_real(13).value_or(1);
-    r.seed = s.optional_int64(14).value_or(0);
+    r.seed = static_cast<uint64_t>(s.optional_int64(14).value_or(0));  // the column keeps the bits
     r.time_s = s.optional_real(15).value_or(0);
     return r;
 }
@@ -50,7 +50,11 @@ void bind_sample(Statement& q, int64_t run, const SampleRecord& s) {
     q.bind(1, run).bind(2, s.seq).bind(3, s.iteration).bind(4, s.prompt_index).bind(5, s.time);
     q.bind(6, s.consumed_tokens).bind(7, s.prompt).bind(8, s.completion).bind(9, s.prompt_tokens);
     q.bind(10, s.completion_tokens).bind(11, s.finish_reason).bind(12, int64_t{s.greedy});
-    q.bind(13, s.temperature).bind(14, s.top_k).bind(15, s.top_p).bind(16, s.seed).bind(17, s.time_s);
+    q.bind(13, s.temperature)
+        .bind(14, s.top_k)
+        .bind(15, s.top_p)
+        .bind(16, static_cast<int64_t>(s.seed))
+        .bind(17, s.time_s);
 }
 
 void move_sample_events(Database& db) {

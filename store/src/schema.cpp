@@ -205,6 +205,17 @@ std::span<const std::string_view> step_metrics() {
     return columns;
 }
 
+std::span<const ipc::EvalField* const> eval_columns() {
+    // test_telemetry_fixture checks that they are exactly the value columns the migrations made
+    static const std::vector<const ipc::EvalField*> columns = [] {
+        std::vector<const ipc::EvalField*> c;
+        for (const ipc::EvalField& f : ipc::eval_fields())
+            if (!f.column.empty()) c.push_back(&f);
+        return c;
+    }();
+    return columns;
+}
+
 int migrate(Database& db, int target, const std::function<void(int)>& fill) {
     if (target < 1 || target > kSchemaVersion)
         throw Error("store " + db.file() + ": cannot migrate to schema version " + std::to_string(target));

@@ -35,6 +35,15 @@ std::string insert_step_sql() {
     return "INSERT OR IGNORE INTO steps (" + cols + ") VALUES (" + vals + ")";
 }
 
+std::string insert_eval_sql() {
+    std::string cols = "run, seq, iteration, time", vals = "?, ?, ?, ?";
+    for (const ipc::EvalField* f : eval_columns()) {
+        cols += ", " + std::string(f->column);
+        vals += ", ?";
+    }
+    return "INSERT OR IGNORE INTO evals (" + cols + ", extra) VALUES (" + vals + ", ?)";
+}
+
 }  // namespace
 
 fs::path default_store_path() {
@@ -52,8 +61,7 @@ Store::Statements::Statements(Database& db)
       set_next_seq(db.prepare("UPDATE runs SET next_seq = ?3 WHERE id = ?1 AND next_seq = ?2")),
       insert_step(db.prepare(insert_step_sql())),
       insert_step_details(db.prepare("INSERT OR IGNORE INTO step_details (run, seq, body) VALUES (?, ?, ?)")),
-      insert_eval(db.prepare("INSERT OR IGNORE INTO evals (run, seq, iteration, time, consumed_tokens, lm_loss, ppl, "
-                             "samples, time_s, extra) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")),
+      insert_eval(db.prepare(insert_eval_sql())),
       insert_event(db.prepare("INSERT OR IGNORE INTO events (run, seq, time, topic, kind, iteration, body) "
                               "VALUES (?, ?, ?, ?, ?, ?, ?)")),
       insert_memory(db.prepare("INSERT OR IGNORE INTO memory (run, seq, rank, iteration, time, allocated, peak, "

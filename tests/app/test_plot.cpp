@@ -7,12 +7,14 @@
 #include "app/monitor/metric_charts.h"
 #include "app/plot/plot_view.h"
 #include "app/plot/trace.h"
+#include "mwb/ipc/metrics.h"
 
 #include <QElapsedTimer>
 #include <QtTest>
 
 #include <cmath>
 #include <random>
+#include <set>
 
 using namespace mwb::app;
 
@@ -172,6 +174,41 @@ private slots:
         for (int k = 0; k < 10; ++k) decimate_minmax(t, 0, 999999, columns, out);
         qInfo("decimate_minmax of 1M points to %d columns: %.2f ms", columns,
               static_cast<double>(timer.nsecsElapsed()) / 1e7);
+    }
+
+    // The built-in charts are titled from the metric table (ipc/metrics.cpp): each chart's title and
+    // value axis are its rows', every row's legend name is one of its series; rows sharing a chart
+    // agree; and what the screen showed before the table did stays.
+    void the_monitor_charts_take_their_texts_from_the_metric_table() {
+        RunTraces traces;
+        MetricCharts charts(traces);
+        std::set<SeriesId> drawn;
+        for (int c = 0; c < MetricCharts::ChartCount; ++c) {
+            const auto chart = static_cast<MetricCharts::Chart>(c);
+            PlotView* p = charts.chart(chart);
+            QStringList names;
+            for (const QAbstractSeries* s : p->chart()->series()) names << s->name();
+            for (SeriesId s : MetricCharts::seriesOf(chart)) {
+                QVERIFY(drawn.insert(s).second);  // each series in one chart
+                const mwb::ipc::Metric& m = mwb::ipc::metric_of_series(s);
+                const QString what = QString::fromLatin1(m.name.data(), static_cast<qsizetype>(m.name.size()));
+                QCOMPARE(p->chart()->title(), QString::fromUtf8(std::string(mwb::ipc::chart_title(m)).c_str()));
+                QCOMPARE(p->yTitle(), QString::fromUtf8(std::string(m.chart.axis).c_str()));
+                QVERIFY2(names.contains(QString::fromUtf8(std::string(mwb::ipc::chart_line(m)).c_str())),
+                         qPrintable(what + ": " + names.join(',')));
+            }
+        }
+        const auto title = [&](MetricCharts::Chart c) { return charts.chart(c)->chart()->title(); };
+        QCOMPARE(title(MetricCharts::LossChart), QStringLiteral("Loss"));
+        QCOMPARE(charts.chart(MetricCharts::LossChart)->yTitle(), QStringLiteral("nats/token"));
+        QCOMPARE(title(MetricCharts::LrChart), QStringLiteral("Learning rate"));
+        QCOMPARE(title(MetricCharts::GradNormChart), QStringLiteral("Gradient norm"));
+        QCOMPARE(title(MetricCharts::LossScaleChart), QStringLiteral("Loss scale"));
+        QCOMPARE(title(MetricCharts::ThroughputChart), QStringLiteral("Tokens/s"));
+        QCOMPARE(title(MetricCharts::TflopsChart), QStringLiteral("TFLOP/s per device"));
+        QCOMPARE(title(MetricCharts::StepTimeChart), QStringLiteral("Step time"));
+        QCOMPARE(title(MetricCharts::IterationTimeChart), QStringLiteral("Iteration time"));
+        QCOMPARE(charts.chart(MetricCharts::IterationTimeChart)->yTitle(), QStringLiteral("s (wall, mean per record)"));
     }
 
     void the_monitor_charts_stay_bounded_for_a_million_point_run() {

@@ -15,6 +15,7 @@
 #include "store/store_fixtures.h"
 #include "support/fixtures.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -185,6 +186,31 @@ int main(int argc, char** argv) {
         check(st.memory(uid).size() == 8, "eight memory samples (4 records x 2 ranks)");
     }
 
+    // the eval rows of a fresh ingest are the frozen store's, column by column (extra included)
+    {
+        const auto eval_rows = [](const fs::path& file) {
+            sqlite3* db = nullptr;
+            sqlite3_open(file.c_str(), &db);
+            std::vector<std::string> rows;
+            sqlite3_stmt* st = nullptr;
+            sqlite3_prepare_v2(db, "SELECT * FROM evals ORDER BY seq", -1, &st, nullptr);
+            while (sqlite3_step(st) == SQLITE_ROW) {
+                std::string row;
+                for (int c = 1; c < sqlite3_column_count(st); ++c) {  // column 0 is the run's row id
+                    const auto* v = sqlite3_column_text(st, c);
+                    row += std::string(sqlite3_column_name(st, c)) + "=" +
+                           (v ? reinterpret_cast<const char*>(v) : "NULL") + ";";
+                }
+                rows.push_back(row);
+            }
+            sqlite3_finalize(st);
+            sqlite3_close(db);
+            return rows;
+        };
+        const auto before = eval_rows(frozen), now = eval_rows(fresh);
+        check(before.size() == 4 && before == now, "a fresh ingest stores the frozen store's eval rows");
+    }
+
     // every column the migrations made for metrics is a row of the metric table, and every row with a
     // column has one (steps: everything but the keys; evals: the columns of Eval rows)
     {
@@ -209,6 +235,17 @@ int main(int argc, char** argv) {
                 (m.source == ipc::MetricSource::Eval ? eval_rows : step_rows).insert(std::string(m.column));
         check(steps == step_rows, "the steps table's metric columns are the metric table's step columns");
         for (const auto& c : eval_rows) check(evals.count(c) > 0, "the evals table has the column " + c);
+        // the evals table's value columns are the eval table's (ipc::eval_fields), and the metric
+        // table's Eval rows name fields of it
+        for (const char* key : {"run", "seq", "iteration", "time", "extra"}) evals.erase(key);
+        std::set<std::string> eval_columns;
+        for (const ipc::EvalField* f : store::eval_columns()) eval_columns.insert(std::string(f->column));
+        check(evals == eval_columns, "the evals table's value columns are the eval fields' columns");
+        for (const ipc::Metric& m : ipc::metrics())
+            if (m.source == ipc::MetricSource::Eval)
+                check(std::any_of(store::eval_columns().begin(), store::eval_columns().end(),
+                                  [&](const ipc::EvalField* f) { return f->key == m.key && f->column == m.column; }),
+                      "the eval field of metric " + std::string(m.name));
         for (std::string_view c : store::step_metrics())
             check(step_rows.count(std::string(c)) > 0, "step_metrics " + std::string(c));
     }

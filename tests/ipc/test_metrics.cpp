@@ -11,7 +11,9 @@
 
 #include <QtTest>
 
+#include <cmath>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -89,6 +91,10 @@ private slots:
                  std::string(R"({"kind":"checkpoint_not_found","path":"ck"})"));
         QCOMPARE(ipc::event_json(ipc::ControlAppliedEvent{"pause", "ui-1", 12}).dump(),
                  std::string(R"({"action":"pause","iteration":12,"kind":"control_applied","request_id":"ui-1"})"));
+        QCOMPARE(ipc::event_json(ipc::SamplingSkippedEvent{"no prompts"}).dump(),
+                 std::string(R"({"kind":"sampling_skipped","reason":"no prompts"})"));
+        QCOMPARE(json(ipc::event_json(ipc::SamplingSkippedEvent{"no prompts"}).get<ipc::SamplingSkippedEvent>()).dump(),
+                 std::string(R"({"reason":"no prompts"})"));
         QCOMPARE(json(ipc::RunEndRecord{"failed", "bad", std::nullopt}).dump(),
                  std::string(R"({"reason":"bad","status":"failed"})"));
         ipc::SampleMessage s;
@@ -198,6 +204,49 @@ private slots:
             QCOMPARE(std::string(ipc::phase_metric(static_cast<ipc::Phase>(p)).key), std::string(phases[p]));
         QCOMPARE(std::string(ipc::metric_of_series(ipc::SeriesId::Communication).name), std::string("communication_s"));
         QCOMPARE(std::string(ipc::metric_of_series(ipc::SeriesId::Bubble).name), std::string("pipeline_bubble_s"));
+    }
+
+    void chartedRowsAgreeWithinAChart() {
+        // rows drawn in one Monitor chart share its title and value axis and have distinct lines;
+        // only rows with a series are charted
+        std::map<std::string_view, std::string_view> axis_of;
+        std::set<std::pair<std::string_view, std::string_view>> lines;
+        for (const ipc::Metric& m : ipc::metrics()) {
+            const bool charted = !m.chart.title.empty() || !m.chart.axis.empty() || !m.chart.line.empty();
+            if (!charted) continue;
+            QVERIFY2(m.series != ipc::SeriesId::Count, std::string(m.name).c_str());
+            const std::string_view title = ipc::chart_title(m);
+            const auto [it, fresh] = axis_of.emplace(title, m.chart.axis);
+            QVERIFY2(it->second == m.chart.axis, std::string(m.name).c_str());
+            QVERIFY2(lines.emplace(title, ipc::chart_line(m)).second, std::string(m.name).c_str());
+        }
+        QCOMPARE(std::string(ipc::chart_title(ipc::metric_of_series(ipc::SeriesId::ValLoss))), std::string("Loss"));
+        QCOMPARE(std::string(ipc::chart_line(ipc::metric_of_series(ipc::SeriesId::Loss))), std::string("train"));
+        QCOMPARE(std::string(ipc::chart_line(ipc::metric_of_series(ipc::SeriesId::Lr))), std::string("Learning rate"));
+    }
+
+    void evalFieldsAreTheRecordsAndRoundTrip() {
+        // every eval field is written and read back through its member; the wire's field list
+        // (docs/protocol.md) is exactly the table's
+        ipc::EvalRecord e;
+        int64_t n = 10;
+        for (const ipc::EvalField& f : ipc::eval_fields()) {
+            ++n;
+            if (const auto* i = std::get_if<int64_t ipc::EvalRecord::*>(&f.member)) e.** i = n;
+            if (const auto* d = std::get_if<double ipc::EvalRecord::*>(&f.member))
+                e.** d = static_cast<double>(n) + 0.5;
+            if (const auto* t = std::get_if<std::string ipc::EvalRecord::*>(&f.member)) e.** t = "valid";
+        }
+        const json j = e;
+        QCOMPARE(j.size(), ipc::eval_fields().size());
+        std::set<std::string> keys;
+        for (const ipc::EvalField& f : ipc::eval_fields()) QVERIFY(keys.insert(std::string(f.key)).second);
+        QCOMPARE(keys, (std::set<std::string>{"iteration", "consumed_samples", "consumed_tokens", "split",
+                                              "consumed_valid_samples", "lm_loss", "ppl", "samples", "time_s"}));
+        QCOMPARE(json(j.get<ipc::EvalRecord>()).dump(), j.dump());
+        const ipc::EvalRecord empty = json::object().get<ipc::EvalRecord>();
+        QCOMPARE(empty.iteration, int64_t{-1});
+        QVERIFY(std::isnan(empty.lm_loss) && empty.consumed_tokens == 0 && empty.split.empty());
     }
 
     void derivationsFollowTheirFormulas() {

@@ -2,7 +2,9 @@
 // interleaving factor) and hand-computed parameter, gradient and optimizer bytes of multi-rank layouts.
 #include "published.h"
 
+#include "mwb/ipc/schema.h"
 #include "mwb/planner/plan.h"
+#include "mwb/planner/report.h"
 
 #include <QtTest>
 
@@ -198,6 +200,27 @@ private slots:
         QVERIFY2(
             it->message.find("too much") != std::string::npos && it->message.find("optimizer") != std::string::npos,
             it->message.c_str());
+    }
+
+    // The planner's categories are the wire's: a prediction's by_category names each category as
+    // mwb-train's mem.by_category does (ipc's list), so predicted and measured compare key by key.
+    void categories_are_the_wires() {
+        StageMemory s;
+        for (int c = 0; c < kMemCategories; ++c) {
+            s.current[static_cast<std::size_t>(c)] = 100 + c;
+            s.peak[static_cast<std::size_t>(c)] = 200 + c;
+        }
+        const nlohmann::json by = memory_json(s)["by_category"];
+        QCOMPARE(by.size(), ipc::kMemoryCategoryCount);
+        ipc::MemoryStats wire;
+        for (std::size_t c = 0; c < ipc::kMemoryCategoryCount; ++c) {
+            const std::string name(ipc::kMemoryCategories[c]);
+            QCOMPARE(std::string(category_name(static_cast<MemCategory>(c))), name);
+            QCOMPARE(by[name]["current"].get<int64_t>(), int64_t(100 + c));
+            QCOMPARE(by[name]["peak"].get<int64_t>(), int64_t(200 + c));
+            wire.by_category[c] = {int64_t(100 + c), int64_t(200 + c)};
+        }
+        QCOMPARE(by.dump(), nlohmann::json(wire)["by_category"].dump());
     }
 };
 

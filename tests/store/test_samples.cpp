@@ -195,6 +195,29 @@ private slots:
         QCOMPARE(s.counts(run)["samples"], 1);
     }
 
+    // The store's sample is ipc's record: every field the trainer writes (to_json) is checked, stored
+    // and read back, so a field added to ipc::SampleMessage without the store's check table or
+    // column fails here.
+    void every_field_of_the_wire_record_is_stored() {
+        // the record written as the trainer writes it (to_json: every member, a new one included)
+        const auto sent = sample_fields(12, 2, "In the beginning", " was the word").get<ipc::SampleMessage>();
+        const json fields = sent;
+        std::string why;
+        const auto parsed = store::parse_sample(fields, &why);
+        QVERIFY2(parsed, why.c_str());
+        QCOMPARE(json(static_cast<const ipc::SampleMessage&>(*parsed)).dump(), fields.dump());
+        test::TempDir t;
+        store::Store s(t / "s.sqlite");
+        const std::string run = "20261201-120000-gpt-0a1b2c3d";
+        QVERIFY(s.ingest(msg(wire(run, 0, "sample", fields))));
+        const auto back = s.samples(run);
+        QCOMPARE(back.size(), std::size_t{1});
+        QCOMPARE(json(static_cast<const ipc::SampleMessage&>(back[0])).dump(), fields.dump());
+        QCOMPARE(back[0].run, run);
+        QCOMPARE(back[0].seq, 0);
+        QVERIFY(back[0].time.has_value());
+    }
+
     void the_same_prompt_compares_across_runs() {
         test::TempDir t;
         store::Store s(t / "h.sqlite");

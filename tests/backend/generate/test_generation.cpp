@@ -8,17 +8,23 @@
 //     chi-square at significance 0.001 over 20,000 draws with a fixed seed, and no token outside the
 //     filtered support;
 //   - the same seed gives the same tokens, another seed others; EOS stops a row; streamed text holds
-//     back an unfinished UTF-8 character.
+//     back an unfinished UTF-8 character;
+//   - a decode step run as one team of threads gives the very logits (bit for bit) of the same step
+//     run as one parallel region per linear layer, and StepTeam lets no thread past a meeting before
+//     all have reached it.
 #include "backend/data/byte_tokenizer.h"
 #include "backend/data/null_tokenizer.h"
 #include "backend/generate/generation.h"
+#include "backend/generate/step_team.h"
 #include "backend/model/gpt_model.h"
 #include "mwb/kernels/error.h"
 #include "mwb/kernels/ops.h"
 
+#include <omp.h>
 #include <QtTest>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <numeric>
 
@@ -119,6 +125,45 @@ void check_greedy_against_full_forward(const GptDims& d) {
     }
 }
 
+/// Prefill and decode steps (batch 2) of a model above the one-thread threshold on two threads, as one
+/// team per step and as regions per linear layer: the same rows per thread and the same ops, so the
+/// same bits.
+void check_team_equals_regions(const GptDims& d) {
+    const int saved = ops::num_threads();
+    ops::set_num_threads(2);
+    Model m(d);
+    Decoder team(d, m.model->layout(), m.model->params(), 2, d.max_positions);
+    Decoder regions(d, m.model->layout(), m.model->params(), 2, d.max_positions);
+    team.set_step_threads(Decoder::StepThreads::Team);
+    regions.set_step_threads(Decoder::StepThreads::Regions);
+    const std::vector<std::vector<int32_t>> prompts = {{5, 17, 3}, {40, 2, 2, 9, 61}};
+    std::vector<float> a(static_cast<std::size_t>(2 * d.vocab)), b(a.size());
+    int64_t compared = 0;
+    for (int64_t r = 0; r < 2; ++r) {
+        team.prefill(r, prompts[r], a.data());
+        regions.prefill(r, prompts[r], b.data());
+        QVERIFY(std::equal(a.begin(), a.begin() + d.vocab, b.begin()));
+        ++compared;
+    }
+    const std::vector<int64_t> rows = {0, 1};
+    std::vector<int32_t> next = {7, 11};
+    for (int step = 0; step < 6; ++step) {
+        // Batch 2, then row 1 alone (batch 1: sgemv instead of sgemm).
+        const std::size_t n = step % 2 == 0 ? 2 : 1;
+        const auto rs = std::span<const int64_t>(rows.data() + (2 - n), n);
+        const auto ts = std::span<const int32_t>(next.data() + (2 - n), n);
+        team.decode(rs, ts, a.data());
+        regions.decode(rs, ts, b.data());
+        QVERIFY2(std::equal(a.begin(), a.begin() + static_cast<int64_t>(n) * d.vocab, b.begin()),
+                 qPrintable(QString("decode step %1: the team's logits differ from the regions'").arg(step)));
+        compared += static_cast<int64_t>(n);
+        next[0] = static_cast<int32_t>(argmax(a.data(), d.vocab));
+        next[1] = static_cast<int32_t>(argmax(a.data() + (n - 1) * d.vocab, d.vocab));
+    }
+    ops::set_num_threads(saved);
+    QCOMPARE(compared, int64_t{11});
+}
+
 /// The filtered softmax, written from its definition: p ∝ exp(l/T) over the k largest, then the
 /// smallest most-likely-first prefix with mass >= top_p, renormalised (float64).
 std::vector<double> reference_distribution(const std::vector<float>& logits, double T, int64_t k, double top_p) {
@@ -186,6 +231,48 @@ private slots:
         const auto b = complete(one, prompts, o);
         ops::set_num_threads(saved);
         for (std::size_t r = 0; r < prompts.size(); ++r) QCOMPARE(a[r].tokens, b[r].tokens);
+    }
+
+    void team_step_equals_region_step() {
+        // GPT (learned positions, LayerNorm, GELU, biases) and Llama (RoPE, RMSNorm, SwiGLU, 3 key/value
+        // groups split 1 + 2 over the threads) shapes above the one-thread threshold.
+        GptDims gpt = gpt_dims();
+        gpt.hidden = 384;
+        gpt.heads = 6;
+        gpt.ffn = 1024;
+        gpt.init_std = 0.05f;
+        check_team_equals_regions(gpt);
+        GptDims llama = llama_dims();
+        llama.hidden = 384;
+        llama.heads = 6;
+        llama.groups = 3;
+        llama.ffn = 1024;
+        llama.init_std = 0.05f;
+        check_team_equals_regions(llama);
+    }
+
+    void step_team_meets_every_thread() {
+        // Each round every thread writes its slot, meets, checks every slot holds this round, meets
+        // again (so nobody writes the next round while another still checks). Three threads on this
+        // 2-core machine: some meetings end spinning, others sleeping.
+        constexpr int threads = 3, rounds = 5000;
+        StepTeam team;
+        std::vector<std::atomic<int>> slot(threads);
+        std::atomic<int> wrong{0}, team_size{0};
+#pragma omp parallel num_threads(threads)
+        {
+            const int t = omp_get_thread_num(), n = omp_get_num_threads();
+            if (t == 0) team_size = n;
+            for (int r = 0; r < rounds; ++r) {
+                slot[t].store(r, std::memory_order_relaxed);
+                team.sync(n);
+                for (int u = 0; u < n; ++u)
+                    if (slot[u].load(std::memory_order_relaxed) != r) ++wrong;
+                team.sync(n);
+            }
+        }
+        QCOMPARE(team_size.load(), threads);
+        QCOMPARE(wrong.load(), 0);
     }
 
     void chi2_critical_matches_tables() {

@@ -62,6 +62,13 @@ enum class PhaseRole : uint8_t { None, Work, Communication, Bubble };
 using StepField =
     std::variant<std::monostate, int64_t StepRecord::*, double StepRecord::*, std::optional<double> StepRecord::*>;
 
+/// How the Monitor draws a built-in series: its chart's title ("": the row's label), the chart's
+/// value axis ("": none), the line's name in the chart's legend ("": the title). Rows drawn in one
+/// chart have the same title and axis (test_ipc_metrics).
+struct ChartText {
+    std::string_view title, axis, line;
+};
+
 struct Metric {
     std::string_view name;    ///< unique id: the store's series name, the comparison's metric ("val_loss")
     std::string_view key;     ///< the field in its record ("lm_loss" of `eval` for val_loss)
@@ -75,6 +82,7 @@ struct Metric {
     int compare;           ///< its place in History's comparison list (1 first); 0: not offered
     std::string_view doc;  ///< one line for docs/protocol.md
     StepField field;       ///< Step rows: the StepRecord member
+    ChartText chart{};     ///< rows with a series the Monitor charts
 };
 
 /// Every metric, in the table's order (the store's step columns in their order among them).
@@ -85,6 +93,11 @@ std::vector<const Metric*> compared_metrics();
 const Metric* find_metric(std::string_view name);
 /// The row drawn as `series` (every SeriesId but Count has one).
 const Metric& metric_of_series(SeriesId series);
+
+/// The title of the chart `m` is drawn in (its chart title, else its label).
+std::string_view chart_title(const Metric& m);
+/// The name of `m`'s line in its chart's legend (its chart line, else the chart's title).
+std::string_view chart_line(const Metric& m);
 
 /// The seven phases of ranks[].time (the SlowestRank rows), in order; PhaseTimes is indexed by it.
 enum class Phase : uint8_t { Forward, Backward, GradientReduce, Optimizer, Data, Communication, PipelineBubble, Count };

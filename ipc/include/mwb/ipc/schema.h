@@ -4,6 +4,7 @@
 // RunDir's); from_json reads what a body has, ignoring unknown fields and leaving missing ones at
 // their defaults (-1 for iterations, NaN or empty for numbers). The step record's scalar fields come
 // from the metric table (metrics.h). Qt-free.
+#include "mwb/ipc/memory_categories.h"
 #include "mwb/ipc/metrics.h"
 
 #include <nlohmann/json.hpp>
@@ -12,19 +13,15 @@
 #include <cmath>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 namespace mwb::ipc {
 
 // ---- memory ----
-
-/// The allocator's categories, in the order of the wire's by_category and every array below.
-enum class MemoryCategory : uint8_t { Weights, Gradients, Optimizer, Activations, Workspace, Data, Count };
-inline constexpr std::size_t kMemoryCategoryCount = static_cast<std::size_t>(MemoryCategory::Count);
-inline constexpr std::string_view kMemoryCategories[kMemoryCategoryCount] = {"weights",     "gradients", "optimizer",
-                                                                             "activations", "workspace", "data"};
 
 struct CategoryBytes {
     int64_t current = 0, peak = 0;
@@ -98,6 +95,19 @@ struct EvalRecord {
     double lm_loss = NAN, ppl = NAN, time_s = NAN;
 };
 
+/// A field of the eval record: its JSON key, its EvalRecord member, and its column in the store's
+/// evals table ("" when the store keeps it in the row's `extra`). eval_fields() lists every field
+/// once: EvalRecord's JSON writer and reader and the store's eval ingest iterate it (a new field is a
+/// member and a row; a column also needs a store migration).
+using EvalMember = std::variant<int64_t EvalRecord::*, double EvalRecord::*, std::string EvalRecord::*>;
+struct EvalField {
+    std::string_view key;
+    EvalMember member;
+    std::string_view column;
+};
+/// In the wire's order; `iteration` first (the store's row key, not one of its value columns).
+std::span<const EvalField> eval_fields();
+
 struct RunStartRecord {
     static constexpr std::string_view kTopic = "run.start";
     nlohmann::json config = nlohmann::json::object(), derived = nlohmann::json::object(),
@@ -120,14 +130,15 @@ struct RunEndRecord {
 };
 
 /// Topic `sample` (1.1): one prompt's completion at a sampling point. store/sample.h checks a
-/// received one field by field (limits, ranges); this is the plain record.
+/// received one field by field (limits, ranges) into the store's SampleRecord, which is this record
+/// with its row identity. A missing setting reads as no-op sampling (greedy, top_p 1).
 struct SampleMessage {
     static constexpr std::string_view kTopic = "sample";
     int64_t iteration = 0, consumed_tokens = 0, prompt_index = 0, prompt_tokens = 0, completion_tokens = 0, top_k = 0;
     uint64_t seed = 0;
     std::string prompt, completion, finish_reason;  ///< finish_reason: eos | length
-    bool greedy = false;
-    double temperature = 0, top_p = 0, time_s = 0;
+    bool greedy = true;
+    double temperature = 0, top_p = 1, time_s = 0;
 };
 
 // ---- events (topic `event`, told apart by `kind`) ----
@@ -161,6 +172,11 @@ struct ControlAppliedEvent {
     static constexpr std::string_view kKind = "control_applied";
     std::string action, request_id;
     int64_t iteration = -1;
+};
+/// A run with --sample-interval that cannot sample (no prompts file, a GPU run): published once.
+struct SamplingSkippedEvent {
+    static constexpr std::string_view kKind = "sampling_skipped";
+    std::string reason;
 };
 inline constexpr std::string_view kEventTopic = "event";
 
@@ -198,6 +214,8 @@ void to_json(nlohmann::json& j, const CheckpointNotFoundEvent& r);
 void from_json(const nlohmann::json& j, CheckpointNotFoundEvent& r);
 void to_json(nlohmann::json& j, const ControlAppliedEvent& r);
 void from_json(const nlohmann::json& j, ControlAppliedEvent& r);
+void to_json(nlohmann::json& j, const SamplingSkippedEvent& r);
+void from_json(const nlohmann::json& j, SamplingSkippedEvent& r);
 
 /// The wire body of an event (its `kind` first among its fields).
 template <typename Event>

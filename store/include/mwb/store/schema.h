@@ -6,6 +6,7 @@
 //   3  runs.last_seen (when a follower last heard from the run: marking runs whose process is gone)
 //   4  samples (text generated during training; moved out of events where version 3 kept them)
 // A file newer than this build is refused rather than guessed at.
+#include "mwb/ipc/schema.h"
 #include "mwb/store/sqlite.h"
 
 #include <functional>
@@ -27,5 +28,8 @@ int migrate(Database& db, int target = kSchemaVersion, const std::function<void(
 
 /// Numeric columns of `steps` that series() can downsample through step_blocks (schema 2).
 std::span<const std::string_view> step_metrics();
+
+/// The eval record's fields with a column of `evals` (ipc::eval_fields(), in its order).
+std::span<const ipc::EvalField* const> eval_columns();
 
 }  // namespace mwb::store

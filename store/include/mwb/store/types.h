@@ -1,5 +1,7 @@
 #pragma once
 // What the store's queries return: plain structs for the app's models and for mwb-record.
+#include "mwb/ipc/schema.h"
+
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
@@ -86,17 +88,13 @@ struct MemorySample {
     nlohmann::json by_category;
 };
 
-/// One `sample` record (docs/protocol.md, mwb.telemetry/1.1): what the model wrote for one prompt at
-/// one iteration during training, with the settings it was sampled with.
-struct SampleRecord {
-    std::string run;  ///< uid
-    int64_t seq = -1, iteration = 0, consumed_tokens = 0, prompt_index = 0;
+/// One stored `sample` record (docs/protocol.md, mwb.telemetry/1.1): what the model wrote for one
+/// prompt at one iteration during training, with the settings it was sampled with (ipc's record: a
+/// sample field is added there), and which message of which run it was.
+struct SampleRecord : ipc::SampleMessage {
+    std::string run;             ///< uid
+    int64_t seq = -1;            ///< the message's
     std::optional<double> time;  ///< Unix seconds (the envelope's)
-    std::string prompt, completion, finish_reason;
-    int64_t prompt_tokens = 0, completion_tokens = 0;
-    bool greedy = true;
-    double temperature = 0, top_p = 1, time_s = 0;
-    int64_t top_k = 0, seed = 0;
 };
 
 /// Which samples of a run: all, one iteration's, one prompt's, the newest `limit` iterations.
