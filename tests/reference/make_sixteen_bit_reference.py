@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""Builds the 16-bit PyTorch references for tests/backend/test_gpt_reference.cpp
-(sixteen_bit_recipes_match_their_rounding_points).
+"""Builds the 16-bit PyTorch references for tests/backend/test_sixteen_bit_reference.cpp (bf16) and
+test_gpt_reference.cpp (fp16_matches_its_rounding_points).
 
 The float64 references (make_gpt_reference.py, make_llama_reference.py) say what the model computes; they
 cannot say whether mwb's --bf16 / --fp16 round where they should: a missing or extra rounding hides
@@ -52,6 +52,11 @@ with every value multiplied by 1 + k·2^-24, k a random integer in -4..4 (up to 
 ulps), just before each 16-bit rounding (a pessimistic
 model of other exp/tanh/rsqrt implementations at every op at once; docs/numerics.md explains why this
 one reaches the float64 comparison's level: one flipped rounding flips about a fifth of its consumers).
+For bf16 it stores "sgemm_probe": the float32 results of every linear's GEMMs (forward, input and weight
+gradient; layer 0 and the output layer) as this PyTorch's BLAS computed them, with their inputs. The bf16
+bound holds only where mwb's sgemm gives these bits exactly (the same kernel family); the C++ test checks
+that and skips otherwise. So generate on a machine whose BLAS kernels match CI's usual one (OpenBLAS's
+own choice on AVX-512: SkylakeX), with OPENBLAS_CORETYPE unset.
 """
 import base64
 import json
@@ -93,8 +98,8 @@ def shake(x, jitter):
 
 
 class Recipe:
-    def __init__(self, dtype, accumulate64=False, jitter=None):
-        self.dtype, self.accumulate64, self.jitter = dtype, accumulate64, jitter
+    def __init__(self, dtype, accumulate64=False, jitter=None, taps=None):
+        self.dtype, self.accumulate64, self.jitter, self.taps = dtype, accumulate64, jitter, taps
 
     def store(self, x):
         return x if self.dtype is None else Store.apply(x, self.dtype, self.jitter)
@@ -104,6 +109,12 @@ class Recipe:
 
     def mm(self, a, b):
         return (a.double() @ b.double()).float() if self.accumulate64 else a @ b
+
+    def linear(self, x, w, name):
+        """x·wᵀ for the weight `name`; with `taps` (a dict), the first input each weight sees is kept."""
+        if self.taps is not None:
+            self.taps.setdefault(name, x.detach().reshape(-1, x.shape[-1]))
+        return self.mm(x, w.T)
 
 
 def decode(b64, dtype):
@@ -145,16 +156,54 @@ def rope(x, cos, sin, R, interleaved):
     return torch.cat((out, rest), dim=-1)
 
 
+def embed(rc, w, inputs):
+    """Word + position embedding, one rounding of the sum."""
+    x = w["embedding.word_embeddings.weight"][inputs]
+    if "embedding.position_embeddings.weight" in w:
+        x = x + w["embedding.position_embeddings.weight"][:inputs.shape[1]]
+    return rc.store(x)
+
+
+def initial_weights(fx, rc):
+    return {t["name"]: rc.round_value(decode(t["initial_f32"], torch.float32).reshape(t["shape"])) for t in fx["tensors"]}
+
+
+def batch_tokens(fx):
+    cfg = fx["config"]
+    return torch.tensor(fx["tokens"], dtype=torch.int64).reshape(cfg["global_batch_size"], cfg["seq_length"] + 1)
+
+
+def sgemm_probe(fx, dtype):
+    """The float32 results of every linear's GEMMs (layer 0's and the output layer's) as this PyTorch computes
+    them, so that the C++ test can check the premise of its tight bound: that mwb's sgemm sums in the same
+    order as this generator's (the same BLAS kernels), i.e. gives bit-identical fp32 values before each 16-bit
+    rounding. For each weight W (out, in), rounded as in the recipe, and x (N, in), the input it gets in the
+    recipe's first micro-batch: y = x·Wᵀ (forward, depth in), dx = dy·W (input gradient, depth out) and
+    dw = dyᵀ·x (weight gradient, depth N), with dy = y rounded to 16 bits standing in for the output's
+    gradient (same shape, 16-bit values)."""
+    cfg, taps = fx["config"], {}
+    rc = Recipe(dtype, taps=taps)
+    w = initial_weights(fx, rc)
+    with torch.no_grad():
+        forward(rc, cfg, w, batch_tokens(fx)[:cfg["micro_batch_size"]])
+        probe = []
+        for name, x in taps.items():
+            if name.startswith("decoder.layers.") and not name.startswith("decoder.layers.0."):
+                continue  # the other layers' GEMMs have layer 0's shapes
+            y = x @ w[name].T
+            dy = y.to(dtype).float()
+            probe.append({"weight": name, "x": encode(x, torch.float32), "y": encode(y, torch.float32),
+                          "dx": encode(dy @ w[name], torch.float32), "dw": encode(dy.T @ x, torch.float32)})
+        return probe
+
+
 def forward(rc, cfg, w, tokens):
     """The mean cross-entropy of one micro-batch, on Megatron-layout weights `w` (already rounded)."""
     d = dims(cfg)
     A, G, D = d["A"], d["G"], d["D"]
     inputs, targets = tokens[:, :-1], tokens[:, 1:]
     B, S = inputs.shape
-    x = w["embedding.word_embeddings.weight"][inputs]
-    if "embedding.position_embeddings.weight" in w:
-        x = x + w["embedding.position_embeddings.weight"][:S]
-    x = rc.store(x)
+    x = embed(rc, w, inputs)
     if d["rope"]:
         cos, sin = rope_tables(rc, cfg, S)
     mask = torch.triu(torch.ones(S, S, dtype=torch.bool), diagonal=1)
@@ -162,7 +211,7 @@ def forward(rc, cfg, w, tokens):
         pre = f"decoder.layers.{l}."
         get = lambda name: w.get(pre + name)
         h = norm(rc, d, x, get("input_layernorm.weight"), get("input_layernorm.bias"))
-        qkv = rc.mm(h, get("self_attention.linear_qkv.weight").T)
+        qkv = rc.linear(h, get("self_attention.linear_qkv.weight"), pre + "self_attention.linear_qkv.weight")
         if get("self_attention.linear_qkv.bias") is not None:
             qkv = qkv + get("self_attention.linear_qkv.bias")
         qkv = rc.store(qkv).view(B, S, G, A // G + 2, D)  # per group [q heads | k | v]
@@ -176,12 +225,12 @@ def forward(rc, cfg, w, tokens):
         scores = rc.mm(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(D))  # fp32, never rounded
         probs = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
         ctx = rc.store(rc.mm(probs, v).transpose(1, 2).reshape(B, S, A * D))
-        branch = rc.mm(ctx, get("self_attention.linear_proj.weight").T)
+        branch = rc.linear(ctx, get("self_attention.linear_proj.weight"), pre + "self_attention.linear_proj.weight")
         if get("self_attention.linear_proj.bias") is not None:
             branch = branch + get("self_attention.linear_proj.bias")
         x = rc.store(x + branch)
         h = norm(rc, d, x, get("pre_mlp_layernorm.weight"), get("pre_mlp_layernorm.bias"))
-        fc1 = rc.mm(h, get("mlp.linear_fc1.weight").T)
+        fc1 = rc.linear(h, get("mlp.linear_fc1.weight"), pre + "mlp.linear_fc1.weight")
         if get("mlp.linear_fc1.bias") is not None:
             fc1 = fc1 + get("mlp.linear_fc1.bias")
         fc1 = rc.store(fc1)
@@ -190,22 +239,21 @@ def forward(rc, cfg, w, tokens):
             act = rc.store(torch.nn.functional.silu(gate) * up)
         else:
             act = rc.store(gelu_tanh(fc1))
-        branch = rc.mm(act, get("mlp.linear_fc2.weight").T)
+        branch = rc.linear(act, get("mlp.linear_fc2.weight"), pre + "mlp.linear_fc2.weight")
         if get("mlp.linear_fc2.bias") is not None:
             branch = branch + get("mlp.linear_fc2.bias")
         x = rc.store(x + branch)
     x = norm(rc, d, x, w["decoder.final_layernorm.weight"], w.get("decoder.final_layernorm.bias"))
-    out_w = w.get("output_layer.weight", w["embedding.word_embeddings.weight"])
-    logits = rc.store(rc.mm(x, out_w.T))
+    out_name = "output_layer.weight" if "output_layer.weight" in w else "embedding.word_embeddings.weight"
+    logits = rc.store(rc.linear(x, w[out_name], out_name))
     return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
 def run(fx, rc, loss_scale):
     """One iteration's loss (mean of the micro-batches') and the unscaled fp32 gradients."""
     cfg = fx["config"]
-    w = {t["name"]: rc.round_value(decode(t["initial_f32"], torch.float32).reshape(t["shape"])).requires_grad_(True)
-         for t in fx["tensors"]}
-    tokens = torch.tensor(fx["tokens"], dtype=torch.int64).reshape(cfg["global_batch_size"], cfg["seq_length"] + 1)
+    w = {k: v.requires_grad_(True) for k, v in initial_weights(fx, rc).items()}
+    tokens = batch_tokens(fx)
     B = cfg["micro_batch_size"]
     M = cfg["global_batch_size"] // B
     loss = 0.0
@@ -251,6 +299,8 @@ def make(in_dir, name):
         out["recipes"][recipe] = {"loss_scale": scale, "loss": loss, "accumulation_noise": accumulation,
                                   "jitter_noise": jitter,
                                   "grads": {k: encode(g, torch.float32) for k, g in grads.items()}}
+        if recipe == "bf16":  # the premise of the bf16 rows' tight bound (test_sixteen_bit_reference.cpp)
+            out["recipes"][recipe]["sgemm_probe"] = sgemm_probe(fx, dtype)
         print(f"{name} {recipe}: loss {loss:.7f} (float64 {fx['loss']:.7f}); relative change of the loss and worst "
               f"normwise change of a gradient under float64 accumulation {accumulation['loss']:.1e} "
               f"{accumulation['worst_gradient']:.1e}, under fp32 jitter {jitter['loss']:.1e} {jitter['worst_gradient']:.1e}")
