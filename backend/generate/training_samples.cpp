@@ -4,6 +4,7 @@
 #include "backend/data/tokenizer.h"
 #include "backend/model/gpt_model.h"
 #include "mwb/ipc/schema.h"
+#include "mwb/kernels/device_runtime.h"
 #include "mwb/kernels/error.h"
 
 #include <fmt/format.h>
@@ -30,11 +31,14 @@ TrainingSamples::TrainingSamples(const Config& config, const GptModel& model, De
         skip("sample_interval is set but sample_prompts names no prompts file");
         return;
     }
-    if (model.params().device != Device::CPU) {
-        skip(
-            "text samples during training are generated on CPU runs only in this version; use mwb-generate "
-            "on a checkpoint");
-        return;
+    TensorView weights = model.params();
+    if (weights.device != Device::CPU) {
+        // A GPU run decodes on the CPU from a host copy of this rank's fp32 weights, refreshed at each
+        // sampling point: the GPU keeps only the training's memory, and every layout works as on CPU runs.
+        device_params_ = weights;
+        host_params_.resize(static_cast<std::size_t>(weights.numel()));
+        weights.data = host_params_.data();
+        weights.device = Device::CPU;
     }
     prompts_ = read_sample_prompts(l.sample_prompts);
     tokenizer_ = data::make_tokenizer(config.data, config.model);
@@ -60,7 +64,7 @@ TrainingSamples::TrainingSamples(const Config& config, const GptModel& model, De
     for (auto& ids : ids_)
         if (static_cast<int64_t>(ids.size()) >= context) ids.erase(ids.begin(), ids.end() - (context - 1));
     const int64_t max_len = std::min(context, std::min(longest, context - 1) + l.sample_max_new_tokens);
-    decoder_ = std::make_unique<Decoder>(d, model.partition(), model.layout(), model.params(), groups,
+    decoder_ = std::make_unique<Decoder>(d, model.partition(), model.layout(), weights, groups,
                                          static_cast<int64_t>(ids_.size()), max_len);
     options_.sampling = {l.sample_temperature <= 0, l.sample_temperature, l.sample_top_k, l.sample_top_p,
                          static_cast<uint64_t>(l.sample_seed)};
@@ -79,6 +83,11 @@ void TrainingSamples::after_iteration(int64_t iteration, int64_t consumed_tokens
 
 void TrainingSamples::sample(int64_t iteration, int64_t consumed_tokens) {
     last_sampled_ = iteration;
+    if (!host_params_.empty()) {  // a GPU run: this iteration's weights (the copy waits for the update)
+        device::synchronize();
+        device::copy_to_host(host_params_.data(), device_params_.data,
+                             device_params_.numel() * static_cast<int64_t>(sizeof(float)));
+    }
     const auto out = complete(*decoder_, ids_, options_);
     const SamplingParams& s = options_.sampling;
     for (std::size_t i = 0; i < out.size(); ++i) {

@@ -2,7 +2,8 @@
 // Text samples during training (--sample-interval, docs/generation.md): the ranks of data-parallel
 // replica 0 generate a completion for each prompt of --sample-prompts from their current weights —
 // each rank's part of the model (its tensor-parallel slice of its pipeline stage) read in place from
-// the model's parameter arena through a Decoder (no copy), every rank taking the same steps — and
+// the model's parameter arena through a Decoder (no copy; on a GPU run from a host copy made at each
+// sampling point), every rank taking the same steps — and
 // rank 0 publishes one `sample` record per prompt (docs/protocol.md), which the run directory keeps in
 // samples.jsonl. The other replicas wait at the next iteration's collectives.
 #include "backend/config/config.h"
@@ -33,8 +34,8 @@ class TrainingSamples {
 public:
     using Publish = std::function<void(std::string_view topic, nlohmann::json fields)>;
     /// Every rank of data-parallel replica 0 of a run with sample_interval > 0; `groups` its host
-    /// tensor-parallel and pipeline groups. Without a prompts file (or on a GPU run) it publishes one
-    /// warning event and then does nothing. `publish` is called on every rank (the trainer's writes
+    /// tensor-parallel and pipeline groups. Without a prompts file it publishes one warning event and
+    /// then does nothing. On a GPU run it decodes on the CPU from a host copy of the rank's weights. `publish` is called on every rank (the trainer's writes
     /// on rank 0 only).
     TrainingSamples(const Config& config, const GptModel& model, DecoderGroups groups, Publish publish);
     ~TrainingSamples();
@@ -50,6 +51,8 @@ private:
     Publish publish_;
     std::unique_ptr<data::Tokenizer> tokenizer_;
     std::unique_ptr<Decoder> decoder_;
+    TensorView device_params_;        ///< a GPU run's fp32 weights (host_params_ copies them at each sample)
+    std::vector<float> host_params_;  ///< empty on CPU runs, which read their weights in place
     std::vector<std::string> prompts_;
     std::vector<std::vector<int32_t>> ids_;
     GenerateOptions options_;
