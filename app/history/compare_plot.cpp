@@ -159,9 +159,12 @@ void ComparePlot::setLogY(bool on) {
 std::vector<PlotPoint> ComparePlot::points(const std::string& uid, int buckets, bool* raw) const {
     if (raw) *raw = true;
     if (is_eval_metric(metric())) {
+        // the metric row's field of the eval record ("lm_loss" for val_loss)
+        const std::string key(ipc::find_metric(metric().toStdString())->key);
         std::vector<PlotPoint> out;
         for (const auto& e : store_->evals(uid))
-            if (e.lm_loss) out.push_back({static_cast<double>(e.iteration), *e.lm_loss});
+            if (const auto it = e.body.find(key); it != e.body.end() && it->is_number())
+                out.push_back({static_cast<double>(e.iteration), it->get<double>()});
         return out;
     }
     store::SeriesQuery q;

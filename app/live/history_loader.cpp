@@ -138,10 +138,7 @@ Update load_run_history(store::Store& st, const std::string& uid, int64_t& next_
         m.run_id = uid;
         m.seq = e.seq;
         m.time = e.time.value_or(0);
-        m.body = {{"iteration", e.iteration}};
-        if (e.lm_loss) m.body["lm_loss"] = *e.lm_loss;
-        if (e.ppl) m.body["ppl"] = *e.ppl;
-        if (e.consumed_tokens) m.body["consumed_tokens"] = *e.consumed_tokens;
+        m.body = e.body;
         messages.push_back(std::move(m));
     }
     std::sort(messages.begin(), messages.end(), [](const auto& a, const auto& b) { return a.seq < b.seq; });

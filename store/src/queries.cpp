@@ -1,6 +1,7 @@
 // The store's read side for the app and mwb-record: run lists, runs, evaluations, events, memory,
 // configuration differences.
 #include "mwb/store/error.h"
+#include "mwb/store/schema.h"
 #include "mwb/store/store.h"
 
 #include <algorithm>
@@ -127,14 +128,32 @@ std::vector<WallClockPoint> Store::wall_clock(const std::string& uid, int anchor
 }
 
 std::vector<EvalPoint> Store::evals(const std::string& uid) {
-    Statement s = db_.prepare(
-        "SELECT seq, iteration, time, lm_loss, ppl, time_s, consumed_tokens, samples FROM evals "
-        "WHERE run = ? ORDER BY iteration, seq");
+    // the columns of eval_columns(), in its order, between the row's key and `extra`
+    std::string columns;
+    for (const ipc::EvalField* f : eval_columns()) columns += std::string(f->column) + ", ";
+    Statement s =
+        db_.prepare("SELECT seq, iteration, time, " + columns + "extra FROM evals WHERE run = ? ORDER BY iteration, seq");
     s.bind(1, run_row_or_throw(uid));
+    const auto fields = eval_columns();
+    const int extra_column = 3 + static_cast<int>(fields.size());
     std::vector<EvalPoint> out;
-    while (s.step())
-        out.push_back({s.int64(0), s.int64(1), s.optional_real(2), s.optional_real(3), s.optional_real(4),
-                       s.optional_real(5), s.optional_int64(6), s.optional_int64(7)});
+    while (s.step()) {
+        EvalPoint e{s.int64(0), s.int64(1), s.optional_real(2)};
+        if (const json extra = parse_or_null(s.text(extra_column)); extra.is_object()) e.body = extra;
+        e.body["iteration"] = e.iteration;
+        for (std::size_t i = 0; i < fields.size(); ++i) {
+            const int c = 3 + static_cast<int>(i);
+            if (s.is_null(c)) continue;
+            const std::string key(fields[i]->key);
+            if (std::holds_alternative<int64_t ipc::EvalRecord::*>(fields[i]->member))
+                e.body[key] = s.int64(c);
+            else if (std::holds_alternative<double ipc::EvalRecord::*>(fields[i]->member))
+                e.body[key] = s.real(c);
+            else
+                e.body[key] = s.text(c);
+        }
+        out.push_back(std::move(e));
+    }
     return out;
 }
 

@@ -106,7 +106,7 @@ private slots:
         QCOMPARE(counts.at("evals"), 1);
         QCOMPARE(counts.at("events"), 3);   // run.start, checkpoint, run.end
         QCOMPARE(counts.at("memory"), 40);  // two ranks, every interval
-        QCOMPARE(s.evals("r1-0a0b0c0d").front().ppl.value(), 66.7);
+        QCOMPARE(s.evals("r1-0a0b0c0d").front().body["ppl"].get<double>(), 66.7);
         QCOMPARE(s.events("r1-0a0b0c0d", "run.end").front().body["status"], "finished");
         const auto mem = s.memory("r1-0a0b0c0d", 0);
         QCOMPARE(mem.size(), std::size_t{20});

@@ -67,10 +67,13 @@ struct WallClockPoint {
     double seconds = 0;
 };
 
+/// A stored evaluation: the `eval` record's body as it arrived (every field of ipc::eval_fields() the
+/// store has a column for, and those it kept in `extra`), so a new eval field reaches its readers
+/// without a change here.
 struct EvalPoint {
     int64_t seq = 0, iteration = 0;
-    std::optional<double> time, lm_loss, ppl, time_s;
-    std::optional<int64_t> consumed_tokens, samples;
+    std::optional<double> time;
+    nlohmann::json body = nlohmann::json::object();
 };
 
 struct EventRecord {
