@@ -60,7 +60,8 @@ std::vector<ipc::Message> finished_run(const std::string& run, double t0, double
                            {{"rank", 1}, {"allocated", 200 + it}, {"peak", 900}}}}},
                         t0 + it));
         if (it == 10)
-            v.push_back(msg(run, seq++, "eval", {{"iteration", 10}, {"lm_loss", 4.2}, {"ppl", 66.7}, {"samples", 8}},
+            v.push_back(msg(run, seq++, "eval", {{"iteration", 10}, {"lm_loss", 4.2}, {"ppl", 66.7}, {"samples", 8},
+                                                    {"split", "valid"}, {"a_later_field", 1.5}},
                             t0 + 10.5));
         if (it == 15)
             v.push_back(
@@ -107,6 +108,10 @@ private slots:
         QCOMPARE(counts.at("events"), 3);   // run.start, checkpoint, run.end
         QCOMPARE(counts.at("memory"), 40);  // two ranks, every interval
         QCOMPARE(s.evals("r1-0a0b0c0d").front().body["ppl"].get<double>(), 66.7);
+        // every field comes back as it arrived: the columns and what the store kept in `extra`
+        QCOMPARE(s.evals("r1-0a0b0c0d").front().body,
+                 json({{"iteration", 10}, {"lm_loss", 4.2}, {"ppl", 66.7}, {"samples", 8}, {"split", "valid"},
+                       {"a_later_field", 1.5}}));
         QCOMPARE(s.events("r1-0a0b0c0d", "run.end").front().body["status"], "finished");
         const auto mem = s.memory("r1-0a0b0c0d", 0);
         QCOMPARE(mem.size(), std::size_t{20});
