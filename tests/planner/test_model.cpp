@@ -66,6 +66,8 @@ private slots:
             const double expected = full ? 3.3861967463873244e18 : 3.3405978001601987e18;
             QVERIFY2(std::fabs(p.flops.model / expected - 1) < 1e-15, qPrintable(QString::number(p.flops.model)));
             const double attention = full ? s / (6 * h) : s / (12 * h);
+            // the literal is the formula's value (a typo in either shows here)
+            QVERIFY(std::fabs(72 * B * s * L * h * h * (1 + attention + V / (12 * L * h)) / expected - 1) < 1e-12);
             const double layers = 72 * B * s * L * h * h * (1 + attention);
             QVERIFY(std::fabs(p.flops.hardware / (p.flops.model + layers / 3) - 1) < 1e-12);
             // The planner's MFU is the model FLOPs over its predicted time: the reading moves it alike.
