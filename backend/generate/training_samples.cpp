@@ -36,8 +36,9 @@ TrainingSamples::TrainingSamples(const Config& config, const GptModel& model, De
         // A GPU run decodes on the CPU from a host copy of this rank's fp32 weights, refreshed at each
         // sampling point: the GPU keeps only the training's memory, and every layout works as on CPU runs.
         device_params_ = weights;
-        host_params_.resize(static_cast<std::size_t>(weights.numel()));
-        weights.data = host_params_.data();
+        // not value-initialised: the pages are first touched by the first sampling point's copy
+        host_params_.reset(new float[static_cast<std::size_t>(weights.numel())]);
+        weights.data = host_params_.get();
         weights.device = Device::CPU;
     }
     prompts_ = read_sample_prompts(l.sample_prompts);
@@ -83,9 +84,9 @@ void TrainingSamples::after_iteration(int64_t iteration, int64_t consumed_tokens
 
 void TrainingSamples::sample(int64_t iteration, int64_t consumed_tokens) {
     last_sampled_ = iteration;
-    if (!host_params_.empty()) {  // a GPU run: this iteration's weights (the copy waits for the update)
+    if (host_params_) {  // a GPU run: this iteration's weights (the copy waits for the update)
         device::synchronize();
-        device::copy_to_host(host_params_.data(), device_params_.data,
+        device::copy_to_host(host_params_.get(), device_params_.data,
                              device_params_.numel() * static_cast<int64_t>(sizeof(float)));
     }
     const auto out = complete(*decoder_, ids_, options_);

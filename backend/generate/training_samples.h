@@ -52,7 +52,7 @@ private:
     std::unique_ptr<data::Tokenizer> tokenizer_;
     std::unique_ptr<Decoder> decoder_;
     TensorView device_params_;        ///< a GPU run's fp32 weights (host_params_ copies them at each sample)
-    std::vector<float> host_params_;  ///< empty on CPU runs, which read their weights in place
+    std::unique_ptr<float[]> host_params_;  ///< null on CPU runs, which read their weights in place
     std::vector<std::string> prompts_;
     std::vector<std::vector<int32_t>> ids_;
     GenerateOptions options_;
