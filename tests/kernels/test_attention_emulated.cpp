@@ -13,6 +13,7 @@
 
 #include "mwb/kernels/ops.h"
 #include "mwb/kernels/precision.h"
+#include "support/reference.h"
 
 #include <QtTest>
 
@@ -23,14 +24,6 @@ using namespace mwb;
 namespace att = mwb::cuda::attention;
 
 namespace {
-
-std::vector<float> uniform(int64_t n, uint32_t seed, float lo, float hi) {
-    std::mt19937 gen(seed);
-    std::uniform_real_distribution<float> d(lo, hi);
-    std::vector<float> v(static_cast<std::size_t>(n));
-    for (auto& x : v) x = d(gen);
-    return v;
-}
 
 /// max |got − want| / max |want|, as the GPU checks measure.
 double normwise(const std::vector<float>& got, const std::vector<float>& want) {
@@ -108,8 +101,8 @@ Errors compare(const Case& c, bool tensor_cores = false) {
     p.dropout_p = c.dropout;
     p.rng = RngStream{2024, 11};
     const int64_t qkv_n = S * B * (A + 2 * G) * D, out_n = S * B * A * D;
-    std::vector<float> qkv = uniform(qkv_n, 100, -2, 2);
-    const std::vector<float> dout = uniform(out_n, 101, -1, 1);
+    std::vector<float> qkv = test::random_floats(static_cast<std::size_t>(qkv_n), 100, -2, 2);
+    const std::vector<float> dout = test::random_floats(static_cast<std::size_t>(out_n), 101, -1, 1);
     if (tensor_cores)  // a bf16 run's activations: bf16 values in fp32 arrays
         for (float& x : qkv) x = round_to_bf16(x);
     std::vector<float> out, dqkv;

@@ -13,6 +13,7 @@
 
 #include "mwb/kernels/error.h"
 #include "mwb/kernels/ops.h"
+#include "support/reference.h"
 
 #include <QtTest>
 
@@ -27,14 +28,6 @@ namespace emu = mwb::emulation;
 namespace {
 
 constexpr float kSentinel = -777.0f;
-
-std::vector<float> uniform(int64_t n, uint32_t seed, float lo, float hi) {
-    std::mt19937 gen(seed);
-    std::uniform_real_distribution<float> d(lo, hi);
-    std::vector<float> v(static_cast<std::size_t>(n));
-    for (auto& x : v) x = d(gen);
-    return v;
-}
 
 struct Shape {
     int A, G;
@@ -151,7 +144,7 @@ double scenario(Shape shape, int64_t prompt, bool cuda, bool& untouched) {
     double worst = 0;
     const auto call = [&](std::vector<int32_t> rows, std::vector<int32_t> pos, uint32_t seed) {
         const int64_t n = static_cast<int64_t>(rows.size());
-        const std::vector<float> qkv = uniform(n * c.W(), seed, -2, 2);
+        const std::vector<float> qkv = test::random_floats(static_cast<std::size_t>(n * c.W()), seed, -2, 2);
         std::vector<float> out(static_cast<std::size_t>(n * shape.A * shape.D), kSentinel);
         const std::vector<double> want = reference(c, qkv, rows, pos);
         if (cuda) {
@@ -232,7 +225,7 @@ private slots:
         const Shape s{8, 2, 64};
         const int64_t S = 45, W = (s.A + 2 * s.G) * s.D;
         AttentionParams p = params(s);
-        std::vector<float> qkv = uniform(S * W, 7, -2, 2);
+        std::vector<float> qkv = test::random_floats(static_cast<std::size_t>(S * W), 7, -2, 2);
         OpContext cpu;
         std::vector<float> want(static_cast<std::size_t>(S * s.A * s.D)), got(want.size(), kSentinel);
         std::vector<float> probs(static_cast<std::size_t>(ops::attention_saved_elements(Device::CPU, p, S)));
