@@ -279,6 +279,31 @@ private slots:
               att::TcBackwardSmem<64>::bytes, att::TcBackwardSmem<128>::bytes, att::TcBackwardSmem<160>::bytes);
     }
 
+    void cudnn_staging_maps_every_column_to_the_kernels_layout() {
+        // ops_attention_cudnn.cu regroups each qkv row as [all q | all k | all v] for cuDNN: every
+        // staged column is the column the own kernels read for that head (q_column, k_column,
+        // v_column), and the map is one-to-one (a permutation of the row).
+        for (const auto& [A, G] : {std::pair{4, 4}, std::pair{8, 2}, std::pair{4, 1}, std::pair{6, 3}}) {
+            AttentionParams p;
+            p.num_heads = A;
+            p.num_query_groups = G;
+            p.batch = 2;
+            const int64_t D = 8, W = (A + 2 * G) * D;
+            const att::Geometry g = att::make_geometry(5, D, p);
+            std::vector<int> hits(static_cast<std::size_t>(W), 0);
+            for (int64_t c = 0; c < W; ++c) ++hits[static_cast<std::size_t>(att::staged_to_our_column(c, A, G, D))];
+            QVERIFY(std::all_of(hits.begin(), hits.end(), [](int n) { return n == 1; }));
+            for (int64_t b = 0; b < 2; ++b) {
+                for (int64_t h = 0; h < A; ++h)
+                    QCOMPARE(b * W + att::staged_to_our_column(h * D + 3, A, G, D), att::q_column(g, b, h) + 3);
+                for (int64_t k = 0; k < G; ++k) {
+                    QCOMPARE(b * W + att::staged_to_our_column((A + k) * D, A, G, D), att::k_column(g, b, k));
+                    QCOMPARE(b * W + att::staged_to_our_column((A + G + k) * D + 7, A, G, D), att::v_column(g, b, k) + 7);
+                }
+            }
+        }
+    }
+
     void block_and_tile_edges() {
         for (int64_t S : {1, 31, 32, 33, 63, 64, 65, 129})
             check(compare<32>({S, 1, 1, 0, 0.1f, 0, 1}), qPrintable(QString("D 32, S %1").arg(S)));
