@@ -332,28 +332,28 @@ std::string finalize_nodes(const Plan& plan) {
 }
 
 namespace {
-/// The cached executable of `key`, built from `plan` on first use.
-Executable& executable(const std::string& key, const Plan& plan) {
+/// The cached executable of `key`, built from `plan` on first use (nullptr: look up only).
+Executable* executable(const std::string& key, const Plan* plan) {
     static std::mutex mutex;
     static std::map<std::string, std::unique_ptr<Executable>> cache;
     std::lock_guard lock(mutex);
-    auto& slot = cache[key];
-    if (!slot) slot = build(plan);
-    return *slot;
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second.get();
+    if (!plan) return nullptr;
+    return (cache[key] = build(*plan)).get();
 }
 }  // namespace
 
 bool prepare(const std::string& key, const Plan& plan, std::string& why) {
-    Executable& ex = executable(key, plan);
-    why = ex.refused;
+    why = executable(key, &plan)->refused;
     return why.empty();
 }
 
-bool execute(const std::string& key, const Plan& plan, const std::vector<std::pair<int64_t, void*>>& pointers,
-             cudaStream_t stream, std::string& why) {
-    Executable* ex = &executable(key, plan);
-    if (!ex->refused.empty()) {
-        why = ex->refused;
+bool execute(const std::string& key, const std::vector<std::pair<int64_t, void*>>& pointers, cudaStream_t stream,
+             std::string& why) {
+    Executable* ex = executable(key, nullptr);
+    if (!ex || !ex->refused.empty()) {
+        why = ex ? ex->refused : "no graph was prepared for " + key;
         return false;
     }
     std::vector<int64_t> uids;
@@ -399,8 +399,7 @@ bool prepare(const std::string&, const cudnn_sdpa::Plan&, std::string& why) {
     why = kNoHeaders;
     return false;
 }
-bool execute(const std::string&, const cudnn_sdpa::Plan&, const std::vector<std::pair<int64_t, void*>>&, cudaStream_t,
-             std::string& why) {
+bool execute(const std::string&, const std::vector<std::pair<int64_t, void*>>&, cudaStream_t, std::string& why) {
     why = kNoHeaders;
     return false;
 }

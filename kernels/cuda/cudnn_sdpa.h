@@ -29,10 +29,9 @@ const std::string& load_error();
 
 /// Builds (once per key) and caches `plan`'s execution plan: false, with `why`, when cuDNN refuses it.
 bool prepare(const std::string& key, const cudnn_sdpa::Plan& plan, std::string& why);
-/// Runs `plan` (cached per key: the same plan always has the same key) with a pointer per bound uid
-/// on `stream`. False, with `why`, when cuDNN has no engine for it (the caller falls back); every
-/// other failure throws mwb::Error.
-bool execute(const std::string& key, const cudnn_sdpa::Plan& plan,
-             const std::vector<std::pair<int64_t, void*>>& pointers, cudaStream_t stream, std::string& why);
+/// Runs the plan prepared under `key` with a pointer per bound uid on `stream`. False, with `why`, when
+/// none was prepared or cuDNN has no engine for it; every other failure throws mwb::Error.
+bool execute(const std::string& key, const std::vector<std::pair<int64_t, void*>>& pointers, cudaStream_t stream,
+             std::string& why);
 
 }  // namespace mwb::cuda::cudnn

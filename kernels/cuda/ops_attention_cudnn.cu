@@ -109,6 +109,32 @@ void* seed_buffer(void* at, const AttentionParams& p, cudaStream_t st) {
     return at;
 }
 
+using Pointers = std::vector<std::pair<int64_t, void*>>;
+
+/// Stages qkv (bf16, regrouped) and binds Q, K and V into it, and the dropout seed and offset (written
+/// at `seed_at`) when the call has dropout.
+Pointers bind_qkv(cudaStream_t st, const float* qkv, const Geometry& g, const AttentionParams& p, void* seed_at) {
+    const int64_t rows = g.S * g.B, W = (g.A + 2 * g.G) * g.D;
+    bf16* staged = static_cast<bf16*>(scratch(kStagedSlot, rows * W * 2));
+    k_regroup<<<blocks_for(rows * W), kElementwiseThreads, 0, st>>>(staged, const_cast<float*>(qkv), rows, g.A, g.G,
+                                                                    g.D, false);
+    Pointers ptrs{{cudnn_sdpa::kQ, staged},
+                  {cudnn_sdpa::kK, staged + g.A * g.D},
+                  {cudnn_sdpa::kV, staged + (g.A + g.G) * g.D}};
+    if (p.dropout_p > 0) {
+        auto* seed = static_cast<int64_t*>(seed_buffer(seed_at, p, st));
+        ptrs.insert(ptrs.end(), {{cudnn_sdpa::kSeed, seed}, {cudnn_sdpa::kOffset, seed + 1}});
+    }
+    return ptrs;
+}
+
+/// Runs the pass's graph (prepared by usable()).
+void run(const char* pass, const Geometry& g, const AttentionParams& p, const Pointers& ptrs, cudaStream_t st) {
+    std::string why;
+    if (!cudnn::execute(key_of(pass, shape_of(g, p)), ptrs, st, why))
+        MWB_FAIL("attention {}: cuDNN refused a graph it had built: {}", pass, why);
+}
+
 }  // namespace
 }  // namespace mwb::cuda
 
@@ -128,25 +154,11 @@ bool cudnn_attention_forward(const OpContext& ctx, float* out, float* saved, con
                              const AttentionParams& p) {
     if (!usable(g, p, ctx)) return false;
     const cudaStream_t st = stream_of(ctx);
-    const cudnn_sdpa::Shape s = shape_of(g, p);
-    const int64_t rows = g.S * g.B, W = (g.A + 2 * g.G) * g.D, out_n = rows * g.A * g.D;
-    bf16* staged = static_cast<bf16*>(scratch(kStagedSlot, rows * W * 2));
-    k_regroup<<<blocks_for(rows * W), kElementwiseThreads, 0, st>>>(staged, const_cast<float*>(qkv), rows, g.A, g.G,
-                                                                    g.D, false);
+    const int64_t out_n = g.S * g.B * g.A * g.D;
     bf16* o = reinterpret_cast<bf16*>(saved + padded_floats(g.B * g.A * g.S));  // after the log-sum-exps
-    std::vector<std::pair<int64_t, void*>> ptrs{{cudnn_sdpa::kQ, staged},
-                                                {cudnn_sdpa::kK, staged + g.A * g.D},
-                                                {cudnn_sdpa::kV, staged + (g.A + g.G) * g.D},
-                                                {cudnn_sdpa::kO, o},
-                                                {cudnn_sdpa::kStats, saved}};
-    if (p.dropout_p > 0) {
-        auto* seed = static_cast<int64_t*>(seed_buffer(scratch(kBackwardSlot, 16), p, st));
-        ptrs.push_back({cudnn_sdpa::kSeed, seed});
-        ptrs.push_back({cudnn_sdpa::kOffset, seed + 1});
-    }
-    std::string why;
-    if (!cudnn::execute(key_of("forward", s), cudnn_sdpa::forward_plan(s), ptrs, st, why))
-        MWB_FAIL("attention_forward: cuDNN refused a graph it had built: {}", why);
+    Pointers ptrs = bind_qkv(st, qkv, g, p, scratch(kBackwardSlot, 256));
+    ptrs.insert(ptrs.end(), {{cudnn_sdpa::kO, o}, {cudnn_sdpa::kStats, saved}});
+    run("forward", g, p, ptrs, st);
     k_to_f32<<<blocks_for(out_n), kElementwiseThreads, 0, st>>>(out, o, out_n);
     check_launch("attention_forward (cuDNN)");
     return true;
@@ -156,13 +168,7 @@ bool cudnn_attention_backward(const OpContext& ctx, float* dqkv, const float* do
                               const Geometry& g, const AttentionParams& p) {
     if (!usable(g, p, ctx)) return false;
     const cudaStream_t st = stream_of(ctx);
-    const cudnn_sdpa::Shape s = shape_of(g, p);
     const int64_t rows = g.S * g.B, W = (g.A + 2 * g.G) * g.D, out_n = rows * g.A * g.D;
-    bf16* staged = static_cast<bf16*>(scratch(kStagedSlot, rows * W * 2));
-    k_regroup<<<blocks_for(rows * W), kElementwiseThreads, 0, st>>>(staged, const_cast<float*>(qkv), rows, g.A, g.G,
-                                                                    g.D, false);
-    bf16* dout16 = static_cast<bf16*>(scratch(kDoutSlot, out_n * 2));
-    k_to_bf16<<<blocks_for(out_n), kElementwiseThreads, 0, st>>>(dout16, dout, out_n);
     // The backward slot, each part on a 256-byte boundary: the dropout seed, the softmax sums and the dQ
     // accumulator (f32), the staged dqkv (bf16).
     const int64_t sum_floats = padded_floats(g.B * g.A * g.S), acc_floats = padded_floats(g.B * g.A * g.S * g.D);
@@ -170,30 +176,22 @@ bool cudnn_attention_backward(const OpContext& ctx, float* dqkv, const float* do
     float* softmax_sum = base + 64;
     float* dq_accum = softmax_sum + sum_floats;
     bf16* dstaged = reinterpret_cast<bf16*>(dq_accum + acc_floats);
-    const bf16* o = reinterpret_cast<const bf16*>(saved + padded_floats(g.B * g.A * g.S));
     // cuDNN before 9.6 accumulates into dQ_accum without clearing it first (as cudnn-frontend notes).
     if (cudnn::version() < 90600)
         MWB_CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, static_cast<size_t>(g.B * g.A * g.S * g.D) * sizeof(float), st));
-    std::vector<std::pair<int64_t, void*>> ptrs{
-        {cudnn_sdpa::kQ, staged},
-        {cudnn_sdpa::kK, staged + g.A * g.D},
-        {cudnn_sdpa::kV, staged + (g.A + g.G) * g.D},
-        {cudnn_sdpa::kO, const_cast<bf16*>(o)},
-        {cudnn_sdpa::kDO, dout16},
-        {cudnn_sdpa::kStats, const_cast<float*>(saved)},
-        {cudnn_sdpa::kDQ, dstaged},
-        {cudnn_sdpa::kDK, dstaged + g.A * g.D},
-        {cudnn_sdpa::kDV, dstaged + (g.A + g.G) * g.D},
-        {cudnn_sdpa::kSoftmaxSum, softmax_sum},
-        {cudnn_sdpa::kDQAccum, dq_accum}};
-    if (p.dropout_p > 0) {
-        auto* seed = static_cast<int64_t*>(seed_buffer(base, p, st));
-        ptrs.push_back({cudnn_sdpa::kSeed, seed});
-        ptrs.push_back({cudnn_sdpa::kOffset, seed + 1});
-    }
-    std::string why;
-    if (!cudnn::execute(key_of("backward", s), cudnn_sdpa::backward_plan(s), ptrs, st, why))
-        MWB_FAIL("attention_backward: cuDNN refused a graph it had built: {}", why);
+    bf16* dout16 = static_cast<bf16*>(scratch(kDoutSlot, out_n * 2));
+    k_to_bf16<<<blocks_for(out_n), kElementwiseThreads, 0, st>>>(dout16, dout, out_n);
+    auto* o = reinterpret_cast<bf16*>(const_cast<float*>(saved) + padded_floats(g.B * g.A * g.S));
+    Pointers ptrs = bind_qkv(st, qkv, g, p, base);
+    ptrs.insert(ptrs.end(), {{cudnn_sdpa::kO, o},
+                             {cudnn_sdpa::kDO, dout16},
+                             {cudnn_sdpa::kStats, const_cast<float*>(saved)},
+                             {cudnn_sdpa::kDQ, dstaged},
+                             {cudnn_sdpa::kDK, dstaged + g.A * g.D},
+                             {cudnn_sdpa::kDV, dstaged + (g.A + g.G) * g.D},
+                             {cudnn_sdpa::kSoftmaxSum, softmax_sum},
+                             {cudnn_sdpa::kDQAccum, dq_accum}});
+    run("backward", g, p, ptrs, st);
     k_regroup<<<blocks_for(rows * W), kElementwiseThreads, 0, st>>>(dstaged, dqkv, rows, g.A, g.G, g.D, true);
     check_launch("attention_backward (cuDNN)");
     return true;
