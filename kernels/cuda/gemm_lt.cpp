@@ -16,13 +16,20 @@ constexpr std::size_t kMaxPlans = 1024;
 
 cublasLtEpilogue_t lt_epilogue(LtEpilogue e) {
     switch (e) {
-    case LtEpilogue::Default: return CUBLASLT_EPILOGUE_DEFAULT;
-    case LtEpilogue::Bias: return CUBLASLT_EPILOGUE_BIAS;
-    case LtEpilogue::GeluAux: return CUBLASLT_EPILOGUE_GELU_AUX;
-    case LtEpilogue::GeluAuxBias: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-    case LtEpilogue::DGelu: return CUBLASLT_EPILOGUE_DGELU;
-    case LtEpilogue::DGeluBGrad: return CUBLASLT_EPILOGUE_DGELU_BGRAD;
-    case LtEpilogue::BGradB: return CUBLASLT_EPILOGUE_BGRADB;
+        case LtEpilogue::Default:
+            return CUBLASLT_EPILOGUE_DEFAULT;
+        case LtEpilogue::Bias:
+            return CUBLASLT_EPILOGUE_BIAS;
+        case LtEpilogue::GeluAux:
+            return CUBLASLT_EPILOGUE_GELU_AUX;
+        case LtEpilogue::GeluAuxBias:
+            return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+        case LtEpilogue::DGelu:
+            return CUBLASLT_EPILOGUE_DGELU;
+        case LtEpilogue::DGeluBGrad:
+            return CUBLASLT_EPILOGUE_DGELU_BGRAD;
+        case LtEpilogue::BGradB:
+            return CUBLASLT_EPILOGUE_BGRADB;
     }
     return CUBLASLT_EPILOGUE_DEFAULT;
 }
@@ -94,8 +101,9 @@ LtPlan make_plan(const LtKey& k) {
               set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, k.align_d);
     cublasLtMatmulHeuristicResult_t heur{};
     int found = 0;
-    ok = ok && cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(), p.desc, p.a, p.b, p.d, p.d, pref, 1, &heur, &found) ==
-                   CUBLAS_STATUS_SUCCESS &&
+    ok = ok &&
+         cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(), p.desc, p.a, p.b, p.d, p.d, pref, 1, &heur, &found) ==
+             CUBLAS_STATUS_SUCCESS &&
          found > 0 && heur.state == CUBLAS_STATUS_SUCCESS;
     cublasLtMatmulPreferenceDestroy(pref);
     if (!ok) return fail();
@@ -127,8 +135,8 @@ bool lt_matmul(cudaStream_t stream, const LtKey& key, const LtOperands& p, float
     if (!plan.usable) return false;
     // Per call: only the pointers the epilogue reads or writes.
     if (lt_reads_bias(key.epilogue) || lt_writes_bias_gradient(key.epilogue))
-        MWB_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias,
-                                                        sizeof(p.bias)));
+        MWB_CUBLAS_CHECK(
+            cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias, sizeof(p.bias)));
     if (lt_uses_aux(key.epilogue))
         MWB_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &p.aux,
                                                         sizeof(p.aux)));
@@ -159,5 +167,7 @@ void lt_count(bool fused) {
 }  // namespace mwb::cuda
 
 namespace mwb::device {
-FusedGemmCounts fused_gemm_counts() { return cuda::g_counts; }
+FusedGemmCounts fused_gemm_counts() {
+    return cuda::g_counts;
+}
 }  // namespace mwb::device

@@ -19,7 +19,7 @@ LtKey base() {
     k.n = 8192;
     k.k = 768;
     k.trans_a = true;
-    k.type_a = k.type_b = 14;  // CUDA_R_16BF
+    k.type_a = k.type_b = 14;    // CUDA_R_16BF
     k.type_d = k.type_bias = 0;  // CUDA_R_32F
     k.compute = 68;              // CUBLAS_COMPUTE_32F
     k.epilogue = LtEpilogue::GeluAuxBias;

@@ -1,8 +1,8 @@
 // CUDA ops against the CPU ops (their twins, themselves tested against float64 references) on random
-// inputs, Llama's (SwiGLU, RoPE, grouped-query attention) included. Errors are normwise: max|gpu − cpu| / max|cpu| per output tensor. Tolerances: fp32 1e-5
-// (5e-5 where long sums meet a different exp: attention backward), bf16 GEMM inputs 1e-2 (the cuBLASLt
-// epilogues' too); dropout masks
-// and storage rounding bit for bit; deterministic mode bit-identical across two runs.
+// inputs, Llama's (SwiGLU, RoPE, grouped-query attention) included. Errors are normwise:
+// max|gpu − cpu| / max|cpu| per output tensor. Tolerances: fp32 1e-5 (5e-5 where long sums meet a
+// different exp: attention backward), bf16 GEMM inputs 1e-2 (the cuBLASLt epilogues' too); dropout
+// masks and storage rounding bit for bit; deterministic mode bit-identical across two runs.
 #include "cuda_op_checks.h"
 
 #include "mwb/kernels/device.h"
