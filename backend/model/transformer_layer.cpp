@@ -121,6 +121,8 @@ AttentionParams TransformerLayer::attention_params(const ModelRuntime& rt) const
     p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(d_.head_dim()));
     p.dropout_p = rt.dropout(d_.attention_dropout);
     p.rng = rt.rng(index_, DropoutSite::Attention);
+    p.backend = rt.ctx.attention;
+    p.head_dim = static_cast<int>(d_.head_dim());
     return p;
 }
 

@@ -112,6 +112,7 @@ int64_t attention(const Args& c, const char* out_arg, const TensorView& out, con
     const Heads h = heads_of(c, "qkv", qkv, p);
     c.shape(out.numel() == h.S * p.batch * p.num_heads * h.D, out_arg, out, "(S={}, B={}, A·D={})", h.S, p.batch,
             p.num_heads * h.D);
+    c.value(p.head_dim == 0 || p.head_dim == h.D, "p.head_dim", p.head_dim, "0 or qkv's head dim {}", h.D);
     const int64_t saved = attention_saved_elements(c.device(), p, h.S);
     c.shape(probs.numel() == saved, "probs", probs, "{} elements on the {} (ops::attention_saved_elements)", saved,
             device_name(c.device()));

@@ -578,8 +578,13 @@ AttentionParams attn_params(const AttnCase& a) {
 /// Forward and backward of one attention case on both devices; returns the comparison. With
 /// `tensor_cores` the GPU runs as in a bf16 run (gemm_inputs BF16: the tensor-core kernels) on
 /// bf16-valued inputs.
-void attention_case(Compare& cmp, const AttnCase& a, bool backward, bool tensor_cores = false) {
-    const AttentionParams p = attn_params(a);
+void attention_case(Compare& cmp, const AttnCase& a, bool backward, bool tensor_cores = false, bool cudnn = false) {
+    AttentionParams p = attn_params(a);
+    if (cudnn) {  // cuDNN's fused attention on the GPU (bf16 inputs); the CPU ignores the choice
+        p.backend = AttentionBackend::Cudnn;
+        p.head_dim = static_cast<int>(a.D);
+        tensor_cores = true;
+    }
     const int64_t row = (a.A + 2 * a.groups()) * a.D;  // qkv columns per position and sequence
     const int64_t qkv_n = a.S * a.B * row, out_n = a.S * a.B * a.A * a.D;
     std::vector<float> qkv_values = random_floats(qkv_n, 100, -2, 2);
@@ -597,12 +602,13 @@ void attention_case(Compare& cmp, const AttnCase& a, bool backward, bool tensor_
     Twin lse(std::vector<float>(lse_n), {lse_n}), dws(std::vector<float>(dws_n), {dws_n});
     auto c = cpu_ctx(), g = gpu_ctx();
     if (tensor_cores) g.gemm_inputs = DType::BF16;
+    if (cudnn) g.attention = AttentionBackend::Cudnn;
     const TensorView vp = view_f32(probs.data(), {static_cast<int64_t>(probs.size())});
     const TensorView vw = view_f32(ws.data(), {static_cast<int64_t>(ws.size())});
     ops::attention_forward(c, out.cpu(), vp, qkv.cpu(), vw, p);
     ops::attention_forward(g, out.gpu(), lse.gpu(), qkv.gpu(), dws.gpu(), p);
     const std::string tag = fmt::format(" S={} B={} A={} G={} D={} p={}{}", a.S, a.B, a.A, a.groups(), a.D, a.p,
-                                        tensor_cores ? " (tensor cores)" : "");
+                                        cudnn ? " (cuDNN)" : tensor_cores ? " (tensor cores)" : "");
     cmp.twin("attention out" + tag, out);
     if (!backward) return;
     ops::attention_backward(c, dqkv.cpu(), dout.cpu(), qkv.cpu(), vp, vw, p);
@@ -658,6 +664,49 @@ Compare check_attention_gqa_tensor_cores() {
     attention_case(cmp, {130, 1, 4, 64, 0.0f, 0, 4, 2}, true, true);
     attention_case(cmp, {257, 2, 8, 128, 0.1f, 0, 8, 2}, true, true);
     attention_case(cmp, {70, 1, 4, 16, 0.25f, 4, 8, 1}, true, true);
+    return cmp;
+}
+
+/// cuDNN's fused attention against the CPU op, bf16 values (1e-2): multi-head, grouped-query and
+/// multi-query, head dims 64 and 128. Fails when cuDNN does not run here (the reason as the name) or
+/// refused a shape (which then ran on the own kernels). Dropout: cuDNN's masks are its own, so the
+/// check is that the same stream gives the same bits and another stream other bits.
+Compare check_attention_cudnn() {
+    Compare cmp;
+    if (const AttentionBackendChoice c = resolve_attention_backend("cudnn", false, true); c.backend != AttentionBackend::Cudnn) {
+        cmp.values("cuDNN does not run: " + c.reason, {1.0f}, {0.0f});
+        return cmp;
+    }
+    attention_case(cmp, {130, 1, 2, 64, 0.0f, 0, 2}, true, true, true);
+    attention_case(cmp, {257, 2, 8, 128, 0.0f, 0, 8, 2}, true, true, true);  // GQA, 4 query heads per group
+    attention_case(cmp, {70, 1, 4, 64, 0.0f, 0, 4, 1}, true, true, true);    // MQA
+    attention_case(cmp, {512, 1, 4, 128, 0.0f, 0, 4, 4}, true, true, true);
+    // Dropout: forward twice with one stream (bit-identical), once with another (different).
+    const AttnCase a{96, 1, 4, 64, 0.1f, 0, 4, 2};
+    AttentionParams p = attn_params(a);
+    p.backend = AttentionBackend::Cudnn;
+    p.head_dim = static_cast<int>(a.D);
+    const int64_t row = (a.A + 2 * a.groups()) * a.D, qkv_n = a.S * a.B * row, out_n = a.S * a.B * a.A * a.D;
+    std::vector<float> values = random_floats(qkv_n, 100, -2, 2);
+    for (float& x : values) x = round_to_bf16(x);
+    Twin qkv(values, {a.S, a.B, row});
+    const int64_t saved_n = ops::attention_saved_elements(Device::CUDA, p, a.S);
+    const int64_t ws_n = ops::attention_workspace_bytes(Device::CUDA, p, a.S, 1) / 4;
+    Twin saved(std::vector<float>(saved_n), {saved_n}), ws(std::vector<float>(ws_n), {ws_n});
+    auto g = gpu_ctx();
+    g.gemm_inputs = DType::BF16;
+    g.attention = AttentionBackend::Cudnn;
+    std::vector<std::vector<float>> outs;
+    for (uint64_t stream : {11u, 11u, 12u}) {
+        Twin out(std::vector<float>(out_n), {a.S, a.B, a.A * a.D});
+        p.rng = RngStream{2024, stream};
+        ops::attention_forward(g, out.gpu(), saved.gpu(), qkv.gpu(), ws.gpu(), p);
+        outs.push_back(out.device_values());
+    }
+    cmp.bits("cuDNN dropout, the same stream twice", outs[1], outs[0]);
+    if (outs[2] == outs[0]) cmp.values("cuDNN dropout: another stream gave the same mask", {1.0f}, {0.0f});
+    if (const std::string refused = cudnn_attention_refusals(); !refused.empty())
+        cmp.values("cuDNN refused: " + refused, {1.0f}, {0.0f});
     return cmp;
 }
 
@@ -840,6 +889,7 @@ const std::vector<std::pair<std::string, CheckDef>>& registry() {
         {"attention_tensor_cores", {check_attention_tensor_cores, 1e-2}},
         {"attention_gqa", {check_attention_gqa, 5e-5}},
         {"attention_gqa_tensor_cores", {check_attention_gqa_tensor_cores, 1e-2}},
+        {"attention_cudnn", {check_attention_cudnn, 1e-2}},
         {"cached_attention", {check_cached_attention, 1e-5}},
         {"cross_entropy", {check_cross_entropy, 1e-5}},
         {"adamw", {check_adamw, 1e-5}},

@@ -16,6 +16,7 @@
 //   - Dropout masks are regenerated from (RngStream, global element index) and never stored; ops
 //     that shard a tensor take the offset of their shard so masks match the unsharded tensor.
 //   - Reductions are done in a fixed order, so results do not depend on the number of threads.
+#include "mwb/kernels/attention_backend.h"
 #include "mwb/kernels/philox.h"
 #include "mwb/kernels/tensor.h"
 
@@ -31,6 +32,8 @@ struct OpContext {
     /// (fp32 accumulation). Lossless when the inputs are already bf16 values, as in bf16-storage runs.
     /// The CPU ignores it.
     DType gemm_inputs = DType::F32;
+    /// CUDA only: the attention kernels of the run (resolve_attention_backend). The CPU ignores it.
+    AttentionBackend attention = AttentionBackend::Own;
 };
 
 /// Shapes and randomness of the attention core of one layer on one rank.
@@ -45,6 +48,10 @@ struct AttentionParams {
     float softmax_scale = 1;   ///< usually 1/sqrt(D)
     float dropout_p = 0;       ///< attention dropout on the probabilities
     RngStream rng;
+    /// CUDA: the kernels (a run's resolve_attention_backend; never asked again per call). With Cudnn,
+    /// `probs` also holds a bf16 copy of the output, sized from head_dim (D; 0 = not given).
+    AttentionBackend backend = AttentionBackend::Own;
+    int head_dim = 0;
 
     int groups() const { return num_query_groups > 0 ? num_query_groups : num_heads; }
     /// Columns of one qkv row per head dim: G groups of [A/G query heads | k | v].
