@@ -138,7 +138,7 @@ void TransformerLayer::forward(ModelRuntime& rt, TensorParallel& tp, const Layer
     norm_forward(rt, d_, a.ln1, x, w.ln1_w, w.ln1_b);
     const TensorView ln1_full = sp ? gathered.view({N, H}) : a.ln1.out.view({N, H});
     tp.gather_rows(a.ln1.out.view({R, H}), ln1_full);
-    a.qkv = rt.activation(N * qkv_width_);
+    a.qkv = rt.stored_activation(N * qkv_width_);
     const TensorView qkv = a.qkv.view({S, B, qkv_width_});
     ops::linear_forward(rt.ctx, qkv, ln1_full, w.qkv_w, w.qkv_b);
     rt.store(qkv);
@@ -150,7 +150,7 @@ void TransformerLayer::forward(ModelRuntime& rt, TensorParallel& tp, const Layer
         rt.store(qkv);
     }
     Buffer probs = rt.activation(ops::attention_saved_elements(rt.ctx.device, ap, S));
-    a.context = rt.activation(N * width_);
+    a.context = rt.stored_activation(N * width_);
     const TensorView context = a.context.view({S, B, width_});
     ops::attention_forward(rt.ctx, context, saved_view(rt, probs), qkv, attention_workspace, ap);
     rt.store(context);
@@ -170,11 +170,11 @@ void TransformerLayer::forward(ModelRuntime& rt, TensorParallel& tp, const Layer
     norm_forward(rt, d_, a.ln2, x2, w.ln2_w, w.ln2_b);
     const TensorView ln2_full = sp ? gathered.view({N, H}) : a.ln2.out.view({N, H});
     tp.gather_rows(a.ln2.out.view({R, H}), ln2_full);
-    a.fc1 = rt.activation(N * fc1_width_);
+    a.fc1 = rt.stored_activation(N * fc1_width_);
     const TensorView fc1 = a.fc1.view({N, fc1_width_});
     ops::linear_forward(rt.ctx, fc1, ln2_full, w.fc1_w, w.fc1_b);
     rt.store(fc1);
-    a.act = rt.activation(N * ffn_);
+    a.act = rt.stored_activation(N * ffn_);
     const TensorView act = a.act.view({N, ffn_});
     if (d_.swiglu)
         ops::swiglu_forward(rt.ctx, act, fc1);
@@ -252,7 +252,7 @@ void TransformerLayer::backward(ModelRuntime& rt, TensorParallel& tp, const Laye
         // Selective recompute: the attention core runs again (same dropout stream, so the same
         // probabilities); its output lands in the free grad_h buffer and is not used.
         a.probs = rt.activation(ops::attention_saved_elements(rt.ctx.device, ap, S));
-        ops::attention_forward(rt.ctx, make_view(grad_h.data(), DType::F32, {S, B, width_}, rt.ctx.device),
+        ops::attention_forward(rt.ctx, make_view(grad_h.data(), rt.stored_dtype(), {S, B, width_}, rt.ctx.device),
                                saved_view(rt, a.probs), qkv, attention_workspace, ap);
     }
     {

@@ -48,6 +48,15 @@ const Args& Args::gemm_operand(const char* arg, const TensorView& t) const {
     return *this;
 }
 
+const Args& Args::stored(const char* arg, const TensorView& t) const {
+    const bool cpu = device_ == Device::CPU;
+    const char* dtypes = cpu ? "f32, bf16 or f16" : "f32";
+    placed(arg, t, dtypes);
+    if (!(t.dtype == DType::F32 || (cpu && (t.dtype == DType::BF16 || t.dtype == DType::F16)))) [[unlikely]]
+        reject_tensor(arg, t, dtypes, false);
+    return *this;
+}
+
 const Args& Args::dims(const char* arg, const TensorView& t, int ndim) const {
     shape(t.ndim == ndim, arg, t, "{}-dimensional", ndim);
     return *this;
@@ -80,7 +89,7 @@ Heads heads_of(const Args& c, const char* arg, const TensorView& qkv, const Atte
 
 void rope(const Args& c, const char* arg, const TensorView& qkv, const TensorView& cos, const TensorView& sin,
           const AttentionParams& p, int rotary_dim, int64_t position_offset) {
-    c.tensor(arg, qkv, F32).tensor("cos", cos, F32).tensor("sin", sin, F32);
+    c.stored(arg, qkv).tensor("cos", cos, F32).tensor("sin", sin, F32);
     const Heads h = heads_of(c, arg, qkv, p);
     c.value(rotary_dim > 0 && rotary_dim % 2 == 0 && rotary_dim <= h.D, "rotary_dim", rotary_dim,
             "even and in (0, head dim {}]", h.D);
@@ -105,9 +114,14 @@ void same_size(const Args& c, const char* out_arg, const TensorView& out, const 
 }
 
 /// The attention tensors both directions share: qkv, out/dout, probs, workspace and the head range.
+/// qkv and forward's out are stored activations; backward's dout is f32.
 int64_t attention(const Args& c, const char* out_arg, const TensorView& out, const TensorView& probs,
-                  const TensorView& qkv, const TensorView& workspace, const AttentionParams& p) {
-    c.tensor("qkv", qkv, F32).tensor(out_arg, out, F32).tensor("probs", probs, F32);
+                  const TensorView& qkv, const TensorView& workspace, const AttentionParams& p, bool out_stored) {
+    c.stored("qkv", qkv).tensor("probs", probs, F32);
+    if (out_stored)
+        c.stored(out_arg, out);
+    else
+        c.tensor(out_arg, out, F32);
     c.placed("workspace", workspace);
     const Heads h = heads_of(c, "qkv", qkv, p);
     c.shape(out.numel() == h.S * p.batch * p.num_heads * h.D, out_arg, out, "(S={}, B={}, A·D={})", h.S, p.batch,
@@ -303,8 +317,13 @@ void rmsnorm_backward(OpContext& ctx, TensorView dx, TensorView dw, TensorView d
 
 namespace {
 /// x (N, 2F) = [gate | up] per row and an (N, F) tensor beside it.
-void swiglu(const Args& c, const TensorView& x, const char* half_arg, const TensorView& half) {
-    c.tensor("x", x, F32).tensor(half_arg, half, F32);
+/// x and forward's out are stored activations; backward's dout is f32.
+void swiglu(const Args& c, const TensorView& x, const char* half_arg, const TensorView& half, bool half_stored) {
+    c.stored("x", x);
+    if (half_stored)
+        c.stored(half_arg, half);
+    else
+        c.tensor(half_arg, half, F32);
     c.shape(x.cols() % 2 == 0, "x", x, "(N, 2F): [gate | up] per row");
     c.shape(half.rows() == x.rows() && half.cols() == x.cols() / 2, half_arg, half, "(N={}, F={}) for x {}", x.rows(),
             x.cols() / 2, x.describe());
@@ -313,24 +332,24 @@ void swiglu(const Args& c, const TensorView& x, const char* half_arg, const Tens
 
 void gelu_forward(OpContext& ctx, TensorView out, TensorView x) {
     const Args c("gelu_forward", ctx);
-    c.tensor("out", out, F32).tensor("x", x, F32);
+    c.stored("out", out).stored("x", x);
     same_size(c, "out", out, "x", x);
 }
 
 void gelu_backward(OpContext& ctx, TensorView dx, TensorView dout, TensorView x) {
     const Args c("gelu_backward", ctx);
-    c.tensor("dx", dx, F32).tensor("dout", dout, F32).tensor("x", x, F32);
+    c.tensor("dx", dx, F32).tensor("dout", dout, F32).stored("x", x);
     same_size(c, "dx", dx, "x", x);
     same_size(c, "dout", dout, "x", x);
 }
 
 void swiglu_forward(OpContext& ctx, TensorView out, TensorView x) {
-    swiglu(Args("swiglu_forward", ctx), x, "out", out);
+    swiglu(Args("swiglu_forward", ctx), x, "out", out, true);
 }
 
 void swiglu_backward(OpContext& ctx, TensorView dx, TensorView dout, TensorView x) {
     const Args c("swiglu_backward", ctx);
-    swiglu(c, x, "dout", dout);
+    swiglu(c, x, "dout", dout, false);
     c.tensor("dx", dx, F32);
     same_size(c, "dx", dx, "x", x);
 }
@@ -390,13 +409,13 @@ void bias_dropout_add_forward(OpContext& ctx, TensorView out, TensorView residua
 
 void attention_forward(OpContext& ctx, TensorView out, TensorView probs, TensorView qkv, TensorView workspace,
                        const AttentionParams& p) {
-    attention(Args("attention_forward", ctx), "out", out, probs, qkv, workspace, p);
+    attention(Args("attention_forward", ctx), "out", out, probs, qkv, workspace, p, true);
 }
 
 void attention_backward(OpContext& ctx, TensorView dqkv, TensorView dout, TensorView qkv, TensorView probs,
                         TensorView workspace, const AttentionParams& p) {
     const Args c("attention_backward", ctx);
-    attention(c, "dout", dout, probs, qkv, workspace, p);
+    attention(c, "dout", dout, probs, qkv, workspace, p, false);
     c.tensor("dqkv", dqkv, F32);
     same_size(c, "dqkv", dqkv, "qkv", qkv);
 }
