@@ -40,6 +40,8 @@ struct ModelRuntime {
     Buffer stored_activation(int64_t numel) const {
         return Buffer(alloc, MemCategory::Activations, numel, stored_dtype());
     }
+    /// The gradient of a stored intermediate, stored like it (backward's temporaries).
+    Buffer stored_gradient(int64_t numel) const { return Buffer(alloc, MemCategory::Workspace, numel, stored_dtype()); }
     Buffer workspace(int64_t numel) const { return Buffer(alloc, MemCategory::Workspace, numel); }
     /// Rounds an f32 tensor to the storage precision, as a 16-bit store would (no-op in fp32 runs, and
     /// for 16-bit tensors, which the op that wrote them has rounded already).

@@ -216,11 +216,11 @@ void TransformerLayer::backward(ModelRuntime& rt, TensorParallel& tp, const Laye
     ops::dropout_backward(rt.ctx, dbl, d, p_hidden, rt.rng(index_, DropoutSite::MlpOutput), residual_offset());
     tp.gather_rows(dbl, dbr);
     {
-        Buffer grad_f = rt.workspace(N * ffn_);
+        Buffer grad_f = rt.stored_gradient(N * ffn_);
         const TensorView df = grad_f.view({N, ffn_});
         ops::linear_backward(rt.ctx, df, g.fc2_w, g.fc2_b, dbr, a.act.view({N, ffn_}), w.fc2_w);
         rt.store(df);
-        Buffer grad_fc1 = d_.swiglu ? rt.workspace(N * fc1_width_) : Buffer{};  // GELU: in place
+        Buffer grad_fc1 = d_.swiglu ? rt.stored_gradient(N * fc1_width_) : Buffer{};  // GELU: in place
         const TensorView dfc1 = d_.swiglu ? grad_fc1.view({N, fc1_width_}) : df;
         if (d_.swiglu)
             ops::swiglu_backward(rt.ctx, dfc1, df, a.fc1.view({N, fc1_width_}));
@@ -240,7 +240,7 @@ void TransformerLayer::backward(ModelRuntime& rt, TensorParallel& tp, const Laye
     // Attention block: x2 = x + dropout(proj(attention(qkv(ln1(x)))) + b).
     ops::dropout_backward(rt.ctx, dbl, d, p_hidden, rt.rng(index_, DropoutSite::AttentionOutput), residual_offset());
     tp.gather_rows(dbl, dbr);
-    Buffer grad_ctx = rt.workspace(N * width_);
+    Buffer grad_ctx = rt.stored_gradient(N * width_);
     const TensorView dctx = grad_ctx.view({N, width_});
     ops::linear_backward(rt.ctx, dctx, g.proj_w, g.proj_b, dbr, a.context.view({N, width_}), w.proj_w);
     rt.store(dctx);
@@ -256,7 +256,7 @@ void TransformerLayer::backward(ModelRuntime& rt, TensorParallel& tp, const Laye
                                saved_view(rt, a.probs), qkv, attention_workspace, ap);
     }
     {
-        Buffer grad_qkv = rt.workspace(N * qkv_width_);
+        Buffer grad_qkv = rt.stored_gradient(N * qkv_width_);
         const TensorView dqkv = grad_qkv.view({S, B, qkv_width_});
         ops::attention_backward(rt.ctx, dqkv, reshaped(dctx, {S, B, width_}), qkv, saved_view(rt, a.probs),
                                 attention_workspace, ap);

@@ -32,11 +32,12 @@ void gelu_forward_as(const TensorView& out, const TensorView& x) {
     }
 }
 
-template <DType X>
+/// dx may alias dout (the model runs it in place).
+template <DType X, DType G>
 void gelu_backward_as(const TensorView& dx, const TensorView& dout, const TensorView& x) {
     const auto* px = elements<X>(x);
-    const float* pd = dout.f32();
-    float* pdx = dx.f32();
+    const auto* pd = elements<G>(dout);
+    auto* pdx = elements<G>(dx);
     const int64_t n = x.numel();
 #pragma omp parallel for simd schedule(static) simdlen(16)
     for (int64_t i = 0; i < n; ++i) {
@@ -48,7 +49,7 @@ void gelu_backward_as(const TensorView& dx, const TensorView& dout, const Tensor
         // (else x² overflows from |x| ~ 1.8e19 and 0·inf = NaN) without changing any finite result.
         const float vc = std::min(std::max(v, -16.0f), 16.0f);
         const float du = kSqrt2OverPi * (1.0f + 3.0f * kCubic * vc * vc);
-        pdx[i] = pd[i] * (0.5f * opt + 0.5f * vc * (opt * omt) * du);
+        pdx[i] = Storage<G>::store(Storage<G>::load(pd[i]) * (0.5f * opt + 0.5f * vc * (opt * omt) * du));
     }
 }
 }  // namespace
@@ -60,7 +61,10 @@ void gelu_forward(OpContext&, TensorView out, TensorView x) {
 }
 
 void gelu_backward(OpContext&, TensorView dx, TensorView dout, TensorView x) {
-    with_storage(x.dtype, [&](auto xt) { gelu_backward_as<decltype(xt)::value>(dx, dout, x); });
+    // dx and dout share a dtype (the checks): the gradient of fc1's output, stored like it.
+    with_storage(x.dtype, [&](auto xt) {
+        with_storage(dx.dtype, [&](auto gt) { gelu_backward_as<decltype(xt)::value, decltype(gt)::value>(dx, dout, x); });
+    });
 }
 
 }  // namespace mwb::cpu
@@ -90,23 +94,23 @@ void swiglu_forward_as(const TensorView& out, const TensorView& x) {
     }
 }
 
-template <DType X>
+template <DType X, DType G>
 void swiglu_backward_as(const TensorView& dx, const TensorView& dout, const TensorView& x) {
     const int64_t F = dout.cols(), rows = dout.numel() / F;
     const auto* px = elements<X>(x);
-    const float* pd = dout.f32();
-    float* pdx = dx.f32();
+    const auto* pd = elements<G>(dout);
+    auto* pdx = elements<G>(dx);
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < rows; ++n) {
         const auto *gate = px + n * 2 * F, *up = gate + F;
-        const float* d = pd + n * F;
-        float *dgate = pdx + n * 2 * F, *dup = dgate + F;
+        const auto* d = pd + n * F;
+        auto *dgate = pdx + n * 2 * F, *dup = dgate + F;
 #pragma omp simd simdlen(16)
         for (int64_t i = 0; i < F; ++i) {
-            const float g = Storage<X>::load(gate[i]), s = sigmoid(g), silu = g * s;
+            const float g = Storage<X>::load(gate[i]), s = sigmoid(g), silu = g * s, dv = Storage<G>::load(d[i]);
             // silu'(g) = s·(1 + g·(1 - s))
-            dgate[i] = d[i] * Storage<X>::load(up[i]) * (s * (1.0f + g * (1.0f - s)));
-            dup[i] = d[i] * silu;
+            dgate[i] = Storage<G>::store(dv * Storage<X>::load(up[i]) * (s * (1.0f + g * (1.0f - s))));
+            dup[i] = Storage<G>::store(dv * silu);
         }
     }
 }
@@ -119,7 +123,9 @@ void swiglu_forward(OpContext&, TensorView out, TensorView x) {
 }
 
 void swiglu_backward(OpContext&, TensorView dx, TensorView dout, TensorView x) {
-    with_storage(x.dtype, [&](auto xt) { swiglu_backward_as<decltype(xt)::value>(dx, dout, x); });
+    with_storage(x.dtype, [&](auto xt) {
+        with_storage(dx.dtype, [&](auto gt) { swiglu_backward_as<decltype(xt)::value, decltype(gt)::value>(dx, dout, x); });
+    });
 }
 
 }  // namespace mwb::cpu

@@ -211,7 +211,10 @@ void attention_backward(OpContext&, TensorView dqkv, TensorView dout, TensorView
                         TensorView workspace, const AttentionParams& p) {
     const HeadGeometry g = geometry(qkv, p);
     const DropoutDraw draw(p.rng, p.dropout_p);
-    const HeadBackward hb{g, p, draw, widened(qkv, Scratch::A).f32(), dout.f32(), probs.f32(), dqkv.f32()};
+    // 16-bit qkv, dout and dqkv: the GEMMs read fp32 copies, dqkv is computed in fp32 and rounded once.
+    const TensorView dqkv32 = f32_target(dqkv, Scratch::Out, false);
+    const HeadBackward hb{g,  p, draw, widened(qkv, Scratch::A).f32(), widened(dout, Scratch::B).f32(), probs.f32(),
+                          dqkv32.f32()};
     const int threads = omp_get_max_threads();  // the workspace is checked for this many
     const int64_t group_pairs = g.B * g.G, tiles = hb.tiles();
     if (group_pairs >= threads) {
@@ -229,6 +232,7 @@ void attention_backward(OpContext&, TensorView dqkv, TensorView dout, TensorView
                 }
             }
         }
+        narrow(dqkv, dqkv32);
         return;
     }
     // Fewer (b, group) pairs than threads (multi-query attention at micro-batch 1): the tiles of each
@@ -246,6 +250,7 @@ void attention_backward(OpContext&, TensorView dqkv, TensorView dout, TensorView
             for (int64_t t = 0; t < tiles; ++t) hb.col_tile(b, h, t, Pd, dS, h == first_head ? 0.0f : 1.0f);
         }
     }
+    narrow(dqkv, dqkv32);
 }
 
 }  // namespace mwb::cpu

@@ -114,14 +114,10 @@ void same_size(const Args& c, const char* out_arg, const TensorView& out, const 
 }
 
 /// The attention tensors both directions share: qkv, out/dout, probs, workspace and the head range.
-/// qkv and forward's out are stored activations; backward's dout is f32.
+/// qkv, out and their gradients are stored activations (16-bit on the CPU in 16-bit runs).
 int64_t attention(const Args& c, const char* out_arg, const TensorView& out, const TensorView& probs,
-                  const TensorView& qkv, const TensorView& workspace, const AttentionParams& p, bool out_stored) {
-    c.stored("qkv", qkv).tensor("probs", probs, F32);
-    if (out_stored)
-        c.stored(out_arg, out);
-    else
-        c.tensor(out_arg, out, F32);
+                  const TensorView& qkv, const TensorView& workspace, const AttentionParams& p) {
+    c.stored("qkv", qkv).stored(out_arg, out).tensor("probs", probs, F32);
     c.placed("workspace", workspace);
     const Heads h = heads_of(c, "qkv", qkv, p);
     c.shape(out.numel() == h.S * p.batch * p.num_heads * h.D, out_arg, out, "(S={}, B={}, A·D={})", h.S, p.batch,
@@ -317,13 +313,9 @@ void rmsnorm_backward(OpContext& ctx, TensorView dx, TensorView dw, TensorView d
 
 namespace {
 /// x (N, 2F) = [gate | up] per row and an (N, F) tensor beside it.
-/// x and forward's out are stored activations; backward's dout is f32.
-void swiglu(const Args& c, const TensorView& x, const char* half_arg, const TensorView& half, bool half_stored) {
-    c.stored("x", x);
-    if (half_stored)
-        c.stored(half_arg, half);
-    else
-        c.tensor(half_arg, half, F32);
+/// x, out and their gradients are stored activations.
+void swiglu(const Args& c, const TensorView& x, const char* half_arg, const TensorView& half) {
+    c.stored("x", x).stored(half_arg, half);
     c.shape(x.cols() % 2 == 0, "x", x, "(N, 2F): [gate | up] per row");
     c.shape(half.rows() == x.rows() && half.cols() == x.cols() / 2, half_arg, half, "(N={}, F={}) for x {}", x.rows(),
             x.cols() / 2, x.describe());
@@ -338,19 +330,21 @@ void gelu_forward(OpContext& ctx, TensorView out, TensorView x) {
 
 void gelu_backward(OpContext& ctx, TensorView dx, TensorView dout, TensorView x) {
     const Args c("gelu_backward", ctx);
-    c.tensor("dx", dx, F32).tensor("dout", dout, F32).stored("x", x);
+    c.stored("dx", dx).stored("dout", dout).stored("x", x);
+    c.shape(dout.dtype == dx.dtype, "dout", dout, "of dx's dtype {}", dtype_name(dx.dtype));
     same_size(c, "dx", dx, "x", x);
     same_size(c, "dout", dout, "x", x);
 }
 
 void swiglu_forward(OpContext& ctx, TensorView out, TensorView x) {
-    swiglu(Args("swiglu_forward", ctx), x, "out", out, true);
+    swiglu(Args("swiglu_forward", ctx), x, "out", out);
 }
 
 void swiglu_backward(OpContext& ctx, TensorView dx, TensorView dout, TensorView x) {
     const Args c("swiglu_backward", ctx);
-    swiglu(c, x, "dout", dout, false);
-    c.tensor("dx", dx, F32);
+    swiglu(c, x, "dout", dout);
+    c.stored("dx", dx);
+    c.shape(dout.dtype == dx.dtype, "dout", dout, "of dx's dtype {}", dtype_name(dx.dtype));
     same_size(c, "dx", dx, "x", x);
 }
 
@@ -409,14 +403,14 @@ void bias_dropout_add_forward(OpContext& ctx, TensorView out, TensorView residua
 
 void attention_forward(OpContext& ctx, TensorView out, TensorView probs, TensorView qkv, TensorView workspace,
                        const AttentionParams& p) {
-    attention(Args("attention_forward", ctx), "out", out, probs, qkv, workspace, p, true);
+    attention(Args("attention_forward", ctx), "out", out, probs, qkv, workspace, p);
 }
 
 void attention_backward(OpContext& ctx, TensorView dqkv, TensorView dout, TensorView qkv, TensorView probs,
                         TensorView workspace, const AttentionParams& p) {
     const Args c("attention_backward", ctx);
-    attention(c, "dout", dout, probs, qkv, workspace, p, false);
-    c.tensor("dqkv", dqkv, F32);
+    attention(c, "dout", dout, probs, qkv, workspace, p);
+    c.stored("dqkv", dqkv);
     same_size(c, "dqkv", dqkv, "qkv", qkv);
 }
 

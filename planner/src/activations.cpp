@@ -68,10 +68,11 @@ WorkspaceBytes workspace_bytes(const ModelShape& m, const Layout& l, const Preci
     w.full = rows * m.h * e;
     w.grad_input = rows * std::max(m.h, m.q_width() / t) * e;
     w.local = rows_rep * m.h * e;
-    w.grad_f = rows * (m.f / t) * e;
-    w.grad_fc1 = m.swiglu ? rows * (m.fc1_width() / t) * e : 0;
-    w.grad_ctx = rows * (m.q_width() / t) * e;
-    w.grad_qkv = rows * (m.qkv_width() / t) * e;
+    const int64_t st = p.layer_stored;  // the layer intermediates' gradients are stored like them
+    w.grad_f = rows * (m.f / t) * st;
+    w.grad_fc1 = m.swiglu ? rows * (m.fc1_width() / t) * st : 0;
+    w.grad_ctx = rows * (m.q_width() / t) * st;
+    w.grad_qkv = rows * (m.qkv_width() / t) * st;
     w.loss_stats = 4 * rows * p.statistic;
     w.row_max = t > 1 ? rows * p.statistic : 0;
     // The CPU attention kernel keeps 2 s×s fp32 rows of scratch per thread (kernels/cpu/attention.cpp).

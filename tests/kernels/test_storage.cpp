@@ -1,7 +1,7 @@
 // 16-bit storage on the CPU: the bf16/fp16 encodings (mwb/kernels/precision.h) against the compiler's
 // IEEE binary16 (_Float16) and bf16's definition, bit for bit over every 16-bit pattern and over random
-// float32 bit patterns; and every op that reads or writes a stored activation (linear, GELU, SwiGLU,
-// RoPE, attention) run on bf16/f16 views against the same op on f32 views followed by round_to, the
+// float32 bit patterns; and every op that reads or writes a stored activation or its gradient (linear,
+// GELU, SwiGLU, RoPE, attention) run on bf16/f16 views against the same op on f32 views followed by round_to, the
 // emulated storage this replaces: the results must be the same bits.
 #include "support/precision_ref.h"
 #include "support/qt_checks.h"
@@ -158,6 +158,21 @@ private slots:
         QCOMPARE_BITS(dx_s, dx_e);
         QCOMPARE_BITS(dw_s, dw_e);
         QCOMPARE_BITS(db_s, db_e);
+        // ... and with 16-bit dy and dx (the gradients of stored intermediates), dx rounded once.
+        Stored dy16 = stored(dt, dy);
+        std::vector<float> dw_h(out * in, 0.5f), db_h(out, 0.25f), dw_e2(out * in, 0.5f), db_e2(out, 0.25f);
+        std::vector<float> dx_e2(N * in);
+        ops::linear_backward(ctx, view_f32(dx_e2.data(), {N, in}), view_f32(dw_e2.data(), {out, in}),
+                             view_f32(db_e2.data(), {out}), view_f32(dy16.f32.data(), {N, out}),
+                             view_f32(x.f32.data(), {N, in}), wv);
+        ops::round_to(ctx, view_f32(dx_e2.data(), {N, in}), dt);
+        std::vector<uint16_t> dx16(N * in);
+        ops::linear_backward(ctx, view16(dx16, dt, {N, in}), view_f32(dw_h.data(), {out, in}),
+                             view_f32(db_h.data(), {out}), view16(dy16.bits, dt, {N, out}), view16(x.bits, dt, {N, in}),
+                             wv);
+        QCOMPARE_BITS(decoded(dt, dx16), dx_e2);
+        QCOMPARE_BITS(dw_h, dw_e2);
+        QCOMPARE_BITS(db_h, db_e2);
 
         // GELU forward (16-bit in and out) and backward (16-bit x).
         Stored a = stored(dt, random_floats(N * out, 5, -5, 5));
@@ -173,6 +188,15 @@ private slots:
         ops::gelu_backward(ctx, view_f32(gd_s.data(), {N, out}), view_f32(dyc.data(), {N, out}),
                            view16(a.bits, dt, {N, out}));
         QCOMPARE_BITS(gd_s, gd_e);
+        {  // in place on a 16-bit gradient, as the model runs it
+            std::vector<float> e = dy16.f32;
+            ops::gelu_backward(ctx, view_f32(e.data(), {N, out}), view_f32(e.data(), {N, out}),
+                               view_f32(a.f32.data(), {N, out}));
+            ops::round_to(ctx, view_f32(e.data(), {N, out}), dt);
+            std::vector<uint16_t> g = dy16.bits;
+            ops::gelu_backward(ctx, view16(g, dt, {N, out}), view16(g, dt, {N, out}), view16(a.bits, dt, {N, out}));
+            QCOMPARE_BITS(decoded(dt, g), e);
+        }
 
         // SwiGLU over rows [gate | up] of width out = 2F.
         const int64_t F = out / 2;
@@ -188,6 +212,16 @@ private slots:
         ops::swiglu_backward(ctx, view_f32(sd_s.data(), {N, out}), view_f32(dyc.data(), {N, F}),
                              view16(a.bits, dt, {N, out}));
         QCOMPARE_BITS(sd_s, sd_e);
+        {  // 16-bit gradients in and out
+            std::vector<float> e(N * out);
+            ops::swiglu_backward(ctx, view_f32(e.data(), {N, out}), view_f32(dy16.f32.data(), {N, F}),
+                                 view_f32(a.f32.data(), {N, out}));
+            ops::round_to(ctx, view_f32(e.data(), {N, out}), dt);
+            std::vector<uint16_t> g(N * out);
+            ops::swiglu_backward(ctx, view16(g, dt, {N, out}), view16(dy16.bits, dt, {N, F}),
+                                 view16(a.bits, dt, {N, out}));
+            QCOMPARE_BITS(decoded(dt, g), e);
+        }
     }
 
     void attention_and_rope_on_16bit_qkv_equal_emulated_storage_data() {
@@ -243,6 +277,19 @@ private slots:
         ops::attention_backward(ctx, view_f32(dq_s.data(), {S, B, W}), view_f32(dout.data(), {S, B, A * D}),
                                 view16(qkv.bits, dt, {S, B, W}), view_f32(probs_s.data(), {saved}), wsv, p);
         QCOMPARE_BITS(dq_s, dq_e);
+        // 16-bit dout and dqkv (the context's and qkv's gradients), then RoPE's backward on it in place.
+        Stored dout16 = stored(dt, dout);
+        std::vector<float> dq_e2(S * B * W);
+        ops::attention_backward(ctx, view_f32(dq_e2.data(), {S, B, W}), view_f32(dout16.f32.data(), {S, B, A * D}),
+                                view_f32(qkv.f32.data(), {S, B, W}), view_f32(probs_e.data(), {saved}), wsv, p);
+        ops::round_to(ctx, view_f32(dq_e2.data(), {S * B * W}), dt);
+        ops::rope_backward(ctx, view_f32(dq_e2.data(), {S, B, W}), cv, sv, p, int(R), interleaved, 0);
+        ops::round_to(ctx, view_f32(dq_e2.data(), {S * B * W}), dt);
+        std::vector<uint16_t> dq16(S * B * W);
+        ops::attention_backward(ctx, view16(dq16, dt, {S, B, W}), view16(dout16.bits, dt, {S, B, A * D}),
+                                view16(qkv.bits, dt, {S, B, W}), view_f32(probs_s.data(), {saved}), wsv, p);
+        ops::rope_backward(ctx, view16(dq16, dt, {S, B, W}), cv, sv, p, int(R), interleaved, 0);
+        QCOMPARE_BITS(decoded(dt, dq16), dq_e2);
     }
 
     void cuda_context_refuses_16bit_activations() {
