@@ -55,16 +55,14 @@ void gelu_backward_as(const TensorView& dx, const TensorView& dout, const Tensor
 }  // namespace
 
 void gelu_forward(OpContext&, TensorView out, TensorView x) {
-    with_storage(x.dtype, [&](auto xt) {
-        with_storage(out.dtype, [&](auto ot) { gelu_forward_as<decltype(xt)::value, decltype(ot)::value>(out, x); });
-    });
+    with_storages(x.dtype, out.dtype,
+                  [&](auto xt, auto ot) { gelu_forward_as<decltype(xt)::value, decltype(ot)::value>(out, x); });
 }
 
 void gelu_backward(OpContext&, TensorView dx, TensorView dout, TensorView x) {
     // dx and dout share a dtype (the checks): the gradient of fc1's output, stored like it.
-    with_storage(x.dtype, [&](auto xt) {
-        with_storage(dx.dtype, [&](auto gt) { gelu_backward_as<decltype(xt)::value, decltype(gt)::value>(dx, dout, x); });
-    });
+    with_storages(x.dtype, dx.dtype,
+                  [&](auto xt, auto gt) { gelu_backward_as<decltype(xt)::value, decltype(gt)::value>(dx, dout, x); });
 }
 
 }  // namespace mwb::cpu
@@ -117,15 +115,13 @@ void swiglu_backward_as(const TensorView& dx, const TensorView& dout, const Tens
 }  // namespace
 
 void swiglu_forward(OpContext&, TensorView out, TensorView x) {
-    with_storage(x.dtype, [&](auto xt) {
-        with_storage(out.dtype, [&](auto ot) { swiglu_forward_as<decltype(xt)::value, decltype(ot)::value>(out, x); });
-    });
+    with_storages(x.dtype, out.dtype,
+                  [&](auto xt, auto ot) { swiglu_forward_as<decltype(xt)::value, decltype(ot)::value>(out, x); });
 }
 
 void swiglu_backward(OpContext&, TensorView dx, TensorView dout, TensorView x) {
-    with_storage(x.dtype, [&](auto xt) {
-        with_storage(dx.dtype, [&](auto gt) { swiglu_backward_as<decltype(xt)::value, decltype(gt)::value>(dx, dout, x); });
-    });
+    with_storages(x.dtype, dx.dtype,
+                  [&](auto xt, auto gt) { swiglu_backward_as<decltype(xt)::value, decltype(gt)::value>(dx, dout, x); });
 }
 
 }  // namespace mwb::cpu

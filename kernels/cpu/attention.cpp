@@ -213,8 +213,8 @@ void attention_backward(OpContext&, TensorView dqkv, TensorView dout, TensorView
     const DropoutDraw draw(p.rng, p.dropout_p);
     // 16-bit qkv, dout and dqkv: the GEMMs read fp32 copies, dqkv is computed in fp32 and rounded once.
     const TensorView dqkv32 = f32_target(dqkv, Scratch::Out, false);
-    const HeadBackward hb{g,  p, draw, widened(qkv, Scratch::A).f32(), widened(dout, Scratch::B).f32(), probs.f32(),
-                          dqkv32.f32()};
+    const HeadBackward hb{
+        g, p, draw, widened(qkv, Scratch::A).f32(), widened(dout, Scratch::B).f32(), probs.f32(), dqkv32.f32()};
     const int threads = omp_get_max_threads();  // the workspace is checked for this many
     const int64_t group_pairs = g.B * g.G, tiles = hb.tiles();
     if (group_pairs >= threads) {

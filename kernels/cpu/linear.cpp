@@ -169,8 +169,8 @@ void matmul(OpContext&, TensorView c, TensorView a, TensorView b, bool trans_a, 
     const int64_t m = trans_a ? a.dim(1) : a.dim(0);
     const int64_t k = trans_a ? a.dim(0) : a.dim(1);
     const int64_t n = trans_b ? b.dim(0) : b.dim(1);
-    split_sgemm(blas_sgemm, trans_a, trans_b, m, n, k, alpha, a32.f32(), a.dim(1), b32.f32(), b.dim(1), beta,
-                c32.f32(), n);
+    split_sgemm(blas_sgemm, trans_a, trans_b, m, n, k, alpha, a32.f32(), a.dim(1), b32.f32(), b.dim(1), beta, c32.f32(),
+                n);
     narrow(c, c32);
 }
 

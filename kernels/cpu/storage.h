@@ -45,12 +45,22 @@ typename Storage<T>::type* elements(const TensorView& v) {
 template <class F>
 decltype(auto) with_storage(DType dtype, F&& f) {
     switch (dtype) {
-    case DType::BF16: return f(std::integral_constant<DType, DType::BF16>{});
-    case DType::F16: return f(std::integral_constant<DType, DType::F16>{});
-    case DType::F32: break;
-    case DType::I32: MWB_FAIL("a stored tensor must be f32, bf16 or f16, got i32");
+        case DType::BF16:
+            return f(std::integral_constant<DType, DType::BF16>{});
+        case DType::F16:
+            return f(std::integral_constant<DType, DType::F16>{});
+        case DType::F32:
+            break;
+        case DType::I32:
+            MWB_FAIL("a stored tensor must be f32, bf16 or f16, got i32");
     }
     return f(std::integral_constant<DType, DType::F32>{});
+}
+
+/// The same for two dtypes: f(tag of a, tag of b).
+template <class F>
+decltype(auto) with_storages(DType a, DType b, F&& f) {
+    return with_storage(a, [&](auto ta) { return with_storage(b, [&](auto tb) { return f(ta, tb); }); });
 }
 
 /// Scratch slots of the widened GEMM operands (an op uses several at once).

@@ -67,13 +67,13 @@ int64_t first_difference(const std::vector<float>& a, const std::vector<float>& 
     return -1;
 }
 
-#define QCOMPARE_BITS(got, want)                                                                                  \
-    do {                                                                                                          \
-        const int64_t at = first_difference(got, want);                                                           \
-        QVERIFY2(at < 0, qPrintable(QStringLiteral("differs at %1: %2 vs %3")                                     \
-                                        .arg(at)                                                                  \
-                                        .arg(double(at < 0 ? 0 : (got)[at]), 0, 'g', 9)                           \
-                                        .arg(double(at < 0 ? 0 : (want)[at]), 0, 'g', 9)));                       \
+#define QCOMPARE_BITS(got, want)                                                            \
+    do {                                                                                    \
+        const int64_t at = first_difference(got, want);                                     \
+        QVERIFY2(at < 0, qPrintable(QStringLiteral("differs at %1: %2 vs %3")               \
+                                        .arg(at)                                            \
+                                        .arg(double(at < 0 ? 0 : (got)[at]), 0, 'g', 9)     \
+                                        .arg(double(at < 0 ? 0 : (want)[at]), 0, 'g', 9))); \
     } while (0)
 
 }  // namespace
@@ -98,8 +98,8 @@ private slots:
         auto x = random_bit_patterns(1 << 20, 7);
         for (float v : random_floats(1 << 16, 8, -7e4f, 7e4f)) x.push_back(v);
         for (float v : random_floats(1 << 16, 9, -1e-4f, 1e-4f)) x.push_back(v);  // subnormal fp16 range
-        for (float v : {0.0f, -0.0f, 65504.0f, 65519.99f, 65520.0f, 5.96e-8f, 2.98e-8f, 2.99e-8f, 6.1035e-5f,
-                        INFINITY, -INFINITY, NAN})
+        for (float v : {0.0f, -0.0f, 65504.0f, 65519.99f, 65520.0f, 5.96e-8f, 2.98e-8f, 2.99e-8f, 6.1035e-5f, INFINITY,
+                        -INFINITY, NAN})
             x.push_back(v);
         for (float v : x) {
             const _Float16 want = static_cast<_Float16>(v);
@@ -153,8 +153,8 @@ private slots:
                              view_f32(db_e.data(), {out}), view_f32(dyc.data(), {N, out}),
                              view_f32(x.f32.data(), {N, in}), wv);
         ops::linear_backward(ctx, view_f32(dx_s.data(), {N, in}), view_f32(dw_s.data(), {out, in}),
-                             view_f32(db_s.data(), {out}), view_f32(dyc.data(), {N, out}),
-                             view16(x.bits, dt, {N, in}), wv);
+                             view_f32(db_s.data(), {out}), view_f32(dyc.data(), {N, out}), view16(x.bits, dt, {N, in}),
+                             wv);
         QCOMPARE_BITS(dx_s, dx_e);
         QCOMPARE_BITS(dw_s, dw_e);
         QCOMPARE_BITS(db_s, db_e);

@@ -64,8 +64,8 @@ inline float from_fp16_bits(uint16_t h) {
     const uint32_t em = static_cast<uint32_t>(h) & 0x7FFFu;
     const uint32_t shifted = em << 13;
     const uint32_t exponent = shifted & 0x0F800000u;
-    const uint32_t normal = shifted + 0x38000000u;                      // rebias 15 -> 127
-    const uint32_t special = shifted + 0x70000000u;                     // infinity / NaN: exponent 255
+    const uint32_t normal = shifted + 0x38000000u;   // rebias 15 -> 127
+    const uint32_t special = shifted + 0x70000000u;  // infinity / NaN: exponent 255
     // Zero and subnormals: the mantissa as a float of exponent 2^-14 minus 2^-14 (exact, no subnormal floats).
     const float sub = std::bit_cast<float>(shifted + 0x38800000u) - std::bit_cast<float>(0x38800000u);
     uint32_t out = exponent == 0x0F800000u ? special : normal;
