@@ -198,6 +198,35 @@ private slots:
             QCOMPARE_BITS(decoded(dt, g), e);
         }
 
+        // The fused fc1 + GELU and fc2-backward + GELU' ops: pre and act (dpre) 16-bit.
+        {
+            std::vector<float> pre_e(N * out), act_e(N * out);
+            ops::linear_gelu_forward(ctx, view_f32(act_e.data(), {N, out}), view_f32(pre_e.data(), {N, out}),
+                                     view_f32(x.f32.data(), {N, in}), wv, bv, dt);
+            ops::round_to(ctx, view_f32(act_e.data(), {N, out}), dt);  // the caller's store
+            std::vector<uint16_t> pre16(N * out), act16(N * out);
+            ops::linear_gelu_forward(ctx, view16(act16, dt, {N, out}), view16(pre16, dt, {N, out}),
+                                     view16(x.bits, dt, {N, in}), wv, bv, dt);
+            QCOMPARE_BITS(decoded(dt, pre16), pre_e);
+            QCOMPARE_BITS(decoded(dt, act16), act_e);
+            // fc2: y (N, in) = act·w2ᵀ with w2 (in, out); dpre (N, out), fc1's bias gradient (out).
+            std::vector<float> w2 = stored(dt, random_floats(in * out, 6, -0.3f, 0.3f)).f32;
+            const TensorView w2v = view_f32(w2.data(), {in, out});
+            std::vector<float> dy2 = random_floats(N * in, 7), dpre_e(N * out), pb_e(out, 0.5f), pb_s(out, 0.5f);
+            std::vector<float> dw2_e(in * out, 0.25f), dw2_s(in * out, 0.25f);
+            const Stored act_st = stored(dt, act_e);
+            ops::linear_backward_gelu(ctx, view_f32(dpre_e.data(), {N, out}), view_f32(pb_e.data(), {out}),
+                                      view_f32(dw2_e.data(), {in, out}), {}, view_f32(dy2.data(), {N, in}),
+                                      view_f32(act_e.data(), {N, out}), w2v, view_f32(pre_e.data(), {N, out}), dt);
+            std::vector<uint16_t> dpre16(N * out), act_bits = act_st.bits;
+            ops::linear_backward_gelu(ctx, view16(dpre16, dt, {N, out}), view_f32(pb_s.data(), {out}),
+                                      view_f32(dw2_s.data(), {in, out}), {}, view_f32(dy2.data(), {N, in}),
+                                      view16(act_bits, dt, {N, out}), w2v, view16(pre16, dt, {N, out}), dt);
+            QCOMPARE_BITS(decoded(dt, dpre16), dpre_e);
+            QCOMPARE_BITS(pb_s, pb_e);
+            QCOMPARE_BITS(dw2_s, dw2_e);
+        }
+
         // SwiGLU over rows [gate | up] of width out = 2F.
         const int64_t F = out / 2;
         std::vector<float> s_e(N * F);
