@@ -25,7 +25,9 @@ def padded(v):
     return (v + 127) // 128 * 128
 
 
-def bench_mwb(build, env, c, warmup, iters, threads):
+def bench_mwb(build, env, c, warmup, iters, threads, extra=()):
+    """mwb-train on config c: median iteration time, tokens/s, peak RSS, model FLOPs and the last step's
+    memory record (bytes per category); `extra` flags are appended (e.g. --bf16)."""
     with tempfile.TemporaryDirectory() as run_dir:
         cmd = [f"{build}/backend/mwb-train", "--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size",
                str(c["v"]), "--num-layers", str(c["L"]), "--hidden-size", str(c["h"]), "--num-attention-heads",
@@ -38,13 +40,13 @@ def bench_mwb(build, env, c, warmup, iters, threads):
                "--eval-iters", "0", "--threads", str(threads), "--run-dir", run_dir,
                # the engine's one FLOP count (backend/telemetry/flops.h), over the whole s×s attention
                # matrix as docs/performance.md's earlier figures
-               "--mfu-attention-flops", "full"]
+               "--mfu-attention-flops", "full", *extra]
         _, rss = run_child(cmd, env)
         steps = [r for r in map(json.loads, open(f"{run_dir}/metrics.jsonl")) if r["topic"] == "step"]
         t = statistics.median(r["iteration_time_s"] for r in steps[warmup:])
         flops = json.load(open(f"{run_dir}/run.json"))["derived"]["model_flops_per_iteration"]
         return {"iteration_time_s": t, "tokens_per_sec": c["b"] * c["s"] / t, "peak_rss_bytes": rss,
-                "model_flops": flops}
+                "model_flops": flops, "mem": steps[-1]["mem"]}
 
 
 def bench_torch(env, c, warmup, iters, threads):

@@ -48,28 +48,6 @@ const DtypeInfo& info(StDtype d) {
     return kDtypes[static_cast<std::size_t>(d)];
 }
 
-float f16_to_f32(uint16_t h) {
-    const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-    const uint32_t exp = (h >> 10) & 0x1Fu, mant = h & 0x3FFu;
-    if (exp == 0) {  // zero or subnormal: mant * 2^-24, exact in float
-        const float v = static_cast<float>(mant) * 0x1p-24f;
-        return std::bit_cast<float>(std::bit_cast<uint32_t>(v) | sign);
-    }
-    if (exp == 31) return std::bit_cast<float>(sign | 0x7F800000u | (mant << 13));
-    return std::bit_cast<float>(sign | ((exp + 112) << 23) | (mant << 13));
-}
-
-// An fp16-representable float (round_to_fp16's output) to its bits.
-uint16_t f32_to_f16_bits(float x) {
-    const uint32_t b = std::bit_cast<uint32_t>(round_to_fp16(x));
-    const auto sign = static_cast<uint16_t>((b >> 16) & 0x8000u);
-    const uint32_t mag = b & 0x7FFFFFFFu;
-    if (mag >= 0x7F800000u) return static_cast<uint16_t>(sign | 0x7C00u | ((mag & 0x7FFFFFu) >> 13));
-    if (mag < 0x38800000u)  // subnormal or zero: a multiple of 2^-24
-        return static_cast<uint16_t>(sign | static_cast<uint16_t>(std::bit_cast<float>(mag) * 0x1p24f));
-    return static_cast<uint16_t>(sign | (((mag >> 23) - 112) << 10) | ((mag >> 13) & 0x3FFu));
-}
-
 template <typename T>
 T load(const unsigned char* p) {
     T v;
@@ -206,11 +184,11 @@ void SafetensorsFile::read_f32(const StTensor& t, std::span<float> out) const {
     switch (t.dtype) {
     case StDtype::F32: std::memcpy(out.data(), p, n * 4); return;
     case StDtype::F16:
-        for (std::size_t i = 0; i < n; ++i) out[i] = f16_to_f32(load<uint16_t>(p + 2 * i));
+        for (std::size_t i = 0; i < n; ++i) out[i] = from_fp16_bits(load<uint16_t>(p + 2 * i));
         return;
     case StDtype::BF16:
         for (std::size_t i = 0; i < n; ++i)
-            out[i] = std::bit_cast<float>(static_cast<uint32_t>(load<uint16_t>(p + 2 * i)) << 16);
+            out[i] = from_bf16_bits(load<uint16_t>(p + 2 * i));
         return;
     case StDtype::F64:
         for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<float>(load<double>(p + 8 * i));
@@ -239,13 +217,13 @@ void encode_f32(std::span<const float> values, StDtype dtype, std::vector<unsign
     case StDtype::F32: std::memcpy(p, values.data(), values.size() * 4); return;
     case StDtype::BF16:
         for (std::size_t i = 0; i < values.size(); ++i) {
-            const auto v = static_cast<uint16_t>(std::bit_cast<uint32_t>(round_to_bf16(values[i])) >> 16);
+            const uint16_t v = bf16_bits(values[i]);
             std::memcpy(p + 2 * i, &v, 2);
         }
         return;
     case StDtype::F16:
         for (std::size_t i = 0; i < values.size(); ++i) {
-            const uint16_t v = f32_to_f16_bits(values[i]);
+            const uint16_t v = fp16_bits(values[i]);
             std::memcpy(p + 2 * i, &v, 2);
         }
         return;

@@ -33,10 +33,20 @@ struct ModelRuntime {
     bool training = true;        ///< false: no dropout
 
     Buffer activation(int64_t numel) const { return Buffer(alloc, MemCategory::Activations, numel); }
+    /// The dtype of a layer's stored intermediates (qkv, context, fc1, activation output): the storage
+    /// dtype on the CPU, whose kernels read and write 16-bit tensors; f32 holding 16-bit values on CUDA,
+    /// whose kernels take f32 there still (docs/numerics.md).
+    DType stored_dtype() const { return ctx.device == Device::CPU ? storage : DType::F32; }
+    Buffer stored_activation(int64_t numel) const {
+        return Buffer(alloc, MemCategory::Activations, numel, stored_dtype());
+    }
+    /// The gradient of a stored intermediate, stored like it (backward's temporaries).
+    Buffer stored_gradient(int64_t numel) const { return Buffer(alloc, MemCategory::Workspace, numel, stored_dtype()); }
     Buffer workspace(int64_t numel) const { return Buffer(alloc, MemCategory::Workspace, numel); }
-    /// Rounds to the storage precision, as a 16-bit store on the GPU would (no-op in fp32 runs).
+    /// Rounds an f32 tensor to the storage precision, as a 16-bit store would (no-op in fp32 runs, and
+    /// for 16-bit tensors, which the op that wrote them has rounded already).
     void store(const TensorView& v) const {
-        if (storage != DType::F32) ops::round_to(ctx, v, storage);
+        if (storage != DType::F32 && v.dtype == DType::F32) ops::round_to(ctx, v, storage);
     }
     RngStream rng(int64_t layer, DropoutSite site) const {
         return RngStream{seed, mix64(stream_base ^ mix64(static_cast<uint64_t>(layer) * 8 + static_cast<uint64_t>(site)))};

@@ -140,7 +140,7 @@ void TransformerLayer::forward(ModelRuntime& rt, TensorParallel& tp, const Layer
     norm_forward(rt, d_, a.ln1, x, w.ln1_w, w.ln1_b);
     const TensorView ln1_full = sp ? gathered.view({N, H}) : a.ln1.out.view({N, H});
     tp.gather_rows(a.ln1.out.view({R, H}), ln1_full);
-    a.qkv = rt.activation(N * qkv_width_);
+    a.qkv = rt.stored_activation(N * qkv_width_);
     const TensorView qkv = a.qkv.view({S, B, qkv_width_});
     ops::linear_forward(rt.ctx, qkv, ln1_full, w.qkv_w, w.qkv_b);
     rt.store(qkv);
@@ -152,7 +152,7 @@ void TransformerLayer::forward(ModelRuntime& rt, TensorParallel& tp, const Layer
         rt.store(qkv);
     }
     Buffer probs = rt.activation(ops::attention_saved_elements(rt.ctx.device, ap, S));
-    a.context = rt.activation(N * width_);
+    a.context = rt.stored_activation(N * width_);
     const TensorView context = a.context.view({S, B, width_});
     ops::attention_forward(rt.ctx, context, saved_view(rt, probs), qkv, attention_workspace, ap);
     rt.store(context);
@@ -172,13 +172,13 @@ void TransformerLayer::forward(ModelRuntime& rt, TensorParallel& tp, const Layer
     norm_forward(rt, d_, a.ln2, x2, w.ln2_w, w.ln2_b);
     const TensorView ln2_full = sp ? gathered.view({N, H}) : a.ln2.out.view({N, H});
     tp.gather_rows(a.ln2.out.view({R, H}), ln2_full);
-    a.fc1 = rt.activation(N * fc1_width_);
+    a.fc1 = rt.stored_activation(N * fc1_width_);
     const TensorView fc1 = a.fc1.view({N, fc1_width_});
     if (d_.swiglu) {
         ops::linear_forward(rt.ctx, fc1, ln2_full, w.fc1_w, w.fc1_b);
         rt.store(fc1);
     }
-    a.act = rt.activation(N * ffn_);
+    a.act = rt.stored_activation(N * ffn_);
     const TensorView act = a.act.view({N, ffn_});
     if (d_.swiglu)
         ops::swiglu_forward(rt.ctx, act, fc1);
@@ -220,7 +220,7 @@ void TransformerLayer::backward(ModelRuntime& rt, TensorParallel& tp, const Laye
     ops::dropout_backward(rt.ctx, dbl, d, p_hidden, rt.rng(index_, DropoutSite::MlpOutput), residual_offset());
     tp.gather_rows(dbl, dbr);
     {
-        Buffer grad_f = rt.workspace(N * ffn_);
+        Buffer grad_f = rt.stored_gradient(N * ffn_);
         const TensorView df = grad_f.view({N, ffn_});
         if (d_.swiglu) {
             ops::linear_backward(rt.ctx, df, g.fc2_w, g.fc2_b, dbr, a.act.view({N, ffn_}), w.fc2_w);
@@ -229,7 +229,7 @@ void TransformerLayer::backward(ModelRuntime& rt, TensorParallel& tp, const Laye
             ops::linear_backward_gelu(rt.ctx, df, g.fc1_b, g.fc2_w, g.fc2_b, dbr, a.act.view({N, ffn_}), w.fc2_w,
                                       a.fc1.view({N, ffn_}), rt.storage);
         }
-        Buffer grad_fc1 = d_.swiglu ? rt.workspace(N * fc1_width_) : Buffer{};  // GELU: in place
+        Buffer grad_fc1 = d_.swiglu ? rt.stored_gradient(N * fc1_width_) : Buffer{};  // GELU: in place
         const TensorView dfc1 = d_.swiglu ? grad_fc1.view({N, fc1_width_}) : df;
         if (d_.swiglu) {
             ops::swiglu_backward(rt.ctx, dfc1, df, a.fc1.view({N, fc1_width_}));
@@ -248,7 +248,7 @@ void TransformerLayer::backward(ModelRuntime& rt, TensorParallel& tp, const Laye
     // Attention block: x2 = x + dropout(proj(attention(qkv(ln1(x)))) + b).
     ops::dropout_backward(rt.ctx, dbl, d, p_hidden, rt.rng(index_, DropoutSite::AttentionOutput), residual_offset());
     tp.gather_rows(dbl, dbr);
-    Buffer grad_ctx = rt.workspace(N * width_);
+    Buffer grad_ctx = rt.stored_gradient(N * width_);
     const TensorView dctx = grad_ctx.view({N, width_});
     ops::linear_backward(rt.ctx, dctx, g.proj_w, g.proj_b, dbr, a.context.view({N, width_}), w.proj_w);
     rt.store(dctx);
@@ -260,11 +260,11 @@ void TransformerLayer::backward(ModelRuntime& rt, TensorParallel& tp, const Laye
         // Selective recompute: the attention core runs again (same dropout stream, so the same
         // probabilities); its output lands in the free grad_h buffer and is not used.
         a.probs = rt.activation(ops::attention_saved_elements(rt.ctx.device, ap, S));
-        ops::attention_forward(rt.ctx, make_view(grad_h.data(), DType::F32, {S, B, width_}, rt.ctx.device),
+        ops::attention_forward(rt.ctx, make_view(grad_h.data(), rt.stored_dtype(), {S, B, width_}, rt.ctx.device),
                                saved_view(rt, a.probs), qkv, attention_workspace, ap);
     }
     {
-        Buffer grad_qkv = rt.workspace(N * qkv_width_);
+        Buffer grad_qkv = rt.stored_gradient(N * qkv_width_);
         const TensorView dqkv = grad_qkv.view({S, B, qkv_width_});
         ops::attention_backward(rt.ctx, dqkv, reshaped(dctx, {S, B, width_}), qkv, saved_view(rt, a.probs),
                                 attention_workspace, ap);

@@ -8,6 +8,7 @@
 // parallel region, so every GEMM is sequential and results are the same for any thread count.
 #include "cpu_ops.h"
 #include "dropout_mask.h"
+#include "storage.h"
 #include "vec_math.h"
 
 #include <cblas.h>
@@ -72,8 +73,10 @@ int64_t attention_workspace_bytes(const AttentionParams&, int64_t seq_len, int t
 void attention_forward(OpContext&, TensorView out, TensorView probs, TensorView qkv, TensorView workspace,
                        const AttentionParams& p) {
     const HeadGeometry g = geometry(qkv, p);
-    const float* base = qkv.f32();
-    float* po = out.f32();
+    // 16-bit qkv and out (bf16/fp16 runs): the GEMMs read an fp32 copy, out is rounded once at the end.
+    const float* base = widened(qkv, Scratch::A).f32();
+    const TensorView out32 = f32_target(out, Scratch::Out, false);
+    float* po = out32.f32();
     float* pp = probs.f32();
     const bool dropout = p.dropout_p > 0.0f;
     const DropoutDraw draw(p.rng, p.dropout_p);
@@ -124,6 +127,7 @@ void attention_forward(OpContext&, TensorView out, TensorView probs, TensorView 
             }
         }
     }
+    narrow(out, out32);
 }
 
 namespace {
@@ -207,7 +211,10 @@ void attention_backward(OpContext&, TensorView dqkv, TensorView dout, TensorView
                         TensorView workspace, const AttentionParams& p) {
     const HeadGeometry g = geometry(qkv, p);
     const DropoutDraw draw(p.rng, p.dropout_p);
-    const HeadBackward hb{g, p, draw, qkv.f32(), dout.f32(), probs.f32(), dqkv.f32()};
+    // 16-bit qkv, dout and dqkv: the GEMMs read fp32 copies, dqkv is computed in fp32 and rounded once.
+    const TensorView dqkv32 = f32_target(dqkv, Scratch::Out, false);
+    const HeadBackward hb{
+        g, p, draw, widened(qkv, Scratch::A).f32(), widened(dout, Scratch::B).f32(), probs.f32(), dqkv32.f32()};
     const int threads = omp_get_max_threads();  // the workspace is checked for this many
     const int64_t group_pairs = g.B * g.G, tiles = hb.tiles();
     if (group_pairs >= threads) {
@@ -225,6 +232,7 @@ void attention_backward(OpContext&, TensorView dqkv, TensorView dout, TensorView
                 }
             }
         }
+        narrow(dqkv, dqkv32);
         return;
     }
     // Fewer (b, group) pairs than threads (multi-query attention at micro-batch 1): the tiles of each
@@ -242,6 +250,7 @@ void attention_backward(OpContext&, TensorView dqkv, TensorView dout, TensorView
             for (int64_t t = 0; t < tiles; ++t) hb.col_tile(b, h, t, Pd, dS, h == first_head ? 0.0f : 1.0f);
         }
     }
+    narrow(dqkv, dqkv32);
 }
 
 }  // namespace mwb::cpu

@@ -1,6 +1,7 @@
 // GEMM on OpenBLAS (and oneDNN for some shapes with MWB_ONEDNN_GEMM; gemm.h) and the linear layer built on it.
 #include "cpu_ops.h"
 #include "gemm.h"
+#include "storage.h"
 
 #include "mwb/kernels/error.h"
 
@@ -161,22 +162,25 @@ void split_sgemm(SgemmFn sgemm, bool trans_a, bool trans_b, int64_t m, int64_t n
 
 void matmul(OpContext&, TensorView c, TensorView a, TensorView b, bool trans_a, bool trans_b, float alpha,
             float beta) {
-    // Shapes were checked by the dispatcher (this is also linear_*'s GEMM); the dtype is the CPU's limit.
-    MWB_CHECK(c.dtype == DType::F32 && a.dtype == DType::F32 && b.dtype == DType::F32,
-              "matmul: the CPU multiplies f32 tensors (16-bit storage is emulated in f32), got c={} a={} b={}",
-              c.describe(), a.describe(), b.describe());
+    // Shapes and dtypes were checked by the dispatcher (this is also linear_*'s GEMM). 16-bit operands
+    // are widened into fp32 scratch for sgemm and a 16-bit c is computed in fp32 and rounded once.
+    const TensorView a32 = widened(a, Scratch::A), b32 = widened(b, Scratch::B);
+    const TensorView c32 = f32_target(c, Scratch::C, beta != 0.0f);
     const int64_t m = trans_a ? a.dim(1) : a.dim(0);
     const int64_t k = trans_a ? a.dim(0) : a.dim(1);
     const int64_t n = trans_b ? b.dim(0) : b.dim(1);
-    split_sgemm(blas_sgemm, trans_a, trans_b, m, n, k, alpha, a.f32(), a.dim(1), b.f32(), b.dim(1), beta, c.f32(), n);
+    split_sgemm(blas_sgemm, trans_a, trans_b, m, n, k, alpha, a32.f32(), a.dim(1), b32.f32(), b.dim(1), beta, c32.f32(),
+                n);
+    narrow(c, c32);
 }
 
 void linear_forward(OpContext& ctx, TensorView y, TensorView x, TensorView w, TensorView bias) {
     const int64_t rows = x.rows(), in = x.cols(), out = w.dim(0);
-    TensorView y2 = reshaped(y, {rows, out});
+    // A 16-bit y is computed in fp32 (bias and GEMM) and rounded once, as the emulated store did.
+    const TensorView y32 = f32_target(reshaped(y, {rows, out}), Scratch::Out, false);
     if (!bias.empty()) {
         // Start from the bias and let the GEMM accumulate onto it: one pass over y instead of two.
-        float* py = y2.f32();
+        float* py = y32.f32();
         const float* pb = bias.f32();
 #pragma omp parallel for schedule(static)
         for (int64_t r = 0; r < rows; ++r) {
@@ -184,7 +188,8 @@ void linear_forward(OpContext& ctx, TensorView y, TensorView x, TensorView w, Te
             for (int64_t c = 0; c < out; ++c) py[r * out + c] = pb[c];
         }
     }
-    matmul(ctx, y2, reshaped(x, {rows, in}), w, false, true, 1.0f, bias.empty() ? 0.0f : 1.0f);
+    matmul(ctx, y32, reshaped(x, {rows, in}), w, false, true, 1.0f, bias.empty() ? 0.0f : 1.0f);
+    narrow(reshaped(y, {rows, out}), y32);
 }
 
 void linear_backward(OpContext& ctx, TensorView dx, TensorView dw, TensorView dbias, TensorView dy, TensorView x,
@@ -196,7 +201,7 @@ void linear_backward(OpContext& ctx, TensorView dx, TensorView dw, TensorView db
     }
     matmul(ctx, dw, dy2, reshaped(x, {rows, in}), true, false, 1.0f, 1.0f);
     if (!dbias.empty()) {
-        add_column_sums(dbias.f32(), dy2.f32(), rows, out);
+        add_column_sums(dbias.f32(), widened(dy2, Scratch::Out).f32(), rows, out);
     }
 }
 
@@ -204,22 +209,30 @@ void linear_backward(OpContext& ctx, TensorView dx, TensorView dw, TensorView db
 
 namespace mwb::cpu {
 
+namespace {
+/// The storage rounding of an f32 tensor; a 16-bit one was rounded by the op that wrote it.
+void round_f32(OpContext& ctx, const TensorView& t, DType storage) {
+    if (t.dtype == DType::F32) round_to(ctx, t, storage);
+}
+}  // namespace
+
 // The fused ops of the MLP are, on the CPU, the unfused sequence they replace (the same bits as
 // before they existed); CUDA fuses them into cuBLASLt epilogues (cuda/gemm.cpp).
 void linear_gelu_forward(OpContext& ctx, TensorView act, TensorView pre, TensorView x, TensorView w, TensorView bias,
                          DType storage) {
     linear_forward(ctx, pre, x, w, bias);
-    round_to(ctx, pre, storage);
+    round_f32(ctx, pre, storage);
     gelu_forward(ctx, act, pre);
 }
 
 void linear_backward_gelu(OpContext& ctx, TensorView dpre, TensorView dpre_bias, TensorView dw, TensorView dbias,
                           TensorView dy, TensorView x, TensorView w, TensorView pre, DType storage) {
     linear_backward(ctx, dpre, dw, dbias, dy, x, w, false);
-    round_to(ctx, dpre, storage);
+    round_f32(ctx, dpre, storage);
     gelu_backward(ctx, dpre, dpre, pre);
-    round_to(ctx, dpre, storage);
-    if (!dpre_bias.empty()) add_column_sums(dpre_bias.f32(), dpre.f32(), x.rows(), x.cols());
+    round_f32(ctx, dpre, storage);
+    if (!dpre_bias.empty())
+        add_column_sums(dpre_bias.f32(), widened(dpre, Scratch::Out).f32(), x.rows(), x.cols());
 }
 
 }  // namespace mwb::cpu

@@ -48,6 +48,15 @@ const Args& Args::gemm_operand(const char* arg, const TensorView& t) const {
     return *this;
 }
 
+const Args& Args::stored(const char* arg, const TensorView& t) const {
+    const bool cpu = device_ == Device::CPU;
+    const char* dtypes = cpu ? "f32, bf16 or f16" : "f32";
+    placed(arg, t, dtypes);
+    if (!(t.dtype == DType::F32 || (cpu && (t.dtype == DType::BF16 || t.dtype == DType::F16)))) [[unlikely]]
+        reject_tensor(arg, t, dtypes, false);
+    return *this;
+}
+
 const Args& Args::dims(const char* arg, const TensorView& t, int ndim) const {
     shape(t.ndim == ndim, arg, t, "{}-dimensional", ndim);
     return *this;
@@ -80,7 +89,7 @@ Heads heads_of(const Args& c, const char* arg, const TensorView& qkv, const Atte
 
 void rope(const Args& c, const char* arg, const TensorView& qkv, const TensorView& cos, const TensorView& sin,
           const AttentionParams& p, int rotary_dim, int64_t position_offset) {
-    c.tensor(arg, qkv, F32).tensor("cos", cos, F32).tensor("sin", sin, F32);
+    c.stored(arg, qkv).tensor("cos", cos, F32).tensor("sin", sin, F32);
     const Heads h = heads_of(c, arg, qkv, p);
     c.value(rotary_dim > 0 && rotary_dim % 2 == 0 && rotary_dim <= h.D, "rotary_dim", rotary_dim,
             "even and in (0, head dim {}]", h.D);
@@ -105,9 +114,10 @@ void same_size(const Args& c, const char* out_arg, const TensorView& out, const 
 }
 
 /// The attention tensors both directions share: qkv, out/dout, probs, workspace and the head range.
+/// qkv, out and their gradients are stored activations (16-bit on the CPU in 16-bit runs).
 int64_t attention(const Args& c, const char* out_arg, const TensorView& out, const TensorView& probs,
                   const TensorView& qkv, const TensorView& workspace, const AttentionParams& p) {
-    c.tensor("qkv", qkv, F32).tensor(out_arg, out, F32).tensor("probs", probs, F32);
+    c.stored("qkv", qkv).stored(out_arg, out).tensor("probs", probs, F32);
     c.placed("workspace", workspace);
     const Heads h = heads_of(c, "qkv", qkv, p);
     c.shape(out.numel() == h.S * p.batch * p.num_heads * h.D, out_arg, out, "(S={}, B={}, A·D={})", h.S, p.batch,
@@ -222,7 +232,7 @@ void linear_gelu_forward(OpContext& ctx, TensorView act, TensorView pre, TensorV
                          DType storage) {
     const Args c("linear_gelu_forward", ctx);
     const int64_t out = linear_weight(c, x, w);
-    c.tensor("pre", pre, F32).tensor("act", act, F32).optional("bias", bias, F32);
+    c.stored("pre", pre).stored("act", act).optional("bias", bias, F32);
     c.shape(pre.rows() == x.rows() && pre.cols() == out, "pre", pre, "(N={}, out={})", x.rows(), out);
     same_size(c, "act", act, "pre", pre);
     if (!bias.empty()) elements(c, "bias", bias, out, "one per output");
@@ -233,7 +243,7 @@ void linear_backward_gelu(OpContext& ctx, TensorView dpre, TensorView dpre_bias,
                           TensorView dy, TensorView x, TensorView w, TensorView pre, DType storage) {
     const Args c("linear_backward_gelu", ctx);
     const int64_t out = linear_weight(c, x, w);
-    c.tensor("dpre", dpre, F32).tensor("pre", pre, F32).tensor("dy", dy, F32).gemm_operand("dw", dw);
+    c.stored("dpre", dpre).stored("pre", pre).tensor("dy", dy, F32).gemm_operand("dw", dw);
     c.optional("dbias", dbias, F32).optional("dpre_bias", dpre_bias, F32);
     c.shape(dy.rows() == x.rows() && dy.cols() == out, "dy", dy, "(N={}, out={})", x.rows(), out);
     c.shape(same_shape(dw, w), "dw", dw, "w's shape {}", w.describe());
@@ -330,8 +340,9 @@ void rmsnorm_backward(OpContext& ctx, TensorView dx, TensorView dw, TensorView d
 
 namespace {
 /// x (N, 2F) = [gate | up] per row and an (N, F) tensor beside it.
+/// x, out and their gradients are stored activations.
 void swiglu(const Args& c, const TensorView& x, const char* half_arg, const TensorView& half) {
-    c.tensor("x", x, F32).tensor(half_arg, half, F32);
+    c.stored("x", x).stored(half_arg, half);
     c.shape(x.cols() % 2 == 0, "x", x, "(N, 2F): [gate | up] per row");
     c.shape(half.rows() == x.rows() && half.cols() == x.cols() / 2, half_arg, half, "(N={}, F={}) for x {}", x.rows(),
             x.cols() / 2, x.describe());
@@ -340,13 +351,14 @@ void swiglu(const Args& c, const TensorView& x, const char* half_arg, const Tens
 
 void gelu_forward(OpContext& ctx, TensorView out, TensorView x) {
     const Args c("gelu_forward", ctx);
-    c.tensor("out", out, F32).tensor("x", x, F32);
+    c.stored("out", out).stored("x", x);
     same_size(c, "out", out, "x", x);
 }
 
 void gelu_backward(OpContext& ctx, TensorView dx, TensorView dout, TensorView x) {
     const Args c("gelu_backward", ctx);
-    c.tensor("dx", dx, F32).tensor("dout", dout, F32).tensor("x", x, F32);
+    c.stored("dx", dx).stored("dout", dout).stored("x", x);
+    c.shape(dout.dtype == dx.dtype, "dout", dout, "of dx's dtype {}", dtype_name(dx.dtype));
     same_size(c, "dx", dx, "x", x);
     same_size(c, "dout", dout, "x", x);
 }
@@ -358,7 +370,8 @@ void swiglu_forward(OpContext& ctx, TensorView out, TensorView x) {
 void swiglu_backward(OpContext& ctx, TensorView dx, TensorView dout, TensorView x) {
     const Args c("swiglu_backward", ctx);
     swiglu(c, x, "dout", dout);
-    c.tensor("dx", dx, F32);
+    c.stored("dx", dx);
+    c.shape(dout.dtype == dx.dtype, "dout", dout, "of dx's dtype {}", dtype_name(dx.dtype));
     same_size(c, "dx", dx, "x", x);
 }
 
@@ -424,7 +437,7 @@ void attention_backward(OpContext& ctx, TensorView dqkv, TensorView dout, Tensor
                         TensorView workspace, const AttentionParams& p) {
     const Args c("attention_backward", ctx);
     attention(c, "dout", dout, probs, qkv, workspace, p);
-    c.tensor("dqkv", dqkv, F32);
+    c.stored("dqkv", dqkv);
     same_size(c, "dqkv", dqkv, "qkv", qkv);
 }
 

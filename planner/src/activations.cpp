@@ -18,18 +18,18 @@ LayerBytes layer_bytes(const ModelShape& m, const Layout& l, const Precision& p,
     const int64_t heads = m.a / t;
     LayerBytes b;
     if (a == Accounting::Engine) {
-        const int64_t e = p.activation, stat = p.statistic * (m.rmsnorm ? 1 : 2);
+        const int64_t e = p.activation, stat = p.statistic * (m.rmsnorm ? 1 : 2), st = p.layer_stored;
         b.input = rows_rep * m.h * e;
         b.ln1_out = rows_rep * m.h * e;
         b.ln1_stats = rows_rep * stat;
-        b.qkv = rows * (m.qkv_width() / t) * e;  // after RoPE (applied in place)
+        b.qkv = rows * (m.qkv_width() / t) * st;  // after RoPE (applied in place)
         b.probs = m.b * heads * m.s * m.s * e;
-        b.context = rows * (m.q_width() / t) * e;
+        b.context = rows * (m.q_width() / t) * st;
         b.residual2 = rows_rep * m.h * e;
         b.ln2_out = rows_rep * m.h * e;
         b.ln2_stats = rows_rep * stat;
-        b.fc1 = rows * (m.fc1_width() / t) * e;  // SwiGLU: gate and up
-        b.gelu = rows * (m.f / t) * e;           // GELU or SwiGLU output
+        b.fc1 = rows * (m.fc1_width() / t) * st;  // SwiGLU: gate and up
+        b.gelu = rows * (m.f / t) * st;           // GELU or SwiGLU output
         return b;
     }
     // Korthikanti et al. 2022, section 4.1, with 16-bit activations (2 bytes) and 1-byte masks.
@@ -68,10 +68,11 @@ WorkspaceBytes workspace_bytes(const ModelShape& m, const Layout& l, const Preci
     w.full = rows * m.h * e;
     w.grad_input = rows * std::max(m.h, m.q_width() / t) * e;
     w.local = rows_rep * m.h * e;
-    w.grad_f = rows * (m.f / t) * e;
-    w.grad_fc1 = m.swiglu ? rows * (m.fc1_width() / t) * e : 0;
-    w.grad_ctx = rows * (m.q_width() / t) * e;
-    w.grad_qkv = rows * (m.qkv_width() / t) * e;
+    const int64_t st = p.layer_stored;  // the layer intermediates' gradients are stored like them
+    w.grad_f = rows * (m.f / t) * st;
+    w.grad_fc1 = m.swiglu ? rows * (m.fc1_width() / t) * st : 0;
+    w.grad_ctx = rows * (m.q_width() / t) * st;
+    w.grad_qkv = rows * (m.qkv_width() / t) * st;
     w.loss_stats = 4 * rows * p.statistic;
     w.row_max = t > 1 ? rows * p.statistic : 0;
     // The CPU attention kernel keeps 2 s×s fp32 rows of scratch per thread (kernels/cpu/attention.cpp).

@@ -59,7 +59,9 @@ Precision Precision::from(const TrainingConfig& t, const DeviceSpec& device) {
     Precision p;
     p.half = t.bf16 || t.fp16;
     p.master = p.half;
-    if (device.emulated_16bit || !p.half) return p;  // every buffer is fp32
+    if (!p.half) return p;  // every buffer is fp32
+    p.layer_stored = 2;
+    if (device.emulated_16bit) return p;  // the CPU: every other buffer is fp32 holding 16-bit values
     p.weight = 2;
     p.activation = 2;
     // Megatron-LM keeps fp32 main grads when asked to (bf16 always asks); plain fp16 accumulates in fp16.

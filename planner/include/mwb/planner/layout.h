@@ -55,6 +55,9 @@ struct Precision {
     int weight = 4;       ///< model weights the forward pass uses
     int gradient = 4;     ///< gradient accumulators ("main grads")
     int activation = 4;   ///< activations kept for backward and their gradients
+    /// A layer's stored intermediates (qkv, attention context, fc1 output, activation output) and their
+    /// gradients: 16-bit in a 16-bit run on every device (the CPU's kernels read and write bf16/fp16 there).
+    int layer_stored = 4;
     int statistic = 4;    ///< norm mean/rstd and loss statistics (always fp32)
     bool master = false;  ///< fp32 master weights in the optimizer (bf16/fp16 runs)
     bool half = false;    ///< a bf16/fp16 run (the 16-bit peak FLOP/s applies)
