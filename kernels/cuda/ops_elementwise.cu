@@ -383,11 +383,11 @@ void embedding_backward(OpContext& ctx, TensorView dtable, TensorView dout, Tens
     const dim3 grid(static_cast<unsigned>((h + kThreads * per_thread - 1) / (kThreads * per_thread)),
                     static_cast<unsigned>(vocab_blocks));
     if (wide)
-        classifier::k_embedding_bwd<4><<<grid, kThreads, 0, stream_of(ctx)>>>(mf(dtable), cf(dout), ci(ids), rows, h,
-                                                                              vocab, vocab_start);
+        classifier::k_embedding_bwd<4>
+            <<<grid, kThreads, 0, stream_of(ctx)>>>(mf(dtable), cf(dout), ci(ids), rows, h, vocab, vocab_start);
     else
-        classifier::k_embedding_bwd<1><<<grid, kThreads, 0, stream_of(ctx)>>>(mf(dtable), cf(dout), ci(ids), rows, h,
-                                                                              vocab, vocab_start);
+        classifier::k_embedding_bwd<1>
+            <<<grid, kThreads, 0, stream_of(ctx)>>>(mf(dtable), cf(dout), ci(ids), rows, h, vocab, vocab_start);
     launched("embedding_backward");
 }
 
@@ -511,8 +511,8 @@ void cross_entropy_partials(OpContext& ctx, TensorView row_max, TensorView row_s
     const int64_t rows = logits.rows(), v = logits.cols();
     if (rows == 0) return;
     const auto run = [&](auto k) {
-        k<<<static_cast<unsigned>(rows), kCeThreads, 0, stream_of(ctx)>>>(
-            mf(row_max), mf(row_sumexp), mf(target_logit), cf(logits), ci(targets), v, vocab_start);
+        k<<<static_cast<unsigned>(rows), kCeThreads, 0, stream_of(ctx)>>>(mf(row_max), mf(row_sumexp), mf(target_logit),
+                                                                          cf(logits), ci(targets), v, vocab_start);
     };
     if (wide_rows(logits))
         run(classifier::k_ce_partials<4>);
@@ -521,13 +521,13 @@ void cross_entropy_partials(OpContext& ctx, TensorView row_max, TensorView row_s
     launched("cross_entropy_partials");
 }
 
-void cross_entropy_backward(OpContext& ctx, TensorView logits, TensorView targets, TensorView lse,
-                            TensorView row_scale, int64_t vocab_start) {
+void cross_entropy_backward(OpContext& ctx, TensorView logits, TensorView targets, TensorView lse, TensorView row_scale,
+                            int64_t vocab_start) {
     const int64_t rows = logits.rows(), v = logits.cols();
     if (rows == 0) return;
     const auto run = [&](auto k) {
         k<<<static_cast<unsigned>(rows), kCeThreads, 0, stream_of(ctx)>>>(mf(logits), ci(targets), cf(lse),
-                                                                               cf(row_scale), v, vocab_start);
+                                                                          cf(row_scale), v, vocab_start);
     };
     if (wide_rows(logits))
         run(classifier::k_ce_backward<4>);
@@ -542,7 +542,7 @@ void cross_entropy_fused(OpContext& ctx, TensorView lse, TensorView target_logit
     if (rows == 0) return;
     const auto run = [&](auto k) {
         k<<<static_cast<unsigned>(rows), kCeThreads, 0, stream_of(ctx)>>>(mf(lse), mf(target_logit), mf(logits),
-                                                                               ci(targets), cf(row_scale), v);
+                                                                          ci(targets), cf(row_scale), v);
     };
     if (wide_rows(logits))
         run(classifier::k_ce_fused<4>);
@@ -554,16 +554,16 @@ void cross_entropy_fused(OpContext& ctx, TensorView lse, TensorView target_logit
 void cross_entropy_rescale(OpContext& ctx, TensorView row_sumexp, TensorView row_max, TensorView global_max) {
     const int64_t n = row_sumexp.numel();
     if (n == 0) return;
-    classifier::k_ce_rescale<int64_t><<<blocks_for(n), kThreads, 0, stream_of(ctx)>>>(mf(row_sumexp), cf(row_max),
-                                                                                      cf(global_max), n);
+    classifier::k_ce_rescale<int64_t>
+        <<<blocks_for(n), kThreads, 0, stream_of(ctx)>>>(mf(row_sumexp), cf(row_max), cf(global_max), n);
     launched("cross_entropy_rescale");
 }
 
 void cross_entropy_lse(OpContext& ctx, TensorView lse, TensorView row_max, TensorView row_sumexp) {
     const int64_t n = lse.numel();
     if (n == 0) return;
-    classifier::k_ce_lse<int64_t><<<blocks_for(n), kThreads, 0, stream_of(ctx)>>>(mf(lse), cf(row_max),
-                                                                                  cf(row_sumexp), n);
+    classifier::k_ce_lse<int64_t>
+        <<<blocks_for(n), kThreads, 0, stream_of(ctx)>>>(mf(lse), cf(row_max), cf(row_sumexp), n);
     launched("cross_entropy_lse");
 }
 

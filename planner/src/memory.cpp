@@ -122,8 +122,8 @@ void head(Tracker& t, const Shapes& x) {
     if (x.sp) t.ws(w.full);  // the final norm's output gathered for the output layer
     t.ws(w.loss_stats);
     if (x.tp) t.ws(w.row_max);
-    t.ws(w.full);            // gradient of the final norm's output, filled chunk by chunk
-    t.act(x.head.logits);    // one chunk's logits, reused by every chunk
+    t.ws(w.full);          // gradient of the final norm's output, filled chunk by chunk
+    t.act(x.head.logits);  // one chunk's logits, reused by every chunk
     t.act(-x.head.logits);
     if (x.sp) t.ws(w.local);
     t.ws(-(w.loss_stats + (x.tp ? w.row_max : 0) + w.full + (x.sp ? w.full + w.local : 0)));

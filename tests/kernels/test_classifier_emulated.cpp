@@ -37,8 +37,9 @@ struct Problem {
     Problem(int64_t r, int64_t vocab, uint32_t seed) : rows(r), v(vocab) {
         logits = random_floats(static_cast<std::size_t>(rows * v), seed, -4.0f, 4.0f);
         for (int64_t c = 0; c < v; ++c) {
-            logits[static_cast<std::size_t>(v + c)] *= 8.0f;                                   // peaked
-            logits[static_cast<std::size_t>(2 * v + c)] = logits[static_cast<std::size_t>(2 * v + c)] * 0.01f + 50;  // flat, far from 0
+            logits[static_cast<std::size_t>(v + c)] *= 8.0f;  // peaked
+            logits[static_cast<std::size_t>(2 * v + c)] =
+                logits[static_cast<std::size_t>(2 * v + c)] * 0.01f + 50;  // flat, far from 0
         }
         for (int64_t n = 0; n < rows; ++n) {
             targets.push_back(static_cast<int32_t>((n * 97 + 5) % v));
@@ -73,9 +74,8 @@ class TestClassifierEmulated : public QObject {
     static void fused_case(int64_t rows, int64_t v) {
         const Problem p(rows, v, 7);
         std::vector<float> lse(rows, -1), tl(rows, -1), g = p.logits;
-        emu::launch(static_cast<unsigned>(rows), 1, kThreads, [&] {
-            cl::k_ce_fused<V>(lse.data(), tl.data(), g.data(), p.targets.data(), p.scale.data(), v);
-        });
+        emu::launch(static_cast<unsigned>(rows), 1, kThreads,
+                    [&] { cl::k_ce_fused<V>(lse.data(), tl.data(), g.data(), p.targets.data(), p.scale.data(), v); });
         std::vector<double> lse_ref(rows);
         for (int64_t n = 0; n < rows; ++n) {
             lse_ref[n] = p.lse(n, 0, v);
@@ -125,12 +125,12 @@ class TestClassifierEmulated : public QObject {
         // Backward with the whole row's lse: this shard's columns of the whole gradient.
         std::vector<float> lse_f(rows);
         for (int64_t n = 0; n < rows; ++n) lse_f[n] = static_cast<float>(lse_whole[n]);
-        emu::launch(static_cast<unsigned>(rows), 1, kThreads, [&] {
-            cl::k_ce_backward<V>(shard.data(), p.targets.data(), lse_f.data(), p.scale.data(), v, v0);
-        });
+        emu::launch(static_cast<unsigned>(rows), 1, kThreads,
+                    [&] { cl::k_ce_backward<V>(shard.data(), p.targets.data(), lse_f.data(), p.scale.data(), v, v0); });
         const std::vector<double> whole = p.gradient();
         std::vector<double> want;
-        for (int64_t n = 0; n < rows; ++n) want.insert(want.end(), whole.begin() + n * v_total + v0, whole.begin() + n * v_total + v1);
+        for (int64_t n = 0; n < rows; ++n)
+            want.insert(want.end(), whole.begin() + n * v_total + v0, whole.begin() + n * v_total + v1);
         // exp(x − lse) with lse rounded to float (half an ulp of ~50: 2e-6 relative in the flat row).
         MWB_VERIFY_ERROR(normwise_error(shard, want), 3e-6);
     }
@@ -140,17 +140,18 @@ class TestClassifierEmulated : public QObject {
         const std::vector<float> dout = random_floats(static_cast<std::size_t>(rows * h), 21, -1, 1);
         std::vector<int32_t> ids(rows);
         for (int64_t r = 0; r < rows; ++r)  // repeats (token 3 every 5th row) and ids outside the shard
-            ids[r] = r % 5 == 0 ? static_cast<int32_t>(vocab_start + 3) : static_cast<int32_t>((r * 131) % (vocab + 40));
+            ids[r] =
+                r % 5 == 0 ? static_cast<int32_t>(vocab_start + 3) : static_cast<int32_t>((r * 131) % (vocab + 40));
         std::vector<float> want = random_floats(static_cast<std::size_t>(vocab * h), 22, -1, 1), got = want;
         mwb::OpContext ctx;
         auto d = dout;
         mwb::ops::embedding_backward(ctx, mwb::view_f32(want.data(), {vocab, h}), mwb::view_f32(d.data(), {rows, h}),
                                      mwb::view_i32(ids.data(), {rows}), vocab_start);
         const unsigned gx = static_cast<unsigned>((h + kThreads * V - 1) / (kThreads * V));
-        const unsigned gy = static_cast<unsigned>((vocab + cl::kEmbeddingRowsPerBlock - 1) / cl::kEmbeddingRowsPerBlock);
-        emu::launch(gx, gy, kThreads, [&] {
-            cl::k_embedding_bwd<V>(got.data(), dout.data(), ids.data(), rows, h, vocab, vocab_start);
-        });
+        const unsigned gy =
+            static_cast<unsigned>((vocab + cl::kEmbeddingRowsPerBlock - 1) / cl::kEmbeddingRowsPerBlock);
+        emu::launch(gx, gy, kThreads,
+                    [&] { cl::k_embedding_bwd<V>(got.data(), dout.data(), ids.data(), rows, h, vocab, vocab_start); });
         MWB_VERIFY_BITWISE(got, want);
     }
 
@@ -194,8 +195,8 @@ private slots:
     }
 
     void embedding_backward_is_the_cpu_op_bit_for_bit() {
-        embedding_case<4>(1500, 150, 40, 0);     // two staging passes, three vocabulary blocks
-        embedding_case<1>(300, 100, 37, 50);     // a shard [50, 150): ids below and above it are skipped
+        embedding_case<4>(1500, 150, 40, 0);         // two staging passes, three vocabulary blocks
+        embedding_case<1>(300, 100, 37, 50);         // a shard [50, 150): ids below and above it are skipped
         embedding_case<4>(70, 200, 8 * 64 + 4, 20);  // columns beyond one block's reach
     }
 };
