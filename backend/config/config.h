@@ -83,6 +83,7 @@ struct TrainingConfig {
     std::string recompute_granularity;         ///< "" (none) | selective | full
     std::string recompute_method;              ///< uniform | block (with full)
     int recompute_num_layers = 0;              ///< layers per recomputed chunk (uniform) or recomputed layers (block)
+    int64_t logits_chunk_bytes = int64_t{256} << 20;  ///< the head's logits held at once (rows chunked); 0 = all
     bool bf16 = false;                         ///< bf16 weights/activations, fp32 master weights
     bool fp16 = false;                         ///< fp16 with dynamic loss scaling
     double loss_scale = 0;                     ///< fp16 static loss scale; 0 = dynamic

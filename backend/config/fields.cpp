@@ -135,6 +135,11 @@ const auto kFields = std::to_array<Field>({
               "the first recompute_num_layers layers of each stage.",
               "|uniform|block"),
     MWB_FIELD(training, recompute_num_layers, "Layers per chunk (uniform) or recomputed layers (block).", ""),
+    MWB_FIELD(training, logits_chunk_bytes,
+              "Bytes of logits the output layer holds at once: the classifier runs over chunks of rows (tokens) "
+              "whose logits fit, each computing its loss and gradient before the next; 0 holds the whole "
+              "micro-batch's logits.",
+              ""),
     MWB_FIELD(training, bf16, "bf16 weights and activations with fp32 master weights and fp32 gradients.", ""),
     MWB_FIELD(training, fp16, "fp16 weights and activations with fp32 master weights and loss scaling.", ""),
     MWB_FIELD(training, loss_scale, "Static fp16 loss scale; 0 means dynamic loss scaling.", ""),

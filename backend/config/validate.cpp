@@ -454,6 +454,9 @@ std::vector<ConfigIssue> validate(const Config& c, int world_size) {
                    "recompute_num_layers is only used with recompute_granularity full");
     }
 
+    ck.require(t.logits_chunk_bytes >= 0, "logits_chunk_bytes", "logits_chunk_bytes must not be negative (got {})",
+               t.logits_chunk_bytes);
+
     // precision
     ck.require(!(t.bf16 && t.fp16), "fp16", "bf16 and fp16 cannot both be set");
     ck.require(t.loss_scale >= 0, "loss_scale", "loss_scale must not be negative (got {})", t.loss_scale);

@@ -54,7 +54,7 @@ std::unique_ptr<CheckpointModel> load_checkpoint_model(const fs::path& load, std
                   par->tp_size(), d.heads, d.kv_groups(), d.ffn);
         MWB_CHECK(d.layers % par->pp_size() == 0, "--pipeline-model-parallel-size {} must divide the model's {} layers",
                   par->pp_size(), d.layers);
-        m->tp = std::make_unique<TensorParallel>(par->host_tp(), par->host_tp(), par->host_tp(), false, m->ctx);
+        m->tp = std::make_unique<TensorParallel>(par->host_tp(), par->host_tp(), false, m->ctx);
         m->model = std::make_unique<GptModel>(d, ModelPartition::for_stage(d, par->pp_size(), par->coord().pp, 0),
                                               *m->tp, RecomputePolicy{}, DType::F32, m->ctx, m->alloc, 1, false);
         m->groups = {&par->host_tp(), &par->host_pp()};

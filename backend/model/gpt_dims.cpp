@@ -35,6 +35,7 @@ GptDims GptDims::from_config(const Config& c) {
     d.hidden_dropout = static_cast<float>(c.model.hidden_dropout);
     d.attention_dropout = static_cast<float>(c.model.attention_dropout);
     d.init_std = static_cast<float>(c.model.init_method_std);
+    d.logits_chunk_bytes = c.training.logits_chunk_bytes;
     return d;
 }
 

@@ -38,6 +38,7 @@ struct GptDims {
     float hidden_dropout = 0;
     float attention_dropout = 0;
     float init_std = 0.02f;
+    int64_t logits_chunk_bytes = 0;  // the head's logits held at once; 0 = all rows at once
 
     int64_t head_dim() const { return kv_channels > 0 ? kv_channels : hidden / heads; }
     int64_t kv_groups() const { return groups > 0 ? groups : heads; }
@@ -51,6 +52,15 @@ struct GptDims {
     /// From a resolved configuration (single rank: the whole model).
     static GptDims from_config(const Config& config);
 };
+
+/// Rows (tokens) of one chunk of the head's classifier: as many as fit `budget_bytes` of logits of
+/// `vocab_local` columns at `element_bytes` each (at least one; all `rows` when the budget is 0 or
+/// holds them). GptModel::head and the planner's head bytes both size the chunk with this.
+inline int64_t logits_chunk_rows(int64_t rows, int64_t vocab_local, int64_t element_bytes, int64_t budget_bytes) {
+    if (budget_bytes <= 0) return rows;
+    const int64_t fit = budget_bytes / (vocab_local * element_bytes);
+    return fit < 1 ? 1 : fit < rows ? fit : rows;
+}
 
 /// The layers this rank holds: one or more model chunks (virtual pipeline stages), each a contiguous
 /// range of global layers. Virtual stage k = chunk·P + pipeline_rank holds layers [k·Lv, (k+1)·Lv)

@@ -18,7 +18,7 @@ GptModel::GptModel(const GptDims& dims, const RecomputePolicy& recompute, DType 
       partition_(ModelPartition::whole(dims)),
       self_tp_(std::make_unique<SelfCommunicator>("tp")),
       self_sp_(std::make_unique<SelfCommunicator>("sp")),
-      own_tp_(std::make_unique<TensorParallel>(*self_tp_, *self_sp_, *self_tp_, false, ctx)),
+      own_tp_(std::make_unique<TensorParallel>(*self_tp_, *self_sp_, false, ctx)),
       tp_(*own_tp_),
       recompute_(recompute),
       storage_(storage),
@@ -239,10 +239,17 @@ TensorView GptModel::final_norm_bias(const TensorView& arena) const {
     return d_.rmsnorm ? TensorView{} : layout_.view(arena, lnf_b_);
 }
 
+namespace {
+/// Rows [r0, r0 + count) of a row-major (rows, cols) view.
+TensorView row_block(const TensorView& m, int64_t r0, int64_t count) {
+    return reshaped(slice_1d(m, r0 * m.cols(), count * m.cols()), {count, m.cols()});
+}
+}  // namespace
+
 double GptModel::head(ModelRuntime& rt, const MicroState& st, const Buffer& final_input, float grad_scale,
                       const TensorView& d) {
     const int64_t N = d_.rows(), R = local_rows_, H = d_.hidden, V = vocab_local_;
-    const bool sp = tp_.sequence_parallel();
+    const bool sp = tp_.sequence_parallel(), vocab_parallel = tp_.size() > 1, training = !d.empty();
     const TensorView params = params_.view();
     const TensorView x = final_input.view({R, H});
     NormActivations lnf;
@@ -250,62 +257,59 @@ double GptModel::head(ModelRuntime& rt, const MicroState& st, const Buffer& fina
     Buffer lnf_gathered = sp ? rt.workspace(N * H) : Buffer{};
     const TensorView lnf_full = sp ? lnf_gathered.view({N, H}) : lnf.out.view({N, H});
     tp_.gather_rows(lnf.out.view({R, H}), lnf_full);
-    Buffer logits = rt.activation(N * V);
-    const TensorView lg = logits.view({N, V});
     const TensorView out_w = layout_.view(params, out_w_);
-    ops::linear_forward(ctx_, lg, lnf_full, out_w, {});
-    rt.store(lg);
 
-    // Softmax cross-entropy over the vocabulary shards: per-row max and Σexp combine by log-sum-exp,
-    // the target's logit comes from the shard that holds it; logits are never gathered.
+    // Softmax cross-entropy over the vocabulary shards, per row: max and Σexp combine by log-sum-exp,
+    // the target's logit comes from the shard that holds it; logits are never gathered. Statistics:
+    // [lse (the shard's max until combined) | Σexp | target logit | gradient scale], and with
+    // tensor parallelism the all-reduced max; all stay on the device, reduced over the tensor group.
     Buffer stats = rt.workspace(4 * N);
     const TensorView sv = stats.view();
-    const TensorView row_scale = slice_1d(sv, 3 * N, N), lse_view = slice_1d(sv, 0, N);
-    // With the whole vocabulary on a CPU, the gradient is written in the same pass over the logits
-    // (the CPU's cost is that memory pass and the exps; the loss has the same bits as the two ops).
-    const bool fused = !d.empty() && tp_.size() == 1 && sv.device == Device::CPU;
-    if (fused) {
-        ops::fill(ctx_, row_scale, grad_scale / static_cast<float>(N));
-        ops::cross_entropy_fused(ctx_, lse_view, slice_1d(sv, 2 * N, N), lg, st.targets.view(), row_scale);
-    } else {
-        ops::cross_entropy_partials(ctx_, lse_view, slice_1d(sv, N, N), slice_1d(sv, 2 * N, N), lg, st.targets.view(),
-                                    vocab_start_);
-    }
-    // The per-row combination below runs on the host: on a GPU the 3·N statistics come down first
-    // and the log-sum-exps go back up.
-    const bool on_device = sv.device != Device::CPU;
-    std::vector<float> host_stats(on_device ? 3 * N : 0);
-    if (on_device) device::copy_to_host(host_stats.data(), sv.data, 3 * N * 4);
-    float* row_max = on_device ? host_stats.data() : stats.f32();
-    float* row_sum = row_max + N;
-    float* target_logit = row_max + 2 * N;
-    if (tp_.size() > 1) {
-        std::vector<float> global_max(row_max, row_max + N);
-        tp_.all_reduce_max_host(global_max.data(), N);
-        for (int64_t n = 0; n < N; ++n) {
-            row_sum[n] *= std::exp(row_max[n] - global_max[n]);
-            row_max[n] = global_max[n];
+    const TensorView lse = slice_1d(sv, 0, N), sumexp = slice_1d(sv, N, N), target = slice_1d(sv, 2 * N, N),
+                     row_scale = slice_1d(sv, 3 * N, N);
+    Buffer global_max = vocab_parallel ? rt.workspace(N) : Buffer{};
+    Buffer grad_ln = training ? rt.workspace(N * H) : Buffer{};
+    if (training) ops::fill(ctx_, row_scale, grad_scale / static_cast<float>(N));
+
+    // The classifier over chunks of rows (tokens), Liger-kernel style: per chunk the logits, their loss
+    // statistics and gradient (in place), then the chunk's dx = g·W and dW += gᵀ·x, so only one chunk
+    // of logits exists at a time. Without tensor parallelism one fused pass per row writes loss and
+    // gradient (the row stays in cache between its reads).
+    const int64_t chunk = logits_chunk_rows(N, V, static_cast<int64_t>(sizeof(float)), d_.logits_chunk_bytes);
+    Buffer logits = rt.activation(chunk * V);
+    const TensorView dw = training ? layout_.view(grads_.view(), out_w_) : TensorView{};
+    for (int64_t r0 = 0; r0 < N; r0 += chunk) {
+        const int64_t c = std::min(chunk, N - r0);
+        const auto rows = [&](const TensorView& v) { return slice_1d(v, r0, c); };
+        const TensorView lg = logits.view({c, V}), xin = row_block(lnf_full, r0, c);
+        const TensorView targets = rows(st.targets.view());
+        ops::linear_forward(ctx_, lg, xin, out_w, {});
+        rt.store(lg);
+        if (training && !vocab_parallel) {
+            ops::cross_entropy_fused(ctx_, rows(lse), rows(target), lg, targets, rows(row_scale));
+        } else {
+            ops::cross_entropy_partials(ctx_, rows(lse), rows(sumexp), rows(target), lg, targets, vocab_start_);
+            if (vocab_parallel) {
+                const TensorView gmax = rows(global_max.view());
+                ops::copy(ctx_, gmax, rows(lse));
+                tp_.all_reduce_max(gmax);
+                ops::cross_entropy_rescale(ctx_, rows(sumexp), rows(lse), gmax);
+                tp_.all_reduce_sum(rows(sumexp));
+                tp_.all_reduce_sum(rows(target));
+                ops::cross_entropy_lse(ctx_, rows(lse), gmax, rows(sumexp));
+            } else {
+                ops::cross_entropy_lse(ctx_, rows(lse), rows(lse), rows(sumexp));
+            }
+            if (training) ops::cross_entropy_backward(ctx_, lg, targets, rows(lse), rows(row_scale), vocab_start_);
         }
-        tp_.all_reduce_host(row_sum, N);
-        tp_.all_reduce_host(target_logit, N);
+        if (!training) continue;
+        rt.store(lg);
+        ops::linear_backward(ctx_, row_block(grad_ln.view({N, H}), r0, c), dw, {}, lg, xin, out_w);
     }
-    double loss_sum = 0;  // summed in row order: the same for any thread count
-    for (int64_t n = 0; n < N; ++n) {
-        if (!fused) row_max[n] = row_max[n] + std::log(row_sum[n]);  // now the log-sum-exp
-        loss_sum += static_cast<double>(row_max[n]) - static_cast<double>(target_logit[n]);
-    }
-    const double loss = loss_sum / static_cast<double>(N);
-    if (d.empty()) return loss;
-    if (!fused) {
-        if (on_device) device::copy_to_device(sv.data, row_max, N * 4);
-        ops::fill(ctx_, row_scale, grad_scale / static_cast<float>(N));
-        ops::cross_entropy_backward(ctx_, lg, st.targets.view(), lse_view, row_scale, vocab_start_);
-    }
-    rt.store(lg);
-    Buffer grad_ln = rt.workspace(N * H);
-    const TensorView dln = grad_ln.view({N, H});
-    ops::linear_backward(ctx_, dln, layout_.view(grads_.view(), out_w_), {}, lg, lnf_full, out_w);
     logits.reset();
+    const double loss = ops::cross_entropy_loss_sum(ctx_, lse, target) / static_cast<double>(N);
+    if (!training) return loss;
+    const TensorView dln = grad_ln.view({N, H});
     Buffer grad_local = sp ? rt.workspace(R * H) : Buffer{};
     const TensorView dln_local = sp ? grad_local.view({R, H}) : dln;
     tp_.reduce_rows(dln, dln_local);

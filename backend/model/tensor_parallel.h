@@ -16,11 +16,11 @@ namespace mwb {
 
 class TensorParallel {
 public:
-    /// tp: the tensor-parallel group for the model's tensors; sp: the same ranks, for sequence-parallel
-    /// traffic; host_tp: the same ranks for host memory (ParallelContext's data and host groups).
-    /// Copies between a rank's own buffers run on `ctx` (device copies on a GPU).
-    TensorParallel(Communicator& tp, Communicator& sp, Communicator& host_tp, bool sequence_parallel, OpContext& ctx)
-        : tp_(tp), sp_(sp), host_tp_(host_tp), sequence_parallel_(sequence_parallel && tp.size() > 1), ctx_(ctx) {}
+    /// tp: the tensor-parallel group for the model's tensors (NCCL on GPUs, MPI on CPUs); sp: the same
+    /// ranks, for sequence-parallel traffic. Copies between a rank's own buffers run on `ctx` (device
+    /// copies on a GPU).
+    TensorParallel(Communicator& tp, Communicator& sp, bool sequence_parallel, OpContext& ctx)
+        : tp_(tp), sp_(sp), sequence_parallel_(sequence_parallel && tp.size() > 1), ctx_(ctx) {}
 
     int size() const { return tp_.size(); }
     int rank() const { return tp_.rank(); }
@@ -35,14 +35,14 @@ public:
     void reduce_rows(const TensorView& full, const TensorView& local);
     /// local rows -> full (N, H) rows (SP: all-gather; else a copy unless they alias).
     void gather_rows(const TensorView& local, const TensorView& full);
-    /// Sum (max) of host values over the tensor-parallel ranks, in place (the loss statistics).
-    void all_reduce_host(float* data, int64_t n) { host_tp_.all_reduce_sum(data, n); }
-    void all_reduce_max_host(float* data, int64_t n) { host_tp_.all_reduce_max(data, n); }
+    /// Sum (max) over the tensor-parallel ranks, in place, of an F32 tensor on the model's device (the
+    /// vocabulary-parallel loss statistics): no host copy on a GPU.
+    void all_reduce_sum(const TensorView& x) { tp_.all_reduce_sum(x.f32(), x.numel()); }
+    void all_reduce_max(const TensorView& x) { tp_.all_reduce_max(x.f32(), x.numel()); }
 
 private:
     Communicator& tp_;
     Communicator& sp_;
-    Communicator& host_tp_;
     bool sequence_parallel_;
     OpContext& ctx_;
 

@@ -26,7 +26,7 @@ RunObjects::RunObjects(const Config& config, ParallelContext& context)
       dims(GptDims::from_config(cfg)),
       partition(ModelPartition::for_stage(dims, par.pp_size(), par.coord().pp,
                                           cfg.parallel.num_layers_per_virtual_pipeline_stage)),
-      tp(par.tp(), par.sp(), par.host_tp(), par.sequence_parallel(), ctx),
+      tp(par.tp(), par.sp(), par.sequence_parallel(), ctx),
       distributed(cfg.parallel.use_distributed_optimizer),
       model(dims, partition, tp, RecomputePolicy::from_config(cfg.training), storage_dtype(cfg.training), ctx, alloc,
             distributed ? par.dp_size() : 1),

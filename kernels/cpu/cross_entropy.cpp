@@ -1,6 +1,8 @@
 // Softmax + cross-entropy over a vocabulary shard. Two passes over each row (max, then Σexp), done
 // while the row sits in cache; backward overwrites the logits with their gradient. With the whole
 // vocabulary in one tensor, the fused op also writes the gradient while the row is still in cache.
+// The per-row combinations of the shards' statistics (rescale, lse) and the loss sum are plain loops
+// with the host arithmetic GptModel::head used before them (std::exp, std::log, float64 row order).
 #include "cpu_ops.h"
 #include "mwb/kernels/error.h"
 #include "vec_math.h"
@@ -81,6 +83,25 @@ void cross_entropy_fused(OpContext&, TensorView lse, TensorView target_logit, Te
         for (int64_t j = 0; j < v; ++j) row[j] *= per_exp;
         row[t] -= s;
     }
+}
+
+void cross_entropy_rescale(OpContext&, TensorView row_sumexp, TensorView row_max, TensorView global_max) {
+    float* ps = row_sumexp.f32();
+    const float *pm = row_max.f32(), *pg = global_max.f32();
+    for (int64_t n = 0; n < row_sumexp.numel(); ++n) ps[n] *= std::exp(pm[n] - pg[n]);
+}
+
+void cross_entropy_lse(OpContext&, TensorView lse, TensorView row_max, TensorView row_sumexp) {
+    float* pl = lse.f32();
+    const float *pm = row_max.f32(), *ps = row_sumexp.f32();
+    for (int64_t n = 0; n < lse.numel(); ++n) pl[n] = pm[n] + std::log(ps[n]);
+}
+
+double cross_entropy_loss_sum(OpContext&, TensorView lse, TensorView target_logit) {
+    const float *pl = lse.f32(), *pt = target_logit.f32();
+    double sum = 0;  // in row order: the same for any thread count
+    for (int64_t n = 0; n < lse.numel(); ++n) sum += static_cast<double>(pl[n]) - static_cast<double>(pt[n]);
+    return sum;
 }
 
 }  // namespace mwb::cpu

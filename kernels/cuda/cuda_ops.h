@@ -12,9 +12,7 @@ namespace mwb::cuda {
 
 #define MWB_DEFAULT(value)
 #define MWB_OP(ret, name, params, args) ret name params;
-#define MWB_CPU_OP(ret, name, params, args)  // no CUDA twin
 #include "mwb/kernels/ops.inc"
-#undef MWB_CPU_OP
 #undef MWB_OP
 #undef MWB_DEFAULT
 

@@ -2,7 +2,10 @@
 // LayerNorm/RMSNorm, GELU, dropout (the CPU's Philox counters, so masks match bit for bit),
 // softmax + cross-entropy partials, AdamW. Every reduction has a fixed shape and order (warp
 // shuffles in a fixed tree, column sums over fixed row chunks): no atomics, bit-identical run to run.
+#include "classifier_kernels.cuh"
 #include "cuda_ops.h"
+#include "elementwise_kernels.cuh"
+#include "kernel_common.cuh"
 #include "runtime.h"
 
 #include "mwb/kernels/philox.h"
@@ -11,6 +14,7 @@
 #include <cuda_fp16.h>
 
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 namespace mwb::cuda {
@@ -26,39 +30,8 @@ const int32_t* ci(const TensorView& t) { return static_cast<const int32_t*>(t.da
 #define MWB_GRID_STRIDE(i, n) \
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
-// ---- reductions in a fixed order -------------------------------------------------------------------
-
-template <typename T>
-__device__ __forceinline__ T warp_sum(T v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-__device__ __forceinline__ float warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
-/// Sum over the block (blockDim.x a multiple of 32, at most 1024), the same value in every thread.
-template <typename T>
-__device__ T block_sum(T v, T* shared /* 32 */) {
-    v = warp_sum(v);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    __syncthreads();
-    if (lane == 0) shared[warp] = v;
-    __syncthreads();
-    T r = lane < warps ? shared[lane] : T(0);
-    return warp_sum(r);
-}
-
-__device__ float block_max(float v, float* shared) {
-    v = warp_max(v);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    __syncthreads();
-    if (lane == 0) shared[warp] = v;
-    __syncthreads();
-    const float r = lane < warps ? shared[lane] : -INFINITY;
-    return warp_max(r);
-}
+using kernel::block_max;
+using kernel::block_sum;
 
 constexpr int64_t kRowChunk = 256;  // rows per partial of a column reduction
 
@@ -87,9 +60,24 @@ __device__ __forceinline__ float dev_round_to_fp16(float x) {
 
 // ---- elementwise kernels ----------------------------------------------------------------------------
 
-__global__ void k_fill(float* x, int64_t n, float v) { MWB_GRID_STRIDE(i, n) x[i] = v; }
-__global__ void k_scale(float* x, int64_t n, float a) { MWB_GRID_STRIDE(i, n) x[i] *= a; }
-__global__ void k_add(float* o, const float* a, const float* b, int64_t n) { MWB_GRID_STRIDE(i, n) o[i] = a[i] + b[i]; }
+/// out = f(a, b) elementwise (elementwise_kernels.cuh): the 16-byte aligned bulk 4 floats at a time,
+/// the tail (or everything, unaligned) one at a time.
+template <class F>
+void map(cudaStream_t s, float* out, const float* a, const float* b, int64_t n, F f) {
+    const bool wide = kernel::aligned16(out) && (!a || kernel::aligned16(a)) && (!b || kernel::aligned16(b));
+    const int64_t bulk = wide ? n / 4 * 4 : 0;
+    const auto run = [&](auto vector, float* o, const float* x, const float* y, int64_t count) {
+        constexpr int V = decltype(vector)::value;
+        const int64_t items = count / V;
+        if (kernel::narrow(items))
+            elementwise::k_map<V, uint32_t><<<blocks_for(items), kThreads, 0, s>>>(o, x, y, count, f);
+        else
+            elementwise::k_map<V, int64_t><<<blocks_for(items), kThreads, 0, s>>>(o, x, y, count, f);
+    };
+    if (bulk > 0) run(std::integral_constant<int, 4>{}, out, a, b, bulk);
+    if (n > bulk) run(std::integral_constant<int, 1>{}, out + bulk, a ? a + bulk : nullptr, b ? b + bulk : nullptr, n - bulk);
+}
+
 __global__ void k_f32_to_bf16(__nv_bfloat16* o, const float* x, int64_t n) {
     MWB_GRID_STRIDE(i, n) o[i] = __float2bfloat16_rn(x[i]);
 }
@@ -141,18 +129,6 @@ __global__ void k_embedding_fwd(float* out, const int32_t* ids, const float* tab
         const int64_t r = i / h, c = i % h;
         const int64_t local = static_cast<int64_t>(ids[r]) - vocab_start;
         out[i] = (local >= 0 && local < vocab) ? table[local * h + c] : 0.0f;
-    }
-}
-
-/// One thread per column walks the rows in order (the CPU's order): no races, no atomics.
-__global__ void k_embedding_bwd(float* dtable, const float* dout, const int32_t* ids, int64_t rows, int64_t h,
-                                int64_t vocab, int64_t vocab_start) {
-    const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-    if (c >= h) return;
-    for (int64_t r = 0; r < rows; ++r) {
-        const int64_t local = static_cast<int64_t>(ids[r]) - vocab_start;
-        if (local < 0 || local >= vocab) continue;
-        dtable[local * h + c] += dout[r * h + c];
     }
 }
 
@@ -245,30 +221,6 @@ __global__ void k_rmsnorm_fwd(float* out, float* rstd, const float* x, const flo
     if (threadIdx.x == 0) rstd[r] = rs;
 }
 
-// ---- GELU -------------------------------------------------------------------------------------------------
-
-constexpr float kSqrt2OverPi = 0.7978845608028654f;
-constexpr float kCubic = 0.044715f;
-
-__global__ void k_gelu_fwd(float* out, const float* x, int64_t n) {
-    MWB_GRID_STRIDE(i, n) {
-        const float v = x[i];
-        out[i] = 0.5f * v * (2.0f / (1.0f + expf(-2.0f * kSqrt2OverPi * (v + kCubic * v * v * v))));
-    }
-}
-
-__global__ void k_gelu_bwd(float* dx, const float* dout, const float* x, int64_t n) {
-    MWB_GRID_STRIDE(i, n) {
-        const float v = x[i];
-        const float e = expf(-2.0f * kSqrt2OverPi * (v + kCubic * v * v * v));
-        const float opt = 2.0f / (1.0f + e);
-        const float omt = 2.0f / (1.0f + 1.0f / e);
-        const float vc = fminf(fmaxf(v, -16.0f), 16.0f);
-        const float du = kSqrt2OverPi * (1.0f + 3.0f * kCubic * vc * vc);
-        dx[i] = dout[i] * (0.5f * opt + 0.5f * vc * (opt * omt) * du);
-    }
-}
-
 // ---- dropout: one Philox draw per group of four global indices, as the CPU ------------------------------
 
 struct DropoutArgs {
@@ -298,38 +250,6 @@ __global__ void k_dropout(float* out, const float* base, const float* x, const f
             out[i] = (base ? base[i] : 0.0f) + v * m;
         }
     }
-}
-
-// ---- softmax + cross-entropy ----------------------------------------------------------------------------
-
-constexpr int kCeThreads = 512;
-
-__global__ void k_ce_partials(float* row_max, float* row_sumexp, float* target_logit, const float* logits,
-                              const int32_t* targets, int64_t v, int64_t vocab_start) {
-    __shared__ float sh[32];
-    const int64_t r = blockIdx.x;
-    const float* row = logits + r * v;
-    float mx = -INFINITY;
-    for (int64_t j = threadIdx.x; j < v; j += blockDim.x) mx = fmaxf(mx, row[j]);
-    mx = block_max(mx, sh);
-    float s = 0;
-    for (int64_t j = threadIdx.x; j < v; j += blockDim.x) s += expf(row[j] - mx);
-    s = block_sum(s, sh);
-    if (threadIdx.x == 0) {
-        row_max[r] = mx;
-        row_sumexp[r] = s;
-        const int64_t local = static_cast<int64_t>(targets[r]) - vocab_start;
-        target_logit[r] = (local >= 0 && local < v) ? row[local] : 0.0f;
-    }
-}
-
-__global__ void k_ce_backward(float* logits, const int32_t* targets, const float* lse, const float* row_scale,
-                              int64_t v, int64_t vocab_start) {
-    const int64_t r = blockIdx.x;
-    float* row = logits + r * v;
-    const float m = lse[r], s = row_scale[r];
-    const int64_t local = static_cast<int64_t>(targets[r]) - vocab_start;
-    for (int64_t j = threadIdx.x; j < v; j += blockDim.x) row[j] = expf(row[j] - m) * s - (j == local ? s : 0.0f);
 }
 
 // ---- AdamW ------------------------------------------------------------------------------------------------
@@ -385,7 +305,7 @@ void add_bias_rows(cudaStream_t stream, float* y, const float* bias, int64_t row
 
 void fill(OpContext& ctx, TensorView x, float value) {
     if (x.numel() == 0) return;
-    k_fill<<<blocks_for(x.numel()), kThreads, 0, stream_of(ctx)>>>(mf(x), x.numel(), value);
+    map(stream_of(ctx), mf(x), nullptr, nullptr, x.numel(), elementwise::Fill{value});
     launched("fill");
 }
 
@@ -412,13 +332,13 @@ void copy(OpContext& ctx, TensorView dst, TensorView src) {
 
 void scale(OpContext& ctx, TensorView x, float alpha) {
     if (x.numel() == 0) return;
-    k_scale<<<blocks_for(x.numel()), kThreads, 0, stream_of(ctx)>>>(mf(x), x.numel(), alpha);
+    map(stream_of(ctx), mf(x), cf(x), nullptr, x.numel(), elementwise::Scale{alpha});
     launched("scale");
 }
 
 void add(OpContext& ctx, TensorView out, TensorView a, TensorView b) {
     if (out.numel() == 0) return;
-    k_add<<<blocks_for(out.numel()), kThreads, 0, stream_of(ctx)>>>(mf(out), cf(a), cf(b), out.numel());
+    map(stream_of(ctx), mf(out), cf(a), cf(b), out.numel(), elementwise::Add{});
     launched("add");
 }
 
@@ -453,10 +373,21 @@ void embedding_forward(OpContext& ctx, TensorView out, TensorView ids, TensorVie
 }
 
 void embedding_backward(OpContext& ctx, TensorView dtable, TensorView dout, TensorView ids, int64_t vocab_start) {
-    const int64_t rows = ids.numel(), h = dtable.dim(1);
+    const int64_t rows = ids.numel(), h = dtable.dim(1), vocab = dtable.dim(0);
     if (rows * h == 0) return;
-    k_embedding_bwd<<<blocks_for(h, 128), 128, 0, stream_of(ctx)>>>(mf(dtable), cf(dout), ci(ids), rows, h,
-                                                                     dtable.dim(0), vocab_start);
+    const int64_t vocab_blocks = (vocab + classifier::kEmbeddingRowsPerBlock - 1) / classifier::kEmbeddingRowsPerBlock;
+    MWB_CHECK(vocab_blocks <= 65535, "embedding_backward: a vocabulary of {} rows exceeds the {} a launch covers",
+              vocab, 65535 * classifier::kEmbeddingRowsPerBlock);
+    const bool wide = h % 4 == 0 && kernel::aligned16(dtable.data) && kernel::aligned16(dout.data);
+    const int per_thread = wide ? 4 : 1;
+    const dim3 grid(static_cast<unsigned>((h + kThreads * per_thread - 1) / (kThreads * per_thread)),
+                    static_cast<unsigned>(vocab_blocks));
+    if (wide)
+        classifier::k_embedding_bwd<4>
+            <<<grid, kThreads, 0, stream_of(ctx)>>>(mf(dtable), cf(dout), ci(ids), rows, h, vocab, vocab_start);
+    else
+        classifier::k_embedding_bwd<1>
+            <<<grid, kThreads, 0, stream_of(ctx)>>>(mf(dtable), cf(dout), ci(ids), rows, h, vocab, vocab_start);
     launched("embedding_backward");
 }
 
@@ -526,13 +457,13 @@ void rmsnorm_backward(OpContext& ctx, TensorView dx, TensorView dw, TensorView d
 
 void gelu_forward(OpContext& ctx, TensorView out, TensorView x) {
     if (x.numel() == 0) return;
-    k_gelu_fwd<<<blocks_for(x.numel()), kThreads, 0, stream_of(ctx)>>>(mf(out), cf(x), x.numel());
+    map(stream_of(ctx), mf(out), cf(x), nullptr, x.numel(), elementwise::GeluForward{});
     launched("gelu_forward");
 }
 
 void gelu_backward(OpContext& ctx, TensorView dx, TensorView dout, TensorView x) {
     if (x.numel() == 0) return;
-    k_gelu_bwd<<<blocks_for(x.numel()), kThreads, 0, stream_of(ctx)>>>(mf(dx), cf(dout), cf(x), x.numel());
+    map(stream_of(ctx), mf(dx), cf(dout), cf(x), x.numel(), elementwise::GeluBackward{});
     launched("gelu_backward");
 }
 
@@ -566,22 +497,86 @@ void bias_dropout_add_forward(OpContext& ctx, TensorView out, TensorView residua
     run_dropout(ctx, "bias_dropout_add_forward", out, cf(residual), x, cf(bias), x.cols(), p, rng, element_offset);
 }
 
+namespace {
+constexpr int kCeThreads = 512;
+
+/// 128-bit accesses along the rows of logits (N, v) when every row starts 16-byte aligned.
+bool wide_rows(const TensorView& logits) {
+    return logits.cols() % 4 == 0 && kernel::aligned16(logits.data);
+}
+}  // namespace
+
 void cross_entropy_partials(OpContext& ctx, TensorView row_max, TensorView row_sumexp, TensorView target_logit,
                             TensorView logits, TensorView targets, int64_t vocab_start) {
     const int64_t rows = logits.rows(), v = logits.cols();
     if (rows == 0) return;
-    k_ce_partials<<<static_cast<unsigned>(rows), kCeThreads, 0, stream_of(ctx)>>>(
-        mf(row_max), mf(row_sumexp), mf(target_logit), cf(logits), ci(targets), v, vocab_start);
+    const auto run = [&](auto k) {
+        k<<<static_cast<unsigned>(rows), kCeThreads, 0, stream_of(ctx)>>>(mf(row_max), mf(row_sumexp), mf(target_logit),
+                                                                          cf(logits), ci(targets), v, vocab_start);
+    };
+    if (wide_rows(logits))
+        run(classifier::k_ce_partials<4>);
+    else
+        run(classifier::k_ce_partials<1>);
     launched("cross_entropy_partials");
 }
 
-void cross_entropy_backward(OpContext& ctx, TensorView logits, TensorView targets, TensorView lse,
-                            TensorView row_scale, int64_t vocab_start) {
+void cross_entropy_backward(OpContext& ctx, TensorView logits, TensorView targets, TensorView lse, TensorView row_scale,
+                            int64_t vocab_start) {
     const int64_t rows = logits.rows(), v = logits.cols();
     if (rows == 0) return;
-    k_ce_backward<<<static_cast<unsigned>(rows), kCeThreads, 0, stream_of(ctx)>>>(mf(logits), ci(targets), cf(lse),
-                                                                                  cf(row_scale), v, vocab_start);
+    const auto run = [&](auto k) {
+        k<<<static_cast<unsigned>(rows), kCeThreads, 0, stream_of(ctx)>>>(mf(logits), ci(targets), cf(lse),
+                                                                          cf(row_scale), v, vocab_start);
+    };
+    if (wide_rows(logits))
+        run(classifier::k_ce_backward<4>);
+    else
+        run(classifier::k_ce_backward<1>);
     launched("cross_entropy_backward");
+}
+
+void cross_entropy_fused(OpContext& ctx, TensorView lse, TensorView target_logit, TensorView logits, TensorView targets,
+                         TensorView row_scale) {
+    const int64_t rows = logits.rows(), v = logits.cols();
+    if (rows == 0) return;
+    const auto run = [&](auto k) {
+        k<<<static_cast<unsigned>(rows), kCeThreads, 0, stream_of(ctx)>>>(mf(lse), mf(target_logit), mf(logits),
+                                                                          ci(targets), cf(row_scale), v);
+    };
+    if (wide_rows(logits))
+        run(classifier::k_ce_fused<4>);
+    else
+        run(classifier::k_ce_fused<1>);
+    launched("cross_entropy_fused");
+}
+
+void cross_entropy_rescale(OpContext& ctx, TensorView row_sumexp, TensorView row_max, TensorView global_max) {
+    const int64_t n = row_sumexp.numel();
+    if (n == 0) return;
+    classifier::k_ce_rescale<int64_t>
+        <<<blocks_for(n), kThreads, 0, stream_of(ctx)>>>(mf(row_sumexp), cf(row_max), cf(global_max), n);
+    launched("cross_entropy_rescale");
+}
+
+void cross_entropy_lse(OpContext& ctx, TensorView lse, TensorView row_max, TensorView row_sumexp) {
+    const int64_t n = lse.numel();
+    if (n == 0) return;
+    classifier::k_ce_lse<int64_t>
+        <<<blocks_for(n), kThreads, 0, stream_of(ctx)>>>(mf(lse), cf(row_max), cf(row_sumexp), n);
+    launched("cross_entropy_lse");
+}
+
+double cross_entropy_loss_sum(OpContext& ctx, TensorView lse, TensorView target_logit) {
+    const int64_t n = lse.numel();
+    if (n == 0) return 0.0;
+    double* sum = static_cast<double*>(scratch(0, static_cast<int64_t>(sizeof(double))));
+    classifier::k_ce_loss_sum<double><<<1, 1024, 0, stream_of(ctx)>>>(sum, cf(lse), cf(target_logit), n);
+    launched("cross_entropy_loss_sum");
+    double host = 0;  // the micro-batch's one read: the loss goes to the host for the schedule and telemetry
+    MWB_CUDA_CHECK(cudaMemcpyAsync(&host, sum, sizeof(double), cudaMemcpyDeviceToHost, stream_of(ctx)));
+    MWB_CUDA_CHECK(cudaStreamSynchronize(stream_of(ctx)));
+    return host;
 }
 
 void adamw_update(OpContext& ctx, TensorView param, TensorView grad, TensorView exp_avg, TensorView exp_avg_sq,

@@ -12,14 +12,8 @@ namespace {
 
 using namespace rope_swiglu;
 
-bool aligned16(const void* p) {
-    return reinterpret_cast<uintptr_t>(p) % 16 == 0;
-}
-
-/// 32-bit indices for grids of fewer than 2^31 items (see first_index).
-bool narrow(int64_t items) {
-    return items < (int64_t{1} << 31);
-}
+using kernel::aligned16;
+using kernel::narrow;
 
 template <int V>
 void swiglu_forward_launch(float* out, const float* x, int64_t rows, int64_t F, cudaStream_t s) {

@@ -4,34 +4,17 @@
 // load and one store (128-bit for V = 4 when rows and pointers allow), fp32 arithmetic. Plain CUDA C++
 // without runtime calls, so that test_kernels_rope_swiglu_emulated runs this source on CPU threads
 // (tests/kernels/cuda_emulation.h) against float64 references, in CI, where there is no GPU.
+#include "kernel_common.cuh"
+
 #include <cstdint>
 
 namespace mwb::cuda::rope_swiglu {
 
-/// V consecutive floats that move as one access (16 bytes for V = 4: ld/st.global.v4.f32).
-template <int V>
-struct alignas(4 * V) Floats {
-    float v[V];
-};
-template <int V>
-__device__ __forceinline__ Floats<V> load(const float* p) {
-    return *reinterpret_cast<const Floats<V>*>(p);
-}
-template <int V>
-__device__ __forceinline__ void store(float* p, const Floats<V>& x) {
-    *reinterpret_cast<Floats<V>*>(p) = x;
-}
-
-// Grid-stride loops over n items with index type I: uint32_t when n < 2^31 (the launcher's choice; a
-// stride of at most 2^29 then never wraps), whose divisions cost a fraction of 64-bit ones, else int64_t.
-template <class I>
-__device__ __forceinline__ I first_index() {
-    return static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
-}
-template <class I>
-__device__ __forceinline__ I grid_stride() {
-    return static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
-}
+using kernel::first_index;
+using kernel::Floats;
+using kernel::grid_stride;
+using kernel::load;
+using kernel::store;
 
 __device__ __forceinline__ float sigmoid(float x) {
     return 1.0f / (1.0f + expf(-x));

@@ -502,6 +502,30 @@ void cross_entropy_fused(OpContext& ctx, TensorView lse, TensorView target_logit
     }
 }
 
+namespace {
+/// Per-row statistics: every tensor F32 with as many elements as the first.
+void row_statistics(const Args& c, std::initializer_list<std::pair<const char*, TensorView>> stats) {
+    const int64_t rows = stats.begin()->second.numel();
+    for (const auto& [arg, t] : stats) {
+        c.tensor(arg, t, F32);
+        elements(c, arg, t, rows, "one per row");
+    }
+}
+}  // namespace
+
+void cross_entropy_rescale(OpContext& ctx, TensorView row_sumexp, TensorView row_max, TensorView global_max) {
+    row_statistics(Args("cross_entropy_rescale", ctx),
+                   {{"row_sumexp", row_sumexp}, {"row_max", row_max}, {"global_max", global_max}});
+}
+
+void cross_entropy_lse(OpContext& ctx, TensorView lse, TensorView row_max, TensorView row_sumexp) {
+    row_statistics(Args("cross_entropy_lse", ctx), {{"lse", lse}, {"row_max", row_max}, {"row_sumexp", row_sumexp}});
+}
+
+void cross_entropy_loss_sum(OpContext& ctx, TensorView lse, TensorView target_logit) {
+    row_statistics(Args("cross_entropy_loss_sum", ctx), {{"lse", lse}, {"target_logit", target_logit}});
+}
+
 // ---- optimizer ------------------------------------------------------------------------------------------
 
 void adamw_update(OpContext& ctx, TensorView param, TensorView grad, TensorView exp_avg, TensorView exp_avg_sq,

@@ -45,14 +45,7 @@ namespace {
         check::name args;               \
         MWB_RUN_ON_DEVICE(name, args);  \
     }
-#define MWB_CPU_OP(ret, name, params, args)                                                          \
-    ret name params {                                                                                \
-        check::name args;                                                                            \
-        MWB_CHECK(ctx.device == Device::CPU, "{}: CPU only (a GPU runs the ops it fuses)", #name); \
-        return cpu::name args;                                                                       \
-    }
 #include "mwb/kernels/ops.inc"
-#undef MWB_CPU_OP
 #undef MWB_OP
 #undef MWB_DEFAULT
 #undef MWB_RUN_ON_DEVICE

@@ -1,5 +1,7 @@
 #include "mwb/planner/activations.h"
 
+#include "backend/model/gpt_dims.h"
+
 #include <algorithm>
 
 namespace mwb::planner {
@@ -53,7 +55,9 @@ HeadBytes head_bytes(const ModelShape& m, const Layout& l, const Precision& p, A
     if (a == Accounting::Engine) {
         h.norm_out = rows_rep * m.h * p.activation;
         h.norm_stats = rows_rep * p.statistic * (m.rmsnorm ? 1 : 2);
-        h.logits = rows * (m.V / l.tp) * p.activation;
+        // One chunk of rows at a time (GptModel::head), sized by the same function.
+        const int64_t v = m.V / l.tp;
+        h.logits = logits_chunk_rows(rows, v, p.activation, l.logits_chunk_bytes) * v * p.activation;
     } else {
         h.norm_out = rows_rep * m.h * 2;
         h.logits = rows * (m.V / l.tp) * 4;  // Megatron-LM's cross-entropy works on fp32 logits

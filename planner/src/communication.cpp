@@ -1,5 +1,7 @@
 #include "mwb/planner/communication.h"
 
+#include "backend/model/gpt_dims.h"
+
 #include <algorithm>
 
 namespace mwb::planner {
@@ -125,8 +127,14 @@ std::vector<StageCommunication> communication(const ModelShape& m, const Layout&
                       false);
             }
         }
-        if (last)
-            b.add("cross-entropy max, sum-exp, target logit", Group::TP, CollectiveOp::AllReduce, t, 3 * mb, rows * 4);
+        if (last) {
+            // Per chunk of the classifier (GptModel::head, chunks sized by logits_chunk_rows): the
+            // max, then Σexp and the target logit, fp32 per row.
+            const int64_t chunk = logits_chunk_rows(rows, m.V / t, p.activation, l.logits_chunk_bytes);
+            const char* what = "cross-entropy max, sum-exp, target logit";
+            b.add(what, Group::TP, CollectiveOp::AllReduce, t, 3 * mb * (rows / chunk), chunk * 4);
+            b.add(what, Group::TP, CollectiveOp::AllReduce, t, rows % chunk > 0 ? 3 * mb : 0, rows % chunk * 4);
+        }
         if (l.pp > 1) {
             const int64_t msg = local_rows * m.h * p.activation;
             b.add("activations to the next stage", Group::PP, CollectiveOp::Send, 2, mb * sends_forward, msg);

@@ -52,6 +52,7 @@ Layout Layout::from(const Config& c, int world) {
     if (t.recompute_granularity == "full")
         l.recompute = t.recompute_method == "block" ? Recompute::FullBlock : Recompute::FullUniform;
     l.recompute_num_layers = t.recompute_num_layers;
+    l.logits_chunk_bytes = t.logits_chunk_bytes;
     return l;
 }
 

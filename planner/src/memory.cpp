@@ -114,21 +114,19 @@ void backward_layer(Tracker& t, const Shapes& x, bool probs_kept) {
     t.ws(-(w.grad_ctx + held));
 }
 
-/// GptModel::head in training: final norm, logits, loss and their backward at once.
+/// GptModel::head in training: final norm, then the classifier chunk by chunk (one chunk of logits
+/// at a time), the loss and the norm's backward.
 void head(Tracker& t, const Shapes& x) {
     const WorkspaceBytes& w = x.w;
     t.act(x.head.norm_out + x.head.norm_stats);
     if (x.sp) t.ws(w.full);  // the final norm's output gathered for the output layer
-    t.act(x.head.logits);
     t.ws(w.loss_stats);
-    if (x.tp) {
-        t.ws(w.row_max);
-        t.ws(-w.row_max);
-    }
-    t.ws(w.full);  // gradient of the final norm's output
+    if (x.tp) t.ws(w.row_max);
+    t.ws(w.full);          // gradient of the final norm's output, filled chunk by chunk
+    t.act(x.head.logits);  // one chunk's logits, reused by every chunk
     t.act(-x.head.logits);
     if (x.sp) t.ws(w.local);
-    t.ws(-(w.loss_stats + w.full + (x.sp ? w.full + w.local : 0)));
+    t.ws(-(w.loss_stats + (x.tp ? w.row_max : 0) + w.full + (x.sp ? w.full + w.local : 0)));
     t.act(-(x.head.norm_out + x.head.norm_stats));
 }
 

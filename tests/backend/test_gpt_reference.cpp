@@ -22,20 +22,29 @@ class TestGptReference : public QObject {
     Q_OBJECT
 private slots:
     void matches_pytorch_data() {
+        // chunk_rows: the head's classifier runs over chunks of that many rows (GptModel::head), the
+        // last one shorter where it does not divide s·b; 0: all rows at once.
         QTest::addColumn<QString>("fixture");
-        QTest::newRow("tied LayerNorm") << "gpt_reference_tied_layernorm.json";
-        QTest::newRow("untied RMSNorm, 2 micro-batches") << "gpt_reference_untied_rmsnorm_accum.json";
+        QTest::addColumn<int>("chunk_rows");
+        QTest::newRow("tied LayerNorm") << "gpt_reference_tied_layernorm.json" << 0;
+        QTest::newRow("tied LayerNorm, logits in chunks of 3 rows") << "gpt_reference_tied_layernorm.json" << 3;
+        QTest::newRow("untied RMSNorm, 2 micro-batches") << "gpt_reference_untied_rmsnorm_accum.json" << 0;
+        QTest::newRow("untied RMSNorm, 2 micro-batches, logits in chunks of 5 rows")
+            << "gpt_reference_untied_rmsnorm_accum.json" << 5;
         QTest::newRow("Llama: GQA 2 of 4 heads, scaled RoPE, SwiGLU, no biases")
-            << "llama_reference_gqa_rope_scaled.json";
+            << "llama_reference_gqa_rope_scaled.json" << 0;
+        QTest::newRow("Llama: GQA, logits one row at a time") << "llama_reference_gqa_rope_scaled.json" << 1;
         QTest::newRow("Llama: MQA, QKV bias, head dim 12, half rotary, 2 micro-batches")
-            << "llama_reference_mqa_qkv_bias.json";
+            << "llama_reference_mqa_qkv_bias.json" << 0;
         QTest::newRow("Llama: interleaved RoPE pairs (2i, 2i+1) on 3/4 of a 16-dim head, GQA")
-            << "llama_reference_gqa_rope_interleaved.json";
+            << "llama_reference_gqa_rope_interleaved.json" << 0;
     }
     void matches_pytorch() {
         QFETCH(QString, fixture);
+        QFETCH(int, chunk_rows);
         const nlohmann::json fx = test::load_fixture(fixture.toStdString());
-        const Case k = make_case(fx["config"]);
+        Case k = make_case(fx["config"]);
+        k.dims.logits_chunk_bytes = int64_t{chunk_rows} * k.dims.vocab * 4;  // fp32 logits
         OpContext ctx;
         Allocator alloc;
         GptModel model(k.dims, RecomputePolicy{}, DType::F32, ctx, alloc);

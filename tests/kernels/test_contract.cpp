@@ -209,6 +209,12 @@ std::vector<Case> cases(Store& s) {
         [](OpContext& x, V a) { ops::cross_entropy_backward(x, a[0], a[1], a[2], a[3], 0); });
     add("cross_entropy_fused", {s.f({3}), s.f({3}), s.f({3, 5}, kFreeLast), s.i(3), s.f({3})},
         [](OpContext& x, V a) { ops::cross_entropy_fused(x, a[0], a[1], a[2], a[3], a[4]); });
+    add("cross_entropy_rescale", {s.f({3}), s.f({3}), s.f({3})},
+        [](OpContext& x, V a) { ops::cross_entropy_rescale(x, a[0], a[1], a[2]); });
+    add("cross_entropy_lse", {s.f({3}), s.f({3}), s.f({3})},
+        [](OpContext& x, V a) { ops::cross_entropy_lse(x, a[0], a[1], a[2]); });
+    add("cross_entropy_loss_sum", {s.f({3}), s.f({3})},
+        [](OpContext& x, V a) { (void)ops::cross_entropy_loss_sum(x, a[0], a[1]); });
     add("adamw_update", {s.f({3, 4}), s.f({3, 4}), s.f({3, 4}), s.f({3, 4}), s.f({3, 4}, kOptional)},
         [](OpContext& x, V a) {
             AdamWParams p;

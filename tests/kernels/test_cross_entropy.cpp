@@ -118,6 +118,47 @@ private slots:
         MWB_VERIFY_ERROR(max_rel_error(lse_shards, to_double(lse_whole)), 1e-6);
     }
 
+    void shards_combine_through_the_ops() {
+        // The vocabulary-parallel path of GptModel::head on two shards, with the all-reduces written
+        // out (max, then sums): rescale + lse give the float64 log-sum-exp, and the loss sum the float64
+        // sum of the rows' losses; with one shard, rescale is the identity (exp(0) = 1) and lse is
+        // max + log(Σexp) bit for bit.
+        const Problem p;
+        Partials a = partials(p, 0, kSplit), b = partials(p, kSplit, kVocab);
+        std::vector<float> gmax(kRows), lse(kRows), target(kRows);
+        for (int64_t r = 0; r < kRows; ++r) gmax[r] = std::max(a.max[r], b.max[r]);
+        OpContext ctx;
+        const auto v = [](std::vector<float>& d) { return view_f32(d.data(), {kRows}); };
+        ops::cross_entropy_rescale(ctx, v(a.sumexp), v(a.max), v(gmax));
+        ops::cross_entropy_rescale(ctx, v(b.sumexp), v(b.max), v(gmax));
+        for (int64_t r = 0; r < kRows; ++r) {
+            a.sumexp[r] += b.sumexp[r];
+            target[r] = a.target[r] + b.target[r];
+        }
+        ops::cross_entropy_lse(ctx, v(lse), v(gmax), v(a.sumexp));
+        const auto ref = loss_ref(to_double(p.logits), p.targets);
+        std::vector<double> lse_ref(kRows);
+        double loss_ref_sum = 0;
+        for (int64_t r = 0; r < kRows; ++r) {
+            lse_ref[r] = ref[r] + p.logits[r * kVocab + p.targets[r]];
+            loss_ref_sum += ref[r];
+        }
+        // As shards_combine_to_the_whole: a few ulp of lse (float sums of exp_approx values).
+        MWB_VERIFY_ERROR(max_rel_error(lse, lse_ref), 1e-6);
+        const double loss = ops::cross_entropy_loss_sum(ctx, v(lse), v(target));
+        MWB_VERIFY_ERROR(std::abs(loss - loss_ref_sum) / loss_ref_sum, 1e-6);
+        double row_order = 0;
+        for (int64_t r = 0; r < kRows; ++r) row_order += double(lse[r]) - double(target[r]);
+        QCOMPARE(loss, row_order);  // float64, row order: the model's loss for any thread count
+
+        Partials whole = partials(p, 0, kVocab);
+        const std::vector<float> sums = whole.sumexp;
+        ops::cross_entropy_rescale(ctx, v(whole.sumexp), v(whole.max), v(whole.max));
+        MWB_VERIFY_BITWISE(whole.sumexp, sums);
+        ops::cross_entropy_lse(ctx, v(whole.max), v(whole.max), v(whole.sumexp));  // in place, as the model
+        for (int64_t r = 0; r < kRows; ++r) QCOMPARE(whole.max[r], partials(p, 0, kVocab).max[r] + std::log(sums[r]));
+    }
+
     void backward_matches_finite_differences() {
         const Problem p;
         // row_scale: 1/N (a mean over rows), 0 for a masked row, and an arbitrary weight.

@@ -174,6 +174,11 @@ private slots:
         QTest::addColumn<QStringList>("layout");
         QTest::newRow("tp2_sp") << 2 << QStringList{"--tensor-model-parallel-size", "2", "--sequence-parallel"};
         QTest::newRow("tp4") << 4 << QStringList{"--tensor-model-parallel-size", "4"};
+        // The classifier in chunks of 5 rows (128 words a rank): the vocabulary-parallel statistics
+        // reduced over the tensor group chunk by chunk, against the single process's one chunk.
+        QTest::newRow("tp2_sp_logits_in_chunks") << 2 << QStringList{"--tensor-model-parallel-size", "2",
+                                                                     "--sequence-parallel", "--logits-chunk-bytes",
+                                                                     "2560"};
         QTest::newRow("pp2") << 2 << QStringList{"--pipeline-model-parallel-size", "2"};
         QTest::newRow("pp2_interleaved") << 2 << QStringList{"--pipeline-model-parallel-size", "2",
                                                              "--num-layers-per-virtual-pipeline-stage", "1"};

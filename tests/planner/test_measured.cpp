@@ -99,6 +99,9 @@ private slots:
                            "--num-attention-heads", "8",       "--recompute-granularity", "full",
                            "--recompute-method",    "uniform", "--recompute-num-layers",  "3"};
         QTest::newRow("1 thread") << QStringList{"--threads", "1"};
+        // The head's classifier over chunks of 7 rows (3584 bytes of fp32 logits over the 128 words of
+        // the padded vocabulary) of the 32 rows, the last one of 4.
+        QTest::newRow("logits in chunks of 7 rows") << QStringList{"--logits-chunk-bytes", "3584"};
         // Llama family: grouped-query attention (2 key/value heads of 4), SwiGLU, RoPE, RMSNorm, no
         // biases, untied output layer; and the variants that change what is stored or held.
         const QStringList llama = test::llama_flags();

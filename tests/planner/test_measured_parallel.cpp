@@ -80,6 +80,9 @@ private slots:
         const QString T = "--tensor-model-parallel-size", P = "--pipeline-model-parallel-size";
         QTest::newRow("tp2") << 2 << QStringList{T, "2"};
         QTest::newRow("tp2_sp") << 2 << QStringList{T, "2", "--sequence-parallel"};
+        // Vocabulary-parallel statistics reduced chunk by chunk (5 rows of 128 words a rank).
+        QTest::newRow("tp2_sp logits in chunks of 5 rows")
+            << 2 << QStringList{T, "2", "--sequence-parallel", "--logits-chunk-bytes", "2560"};
         QTest::newRow("dp2") << 2 << QStringList{};
         QTest::newRow("dp2_distopt_bf16") << 2 << QStringList{"--use-distributed-optimizer", "--bf16"};
         QTest::newRow("tp2_dp2_sp_selective_untied") << 4 << QStringList{T,

@@ -382,7 +382,7 @@ Compare check_embedding() {
     }
     Compare cmp;
     cmp.twin("embedding + position forward", out);
-    cmp.twin("embedding backward", dtable);
+    cmp.bits("embedding backward (row order, bit for bit)", dtable.device_values(), dtable.host());
     cmp.twin("position embedding backward", dwpe);
     return cmp;
 }
@@ -777,6 +777,29 @@ Compare check_cross_entropy() {
     cmp.twin("cross_entropy row_sumexp", se);
     cmp.twin("cross_entropy target_logit", tl);
     cmp.twin("cross_entropy dlogits", logits);
+
+    // The classifier's other ops: the fused loss + gradient (every target inside the vocabulary), the
+    // shards' combination and the loss sum (GptModel::head's sequence).
+    const std::vector<int32_t> inside = random_ids(N, 0, V, 114);
+    Twin ftargets(ids_as_floats(inside), {N});
+    Twin flogits(random_floats(N * V, 115, -6, 6), {N, V}), flse(std::vector<float>(N), {N});
+    Twin ftl(std::vector<float>(N), {N}), gmax(random_floats(N, 116, 6, 7), {N});
+    double loss[2] = {0, 0};
+    for (auto* ctx : {&c, &g}) {
+        const bool d = ctx == &g;
+        ops::cross_entropy_fused(*ctx, d ? flse.gpu() : flse.cpu(), d ? ftl.gpu() : ftl.cpu(),
+                                 d ? flogits.gpu() : flogits.cpu(), d ? ftargets.gpu_i32() : ftargets.cpu_i32(),
+                                 d ? scale.gpu() : scale.cpu());
+        ops::cross_entropy_rescale(*ctx, d ? se.gpu() : se.cpu(), d ? mx.gpu() : mx.cpu(), d ? gmax.gpu() : gmax.cpu());
+        ops::cross_entropy_lse(*ctx, d ? mx.gpu() : mx.cpu(), d ? gmax.gpu() : gmax.cpu(), d ? se.gpu() : se.cpu());
+        loss[d ? 1 : 0] = ops::cross_entropy_loss_sum(*ctx, d ? flse.gpu() : flse.cpu(), d ? ftl.gpu() : ftl.cpu());
+    }
+    cmp.twin("cross_entropy_fused lse", flse);
+    cmp.twin("cross_entropy_fused target_logit", ftl);
+    cmp.twin("cross_entropy_fused dlogits", flogits);
+    cmp.twin("cross_entropy_rescale", se);
+    cmp.twin("cross_entropy_lse", mx);
+    cmp.values("cross_entropy_loss_sum", {static_cast<float>(loss[1])}, {static_cast<float>(loss[0])});
     return cmp;
 }
 

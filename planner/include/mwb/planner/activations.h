@@ -52,8 +52,8 @@ struct WorkspaceBytes {
     int64_t grad_fc1 = 0;    ///< SwiGLU only: (N, 2f/t), gradient of the gate and up outputs
     int64_t grad_ctx = 0;    ///< (N, a·d/t): gradient of the attention context
     int64_t grad_qkv = 0;    ///< (N, (a + 2G)·d/t): gradient of Q, K, V
-    int64_t loss_stats = 0;  ///< cross-entropy row max, Σexp, target logit, scale: 4N fp32
-    int64_t row_max = 0;     ///< vocabulary-parallel: the global row max, N fp32
+    int64_t loss_stats = 0;  ///< cross-entropy lse (row max), Σexp, target logit, scale: 4N fp32
+    int64_t row_max = 0;     ///< vocabulary-parallel: the all-reduced row max, N fp32 (through the head)
     int64_t grad_input = 0;  ///< (N, max(h, a·d/t)): gradient of a column-parallel input (also receives the
                              ///< unused output of a selective recompute)
     int64_t rope_tables = 0;  ///< RoPE's cos and sin, (s, rotary_dim/2) fp32 each, allocated once per model
@@ -64,7 +64,8 @@ struct WorkspaceBytes {
 /// The last stage's head: final norm and logits.
 struct HeadBytes {
     int64_t norm_out = 0, norm_stats = 0;
-    int64_t logits = 0;  ///< (s·b, V/t); the engine turns them into their gradient in place
+    int64_t logits = 0;  ///< engine: one chunk of rows, (logits_chunk_rows, V/t), turned into its gradient in
+                         ///< place before the next chunk; MegatronLM: all (s·b, V/t) in fp32
 };
 
 /// The trainer's (b, s+1) int32 token buffer, allocated once (data category).

@@ -45,6 +45,7 @@ struct Layout {
     int layers_per_chunk = 0;   ///< L / (pp · vp)
     Recompute recompute = Recompute::None;
     int recompute_num_layers = 0;
+    int64_t logits_chunk_bytes = 0;  ///< the head's logits held at once (GptModel::head's chunks); 0 = all
     /// From a resolved, structurally valid configuration (see plan.h) on `world` ranks.
     static Layout from(const Config& resolved, int world);
 };

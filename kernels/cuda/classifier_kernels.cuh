@@ -1,0 +1,191 @@
+#pragma once
+// The classifier's kernels of ops_elementwise.cu (contracts: ops.inc): softmax cross-entropy over one
+// chunk of logit rows (fused loss + gradient, the vocabulary-parallel partials, combination and
+// backward), the loss sum, and the word embedding's backward. One block per logit row: each thread
+// walks its columns V floats at a time (128-bit loads and stores for V = 4 when the row width and the
+// pointers allow) and keeps an online softmax state (running max m and Σ exp(x − m), Milakov &
+// Gimelshein 2018), so max and Σexp come from ONE read of the row; the states then merge in a fixed
+// tree (kernel_common.cuh). No atomics anywhere: every result is bit-identical run to run. Plain CUDA
+// C++ without runtime calls, so test_kernels_classifier_emulated runs this source on CPU threads.
+#include "kernel_common.cuh"
+
+#include <cmath>
+#include <cstdint>
+
+namespace mwb::cuda::classifier {
+
+using kernel::Floats;
+using kernel::load;
+using kernel::store;
+
+/// Running softmax state of a set of logits: max m and s = Σ exp(x − m).
+struct Softmax {
+    float m = -INFINITY, s = 0.0f;
+};
+
+__device__ __forceinline__ void add(Softmax& a, float x) {
+    if (x > a.m) {
+        a.s = a.s * expf(a.m - x) + 1.0f;  // exp(-inf) = 0 for the first element
+        a.m = x;
+    } else {
+        a.s += expf(x - a.m);
+    }
+}
+
+__device__ __forceinline__ Softmax merge(Softmax a, Softmax b) {
+    const float m = fmaxf(a.m, b.m);
+    if (m == -INFINITY) return a;  // both empty
+    return Softmax{m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
+}
+
+/// The row's softmax state, the same in every thread of the block (shared: 64 floats).
+template <int V>
+__device__ Softmax row_softmax(const float* row, int64_t v, float* shared) {
+    Softmax st;
+    for (int64_t j = static_cast<int64_t>(threadIdx.x) * V; j < v; j += static_cast<int64_t>(blockDim.x) * V) {
+        const Floats<V> x = load<V>(row + j);
+#pragma unroll
+        for (int k = 0; k < V; ++k) add(st, x.v[k]);
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        const Softmax other{__shfl_xor_sync(0xffffffffu, st.m, o), __shfl_xor_sync(0xffffffffu, st.s, o)};
+        st = merge(st, other);
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    __syncthreads();
+    if (lane == 0) {
+        shared[warp] = st.m;
+        shared[32 + warp] = st.s;
+    }
+    __syncthreads();
+    Softmax r = lane < warps ? Softmax{shared[lane], shared[32 + lane]} : Softmax{};
+    for (int o = 16; o > 0; o >>= 1) {
+        const Softmax other{__shfl_xor_sync(0xffffffffu, r.m, o), __shfl_xor_sync(0xffffffffu, r.s, o)};
+        r = merge(r, other);
+    }
+    return r;
+}
+
+/// row[j] = exp(row[j] − m)·scale − (j == target ? correction : 0), V at a time.
+template <int V>
+__device__ void write_gradient(float* row, int64_t v, float m, float scale, int64_t target, float correction) {
+    for (int64_t j = static_cast<int64_t>(threadIdx.x) * V; j < v; j += static_cast<int64_t>(blockDim.x) * V) {
+        Floats<V> x = load<V>(row + j);
+#pragma unroll
+        for (int k = 0; k < V; ++k) x.v[k] = expf(x.v[k] - m) * scale - (j + k == target ? correction : 0.0f);
+        store<V>(row + j, x);
+    }
+}
+
+/// Unsharded vocabulary: lse, the target's logit, and the logits replaced by their gradient
+/// (softmax − onehot)·row_scale, softmax = exp(x − m)/s. Block r: row r. The target is read before
+/// any thread overwrites it (the barriers of row_softmax lie between). A target outside [0, v) (the
+/// model checks them on the host) reads nothing and makes the row's target logit NaN.
+template <int V>
+__global__ void k_ce_fused(float* lse, float* target_logit, float* logits, const int32_t* targets,
+                           const float* row_scale, int64_t v) {
+    __shared__ float sh[64];
+    const int64_t r = blockIdx.x;
+    float* row = logits + r * v;
+    const int64_t t = targets[r];
+    const float tl = t >= 0 && t < v ? row[t] : NAN;
+    const Softmax st = row_softmax<V>(row, v, sh);
+    const float scale = row_scale[r];
+    write_gradient<V>(row, v, st.m, scale / st.s, t, scale);
+    if (threadIdx.x == 0) {
+        lse[r] = st.m + logf(st.s);
+        target_logit[r] = tl;
+    }
+}
+
+/// A vocabulary shard [vocab_start, vocab_start + v): the row's max, Σ exp(x − max), and the
+/// target's logit when the shard holds it (else 0).
+template <int V>
+__global__ void k_ce_partials(float* row_max, float* row_sumexp, float* target_logit, const float* logits,
+                              const int32_t* targets, int64_t v, int64_t vocab_start) {
+    __shared__ float sh[64];
+    const int64_t r = blockIdx.x;
+    const float* row = logits + r * v;
+    const Softmax st = row_softmax<V>(row, v, sh);
+    if (threadIdx.x == 0) {
+        row_max[r] = st.m;
+        row_sumexp[r] = st.s;
+        const int64_t local = static_cast<int64_t>(targets[r]) - vocab_start;
+        target_logit[r] = (local >= 0 && local < v) ? row[local] : 0.0f;
+    }
+}
+
+/// dlogits = (exp(x − lse) − onehot)·row_scale over a shard, in place.
+template <int V>
+__global__ void k_ce_backward(float* logits, const int32_t* targets, const float* lse, const float* row_scale,
+                              int64_t v, int64_t vocab_start) {
+    const int64_t r = blockIdx.x;
+    const float s = row_scale[r];
+    write_gradient<V>(logits + r * v, v, lse[r], s, static_cast<int64_t>(targets[r]) - vocab_start, s);
+}
+
+/// The shards' statistics combined (elementwise over rows, index type I as kernel::first_index):
+/// Σexp relative to the global max, then lse.
+template <class I>
+__global__ void k_ce_rescale(float* row_sumexp, const float* row_max, const float* global_max, int64_t n) {
+    for (I i = kernel::first_index<I>(); i < static_cast<I>(n); i += kernel::grid_stride<I>())
+        row_sumexp[i] *= expf(row_max[i] - global_max[i]);
+}
+template <class I>
+__global__ void k_ce_lse(float* lse, const float* row_max, const float* row_sumexp, int64_t n) {
+    for (I i = kernel::first_index<I>(); i < static_cast<I>(n); i += kernel::grid_stride<I>())
+        lse[i] = row_max[i] + logf(row_sumexp[i]);
+}
+
+/// out[0] = Σ (lse − target_logit) accumulated in T (double): one block, each thread a strided set of
+/// rows in order, then the fixed block tree.
+template <class T>
+__global__ void k_ce_loss_sum(T* out, const float* lse, const float* target_logit, int64_t n) {
+    __shared__ T sh[32];
+    T s = 0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += static_cast<T>(lse[i]) - static_cast<T>(target_logit[i]);
+    s = kernel::block_sum(s, sh);
+    if (threadIdx.x == 0) out[0] = s;
+}
+
+// ---- word embedding backward ------------------------------------------------------------------------------
+
+/// Vocabulary rows per block of k_embedding_bwd (a block owns them and a tile of columns).
+constexpr int64_t kEmbeddingRowsPerBlock = 64;
+
+/// dtable (vocab, h) += Σ over the rows r with ids[r] − vocab_start = v of dout[r]. Block (x, y) owns
+/// vocabulary rows [y·64, y·64 + 64) and columns [x·blockDim·V, (x + 1)·blockDim·V): it walks every id
+/// in row order (staged through shared memory) and adds the rows that fall in its range, so each
+/// dtable element has one writer and sums its rows in row order — the CPU's order, bit for bit —
+/// while the grid covers vocabulary × columns instead of one thread per column.
+template <int V>
+__global__ void k_embedding_bwd(float* dtable, const float* dout, const int32_t* ids, int64_t rows, int64_t h,
+                                int64_t vocab, int64_t vocab_start) {
+    constexpr int kStage = 1024;
+    __shared__ int32_t staged[kStage];
+    const int64_t v0 = static_cast<int64_t>(blockIdx.y) * kEmbeddingRowsPerBlock;
+    const int64_t v1 = v0 + kEmbeddingRowsPerBlock < vocab ? v0 + kEmbeddingRowsPerBlock : vocab;
+    const int64_t c = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * V;
+    for (int64_t r0 = 0; r0 < rows; r0 += kStage) {
+        const int64_t n = rows - r0 < kStage ? rows - r0 : kStage;
+        __syncthreads();
+        for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+            const int64_t local = static_cast<int64_t>(ids[r0 + i]) - vocab_start;
+            staged[i] = (local >= v0 && local < v1) ? static_cast<int32_t>(local - v0) : -1;
+        }
+        __syncthreads();
+        if (c >= h) continue;  // after the barriers: every thread stages
+        for (int64_t i = 0; i < n; ++i) {
+            const int32_t k = staged[i];
+            if (k < 0) continue;
+            float* dst = dtable + (v0 + k) * h + c;
+            Floats<V> acc = load<V>(dst);
+            const Floats<V> d = load<V>(dout + (r0 + i) * h + c);
+#pragma unroll
+            for (int j = 0; j < V; ++j) acc.v[j] += d.v[j];
+            store<V>(dst, acc);
+        }
+    }
+}
+
+}  // namespace mwb::cuda::classifier

@@ -1,0 +1,205 @@
+// The CUDA classifier kernels (kernels/cuda/classifier_kernels.cuh) executed on CPU threads by
+// cuda_emulation.h: the fused loss + gradient, the vocabulary-parallel partials and backward against
+// float64 softmax cross-entropy; the shards' combination (rescale, lse) bit for bit against the CPU
+// ops (the same float formula); the loss sum against a float64 sum; the word embedding's backward bit
+// for bit against the CPU op (both add each vocabulary row's contributions in row order), with ids
+// outside the shard, repeated ids and more rows than one staging pass. Both the 128-bit (V = 4) and
+// the scalar (V = 1) kernels run. No GPU.
+#include "cuda_emulation.h"
+
+#include "classifier_kernels.cuh"
+
+#include "mwb/kernels/ops.h"
+#include "support/qt_checks.h"
+#include "support/reference.h"
+
+#include <QtTest>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace cl = mwb::cuda::classifier;
+namespace emu = mwb::emulation;
+using mwb::test::max_rel_error;
+using mwb::test::normwise_error;
+using mwb::test::random_floats;
+
+namespace {
+
+constexpr int kThreads = 64;  // two warps: the block tree and the warp butterflies both run
+
+struct Problem {
+    int64_t rows, v;
+    std::vector<float> logits;
+    std::vector<int32_t> targets;
+    std::vector<float> scale;
+    Problem(int64_t r, int64_t vocab, uint32_t seed) : rows(r), v(vocab) {
+        logits = random_floats(static_cast<std::size_t>(rows * v), seed, -4.0f, 4.0f);
+        for (int64_t c = 0; c < v; ++c) {
+            logits[static_cast<std::size_t>(v + c)] *= 8.0f;  // peaked
+            logits[static_cast<std::size_t>(2 * v + c)] =
+                logits[static_cast<std::size_t>(2 * v + c)] * 0.01f + 50;  // flat, far from 0
+        }
+        for (int64_t n = 0; n < rows; ++n) {
+            targets.push_back(static_cast<int32_t>((n * 97 + 5) % v));
+            scale.push_back(n == 3 ? 0.0f : 0.5f + 0.1f * static_cast<float>(n));
+        }
+    }
+    /// float64 log-sum-exp of row n over columns [c0, c1).
+    double lse(int64_t n, int64_t c0, int64_t c1) const {
+        double mx = -INFINITY, s = 0;
+        for (int64_t c = c0; c < c1; ++c) mx = std::max(mx, double(logits[n * v + c]));
+        for (int64_t c = c0; c < c1; ++c) s += std::exp(double(logits[n * v + c]) - mx);
+        return mx + std::log(s);
+    }
+    /// float64 (softmax − onehot)·scale over the whole row.
+    std::vector<double> gradient() const {
+        std::vector<double> g(logits.size());
+        for (int64_t n = 0; n < rows; ++n) {
+            const double l = lse(n, 0, v);
+            for (int64_t c = 0; c < v; ++c)
+                g[n * v + c] = scale[n] * (std::exp(double(logits[n * v + c]) - l) - (c == targets[n] ? 1.0 : 0.0));
+        }
+        return g;
+    }
+};
+
+}  // namespace
+
+class TestClassifierEmulated : public QObject {
+    Q_OBJECT
+
+    template <int V>
+    static void fused_case(int64_t rows, int64_t v) {
+        const Problem p(rows, v, 7);
+        std::vector<float> lse(rows, -1), tl(rows, -1), g = p.logits;
+        emu::launch(static_cast<unsigned>(rows), 1, kThreads,
+                    [&] { cl::k_ce_fused<V>(lse.data(), tl.data(), g.data(), p.targets.data(), p.scale.data(), v); });
+        std::vector<double> lse_ref(rows);
+        for (int64_t n = 0; n < rows; ++n) {
+            lse_ref[n] = p.lse(n, 0, v);
+            QCOMPARE(tl[n], p.logits[n * v + p.targets[n]]);  // picked, not computed
+        }
+        // Online Σexp in float over a few hundred expf terms: a few ulp of lse. Measured ~1e-7.
+        MWB_VERIFY_ERROR(max_rel_error(lse, lse_ref), 1e-6);
+        // exp(x − m)/s with the float rounding of x − m (up to ~60 in the peaked row: 2e-6 relative on
+        // its exps, as the CPU op). Normwise: elements span 1e-30 to 1. Measured ~1e-7.
+        MWB_VERIFY_ERROR(normwise_error(g, p.gradient()), 1e-6);
+        for (int64_t c = 0; c < v; ++c) QCOMPARE(g[3 * v + c], 0.0f);  // scale 0: no gradient
+        // The CPU op (a different exp, same formula) agrees to the same rounding.
+        std::vector<float> clse(rows), ctl(rows), cg = p.logits;
+        auto targets = p.targets;
+        auto scale = p.scale;
+        mwb::OpContext ctx;
+        mwb::ops::cross_entropy_fused(ctx, mwb::view_f32(clse.data(), {rows}), mwb::view_f32(ctl.data(), {rows}),
+                                      mwb::view_f32(cg.data(), {rows, v}), mwb::view_i32(targets.data(), {rows}),
+                                      mwb::view_f32(scale.data(), {rows}));
+        MWB_VERIFY_ERROR(max_rel_error(lse, mwb::test::to_double(clse)), 1e-6);
+        MWB_VERIFY_ERROR(normwise_error(g, mwb::test::to_double(cg)), 1e-6);
+    }
+
+    template <int V>
+    static void shard_case(int64_t rows, int64_t v_total, int64_t v0, int64_t v1) {
+        // Partials and backward over the shard [v0, v1) of a row of v_total words.
+        const Problem p(rows, v_total, 11);
+        const int64_t v = v1 - v0;
+        std::vector<float> shard;
+        for (int64_t n = 0; n < rows; ++n)
+            shard.insert(shard.end(), p.logits.begin() + n * v_total + v0, p.logits.begin() + n * v_total + v1);
+        std::vector<float> mx(rows), se(rows), tl(rows);
+        emu::launch(static_cast<unsigned>(rows), 1, kThreads, [&] {
+            cl::k_ce_partials<V>(mx.data(), se.data(), tl.data(), shard.data(), p.targets.data(), v, v0);
+        });
+        std::vector<double> lse_ref(rows), lse_whole(rows);
+        std::vector<float> lse_got(rows);
+        for (int64_t n = 0; n < rows; ++n) {
+            QCOMPARE(mx[n], *std::max_element(shard.begin() + n * v, shard.begin() + (n + 1) * v));
+            const int64_t local = p.targets[n] - v0;
+            QCOMPARE(tl[n], local >= 0 && local < v ? shard[n * v + local] : 0.0f);
+            lse_ref[n] = p.lse(n, v0, v1);
+            lse_got[n] = static_cast<float>(double(mx[n]) + std::log(double(se[n])));
+            lse_whole[n] = p.lse(n, 0, v_total);
+        }
+        MWB_VERIFY_ERROR(max_rel_error(lse_got, lse_ref), 1e-6);
+        // Backward with the whole row's lse: this shard's columns of the whole gradient.
+        std::vector<float> lse_f(rows);
+        for (int64_t n = 0; n < rows; ++n) lse_f[n] = static_cast<float>(lse_whole[n]);
+        emu::launch(static_cast<unsigned>(rows), 1, kThreads,
+                    [&] { cl::k_ce_backward<V>(shard.data(), p.targets.data(), lse_f.data(), p.scale.data(), v, v0); });
+        const std::vector<double> whole = p.gradient();
+        std::vector<double> want;
+        for (int64_t n = 0; n < rows; ++n)
+            want.insert(want.end(), whole.begin() + n * v_total + v0, whole.begin() + n * v_total + v1);
+        // exp(x − lse) with lse rounded to float (half an ulp of ~50: 2e-6 relative in the flat row).
+        MWB_VERIFY_ERROR(normwise_error(shard, want), 3e-6);
+    }
+
+    template <int V>
+    static void embedding_case(int64_t rows, int64_t vocab, int64_t h, int64_t vocab_start) {
+        const std::vector<float> dout = random_floats(static_cast<std::size_t>(rows * h), 21, -1, 1);
+        std::vector<int32_t> ids(rows);
+        for (int64_t r = 0; r < rows; ++r)  // repeats (token 3 every 5th row) and ids outside the shard
+            ids[r] =
+                r % 5 == 0 ? static_cast<int32_t>(vocab_start + 3) : static_cast<int32_t>((r * 131) % (vocab + 40));
+        std::vector<float> want = random_floats(static_cast<std::size_t>(vocab * h), 22, -1, 1), got = want;
+        mwb::OpContext ctx;
+        auto d = dout;
+        mwb::ops::embedding_backward(ctx, mwb::view_f32(want.data(), {vocab, h}), mwb::view_f32(d.data(), {rows, h}),
+                                     mwb::view_i32(ids.data(), {rows}), vocab_start);
+        const unsigned gx = static_cast<unsigned>((h + kThreads * V - 1) / (kThreads * V));
+        const unsigned gy =
+            static_cast<unsigned>((vocab + cl::kEmbeddingRowsPerBlock - 1) / cl::kEmbeddingRowsPerBlock);
+        emu::launch(gx, gy, kThreads,
+                    [&] { cl::k_embedding_bwd<V>(got.data(), dout.data(), ids.data(), rows, h, vocab, vocab_start); });
+        MWB_VERIFY_BITWISE(got, want);
+    }
+
+private slots:
+    void fused_matches_float64() {
+        fused_case<4>(6, 256);
+        fused_case<1>(6, 257);
+        fused_case<1>(5, 40);  // fewer columns than threads: idle lanes merge empty states
+    }
+
+    void shard_partials_and_backward_match_float64() {
+        shard_case<4>(6, 300, 100, 200);
+        shard_case<1>(6, 301, 0, 151);
+        shard_case<1>(6, 301, 151, 301);
+    }
+
+    void combination_is_the_cpu_ops() {
+        const int64_t n = 300;
+        std::vector<float> mx = random_floats(n, 31, -5, 20), gmax = mx, se = random_floats(n, 32, 1, 500);
+        for (int64_t i = 0; i < n; ++i) gmax[i] += static_cast<float>(i % 7);  // the global max is >= the shard's
+        std::vector<float> se_gpu = se, lse_gpu(n), se_cpu = se, lse_cpu(n);
+        emu::launch(2, 1, kThreads, [&] { cl::k_ce_rescale<int64_t>(se_gpu.data(), mx.data(), gmax.data(), n); });
+        emu::launch(2, 1, kThreads, [&] { cl::k_ce_lse<uint32_t>(lse_gpu.data(), gmax.data(), se_gpu.data(), n); });
+        mwb::OpContext ctx;
+        const auto v = [n](std::vector<float>& x) { return mwb::view_f32(x.data(), {n}); };
+        mwb::ops::cross_entropy_rescale(ctx, v(se_cpu), v(mx), v(gmax));
+        mwb::ops::cross_entropy_lse(ctx, v(lse_cpu), v(gmax), v(se_cpu));
+        MWB_VERIFY_BITWISE(se_gpu, se_cpu);
+        MWB_VERIFY_BITWISE(lse_gpu, lse_cpu);
+    }
+
+    void loss_sum_matches_float64() {
+        for (int64_t n : {int64_t{1}, int64_t{63}, int64_t{1000}}) {
+            std::vector<float> lse = random_floats(n, 41, 5, 12), tl = random_floats(n, 42, -3, 3);
+            double got = -1, want = 0;
+            emu::launch(1, 1, kThreads, [&] { cl::k_ce_loss_sum<double>(&got, lse.data(), tl.data(), n); });
+            for (int64_t i = 0; i < n; ++i) want += double(lse[i]) - double(tl[i]);
+            // float64 sums of ~1e3 terms of ~10 in another order: ~1e-16 relative each step.
+            MWB_VERIFY_ERROR(std::abs(got - want) / std::abs(want), 1e-13);
+        }
+    }
+
+    void embedding_backward_is_the_cpu_op_bit_for_bit() {
+        embedding_case<4>(1500, 150, 40, 0);         // two staging passes, three vocabulary blocks
+        embedding_case<1>(300, 100, 37, 50);         // a shard [50, 150): ids below and above it are skipped
+        embedding_case<4>(70, 200, 8 * 64 + 4, 20);  // columns beyond one block's reach
+    }
+};
+
+QTEST_APPLESS_MAIN(TestClassifierEmulated)
+#include "test_classifier_emulated.moc"
