@@ -54,9 +54,12 @@ make_bundle() {
     # Libraries the device image lacks. glibc's and the CUDA toolkit's own (cudart, cuBLAS, cuBLASLt,
     # NCCL: the image has CUDA 13 and PyTorch's nvidia-* wheels) stay behind: cuBLASLt alone is 540 MB.
     local skip='^(linux-vdso|ld-linux|libc\.|libm\.|libdl\.|libpthread\.|librt\.|libstdc\+\+|libgcc_s|libcuda\.|libcublas|libnccl)'
+    mkdir -p "$bundle/lib-cxx"
     for b in "$bundle"/bin/*; do
         ldd "$b" | awk '/=> \// {print $1, $3}' | while read -r name path; do
             echo "$name" | grep -Eq "$skip" || cp -L "$path" "$bundle/lib/$name"
+            # This compiler's C++ runtime, off the path unless the image's is older (GLIBCXX_... not found).
+            case "$name" in libstdc++*|libgcc_s*) cp -L "$path" "$bundle/lib-cxx/$name" ;; esac
         done
     done
     # Fallback build inputs: the few headers the kernels need beyond the CUDA toolkit's.
@@ -83,19 +86,35 @@ check_carry_size() {
 }
 
 # ---- run (on the device machine) -------------------------------------------------------------------
-# The library path of the mwb programs: the bundle first, then the image's CUDA toolkit and
-# PyTorch's nvidia-* wheel libraries (cuBLAS, NCCL where the toolkit lacks them).
-mwb_library_path() {
-    local dirs="$bundle/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib"
-    local wheels
-    wheels=$("${PYTHON:-python3}" - 2>/dev/null <<'PY'
+# PyTorch's nvidia-* wheel library folders (cuDNN, and cuBLAS/NCCL where the toolkit lacks them), found
+# through the python that holds PyTorch. The mwb programs dlopen cuDNN from there (it is never bundled:
+# hundreds of MB).
+torch_wheel_dirs() {
+    "${PYTHON:-python3}" - 2>/dev/null <<'PY'
 import glob, os, site
 roots = site.getsitepackages() + [site.getusersitepackages()]
 libs = sorted({os.path.dirname(p) for r in roots for p in glob.glob(os.path.join(r, "nvidia", "**", "lib*.so*"), recursive=True)})
 print(":".join(libs))
 PY
-)
+}
+
+# The library path of the mwb programs: the bundle first, then the image's CUDA toolkit, then the
+# wheels' folders.
+mwb_library_path() {
+    local dirs="$bundle/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib"
+    local wheels
+    wheels=$(torch_wheel_dirs)
     echo "$dirs${wheels:+:$wheels}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+}
+
+# The folder of the path $1 (colon-separated) that holds libcudnn.so*, or nothing.
+cudnn_dir() {
+    local d
+    local IFS=:
+    for d in $1; do
+        compgen -G "$d/libcudnn.so*" >/dev/null && { echo "$d"; return 0; }
+    done
+    return 1
 }
 
 # Runs an mwb program (or a script that runs only mwb programs) with the bundle's libraries: a
@@ -137,8 +156,9 @@ fallback_build() {
 now() { date +%s; }
 
 # run_step NAME LIMIT COMMAND...: COMMAND time-boxed to LIMIT seconds (less when the run's budget
-# has less left), its whole log appended to $OUT/steps.log and its JSON lines to
-# $OUT/results.jsonl the moment it ends, "NAME rc=N seconds=S" to $OUT/status.txt.
+# has less left). Its output goes straight into $OUT/running.log while it runs (so an overrun of the
+# whole device call still brings back what the step printed), and the moment it ends it is appended to
+# $OUT/steps.log, its JSON lines to $OUT/results.jsonl and "NAME rc=N seconds=S" to $OUT/status.txt.
 run_step() {
     local name=$1 limit=$2
     shift 2
@@ -163,16 +183,28 @@ run_step() {
     fi
     [ "$limit" -gt "$left" ] && limit=$left
     echo "== $name (limit ${limit}s): $*"
-    local t0 rc
+    local t0 rc log="$OUT/running.log"
     t0=$(now)
-    timeout -k 5 "$limit" "$@" >"$WORK/$name.log" 2>&1
+    echo "===== $name (running, limit ${limit}s): $*" >"$log"
+    timeout -k 5 "$limit" "$@" >>"$log" 2>&1
     rc=$?
     local secs=$(( $(now) - t0 ))
-    { echo "===== $name: rc=$rc in ${secs}s (limit ${limit}s): $*"; cat "$WORK/$name.log"; echo; } >>"$OUT/steps.log"
-    grep '^{' "$WORK/$name.log" | sed "s/^{/{\"step\": \"$name\", /" >>"$OUT/results.jsonl"
+    { echo "===== $name: rc=$rc in ${secs}s (limit ${limit}s): $*"; tail -n +2 "$log"; echo; } >>"$OUT/steps.log"
+    grep '^{' "$log" | sed "s/^{/{\"step\": \"$name\", /" >>"$OUT/results.jsonl"
     echo "$name rc=$rc seconds=$secs" >>"$OUT/status.txt"
-    tail -n 25 "$WORK/$name.log"
+    tail -n 25 "$log" | tail -n +2
+    rm -f "$log"
     return $rc
+}
+
+# An mwb program that cannot start here (not there, or a library missing: ldd with the mwb library
+# path) is rebuilt from sources by the one fallback-build step; its missing libraries go to
+# $OUT/missing-libraries.txt. Prints nothing when the program starts.
+cannot_start() {
+    local prog=$1
+    [ -x "$prog" ] || { echo "$prog: not there"; return 0; }
+    mwb_env ldd "$prog" 2>&1 | grep 'not found' | sed "s|^|$prog: |" | grep . && return 0
+    return 1
 }
 
 run_all() {
@@ -181,7 +213,8 @@ run_all() {
         if [ "$dry_run" = 1 ]; then OUT=$(mktemp -d); else OUT="$here/gpu-check-out"; fi
     fi
     mkdir -p "$OUT"
-    rm -f "$OUT/steps.log" "$OUT/status.txt" "$OUT/results.jsonl" "$OUT/summary.md"
+    rm -f "$OUT/steps.log" "$OUT/status.txt" "$OUT/results.jsonl" "$OUT/summary.md" "$OUT/running.log" \
+          "$OUT/missing-libraries.txt"
     : >"$OUT/status.txt"
     : >"$OUT/results.jsonl"
     WORK=$(mktemp -d)
@@ -189,10 +222,12 @@ run_all() {
     planned=0
     export NCCL_DEBUG=WARN OMP_NUM_THREADS="${OMP_NUM_THREADS:-16}" PYTHONUNBUFFERED=1
     MWB_LIBRARY_PATH=$(mwb_library_path)
-    local py="${PYTHON:-python3}"
+    local py="${PYTHON:-python3}" cudnn
     { date -u; echo "budget ${budget}s"; nvidia-smi -L 2>&1; nvcc --version 2>&1 | tail -n 1
-      timeout 30 "$py" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1; } \
-        | tee "$OUT/machine.txt"
+      timeout 30 "$py" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1
+      if cudnn=$(cudnn_dir "$MWB_LIBRARY_PATH"); then echo "cuDNN for the mwb programs: $cudnn (after the bundle)"
+      else echo "cuDNN for the mwb programs: not found (no nvidia/cudnn/lib beside $py's PyTorch): their own attention kernels only"; fi
+      echo "mwb library path: $MWB_LIBRARY_PATH"; } | tee "$OUT/machine.txt"
 
     local check="${MWB_GPU_CHECK:-$bundle/bin/mwb-gpu-check}" bench="${MWB_GPU_BENCH:-$bundle/bin/mwb-gpu-bench}"
     if [ "$dry_run" = 1 ]; then
@@ -208,23 +243,30 @@ run_all() {
             if "$py" "$here/benchmarks/gpu/$s" --help >/dev/null 2>&1; then echo "$s --help: ok ($py)"
             else echo "$s --help: fails with $py (PyTorch missing here? PYTHON=/usr/bin/python3)"; fi
         done
-        [ -x "$check" ] || run_step fallback-build 150 "$here/scripts/gpu-check.sh" fallback "$WORK"
+        # Counted whether or not it will be needed: the budget must hold when it is.
+        run_step fallback-build "$fallback_limit" "$here/scripts/gpu-check.sh" fallback "$WORK"
     else
-        if [ ! -x "$check" ] || mwb_env ldd "$check" | grep -q 'not found'; then
-            [ -x "$check" ] && mwb_env ldd "$check" | grep 'not found' | tee "$OUT/missing-libraries.txt"
-            run_step fallback-build 150 "$here/scripts/gpu-check.sh" fallback "$WORK"
-            check="$WORK/fallback/mwb-gpu-check"
-            [ -x "$check" ] || { echo "gpu-check: no runnable mwb-gpu-check (see steps.log)"; check=""; }
+        local missing
+        missing=$( { cannot_start "$check"; cannot_start "$bench"; } )
+        if echo "$missing" | grep -Eq 'GLIBCXX|CXXABI|GCC_[0-9]'; then
+            # The image's C++ runtime is older than the build machine's: the bundle's own first.
+            echo "$missing" | tee "$OUT/missing-libraries.txt"
+            echo "gpu-check: the image's libstdc++ is too old for the bundle: its own (gpu-bundle/lib-cxx) first"
+            MWB_LIBRARY_PATH="$bundle/lib-cxx:$MWB_LIBRARY_PATH"
+            missing=$( { cannot_start "$check"; cannot_start "$bench"; } )
         fi
-        if [ ! -x "$bench" ] || mwb_env ldd "$bench" | grep -q 'not found'; then
-            [ -x "$bench" ] && mwb_env ldd "$bench" | grep 'not found' | tee -a "$OUT/missing-libraries.txt"
-            echo "gpu-check: mwb-gpu-bench cannot start here (see missing-libraries.txt): its rows are 'not run'"
-            bench=""
+        if [ -n "$missing" ]; then
+            echo "$missing" | tee -a "$OUT/missing-libraries.txt"
+            run_step fallback-build "$fallback_limit" "$here/scripts/gpu-check.sh" fallback "$WORK"
+            cannot_start "$check" >/dev/null && check="$WORK/fallback/mwb-gpu-check"
+            cannot_start "$bench" >/dev/null && bench="$WORK/fallback/mwb-gpu-bench"
+            cannot_start "$check" >/dev/null && { echo "gpu-check: no runnable mwb-gpu-check (see steps.log)"; check=""; }
+            cannot_start "$bench" >/dev/null && { echo "gpu-check: no runnable mwb-gpu-bench (see steps.log): its rows are 'not run'"; bench=""; }
         fi
     fi
 
     local lib=(env LD_LIBRARY_PATH="$MWB_LIBRARY_PATH")  # before an mwb program: the bundle's libraries
-    [ -n "$check" ] && run_step op-checks 100 "${lib[@]}" "$here/scripts/gpu-check.sh" checks "$check"
+    [ -n "$check" ] && run_step op-checks 50 "${lib[@]}" "$here/scripts/gpu-check.sh" checks "$check"
 
     # The attention core alone: name, then the shape as both programs take it.
     local shapes=("attention-mha --batch 4 --heads 16 --seq 2048 --head-dim 128"
@@ -234,24 +276,35 @@ run_all() {
     for shape in "${shapes[@]}"; do
         read -r name shape <<<"$shape"
         # shellcheck disable=SC2086
-        [ -n "$bench" ] && run_step "mwb-$name" 20 "${lib[@]}" "$bench" attention $shape
+        [ -n "$bench" ] && run_step "mwb-$name" 12 "${lib[@]}" "$bench" attention $shape
         # shellcheck disable=SC2086
-        run_step "torch-$name" 30 "$py" "$here/benchmarks/gpu/torch_attention_gpu.py" $shape
+        run_step "torch-$name" 18 "$py" "$here/benchmarks/gpu/torch_attention_gpu.py" $shape
     done
 
-    # name layers hidden heads seq micro-batch iters limit-mwb limit-torch: GPT-2 124M and a 1.3B model
-    # (GPT-3 XL shape).
-    local models=("gpt2-124m 12 768 12 1024 8 5 60 50" "gpt-1.3b 24 2048 16 2048 4 3 90 70")
-    [ "$quick" = 1 ] && models=("gpt2-124m 12 768 12 1024 8 3 60 50")
-    local m L H A S B I TM TT
+    # name, limit-mwb, limit-torch, then the model as both programs take it (mwb-train's flags; the
+    # Llama from its preset, the file torch_gpt_gpu.py reads too): GPT-2 124M, a 1.3B GPT (GPT-3 XL
+    # shape) and Llama-3.2-1B, bf16.
+    local models=("gpt2-124m 25 25 --num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --micro-batch-size 8 --vocab-size 50304 --iters 5"
+                  "gpt-1.3b 40 30 --num-layers 24 --hidden-size 2048 --num-attention-heads 16 --seq-length 2048 --micro-batch-size 4 --vocab-size 50304 --iters 3"
+                  "llama-3.2-1b 40 30 --preset llama-3.2-1b --seq-length 2048 --micro-batch-size 4 --iters 3")
+    [ "$quick" = 1 ] && models=("${models[0]/--iters 5/--iters 3}")
+    local m TM TT rest
     for m in "${models[@]}"; do
-        read -r name L H A S B I TM TT <<<"$m"
-        local args=(--layers "$L" --hidden "$H" --heads "$A" --seq "$S" --micro-batch "$B" --vocab 50304
-                    --iters "$I" --warmup 1 --label "$name")
-        [ -n "$bench" ] && run_step "mwb-$name" "$TM" "${lib[@]}" "$bench" "${args[@]}" --storage bf16
+        read -r name TM TT rest <<<"$m"
+        # shellcheck disable=SC2206
+        local args=($rest --bf16 --warmup 1 --label "$name")
+        [ -n "$bench" ] && run_step "mwb-$name" "$TM" "${lib[@]}" "$bench" "${args[@]}"
         run_step "torch-$name" "$TT" "$py" "$here/benchmarks/gpu/torch_gpt_gpu.py" "${args[@]}"
     done
-    [ "$dry_run" = 1 ] && echo "dry run into $OUT: ${planned}s of step limits planned; the ${budget}s budget gives the last steps less (or skips them) if the first ran to their limits"
+    if [ "$dry_run" = 1 ]; then
+        echo "dry run into $OUT: ${planned}s of step limits planned (the fallback build's included) of the ${budget}s budget"
+        if [ "$planned" -gt "$budget" ]; then
+            echo "gpu-check: the steps' limits add up to ${planned}s, over the ${budget}s budget: shorten them" >&2
+            summary >/dev/null
+            rm -rf "$WORK"
+            return 1
+        fi
+    fi
     summary
     rm -rf "$WORK"
 }
@@ -283,9 +336,9 @@ def figures(r):
         return (f"fwd {r['fwd_tflops']:.1f} TFLOP/s ({r['fwd_ms']:.2f} ms), "
                 f"bwd {r['bwd_tflops']:.1f} TFLOP/s ({r['bwd_ms']:.2f} ms)")
     mem = r.get("peak_allocated_bytes")
-    return (f"{r['tokens_per_s']:.0f} tokens/s, {r['model_tflops']:.1f} model TFLOP/s, MFU "
-            f"{(r['mfu'] or 0) * 100:.1f}% of {r['peak_bf16_tflops']:.0f} measured, "
-            f"peak {mem / 2**30 if mem else float('nan'):.1f} GiB")
+    return (f"MFU {(r.get('mfu_h200') or 0) * 100:.1f}% of {r.get('h200_peak_tflops', 0):.0f} (H200 bf16 dense), "
+            f"{(r['mfu'] or 0) * 100:.1f}% of {r['peak_bf16_tflops']:.0f} measured; {r['tokens_per_s']:.0f} tokens/s, "
+            f"{r['model_tflops']:.1f} TFLOP/s, peak {mem / 2**30 if mem else float('nan'):.1f} GiB")
 
 
 def what(step, r):
@@ -301,11 +354,14 @@ for step, st in status:
     r = rows.get(step)
     if step == "op-checks":
         result = checks or "no summary line (see steps.log)"
+    elif step == "fallback-build":
+        result = "built" if st.startswith("rc=0") else "not built (see steps.log)"
     elif r:
         result = figures(r)
     else:
         result = "not measured (see steps.log)"
-    print(f"| {step} | {'CUDA ops vs CPU twins' if step == 'op-checks' else what(step, r)} | {st} | {result} |")
+    name = {"op-checks": "CUDA ops vs CPU twins", "fallback-build": "mwb-gpu-check from sources"}.get(step) or what(step, r)
+    print(f"| {step} | {name} | {st} | {result} |")
 PY
 }
 
@@ -335,6 +391,7 @@ quick=0
 mode=run
 build_dir=""
 budget=${GPU_CHECK_BUDGET:-360}
+fallback_limit=60
 for a in "$@"; do
     case "$a" in
         bundle) mode=bundle ;;
@@ -353,5 +410,5 @@ case "$mode" in
     bundle) make_bundle ${build_dir:+"$build_dir"} ;;
     checks) WORK_CHECK=$(mktemp); run_checks "$build_dir"; rc=$?; rm -f "$WORK_CHECK"; exit $rc ;;
     fallback) fallback_build "$build_dir" ;;  # a step of run: the folder for the objects
-    run) run_all "$quick" ;;
+    run) run_all "$quick"; exit $? ;;
 esac
