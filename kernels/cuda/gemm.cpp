@@ -99,7 +99,7 @@ bool linear_forward_lt(cudaStream_t stream, TensorView y, TensorView x, TensorVi
             found == 0)
             break;
         const float alpha = 1.0f, beta = 0.0f;
-        void* workspace = scratch(1, kLtWorkspace);
+        void* workspace = scratch(1, kLtWorkspace, stream);
         ok = cublasLtMatmul(cublaslt_handle(), desc, &alpha, w.data, lw, x.data, lx, &beta, y.data, ly, y.data, ly,
                             &heur.algo, workspace, kLtWorkspace, stream) == CUBLAS_STATUS_SUCCESS;
     } while (false);
@@ -117,7 +117,7 @@ TensorView gemm_input(const OpContext& ctx, const TensorView& t, int slot) {
     if (ctx.gemm_inputs != DType::BF16 || t.dtype != DType::F32 || t.empty()) return t;
     TensorView v = t;
     v.dtype = DType::BF16;
-    v.data = scratch(slot, t.numel() * 2);
+    v.data = scratch(slot, t.numel() * 2, stream_of(ctx));
     convert_to_bf16(stream_of(ctx), v.data, static_cast<const float*>(t.data), t.numel());
     return v;
 }
