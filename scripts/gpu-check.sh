@@ -11,22 +11,31 @@
 #   scripts/gpu-check.sh [run] [--quick] [--dry-run]   on the device machine: the CUDA op checks
 #       (each in a process of its own: `scripts/gpu-check.sh checks BIN`), the attention
 #       micro-benchmark (4×16×2048×128 bf16, and Llama-3.2-1B's grouped 4×32×2048×64 with 8 groups)
-#       in mwb-gpu-bench and PyTorch SDPA, then GPT-2 124M (seq 1024) and a 1.3B model (24 layers,
-#       hidden 2048, seq 2048) in mwb-gpu-bench and PyTorch (benchmarks/gpu/torch_gpt_gpu.py).
-#       Every step is time-boxed and the whole run stays inside GPU_CHECK_BUDGET seconds (default
-#       360): a step that would overrun it gets the time left, a step with under 10 s left is skipped
-#       and says so. Under $OUT (default ./gpu-check-out): machine.txt, steps.log (each step's whole
-#       log, appended the moment it ends), status.txt, results.jsonl, summary.md (printed last; its
-#       last lines are one table). `--dry-run` walks every step here without a GPU: the commands,
-#       their limits, the programs they need, the check list; OUT defaults to a temp folder then.
-#       PYTHON overrides python3 (PyTorch); MWB_GPU_CHECK and MWB_GPU_BENCH the mwb programs (default
-#       gpu-bundle/bin/mwb-gpu-check and gpu-bundle/bin/mwb-gpu-bench). The bundled libraries are on
-#       the library path of the mwb programs only, never of PyTorch, which loads its own
-#       cuBLAS/cuDNN/NCCL. NCCL_DEBUG=WARN.
+#       in mwb-gpu-bench and PyTorch SDPA, then GPT-2 124M (seq 1024), a 1.3B GPT (24 layers, hidden
+#       2048, seq 2048) and Llama-3.2-1B (its preset, seq 2048), bf16, in mwb-gpu-bench and PyTorch
+#       (benchmarks/gpu/torch_gpt_gpu.py), given the same mwb-train flags. Every step is time-boxed;
+#       the limits, the fallback build's included, add up to at most GPU_CHECK_BUDGET seconds (default
+#       360; the dry run fails when they do not), and a step gets at most the time the budget has left
+#       (one with under 10 s left is skipped and says so). Under $OUT (default ./gpu-check-out; at most
+#       7 files, the device tool brings back 8): machine.txt (GPU, toolkit, PyTorch, whether the mwb
+#       programs find cuDNN), running.log (the running step's output as it is written: what an overrun
+#       of the whole call leaves), steps.log (each step's whole log, appended the moment it ends),
+#       status.txt, results.jsonl, missing-libraries.txt (only when a bundled program cannot start),
+#       summary.md (printed last; its last lines are one table: step, exit, key number). `--dry-run`
+#       walks every step here without a GPU: the commands, their limits summed against the budget, the
+#       programs they need, the check list; OUT defaults to a temp folder then. PYTHON overrides
+#       python3 (PyTorch); MWB_GPU_CHECK and MWB_GPU_BENCH the mwb programs (default
+#       gpu-bundle/bin/mwb-gpu-check and gpu-bundle/bin/mwb-gpu-bench). The bundled libraries, then the
+#       image's CUDA toolkit, then PyTorch's nvidia-* wheel folders (cuDNN: nvidia/cudnn/lib, which
+#       the mwb programs dlopen) are on the library path of the mwb programs only, never of PyTorch,
+#       which loads its own cuBLAS/cuDNN/NCCL. NCCL_DEBUG=WARN.
 #
-# If the bundled mwb-gpu-check cannot start there (a library missing), it is rebuilt there from
-# sources with nvcc/g++ and the bundle's headers and libraries (fallback_build below), as a step of
-# its own inside the budget.
+# If a bundled program cannot start there: when the image's libstdc++ is older than this machine's,
+# the bundle's own (gpu-bundle/lib-cxx) goes first on their path; when a library is still missing,
+# mwb-gpu-check is rebuilt there from sources with nvcc/g++ and the bundle's headers and libraries
+# (fallback_build below, all translation units at once), as a step of its own inside the budget.
+# mwb-gpu-bench has no source fallback (it needs the engine, MPI's headers and more than the budget
+# allows to compile): its rows then read "not run".
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
 bundle="$here/gpu-bundle"
@@ -171,7 +180,7 @@ run_step() {
         if command -v "$prog" >/dev/null 2>&1 || [ -x "$prog" ]; then
             echo "   program: $prog"
         else
-            echo "   program: $prog (not here: on the device machine it comes from the bundle or the fallback build)"
+            echo "   program: $prog (not here: on the device machine from the bundle; mwb-gpu-check also from the fallback build)"
         fi
         echo "$name dry-run" >>"$OUT/status.txt"
         return 0

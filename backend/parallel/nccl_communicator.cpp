@@ -8,9 +8,8 @@
 #include <mpi.h>
 #include <nccl.h>
 
-#include <cstdio>
-
 #include <chrono>
+#include <cstdio>
 #include <thread>
 
 namespace mwb {
