@@ -183,26 +183,22 @@ void NcclCommunicator::enqueued(int nccl_result, const std::string& op) {
     }
 }
 
+namespace {
+/// A stream or event query's answer: true when complete, false when not yet, an Error when it failed.
+bool completed(cudaError_t e, const char* what, const std::string& group) {
+    if (e != cudaSuccess && e != cudaErrorNotReady) check_cuda(e, what, group);
+    return e == cudaSuccess;
+}
+}  // namespace
+
 void NcclCommunicator::synchronize() {
     const auto stream = static_cast<cudaStream_t>(stream_);
-    poll(
-        [&] {
-            const cudaError_t e = cudaStreamQuery(stream);
-            if (e != cudaSuccess && e != cudaErrorNotReady) check_cuda(e, "stream synchronize", name_);
-            return e == cudaSuccess;
-        },
-        last_op_);
+    poll([&] { return completed(cudaStreamQuery(stream), "stream synchronize", name_); }, last_op_);
 }
 
 void NcclCommunicator::wait_event(void* event, const std::string& op) {
     const auto ev = static_cast<cudaEvent_t>(event);
-    poll(
-        [&] {
-            const cudaError_t e = cudaEventQuery(ev);
-            if (e != cudaSuccess && e != cudaErrorNotReady) check_cuda(e, "event synchronize", name_);
-            return e == cudaSuccess;
-        },
-        op);
+    poll([&] { return completed(cudaEventQuery(ev), "event synchronize", name_); }, op);
 }
 
 void NcclCommunicator::begin() {
