@@ -60,9 +60,10 @@ make_bundle() {
     rm -rf "$bundle"
     mkdir -p "$bundle/bin" "$bundle/lib" "$bundle/include"
     cp "$build/tests/kernels/mwb-gpu-check" "$build/benchmarks/gpu/mwb-gpu-bench" "$bundle/bin/"
-    # Libraries the device image lacks. glibc's and the CUDA toolkit's own (cudart, cuBLAS, cuBLASLt,
-    # NCCL: the image has CUDA 13 and PyTorch's nvidia-* wheels) stay behind: cuBLASLt alone is 540 MB.
-    local skip='^(linux-vdso|ld-linux|libc\.|libm\.|libdl\.|libpthread\.|librt\.|libstdc\+\+|libgcc_s|libcuda\.|libcublas|libnccl)'
+    # Libraries the device image lacks. glibc's, the driver's and the big CUDA libraries (cuBLAS,
+    # cuBLASLt, NCCL, cuDNN: the image has CUDA 13 and PyTorch's nvidia-* wheels) stay behind:
+    # cuBLASLt alone is 540 MB, cuDNN hundreds more. cudart is small and goes with the programs.
+    local skip='^(linux-vdso|ld-linux|libc\.|libm\.|libdl\.|libpthread\.|librt\.|libstdc\+\+|libgcc_s|libcuda\.|libcublas|libnccl|libcudnn)'
     mkdir -p "$bundle/lib-cxx"
     for b in "$bundle"/bin/*; do
         ldd "$b" | awk '/=> \// {print $1, $3}' | while read -r name path; do
