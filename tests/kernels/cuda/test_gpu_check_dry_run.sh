@@ -26,8 +26,10 @@ done
 # mwb programs get the bundle's libraries, PyTorch never does.
 grep "^== mwb-" "$log" | grep -vq "LD_LIBRARY_PATH=.*gpu-bundle/lib" && fail "an mwb step without the bundle's libraries"
 grep "^== torch-" "$log" | grep -q "LD_LIBRARY_PATH" && fail "a PyTorch step with the bundle's libraries"
-grep -q "^== mwb-attention-mha .*attention --batch 4 --heads 16 --seq 2048 --head-dim 128" "$log" ||
-    fail "the attention micro-benchmark is not 4×16×2048×128"
+for side in "mwb-attention-mha .*attention" "torch-attention-mha .*torch_attention_gpu.py"; do
+    grep -q "^== $side --batch 4 --heads 16 --seq 2048 --head-dim 128$" "$log" ||
+        fail "the attention micro-benchmark ($side) is not 4×16×2048×128"
+done
 # The same Llama-3.2-1B on both sides: the preset file both programs read, bf16.
 for side in mwb torch; do
     grep -q "^== $side-llama-3.2-1b .*--preset llama-3.2-1b --seq-length 2048 --micro-batch-size 4 .*--bf16" "$log" ||
