@@ -80,7 +80,7 @@ nlohmann::json describe(const Config& c, const GptDims& d, const FlopCounts& flo
     return {
         {"layers", d.layers}, {"hidden", d.hidden}, {"heads", d.heads}, {"groups", d.kv_groups()},
         {"head_dim", d.head_dim()}, {"ffn", d.ffn}, {"seq", d.seq}, {"micro_batch", d.micro_batch},
-        {"vocab", d.vocab}, {"swiglu", d.swiglu}, {"rmsnorm", d.rmsnorm}, {"rope", d.positions == Positions::Rope},
+        {"vocab", d.vocab}, {"swiglu", d.swiglu}, {"rmsnorm", d.rmsnorm}, {"rope", d.positions == GptDims::Positions::Rope},
         {"linear_bias", d.linear_bias}, {"tied_output", d.tied_output},
         {"params", params},
         {"model_flops_per_iter", flops.model},
