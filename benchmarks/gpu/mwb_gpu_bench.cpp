@@ -57,6 +57,8 @@ struct BenchArgs {
 /// flags, on one rank, one micro-batch per iteration, mock data. Throws ConfigError naming the field.
 Config bench_config(const BenchArgs& a, const ConfigFlags& flags) {
     Config c = a.preset.empty() ? Config{} : planner::load_preset(a.preset);
+    // Random tokens of --vocab-size ids, as the PyTorch side draws them (the presets say so themselves).
+    if (a.preset.empty()) c.data.tokenizer_type = "NullTokenizer";
     flags.apply(c);
     c.parallel.tensor_model_parallel_size = 1;
     c.parallel.pipeline_model_parallel_size = 1;
