@@ -18,10 +18,11 @@ std::string describe_ranks(const std::vector<int>& world_ranks, int rank) {
 }
 
 std::string nccl_timeout_message(const NcclWait& w, double waited_s, double timeout_s) {
-    return fmt::format("NCCL {} on the {} group of {} did not complete in {:.0f} s (timeout {:g} s, "
-                       "--distributed-timeout-minutes {:g}): a rank of the group is hung, gone or waiting in "
-                       "another operation; communicator aborted",
-                       w.op, w.group, describe_ranks(w.world_ranks, w.rank), waited_s, timeout_s, timeout_s / 60);
+    return fmt::format(
+        "NCCL {} on the {} group of {} did not complete in {:.0f} s (timeout {:g} s, "
+        "--distributed-timeout-minutes {:g}): a rank of the group is hung, gone or waiting in "
+        "another operation; communicator aborted",
+        w.op, w.group, describe_ranks(w.world_ranks, w.rank), waited_s, timeout_s, timeout_s / 60);
 }
 
 std::string nccl_async_error_message(const NcclWait& w, std::string_view nccl_error) {

@@ -70,7 +70,8 @@ Config bench_config(const BenchArgs& a, const ConfigFlags& flags) {
     c.model.hidden_dropout = 0;
     c.model.attention_dropout = 0;
     const auto tokenizer = data::make_tokenizer(c.data, c.model);
-    for (const std::string& note : resolve(c, 1, tokenizer->vocab_size())) std::fprintf(stderr, "mwb-gpu-bench: %s\n", note.c_str());
+    for (const std::string& note : resolve(c, 1, tokenizer->vocab_size()))
+        std::fprintf(stderr, "mwb-gpu-bench: %s\n", note.c_str());
     check_config(c, 1);
     return c;
 }

@@ -28,7 +28,8 @@ private slots:
     void timeoutMustBePositiveAndFinite() {
         QCOMPARE(checked_nccl_timeout(600, "dp"), 600.0);
         QCOMPARE(checked_nccl_timeout(0.5, "dp"), 0.5);
-        for (const double bad : {0.0, -1.0, std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
+        for (const double bad :
+             {0.0, -1.0, std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
             try {
                 checked_nccl_timeout(bad, "tp");
                 QFAIL(qPrintable(QString("timeout %1 accepted").arg(bad)));
