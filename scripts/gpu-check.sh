@@ -6,8 +6,10 @@
 #       mwb-gpu-bench in BUILD_DIR (default build-gpu-bundle; configured with MWB_NATIVE=OFF, so the
 #       binaries run on any x86-64 processor), then gather them and the shared libraries they need
 #       that the bare device image lacks (ldd; not glibc, not the CUDA libraries the image has) plus
-#       the carried headers for the fallback build into the git-ignored folder gpu-bundle/ — name it
-#       in the device tool's `carry`. Fails when bundle + working tree exceed the 64 MiB carry limit.
+#       the carried headers for the fallback build, packed as one xz archive (unpacked it is over the
+#       limit), into the git-ignored folder gpu-bundle/ (bundle.tar.xz, manifest.txt) — name it in the
+#       device tool's `carry`. Fails when archive + working tree exceed the 64 MiB carry limit. The
+#       device run unpacks it in place first (step unpack).
 #   scripts/gpu-check.sh [run] [--quick] [--dry-run]   on the device machine: the CUDA op checks
 #       (each in a process of its own: `scripts/gpu-check.sh checks BIN`), the attention
 #       micro-benchmark (4×16×2048×128 bf16, and Llama-3.2-1B's grouped 4×32×2048×64 with 8 groups)
@@ -39,6 +41,7 @@
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
 bundle="$here/gpu-bundle"
+bundle_archive=bundle.tar.xz
 carry_limit_mib=64
 
 usage() {
@@ -77,8 +80,25 @@ make_bundle() {
     local cblas=/usr/include/x86_64-linux-gnu/openblas-openmp
     [ -f "$cblas/cblas.h" ] || cblas=/usr/include
     cp "$cblas"/cblas.h "$cblas"/openblas_config.h "$bundle/include/" 2>/dev/null || true
+    # What travels is one xz archive (OpenBLAS's 35 MB and ICU's 30 MB of data compress about 5×:
+    # unpacked the bundle is over the carry limit); the device run unpacks it in place (step unpack).
+    (cd "$bundle" && find . -type f -printf '%10s %p\n' | sort -k2) >"$build/bundle-manifest.txt"
+    tar -C "$bundle" -cf - bin lib lib-cxx include | xz -T2 -6 >"$build/$bundle_archive.tmp" ||
+        { echo "gpu-check: packing the bundle failed" >&2; exit 1; }
+    rm -rf "$bundle"
+    mkdir -p "$bundle"
+    mv "$build/$bundle_archive.tmp" "$bundle/$bundle_archive"
+    mv "$build/bundle-manifest.txt" "$bundle/manifest.txt"
+    echo "gpu-check: unpacked $(awk '{s += $1} END {printf "%.1f MiB", s / 1048576}' "$bundle/manifest.txt") in $(wc -l <"$bundle/manifest.txt") files (gpu-bundle/manifest.txt)"
     check_carry_size
     echo "gpu-check: bundle ready in $bundle (carry: [\"gpu-bundle\"])"
+}
+
+# On the device machine: the carried archive unpacked in place (gpu-bundle/bin, lib, lib-cxx, include),
+# so that the programs find resources/ beside it as they do here.
+unpack_bundle() {
+    [ -f "$bundle/$bundle_archive" ] || { echo "gpu-check: no $bundle/$bundle_archive (scripts/gpu-check.sh bundle, then carry gpu-bundle)"; return 1; }
+    xz -dc "$bundle/$bundle_archive" | tar -C "$bundle" -xf - && echo "gpu-check: unpacked $bundle/$bundle_archive"
 }
 
 # What travels to the device machine: the working tree (tracked and untracked-not-ignored files) and
@@ -253,9 +273,16 @@ run_all() {
             if "$py" "$here/benchmarks/gpu/$s" --help >/dev/null 2>&1; then echo "$s --help: ok ($py)"
             else echo "$s --help: fails with $py (PyTorch missing here? PYTHON=/usr/bin/python3)"; fi
         done
+        if [ -f "$bundle/manifest.txt" ]; then
+            echo "bundle ($bundle/$bundle_archive): $(wc -l <"$bundle/manifest.txt") files, $(awk '{s += $1} END {printf "%.1f MiB", s / 1048576}' "$bundle/manifest.txt") unpacked"
+        else
+            echo "bundle: none here yet (scripts/gpu-check.sh bundle)"
+        fi
+        run_step unpack 15 "$here/scripts/gpu-check.sh" unpack
         # Counted whether or not it will be needed: the budget must hold when it is.
         run_step fallback-build "$fallback_limit" "$here/scripts/gpu-check.sh" fallback "$WORK"
     else
+        [ -f "$bundle/$bundle_archive" ] && run_step unpack 15 "$here/scripts/gpu-check.sh" unpack
         local missing
         missing=$( { cannot_start "$check"; cannot_start "$bench"; } )
         if echo "$missing" | grep -Eq 'GLIBCXX|CXXABI|GCC_[0-9]'; then
@@ -275,8 +302,9 @@ run_all() {
         fi
     fi
 
-    local lib=(env LD_LIBRARY_PATH="$MWB_LIBRARY_PATH")  # before an mwb program: the bundle's libraries
-    [ -n "$check" ] && run_step op-checks 50 "${lib[@]}" "$here/scripts/gpu-check.sh" checks "$check"
+    # Before an mwb program: the bundle's libraries, and the presets and GPU catalogue of this tree.
+    local lib=(env LD_LIBRARY_PATH="$MWB_LIBRARY_PATH" MWB_RESOURCES_DIR="$here/resources")
+    [ -n "$check" ] && run_step op-checks 45 "${lib[@]}" "$here/scripts/gpu-check.sh" checks "$check"
 
     # The attention core alone: name, then the shape as both programs take it.
     local shapes=("attention-mha --batch 4 --heads 16 --seq 2048 --head-dim 128"
@@ -294,7 +322,7 @@ run_all() {
     # name, limit-mwb, limit-torch, then the model as both programs take it (mwb-train's flags; the
     # Llama from its preset, the file torch_gpt_gpu.py reads too): GPT-2 124M, a 1.3B GPT (GPT-3 XL
     # shape) and Llama-3.2-1B, bf16.
-    local models=("gpt2-124m 25 25 --num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --micro-batch-size 8 --vocab-size 50304 --iters 5"
+    local models=("gpt2-124m 20 20 --num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --micro-batch-size 8 --vocab-size 50304 --iters 5"
                   "gpt-1.3b 40 30 --num-layers 24 --hidden-size 2048 --num-attention-heads 16 --seq-length 2048 --micro-batch-size 4 --vocab-size 50304 --iters 3"
                   "llama-3.2-1b 40 30 --preset llama-3.2-1b --seq-length 2048 --micro-batch-size 4 --iters 3")
     [ "$quick" = 1 ] && models=("${models[0]/--iters 5/--iters 3}")
@@ -366,11 +394,14 @@ for step, st in status:
         result = checks or "no summary line (see steps.log)"
     elif step == "fallback-build":
         result = "built" if st.startswith("rc=0") else "not built (see steps.log)"
+    elif step == "unpack":
+        result = "unpacked" if st.startswith("rc=0") else "not unpacked (see steps.log)"
     elif r:
         result = figures(r)
     else:
         result = "not measured (see steps.log)"
-    name = {"op-checks": "CUDA ops vs CPU twins", "fallback-build": "mwb-gpu-check from sources"}.get(step) or what(step, r)
+    name = {"op-checks": "CUDA ops vs CPU twins", "fallback-build": "mwb-gpu-check from sources",
+            "unpack": "gpu-bundle/bundle.tar.xz"}.get(step) or what(step, r)
     print(f"| {step} | {name} | {st} | {result} |")
 PY
 }
@@ -412,6 +443,7 @@ for a in "$@"; do
         -h|--help) usage 0 ;;
         -*) echo "gpu-check: unknown option $a" >&2; usage 2 ;;
         fallback) mode=fallback ;;
+        unpack) mode=unpack ;;
         *) if { [ "$mode" = bundle ] || [ "$mode" = checks ] || [ "$mode" = fallback ]; } && [ -z "$build_dir" ]; then build_dir=$a
            else echo "gpu-check: unexpected argument $a" >&2; usage 2; fi ;;
     esac
@@ -420,5 +452,6 @@ case "$mode" in
     bundle) make_bundle ${build_dir:+"$build_dir"} ;;
     checks) WORK_CHECK=$(mktemp); run_checks "$build_dir"; rc=$?; rm -f "$WORK_CHECK"; exit $rc ;;
     fallback) fallback_build "$build_dir" ;;  # a step of run: the folder for the objects
+    unpack) unpack_bundle ;;                  # a step of run
     run) run_all "$quick"; exit $? ;;
 esac

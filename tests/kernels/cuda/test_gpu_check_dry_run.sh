@@ -14,7 +14,7 @@ OUT="$out/run" MWB_GPU_CHECK=$2 MWB_GPU_BENCH=$3 GPU_CHECK_BUDGET=360 "$root/scr
 rc=$?
 fail() { echo "FAIL: $*"; cat "$log"; exit 1; }
 [ "$rc" = 0 ] || fail "exit status $rc"
-steps="fallback-build op-checks mwb-attention-mha torch-attention-mha mwb-attention-gqa torch-attention-gqa \
+steps="unpack fallback-build op-checks mwb-attention-mha torch-attention-mha mwb-attention-gqa torch-attention-gqa \
 mwb-gpt2-124m torch-gpt2-124m mwb-gpt-1.3b torch-gpt-1.3b mwb-llama-3.2-1b torch-llama-3.2-1b"
 for step in $steps; do
     grep -q "^== $step (limit [0-9]*s" "$log" || fail "step $step not walked"
@@ -44,6 +44,8 @@ sum=$(awk '/^== / && match($0, /\(limit [0-9]+s;/) {s += substr($0, RSTART + 7, 
 OUT="$out/small" MWB_GPU_CHECK=$2 MWB_GPU_BENCH=$3 GPU_CHECK_BUDGET=$((planned - 1)) "$root/scripts/gpu-check.sh" --dry-run \
     >"$out/small.txt" 2>&1 && fail "a budget of $((planned - 1)) s passed the dry run"
 grep -q "add up to ${planned}s, over the $((planned - 1))s budget" "$out/small.txt" || fail "the over-budget dry run does not say why"
+# What the carried bundle holds is said (or that there is none here yet).
+grep -Eq "^bundle( \(.*\): [0-9]+ files, [0-9.]+ MiB unpacked|: none here yet)" "$log" || fail "the bundle is not described"
 # Whether the mwb programs will find cuDNN (after the bundle) is said.
 grep -q "^cuDNN for the mwb programs: " "$out/run/machine.txt" || fail "machine.txt does not say whether cuDNN is found"
 [ ! -e "$out/run/running.log" ] || fail "running.log left behind"
