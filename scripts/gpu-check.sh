@@ -98,7 +98,13 @@ make_bundle() {
 # so that the programs find resources/ beside it as they do here.
 unpack_bundle() {
     [ -f "$bundle/$bundle_archive" ] || { echo "gpu-check: no $bundle/$bundle_archive (scripts/gpu-check.sh bundle, then carry gpu-bundle)"; return 1; }
-    xz -dc "$bundle/$bundle_archive" | tar -C "$bundle" -xf - && echo "gpu-check: unpacked $bundle/$bundle_archive"
+    if command -v xz >/dev/null; then
+        xz -dc "$bundle/$bundle_archive" | tar -C "$bundle" -xf - || return 1
+    else  # an image without xz-utils: Python's tarfile reads xz too
+        "${PYTHON:-python3}" -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+            "$bundle/$bundle_archive" "$bundle" || return 1
+    fi
+    echo "gpu-check: unpacked $bundle/$bundle_archive"
 }
 
 # What travels to the device machine: the working tree (tracked and untracked-not-ignored files) and
