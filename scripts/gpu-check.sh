@@ -6,30 +6,42 @@
 #       mwb-gpu-bench in BUILD_DIR (default build-gpu-bundle; configured with MWB_NATIVE=OFF, so the
 #       binaries run on any x86-64 processor), then gather them and the shared libraries they need
 #       that the bare device image lacks (ldd; not glibc, not the CUDA libraries the image has) plus
-#       the carried headers for the fallback build into the git-ignored folder gpu-bundle/ — name it
-#       in the device tool's `carry`. Fails when bundle + working tree exceed the 64 MiB carry limit.
+#       the carried headers for the fallback build, packed as one xz archive (unpacked it is over the
+#       limit), into the git-ignored folder gpu-bundle/ (bundle.tar.xz, manifest.txt) — name it in the
+#       device tool's `carry`. Fails when archive + working tree exceed the 64 MiB carry limit. The
+#       device run unpacks it in place first (step unpack).
 #   scripts/gpu-check.sh [run] [--quick] [--dry-run]   on the device machine: the CUDA op checks
 #       (each in a process of its own: `scripts/gpu-check.sh checks BIN`), the attention
 #       micro-benchmark (4×16×2048×128 bf16, and Llama-3.2-1B's grouped 4×32×2048×64 with 8 groups)
-#       in mwb-gpu-bench and PyTorch SDPA, then GPT-2 124M (seq 1024) and a 1.3B model (24 layers,
-#       hidden 2048, seq 2048) in mwb-gpu-bench and PyTorch (benchmarks/gpu/torch_gpt_gpu.py).
-#       Every step is time-boxed and the whole run stays inside GPU_CHECK_BUDGET seconds (default
-#       360): a step that would overrun it gets the time left, a step with under 10 s left is skipped
-#       and says so. Under $OUT (default ./gpu-check-out): machine.txt, steps.log (each step's whole
-#       log, appended the moment it ends), status.txt, results.jsonl, summary.md (printed last; its
-#       last lines are one table). `--dry-run` walks every step here without a GPU: the commands,
-#       their limits, the programs they need, the check list; OUT defaults to a temp folder then.
-#       PYTHON overrides python3 (PyTorch); MWB_GPU_CHECK and MWB_GPU_BENCH the mwb programs (default
-#       gpu-bundle/bin/mwb-gpu-check and gpu-bundle/bin/mwb-gpu-bench). The bundled libraries are on
-#       the library path of the mwb programs only, never of PyTorch, which loads its own
-#       cuBLAS/cuDNN/NCCL. NCCL_DEBUG=WARN.
+#       in mwb-gpu-bench and PyTorch SDPA, then GPT-2 124M (seq 1024), a 1.3B GPT (24 layers, hidden
+#       2048, seq 2048) and Llama-3.2-1B (its preset, seq 2048), bf16, in mwb-gpu-bench and PyTorch
+#       (benchmarks/gpu/torch_gpt_gpu.py), given the same mwb-train flags. Every step is time-boxed;
+#       the limits, the fallback build's included, add up to at most GPU_CHECK_BUDGET seconds (default
+#       360; the dry run fails when they do not), and a step gets at most the time the budget has left
+#       (one with under 10 s left is skipped and says so). Under $OUT (default ./gpu-check-out; at most
+#       7 files, the device tool brings back 8): machine.txt (GPU, toolkit, PyTorch, whether the mwb
+#       programs find cuDNN), running.log (the running step's output as it is written: what an overrun
+#       of the whole call leaves), steps.log (each step's whole log, appended the moment it ends),
+#       status.txt, results.jsonl, missing-libraries.txt (only when a bundled program cannot start),
+#       summary.md (printed last; its last lines are one table: step, exit, key number). `--dry-run`
+#       walks every step here without a GPU: the commands, their limits summed against the budget, the
+#       programs they need, the check list; OUT defaults to a temp folder then. PYTHON overrides
+#       python3 (PyTorch); MWB_GPU_CHECK and MWB_GPU_BENCH the mwb programs (default
+#       gpu-bundle/bin/mwb-gpu-check and gpu-bundle/bin/mwb-gpu-bench). The bundled libraries, then the
+#       image's CUDA toolkit, then PyTorch's nvidia-* wheel folders (cuDNN: nvidia/cudnn/lib, which
+#       the mwb programs dlopen) are on the library path of the mwb programs only, never of PyTorch,
+#       which loads its own cuBLAS/cuDNN/NCCL. NCCL_DEBUG=WARN.
 #
-# If the bundled mwb-gpu-check cannot start there (a library missing), it is rebuilt there from
-# sources with nvcc/g++ and the bundle's headers and libraries (fallback_build below), as a step of
-# its own inside the budget.
+# If a bundled program cannot start there: when the image's libstdc++ is older than this machine's,
+# the bundle's own (gpu-bundle/lib-cxx) goes first on their path; when a library is still missing,
+# mwb-gpu-check is rebuilt there from sources with nvcc/g++ and the bundle's headers and libraries
+# (fallback_build below, all translation units at once), as a step of its own inside the budget.
+# mwb-gpu-bench has no source fallback (it needs the engine, MPI's headers and more than the budget
+# allows to compile): its rows then read "not run".
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
 bundle="$here/gpu-bundle"
+bundle_archive=bundle.tar.xz
 carry_limit_mib=64
 
 usage() {
@@ -51,12 +63,16 @@ make_bundle() {
     rm -rf "$bundle"
     mkdir -p "$bundle/bin" "$bundle/lib" "$bundle/include"
     cp "$build/tests/kernels/mwb-gpu-check" "$build/benchmarks/gpu/mwb-gpu-bench" "$bundle/bin/"
-    # Libraries the device image lacks. glibc's and the CUDA toolkit's own (cudart, cuBLAS, cuBLASLt,
-    # NCCL: the image has CUDA 13 and PyTorch's nvidia-* wheels) stay behind: cuBLASLt alone is 540 MB.
-    local skip='^(linux-vdso|ld-linux|libc\.|libm\.|libdl\.|libpthread\.|librt\.|libstdc\+\+|libgcc_s|libcuda\.|libcublas|libnccl)'
+    # Libraries the device image lacks. glibc's, the driver's and the big CUDA libraries (cuBLAS,
+    # cuBLASLt, NCCL, cuDNN: the image has CUDA 13 and PyTorch's nvidia-* wheels) stay behind:
+    # cuBLASLt alone is 540 MB, cuDNN hundreds more. cudart is small and goes with the programs.
+    local skip='^(linux-vdso|ld-linux|libc\.|libm\.|libdl\.|libpthread\.|librt\.|libstdc\+\+|libgcc_s|libcuda\.|libcublas|libnccl|libcudnn)'
+    mkdir -p "$bundle/lib-cxx"
     for b in "$bundle"/bin/*; do
         ldd "$b" | awk '/=> \// {print $1, $3}' | while read -r name path; do
             echo "$name" | grep -Eq "$skip" || cp -L "$path" "$bundle/lib/$name"
+            # This compiler's C++ runtime, off the path unless the image's is older (GLIBCXX_... not found).
+            case "$name" in libstdc++*|libgcc_s*) cp -L "$path" "$bundle/lib-cxx/$name" ;; esac
         done
     done
     # Fallback build inputs: the few headers the kernels need beyond the CUDA toolkit's.
@@ -64,8 +80,31 @@ make_bundle() {
     local cblas=/usr/include/x86_64-linux-gnu/openblas-openmp
     [ -f "$cblas/cblas.h" ] || cblas=/usr/include
     cp "$cblas"/cblas.h "$cblas"/openblas_config.h "$bundle/include/" 2>/dev/null || true
+    # What travels is one xz archive (OpenBLAS's 35 MB and ICU's 30 MB of data compress about 5×:
+    # unpacked the bundle is over the carry limit); the device run unpacks it in place (step unpack).
+    (cd "$bundle" && find . -type f -printf '%10s %p\n' | sort -k2) >"$build/bundle-manifest.txt"
+    tar -C "$bundle" -cf - bin lib lib-cxx include | xz -T2 -6 >"$build/$bundle_archive.tmp" ||
+        { echo "gpu-check: packing the bundle failed" >&2; exit 1; }
+    rm -rf "$bundle"
+    mkdir -p "$bundle"
+    mv "$build/$bundle_archive.tmp" "$bundle/$bundle_archive"
+    mv "$build/bundle-manifest.txt" "$bundle/manifest.txt"
+    echo "gpu-check: unpacked $(awk '{s += $1} END {printf "%.1f MiB", s / 1048576}' "$bundle/manifest.txt") in $(wc -l <"$bundle/manifest.txt") files (gpu-bundle/manifest.txt)"
     check_carry_size
     echo "gpu-check: bundle ready in $bundle (carry: [\"gpu-bundle\"])"
+}
+
+# On the device machine: the carried archive unpacked in place (gpu-bundle/bin, lib, lib-cxx, include),
+# so that the programs find resources/ beside it as they do here.
+unpack_bundle() {
+    [ -f "$bundle/$bundle_archive" ] || { echo "gpu-check: no $bundle/$bundle_archive (scripts/gpu-check.sh bundle, then carry gpu-bundle)"; return 1; }
+    if command -v xz >/dev/null; then
+        xz -dc "$bundle/$bundle_archive" | tar -C "$bundle" -xf - || return 1
+    else  # an image without xz-utils: Python's tarfile reads xz too
+        "${PYTHON:-python3}" -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+            "$bundle/$bundle_archive" "$bundle" || return 1
+    fi
+    echo "gpu-check: unpacked $bundle/$bundle_archive"
 }
 
 # What travels to the device machine: the working tree (tracked and untracked-not-ignored files) and
@@ -83,19 +122,35 @@ check_carry_size() {
 }
 
 # ---- run (on the device machine) -------------------------------------------------------------------
-# The library path of the mwb programs: the bundle first, then the image's CUDA toolkit and
-# PyTorch's nvidia-* wheel libraries (cuBLAS, NCCL where the toolkit lacks them).
-mwb_library_path() {
-    local dirs="$bundle/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib"
-    local wheels
-    wheels=$("${PYTHON:-python3}" - 2>/dev/null <<'PY'
+# PyTorch's nvidia-* wheel library folders (cuDNN, and cuBLAS/NCCL where the toolkit lacks them), found
+# through the python that holds PyTorch. The mwb programs dlopen cuDNN from there (it is never bundled:
+# hundreds of MB).
+torch_wheel_dirs() {
+    "${PYTHON:-python3}" - 2>/dev/null <<'PY'
 import glob, os, site
 roots = site.getsitepackages() + [site.getusersitepackages()]
 libs = sorted({os.path.dirname(p) for r in roots for p in glob.glob(os.path.join(r, "nvidia", "**", "lib*.so*"), recursive=True)})
 print(":".join(libs))
 PY
-)
+}
+
+# The library path of the mwb programs: the bundle first, then the image's CUDA toolkit, then the
+# wheels' folders.
+mwb_library_path() {
+    local dirs="$bundle/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib"
+    local wheels
+    wheels=$(torch_wheel_dirs)
     echo "$dirs${wheels:+:$wheels}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+}
+
+# The folder of the path $1 (colon-separated) that holds libcudnn.so*, or nothing.
+cudnn_dir() {
+    local d
+    local IFS=:
+    for d in $1; do
+        compgen -G "$d/libcudnn.so*" >/dev/null && { echo "$d"; return 0; }
+    done
+    return 1
 }
 
 # Runs an mwb program (or a script that runs only mwb programs) with the bundle's libraries: a
@@ -137,8 +192,9 @@ fallback_build() {
 now() { date +%s; }
 
 # run_step NAME LIMIT COMMAND...: COMMAND time-boxed to LIMIT seconds (less when the run's budget
-# has less left), its whole log appended to $OUT/steps.log and its JSON lines to
-# $OUT/results.jsonl the moment it ends, "NAME rc=N seconds=S" to $OUT/status.txt.
+# has less left). Its output goes straight into $OUT/running.log while it runs (so an overrun of the
+# whole device call still brings back what the step printed), and the moment it ends it is appended to
+# $OUT/steps.log, its JSON lines to $OUT/results.jsonl and "NAME rc=N seconds=S" to $OUT/status.txt.
 run_step() {
     local name=$1 limit=$2
     shift 2
@@ -151,7 +207,7 @@ run_step() {
         if command -v "$prog" >/dev/null 2>&1 || [ -x "$prog" ]; then
             echo "   program: $prog"
         else
-            echo "   program: $prog (not here: on the device machine it comes from the bundle or the fallback build)"
+            echo "   program: $prog (not here: on the device machine from the bundle; mwb-gpu-check also from the fallback build)"
         fi
         echo "$name dry-run" >>"$OUT/status.txt"
         return 0
@@ -163,16 +219,28 @@ run_step() {
     fi
     [ "$limit" -gt "$left" ] && limit=$left
     echo "== $name (limit ${limit}s): $*"
-    local t0 rc
+    local t0 rc log="$OUT/running.log"
     t0=$(now)
-    timeout -k 5 "$limit" "$@" >"$WORK/$name.log" 2>&1
+    echo "===== $name (running, limit ${limit}s): $*" >"$log"
+    timeout -k 5 "$limit" "$@" >>"$log" 2>&1
     rc=$?
     local secs=$(( $(now) - t0 ))
-    { echo "===== $name: rc=$rc in ${secs}s (limit ${limit}s): $*"; cat "$WORK/$name.log"; echo; } >>"$OUT/steps.log"
-    grep '^{' "$WORK/$name.log" | sed "s/^{/{\"step\": \"$name\", /" >>"$OUT/results.jsonl"
+    { echo "===== $name: rc=$rc in ${secs}s (limit ${limit}s): $*"; tail -n +2 "$log"; echo; } >>"$OUT/steps.log"
+    grep '^{' "$log" | sed "s/^{/{\"step\": \"$name\", /" >>"$OUT/results.jsonl"
     echo "$name rc=$rc seconds=$secs" >>"$OUT/status.txt"
-    tail -n 25 "$WORK/$name.log"
+    tail -n 25 "$log" | tail -n +2
+    rm -f "$log"
     return $rc
+}
+
+# An mwb program that cannot start here (not there, or a library missing: ldd with the mwb library
+# path) is rebuilt from sources by the one fallback-build step; its missing libraries go to
+# $OUT/missing-libraries.txt. Prints nothing when the program starts.
+cannot_start() {
+    local prog=$1
+    [ -x "$prog" ] || { echo "$prog: not there"; return 0; }
+    mwb_env ldd "$prog" 2>&1 | grep 'not found' | sed "s|^|$prog: |" | grep . && return 0
+    return 1
 }
 
 run_all() {
@@ -181,7 +249,8 @@ run_all() {
         if [ "$dry_run" = 1 ]; then OUT=$(mktemp -d); else OUT="$here/gpu-check-out"; fi
     fi
     mkdir -p "$OUT"
-    rm -f "$OUT/steps.log" "$OUT/status.txt" "$OUT/results.jsonl" "$OUT/summary.md"
+    rm -f "$OUT/steps.log" "$OUT/status.txt" "$OUT/results.jsonl" "$OUT/summary.md" "$OUT/running.log" \
+          "$OUT/missing-libraries.txt"
     : >"$OUT/status.txt"
     : >"$OUT/results.jsonl"
     WORK=$(mktemp -d)
@@ -189,10 +258,12 @@ run_all() {
     planned=0
     export NCCL_DEBUG=WARN OMP_NUM_THREADS="${OMP_NUM_THREADS:-16}" PYTHONUNBUFFERED=1
     MWB_LIBRARY_PATH=$(mwb_library_path)
-    local py="${PYTHON:-python3}"
+    local py="${PYTHON:-python3}" cudnn
     { date -u; echo "budget ${budget}s"; nvidia-smi -L 2>&1; nvcc --version 2>&1 | tail -n 1
-      timeout 30 "$py" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1; } \
-        | tee "$OUT/machine.txt"
+      timeout 30 "$py" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1
+      if cudnn=$(cudnn_dir "$MWB_LIBRARY_PATH"); then echo "cuDNN for the mwb programs: $cudnn (after the bundle)"
+      else echo "cuDNN for the mwb programs: not found (no nvidia/cudnn/lib beside $py's PyTorch): their own attention kernels only"; fi
+      echo "mwb library path: $MWB_LIBRARY_PATH"; } | tee "$OUT/machine.txt"
 
     local check="${MWB_GPU_CHECK:-$bundle/bin/mwb-gpu-check}" bench="${MWB_GPU_BENCH:-$bundle/bin/mwb-gpu-bench}"
     if [ "$dry_run" = 1 ]; then
@@ -208,23 +279,38 @@ run_all() {
             if "$py" "$here/benchmarks/gpu/$s" --help >/dev/null 2>&1; then echo "$s --help: ok ($py)"
             else echo "$s --help: fails with $py (PyTorch missing here? PYTHON=/usr/bin/python3)"; fi
         done
-        [ -x "$check" ] || run_step fallback-build 150 "$here/scripts/gpu-check.sh" fallback "$WORK"
-    else
-        if [ ! -x "$check" ] || mwb_env ldd "$check" | grep -q 'not found'; then
-            [ -x "$check" ] && mwb_env ldd "$check" | grep 'not found' | tee "$OUT/missing-libraries.txt"
-            run_step fallback-build 150 "$here/scripts/gpu-check.sh" fallback "$WORK"
-            check="$WORK/fallback/mwb-gpu-check"
-            [ -x "$check" ] || { echo "gpu-check: no runnable mwb-gpu-check (see steps.log)"; check=""; }
+        if [ -f "$bundle/manifest.txt" ]; then
+            echo "bundle ($bundle/$bundle_archive): $(wc -l <"$bundle/manifest.txt") files, $(awk '{s += $1} END {printf "%.1f MiB", s / 1048576}' "$bundle/manifest.txt") unpacked"
+        else
+            echo "bundle: none here yet (scripts/gpu-check.sh bundle)"
         fi
-        if [ ! -x "$bench" ] || mwb_env ldd "$bench" | grep -q 'not found'; then
-            [ -x "$bench" ] && mwb_env ldd "$bench" | grep 'not found' | tee -a "$OUT/missing-libraries.txt"
-            echo "gpu-check: mwb-gpu-bench cannot start here (see missing-libraries.txt): its rows are 'not run'"
-            bench=""
+        run_step unpack 15 "$here/scripts/gpu-check.sh" unpack
+        # Counted whether or not it will be needed: the budget must hold when it is.
+        run_step fallback-build "$fallback_limit" "$here/scripts/gpu-check.sh" fallback "$WORK"
+    else
+        [ -f "$bundle/$bundle_archive" ] && run_step unpack 15 "$here/scripts/gpu-check.sh" unpack
+        local missing
+        missing=$( { cannot_start "$check"; cannot_start "$bench"; } )
+        if echo "$missing" | grep -Eq 'GLIBCXX|CXXABI|GCC_[0-9]'; then
+            # The image's C++ runtime is older than the build machine's: the bundle's own first.
+            echo "$missing" | tee "$OUT/missing-libraries.txt"
+            echo "gpu-check: the image's libstdc++ is too old for the bundle: its own (gpu-bundle/lib-cxx) first"
+            MWB_LIBRARY_PATH="$bundle/lib-cxx:$MWB_LIBRARY_PATH"
+            missing=$( { cannot_start "$check"; cannot_start "$bench"; } )
+        fi
+        if [ -n "$missing" ]; then
+            echo "$missing" | tee -a "$OUT/missing-libraries.txt"
+            run_step fallback-build "$fallback_limit" "$here/scripts/gpu-check.sh" fallback "$WORK"
+            cannot_start "$check" >/dev/null && check="$WORK/fallback/mwb-gpu-check"
+            cannot_start "$bench" >/dev/null && bench="$WORK/fallback/mwb-gpu-bench"
+            cannot_start "$check" >/dev/null && { echo "gpu-check: no runnable mwb-gpu-check (see steps.log)"; check=""; }
+            cannot_start "$bench" >/dev/null && { echo "gpu-check: no runnable mwb-gpu-bench (see steps.log): its rows are 'not run'"; bench=""; }
         fi
     fi
 
-    local lib=(env LD_LIBRARY_PATH="$MWB_LIBRARY_PATH")  # before an mwb program: the bundle's libraries
-    [ -n "$check" ] && run_step op-checks 100 "${lib[@]}" "$here/scripts/gpu-check.sh" checks "$check"
+    # Before an mwb program: the bundle's libraries, and the presets and GPU catalogue of this tree.
+    local lib=(env LD_LIBRARY_PATH="$MWB_LIBRARY_PATH" MWB_RESOURCES_DIR="$here/resources")
+    [ -n "$check" ] && run_step op-checks 45 "${lib[@]}" "$here/scripts/gpu-check.sh" checks "$check"
 
     # The attention core alone: name, then the shape as both programs take it.
     local shapes=("attention-mha --batch 4 --heads 16 --seq 2048 --head-dim 128"
@@ -234,24 +320,35 @@ run_all() {
     for shape in "${shapes[@]}"; do
         read -r name shape <<<"$shape"
         # shellcheck disable=SC2086
-        [ -n "$bench" ] && run_step "mwb-$name" 20 "${lib[@]}" "$bench" attention $shape
+        [ -n "$bench" ] && run_step "mwb-$name" 12 "${lib[@]}" "$bench" attention $shape
         # shellcheck disable=SC2086
-        run_step "torch-$name" 30 "$py" "$here/benchmarks/gpu/torch_attention_gpu.py" $shape
+        run_step "torch-$name" 18 "$py" "$here/benchmarks/gpu/torch_attention_gpu.py" $shape
     done
 
-    # name layers hidden heads seq micro-batch iters limit-mwb limit-torch: GPT-2 124M and a 1.3B model
-    # (GPT-3 XL shape).
-    local models=("gpt2-124m 12 768 12 1024 8 5 60 50" "gpt-1.3b 24 2048 16 2048 4 3 90 70")
-    [ "$quick" = 1 ] && models=("gpt2-124m 12 768 12 1024 8 3 60 50")
-    local m L H A S B I TM TT
+    # name, limit-mwb, limit-torch, then the model as both programs take it (mwb-train's flags; the
+    # Llama from its preset, the file torch_gpt_gpu.py reads too): GPT-2 124M, a 1.3B GPT (GPT-3 XL
+    # shape) and Llama-3.2-1B, bf16.
+    local models=("gpt2-124m 20 20 --num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --micro-batch-size 8 --vocab-size 50304 --iters 5"
+                  "gpt-1.3b 40 30 --num-layers 24 --hidden-size 2048 --num-attention-heads 16 --seq-length 2048 --micro-batch-size 4 --vocab-size 50304 --iters 3"
+                  "llama-3.2-1b 40 30 --preset llama-3.2-1b --seq-length 2048 --micro-batch-size 4 --iters 3")
+    [ "$quick" = 1 ] && models=("${models[0]/--iters 5/--iters 3}")
+    local m TM TT rest
     for m in "${models[@]}"; do
-        read -r name L H A S B I TM TT <<<"$m"
-        local args=(--layers "$L" --hidden "$H" --heads "$A" --seq "$S" --micro-batch "$B" --vocab 50304
-                    --iters "$I" --warmup 1 --label "$name")
-        [ -n "$bench" ] && run_step "mwb-$name" "$TM" "${lib[@]}" "$bench" "${args[@]}" --storage bf16
+        read -r name TM TT rest <<<"$m"
+        # shellcheck disable=SC2206
+        local args=($rest --bf16 --warmup 1 --label "$name")
+        [ -n "$bench" ] && run_step "mwb-$name" "$TM" "${lib[@]}" "$bench" "${args[@]}"
         run_step "torch-$name" "$TT" "$py" "$here/benchmarks/gpu/torch_gpt_gpu.py" "${args[@]}"
     done
-    [ "$dry_run" = 1 ] && echo "dry run into $OUT: ${planned}s of step limits planned; the ${budget}s budget gives the last steps less (or skips them) if the first ran to their limits"
+    if [ "$dry_run" = 1 ]; then
+        echo "dry run into $OUT: ${planned}s of step limits planned (the fallback build's included) of the ${budget}s budget"
+        if [ "$planned" -gt "$budget" ]; then
+            echo "gpu-check: the steps' limits add up to ${planned}s, over the ${budget}s budget: shorten them" >&2
+            summary >/dev/null
+            rm -rf "$WORK"
+            return 1
+        fi
+    fi
     summary
     rm -rf "$WORK"
 }
@@ -283,9 +380,9 @@ def figures(r):
         return (f"fwd {r['fwd_tflops']:.1f} TFLOP/s ({r['fwd_ms']:.2f} ms), "
                 f"bwd {r['bwd_tflops']:.1f} TFLOP/s ({r['bwd_ms']:.2f} ms)")
     mem = r.get("peak_allocated_bytes")
-    return (f"{r['tokens_per_s']:.0f} tokens/s, {r['model_tflops']:.1f} model TFLOP/s, MFU "
-            f"{(r['mfu'] or 0) * 100:.1f}% of {r['peak_bf16_tflops']:.0f} measured, "
-            f"peak {mem / 2**30 if mem else float('nan'):.1f} GiB")
+    return (f"MFU {(r.get('mfu_h200') or 0) * 100:.1f}% of {r.get('h200_peak_tflops', 0):.0f} (H200 bf16 dense), "
+            f"{(r['mfu'] or 0) * 100:.1f}% of {r['peak_bf16_tflops']:.0f} measured; {r['tokens_per_s']:.0f} tokens/s, "
+            f"{r['model_tflops']:.1f} TFLOP/s, peak {mem / 2**30 if mem else float('nan'):.1f} GiB")
 
 
 def what(step, r):
@@ -301,11 +398,17 @@ for step, st in status:
     r = rows.get(step)
     if step == "op-checks":
         result = checks or "no summary line (see steps.log)"
+    elif step == "fallback-build":
+        result = "built" if st.startswith("rc=0") else "not built (see steps.log)"
+    elif step == "unpack":
+        result = "unpacked" if st.startswith("rc=0") else "not unpacked (see steps.log)"
     elif r:
         result = figures(r)
     else:
         result = "not measured (see steps.log)"
-    print(f"| {step} | {'CUDA ops vs CPU twins' if step == 'op-checks' else what(step, r)} | {st} | {result} |")
+    name = {"op-checks": "CUDA ops vs CPU twins", "fallback-build": "mwb-gpu-check from sources",
+            "unpack": "gpu-bundle/bundle.tar.xz"}.get(step) or what(step, r)
+    print(f"| {step} | {name} | {st} | {result} |")
 PY
 }
 
@@ -335,6 +438,7 @@ quick=0
 mode=run
 build_dir=""
 budget=${GPU_CHECK_BUDGET:-360}
+fallback_limit=60
 for a in "$@"; do
     case "$a" in
         bundle) mode=bundle ;;
@@ -345,6 +449,7 @@ for a in "$@"; do
         -h|--help) usage 0 ;;
         -*) echo "gpu-check: unknown option $a" >&2; usage 2 ;;
         fallback) mode=fallback ;;
+        unpack) mode=unpack ;;
         *) if { [ "$mode" = bundle ] || [ "$mode" = checks ] || [ "$mode" = fallback ]; } && [ -z "$build_dir" ]; then build_dir=$a
            else echo "gpu-check: unexpected argument $a" >&2; usage 2; fi ;;
     esac
@@ -353,5 +458,6 @@ case "$mode" in
     bundle) make_bundle ${build_dir:+"$build_dir"} ;;
     checks) WORK_CHECK=$(mktemp); run_checks "$build_dir"; rc=$?; rm -f "$WORK_CHECK"; exit $rc ;;
     fallback) fallback_build "$build_dir" ;;  # a step of run: the folder for the objects
-    run) run_all "$quick" ;;
+    unpack) unpack_bundle ;;                  # a step of run
+    run) run_all "$quick"; exit $? ;;
 esac

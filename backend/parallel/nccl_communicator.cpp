@@ -1,11 +1,15 @@
 #include "backend/parallel/nccl_communicator.h"
 
+#include "backend/parallel/nccl_watch.h"
+
 #include "mwb/kernels/error.h"
 
 #include <cuda_runtime_api.h>
+#include <mpi.h>
 #include <nccl.h>
 
 #include <chrono>
+#include <cstdio>
 #include <thread>
 
 namespace mwb {
@@ -34,26 +38,49 @@ private:
     Clock::time_point t0_;
 };
 
-/// A send queued on the stream; complete once the event recorded after it has fired.
+/// This process's rank in MPI_COMM_WORLD (0 when MPI is not running: a group of one).
+int world_rank() {
+    int initialized = 0, finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    int r = 0;
+    if (initialized && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    return r;
+}
+
+/// Sends queued on the communicator's stream; complete once the event recorded after them has fired.
+/// Waiting polls through the communicator (asynchronous errors, the timeout).
 class NcclPendingSend final : public PendingSend {
 public:
-    explicit NcclPendingSend(cudaStream_t s) {
-        if (cudaEventCreateWithFlags(&event_, cudaEventDisableTiming) == cudaSuccess) cudaEventRecord(event_, s);
+    NcclPendingSend(NcclCommunicator& comm, cudaStream_t s, std::string what) : comm_(comm), what_(std::move(what)) {
+        check_cuda(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "event creation", comm.name());
+        check_cuda(cudaEventRecord(event_, s), "event record", comm.name());
     }
     ~NcclPendingSend() override {
-        if (event_) {
-            cudaEventSynchronize(event_);
-            cudaEventDestroy(event_);
+        if (!event_) return;
+        if (!waited_) {
+            try {
+                comm_.wait_event(event_, what_);
+            } catch (const std::exception& e) {  // a destructor must not throw: say it, the run fails later
+                std::fprintf(stderr, "mwb: %s\n", e.what());
+            }
         }
+        cudaEventDestroy(event_);
     }
     void wait() override {
-        if (event_) cudaEventSynchronize(event_);
+        comm_.wait_event(event_, what_);
+        waited_ = true;
     }
-    bool done() override { return !event_ || cudaEventQuery(event_) == cudaSuccess; }
+    bool done() override { return waited_ || cudaEventQuery(event_) == cudaSuccess; }
 
 private:
+    NcclCommunicator& comm_;
+    std::string what_;
     cudaEvent_t event_ = nullptr;
+    bool waited_ = false;
 };
+
+std::string floats(const char* op, int64_t n) { return fmt::format("{} of {} floats", op, n); }
 
 }  // namespace
 
@@ -64,55 +91,114 @@ struct NcclCommunicator::Impl {
 
 NcclCommunicator::NcclCommunicator(Communicator& host_group, void* compute_stream, bool blocking, double timeout_s)
     : impl_(std::make_unique<Impl>()), host_(host_group), name_(host_group.name()), rank_(host_group.rank()),
-      size_(host_group.size()), compute_stream_(compute_stream), blocking_(blocking), timeout_s_(timeout_s) {
+      size_(host_group.size()), compute_stream_(compute_stream), blocking_(blocking),
+      timeout_s_(checked_nccl_timeout(timeout_s, host_group.name())) {
+    // The group's world ranks, for the errors: every rank's, gathered on rank 0 and broadcast.
+    world_ranks_.assign(static_cast<std::size_t>(size_), 0);
+    const int me = world_rank();
+    host_.gather(&me, world_ranks_.data(), sizeof(int), 0);
+    host_.broadcast(world_ranks_.data(), static_cast<int64_t>(world_ranks_.size() * sizeof(int)), 0);
+
     ncclUniqueId id{};
     if (rank_ == 0) check_nccl(ncclGetUniqueId(&id), "unique id", name_);
     host_.broadcast(&id, sizeof(id), 0);
-    check_nccl(ncclCommInitRank(&impl_->comm, size_, id, rank_), "communicator init", name_);
     cudaStream_t s = nullptr;
     check_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream creation", name_);
     stream_ = s;
     check_cuda(cudaEventCreateWithFlags(&impl_->compute_done, cudaEventDisableTiming), "event creation", name_);
     check_cuda(cudaEventCreateWithFlags(&impl_->collective_done, cudaEventDisableTiming), "event creation", name_);
+    // Nonblocking: the init returns at once (ncclInProgress) and is polled like every other wait, so a
+    // rank that never joins fails this one by name instead of hanging it.
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    last_op_ = "communicator init";
+    const ncclResult_t r = ncclCommInitRankConfig(&impl_->comm, size_, id, rank_, &config);
+    if (r != ncclSuccess && r != ncclInProgress) {
+        if (impl_->comm) ncclCommAbort(impl_->comm);
+        impl_->comm = nullptr;
+        check_nccl(r, "communicator init", name_);
+    }
+    enqueued(r, last_op_);
 }
 
 NcclCommunicator::~NcclCommunicator() {
     if (impl_->comm) {
-        cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
-        ncclCommDestroy(impl_->comm);
+        // Bounded: a peer that is gone must not hang the exit. Finalize flushes, then destroy frees.
+        try {
+            synchronize();
+            enqueued(ncclCommFinalize(impl_->comm), "communicator finalize");
+            ncclCommDestroy(impl_->comm);
+        } catch (const std::exception& e) {  // synchronize/enqueued aborted the communicator already
+            std::fprintf(stderr, "mwb: %s\n", e.what());
+        }
+        impl_->comm = nullptr;
     }
     if (impl_->compute_done) cudaEventDestroy(impl_->compute_done);
     if (impl_->collective_done) cudaEventDestroy(impl_->collective_done);
     if (stream_) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
 }
 
-void NcclCommunicator::synchronize() {
-    // NCCL's async error checking with abort (PyTorch's and Megatron-LM's watchdog): poll the stream
-    // instead of blocking in it, and abort the communicator when a peer reported an error or the wait
-    // passes the timeout (a hung or dead rank), so that this rank fails by name instead of waiting forever.
-    const auto stream = static_cast<cudaStream_t>(stream_);
+void NcclCommunicator::abort_and_fail(const std::string& message) {
+    if (impl_->comm) ncclCommAbort(impl_->comm);
+    impl_->comm = nullptr;
+    MWB_FAIL("{}", message);
+}
+
+// NCCL's asynchronous error checking with abort (PyTorch's and Megatron-LM's watchdog): poll instead
+// of blocking, and abort the communicator when NCCL reports an error or the wait passes the timeout
+// (a hung or dead rank), so that this rank fails by name instead of waiting forever.
+template <class Done>
+void NcclCommunicator::poll(const Done& done, const std::string& op) {
+    MWB_CHECK(impl_->comm, "NCCL {} on the {} group: the communicator was aborted by an earlier failure", op, name_);
+    const NcclWait who{name_, op, world_ranks_, rank_};
     const auto t0 = Clock::now();
     for (int polls = 0;; ++polls) {
-        const cudaError_t e = cudaStreamQuery(stream);
-        if (e == cudaSuccess) return;
-        if (e != cudaErrorNotReady) check_cuda(e, "stream synchronize", name_);
-        if (polls % 64 == 0) {
-            ncclResult_t async = ncclSuccess;
+        ncclResult_t async = ncclSuccess;
+        const bool finished = done();
+        if (finished || polls % 64 == 0) {
             check_nccl(ncclCommGetAsyncError(impl_->comm, &async), "async error query", name_);
+            if (async != ncclSuccess && async != ncclInProgress)
+                abort_and_fail(nccl_async_error_message(
+                    who, fmt::format("{} ({})", ncclGetErrorString(async), ncclGetLastError(impl_->comm))));
+            if (finished) return;
             const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
-            if ((async != ncclSuccess && async != ncclInProgress) || waited > timeout_s_) {
-                ncclCommAbort(impl_->comm);
-                impl_->comm = nullptr;
-                if (async != ncclSuccess && async != ncclInProgress)
-                    MWB_FAIL("NCCL on the {} group failed asynchronously: {}; communicator aborted", name_,
-                             ncclGetErrorString(async));
-                MWB_FAIL("NCCL on the {} group did not complete in {:.0f} s (--distributed-timeout-minutes): a rank of "
-                         "the group is hung or gone; communicator aborted",
-                         name_, waited);
-            }
+            if (waited > timeout_s_) abort_and_fail(nccl_timeout_message(who, waited, timeout_s_));
         }
         std::this_thread::sleep_for(std::chrono::microseconds(polls < 1000 ? 20 : 500));
     }
+}
+
+void NcclCommunicator::enqueued(int nccl_result, const std::string& op) {
+    const auto r = static_cast<ncclResult_t>(nccl_result);
+    if (r != ncclSuccess && r != ncclInProgress)
+        abort_and_fail(nccl_async_error_message({name_, op, world_ranks_, rank_},
+                                                fmt::format("{} ({})", ncclGetErrorString(r), ncclGetLastError(impl_->comm))));
+    if (r == ncclInProgress) {
+        poll(
+            [&] {
+                ncclResult_t state = ncclInProgress;
+                return ncclCommGetAsyncError(impl_->comm, &state) == ncclSuccess && state != ncclInProgress;
+            },
+            op);
+    }
+}
+
+namespace {
+/// A stream or event query's answer: true when complete, false when not yet, an Error when it failed.
+bool completed(cudaError_t e, const char* what, const std::string& group) {
+    if (e != cudaSuccess && e != cudaErrorNotReady) check_cuda(e, what, group);
+    return e == cudaSuccess;
+}
+}  // namespace
+
+void NcclCommunicator::synchronize() {
+    const auto stream = static_cast<cudaStream_t>(stream_);
+    poll([&] { return completed(cudaStreamQuery(stream), "stream synchronize", name_); }, last_op_);
+}
+
+void NcclCommunicator::wait_event(void* event, const std::string& op) {
+    const auto ev = static_cast<cudaEvent_t>(event);
+    poll([&] { return completed(cudaEventQuery(ev), "event synchronize", name_); }, op);
 }
 
 void NcclCommunicator::begin() {
@@ -129,12 +215,21 @@ void NcclCommunicator::finish() {
 
 #define MWB_NCCL_STREAM static_cast<cudaStream_t>(stream_)
 
+namespace {
+/// A call between ncclGroupStart and ncclGroupEnd only queues: success, or in progress on a
+/// nonblocking communicator (ncclGroupEnd's result is the one to wait on).
+void grouped(ncclResult_t r, const char* what, const std::string& group) {
+    if (r != ncclInProgress) check_nccl(r, what, group);
+}
+}  // namespace
+
 void NcclCommunicator::all_reduce(void* data, int64_t n, int element_bytes, int type, int op, const char* what) {
     Measure m(stats_, 2 * (size_ - 1) * n * element_bytes / size_);
+    last_op_ = fmt::format("{} of {} {}", what, n, element_bytes == 8 ? "doubles" : "floats");
     begin();
-    check_nccl(ncclAllReduce(data, data, static_cast<size_t>(n), static_cast<ncclDataType_t>(type),
-                             static_cast<ncclRedOp_t>(op), impl_->comm, MWB_NCCL_STREAM),
-               what, name_);
+    enqueued(ncclAllReduce(data, data, static_cast<size_t>(n), static_cast<ncclDataType_t>(type),
+                           static_cast<ncclRedOp_t>(op), impl_->comm, MWB_NCCL_STREAM),
+             last_op_);
     finish();
 }
 
@@ -146,42 +241,47 @@ void NcclCommunicator::all_reduce_max(float* data, int64_t n) {
 
 void NcclCommunicator::all_gather(const float* in, float* out, int64_t n) {
     Measure m(stats_, (size_ - 1) * n * 4);
+    last_op_ = floats("all-gather", n);
     begin();
-    check_nccl(ncclAllGather(in, out, static_cast<size_t>(n), ncclFloat, impl_->comm, MWB_NCCL_STREAM), "all-gather",
-               name_);
+    enqueued(ncclAllGather(in, out, static_cast<size_t>(n), ncclFloat, impl_->comm, MWB_NCCL_STREAM), last_op_);
     finish();
 }
 
 void NcclCommunicator::reduce_scatter_sum(const float* in, float* out, int64_t n) {
     Measure m(stats_, (size_ - 1) * n * 4);
+    last_op_ = floats("reduce-scatter", n);
     begin();
     if (out == in) {
-        // NCCL's in-place form puts rank r's block at in + r·n; the interface wants it first.
+        // NCCL's in-place form puts rank r's block at in + r·n; the interface wants it first. The copy
+        // is on the collective's stream, behind the reduce-scatter; finish() orders the ops after both.
         float* own = const_cast<float*>(in) + static_cast<int64_t>(rank_) * n;
-        check_nccl(ncclReduceScatter(in, own, static_cast<size_t>(n), ncclFloat, ncclSum, impl_->comm, MWB_NCCL_STREAM),
-                   "reduce-scatter", name_);
+        enqueued(ncclReduceScatter(in, own, static_cast<size_t>(n), ncclFloat, ncclSum, impl_->comm, MWB_NCCL_STREAM),
+                 last_op_);
         if (rank_ != 0)
             check_cuda(cudaMemcpyAsync(out, own, static_cast<size_t>(n) * 4, cudaMemcpyDeviceToDevice, MWB_NCCL_STREAM),
                        "reduce-scatter copy", name_);
     } else {
-        check_nccl(ncclReduceScatter(in, out, static_cast<size_t>(n), ncclFloat, ncclSum, impl_->comm, MWB_NCCL_STREAM),
-                   "reduce-scatter", name_);
+        enqueued(ncclReduceScatter(in, out, static_cast<size_t>(n), ncclFloat, ncclSum, impl_->comm, MWB_NCCL_STREAM),
+                 last_op_);
     }
     finish();
 }
 
 void NcclCommunicator::broadcast(void* data, int64_t bytes, int root) {
     Measure m(stats_, rank_ == root ? bytes : 0);
+    last_op_ = fmt::format("broadcast of {} bytes from group rank {}", bytes, root);
     begin();
-    check_nccl(ncclBroadcast(data, data, static_cast<size_t>(bytes), ncclUint8, root, impl_->comm, MWB_NCCL_STREAM),
-               "broadcast", name_);
+    enqueued(ncclBroadcast(data, data, static_cast<size_t>(bytes), ncclUint8, root, impl_->comm, MWB_NCCL_STREAM),
+             last_op_);
     finish();
 }
 
 void NcclCommunicator::gather(const void* in, void* out, int64_t bytes, int root) {
     Measure m(stats_, rank_ == root ? 0 : bytes);
+    last_op_ = fmt::format("gather of {} bytes per rank to group rank {}", bytes, root);
     begin();
-    // NCCL has no gather: the root receives every rank's block in one group of point-to-point calls.
+    // NCCL has no gather: the root receives every rank's block in one group of point-to-point calls
+    // (its own block copied on the collective's stream, in the same order).
     check_nccl(ncclGroupStart(), "group start", name_);
     if (rank_ == root) {
         for (int r = 0; r < size_; ++r) {
@@ -190,40 +290,43 @@ void NcclCommunicator::gather(const void* in, void* out, int64_t bytes, int root
                 check_cuda(cudaMemcpyAsync(dst, in, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, MWB_NCCL_STREAM),
                            "gather copy", name_);
             else
-                check_nccl(ncclRecv(dst, static_cast<size_t>(bytes), ncclUint8, r, impl_->comm, MWB_NCCL_STREAM), "gather",
-                           name_);
+                grouped(ncclRecv(dst, static_cast<size_t>(bytes), ncclUint8, r, impl_->comm, MWB_NCCL_STREAM), "gather",
+                        name_);
         }
     } else {
-        check_nccl(ncclSend(in, static_cast<size_t>(bytes), ncclUint8, root, impl_->comm, MWB_NCCL_STREAM), "gather",
-                   name_);
+        grouped(ncclSend(in, static_cast<size_t>(bytes), ncclUint8, root, impl_->comm, MWB_NCCL_STREAM), "gather", name_);
     }
-    check_nccl(ncclGroupEnd(), "group end", name_);
+    enqueued(ncclGroupEnd(), last_op_);
     finish();
 }
 
 std::unique_ptr<PendingSend> NcclCommunicator::exchange(std::span<const Message> sends, std::span<const Message> recvs) {
     int64_t bytes = 0;
+    std::string peers;
     for (const Message& m : sends) {
         MWB_CHECK(m.tag >= 0, "{} group: negative tag {}", name_, m.tag);
         bytes += m.n * 4;
+        peers += fmt::format(" send {} floats to {}", m.n, m.peer);
     }
+    for (const Message& r : recvs) peers += fmt::format(" recv {} floats from {}", r.n, r.peer);
     Measure m(stats_, bytes);
+    last_op_ = "exchange (group ranks:" + peers + ")";
     const auto t0 = Clock::now();
     begin();  // the data to send is computed
     check_nccl(ncclGroupStart(), "group start", name_);
     for (const Message& s : sends)
-        check_nccl(ncclSend(s.data, static_cast<size_t>(s.n), ncclFloat, s.peer, impl_->comm, MWB_NCCL_STREAM), "send",
-                   name_);
+        grouped(ncclSend(s.data, static_cast<size_t>(s.n), ncclFloat, s.peer, impl_->comm, MWB_NCCL_STREAM), "send",
+                name_);
     for (const Message& r : recvs)
-        check_nccl(ncclRecv(r.data, static_cast<size_t>(r.n), ncclFloat, r.peer, impl_->comm, MWB_NCCL_STREAM), "recv",
-                   name_);
-    check_nccl(ncclGroupEnd(), "group end", name_);
+        grouped(ncclRecv(r.data, static_cast<size_t>(r.n), ncclFloat, r.peer, impl_->comm, MWB_NCCL_STREAM), "recv",
+                name_);
+    enqueued(ncclGroupEnd(), last_op_);
     if (!recvs.empty()) {
         finish();
         synchronize();  // the caller's passes read the data next
         stats_.wait_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
     }
-    return std::make_unique<NcclPendingSend>(MWB_NCCL_STREAM);
+    return std::make_unique<NcclPendingSend>(*this, MWB_NCCL_STREAM, last_op_);
 }
 
 void NcclCommunicator::barrier() {

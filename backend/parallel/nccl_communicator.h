@@ -6,6 +6,8 @@
 #include "backend/parallel/communicator.h"
 
 #include <memory>
+#include <string>
+#include <vector>
 
 namespace mwb {
 
@@ -16,8 +18,14 @@ public:
     /// first waits (on the GPU) for the work queued so far on `compute_stream` (the ops' stream,
     /// nullptr = the legacy default stream) and the compute stream then waits for it, so results are
     /// ordered with the ops while work on other streams can overlap. With `blocking` every call also
-    /// waits on the host before returning, as MPI does. `host_group` must outlive this object. A host
-    /// wait longer than `timeout_s`, or an asynchronous NCCL error, aborts the communicator and fails.
+    /// waits on the host before returning, as MPI does. `host_group` must outlive this object.
+    ///
+    /// The NCCL communicator itself is nonblocking (ncclConfig_t::blocking = 0, as PyTorch's watchdog
+    /// runs it): no NCCL call can hang the host thread, and every host wait — the communicator's
+    /// creation, an enqueue NCCL reports in progress, a stream or send completion — polls
+    /// ncclCommGetAsyncError. An asynchronous error, or a wait longer than `timeout_s`
+    /// (--distributed-timeout-minutes; positive and finite), aborts the communicator (ncclCommAbort)
+    /// and throws an Error naming the group, the operation and the group's world ranks (nccl_watch.h).
     NcclCommunicator(Communicator& host_group, void* compute_stream = nullptr, bool blocking = true,
                      double timeout_s = 600);
     ~NcclCommunicator() override;
@@ -30,6 +38,11 @@ public:
     void* stream() const { return stream_; }
     /// Waits for every queued collective (polling NCCL's asynchronous errors; see the constructor).
     void synchronize();
+    /// Waits for `event` (a cudaEvent_t recorded on this communicator's stream) as synchronize() does;
+    /// `op` names what it marks in the error.
+    void wait_event(void* event, const std::string& op);
+    /// The world ranks of the group, in group order.
+    const std::vector<int>& world_ranks() const { return world_ranks_; }
 
     void all_reduce_sum(float* data, int64_t n) override;
     void all_reduce_sum(double* data, int64_t n) override;
@@ -54,6 +67,17 @@ private:
     void* compute_stream_ = nullptr;  // the ops' stream the collectives are ordered with
     bool blocking_ = true;
     double timeout_s_ = 600;
+    std::vector<int> world_ranks_;
+    std::string last_op_ = "communicator init";  // the latest operation queued, for the errors
+
+    /// Polls until `done()` is true, NCCL's state stays clean and the timeout has not passed; else
+    /// aborts and throws (nccl_watch.h's messages, naming `op`).
+    template <class Done>
+    void poll(const Done& done, const std::string& op);
+    /// After an NCCL call: fails on an error; on ncclInProgress (a nonblocking communicator still
+    /// enqueueing) waits until NCCL's state is ncclSuccess before the next call, as NCCL requires.
+    void enqueued(int nccl_result, const std::string& op);
+    [[noreturn]] void abort_and_fail(const std::string& message);
 
     /// In-place all-reduce of n elements (NCCL data type and reduction op, as ints: no NCCL header here).
     void all_reduce(void* data, int64_t n, int element_bytes, int type, int op, const char* what);

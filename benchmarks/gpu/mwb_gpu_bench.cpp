@@ -1,26 +1,41 @@
 // mwb-gpu-bench: training throughput of the engine's own model on one GPU — GptModel + AdamW on the
 // CUDA ops, device memory through the caching Allocator — and the bf16 matrix peak it is measured
-// against. Prints one JSON line: tokens/s, model TFLOP/s, MFU, peak memory. `mwb-gpu-bench attention`
-// times the attention core alone (attention_bench.cpp).
+// against. The model is mwb-train's configuration: --preset NAME and/or Megatron-LM-named flags (the
+// field table of backend/config/fields.cpp, the same ConfigFlags as mwb-train), so a GPT-2, a 1.3B
+// GPT and the Llama-3.2-1B shape (RoPE, SwiGLU, grouped-query attention, RMSNorm, no biases) are
+// all one command line. One GPU: tensor and pipeline parallel size 1, one micro-batch per iteration.
+// Prints one JSON line: tokens/s, model TFLOP/s (backend/telemetry/flops.h, the planner's count), MFU
+// against the catalogue's H200 peak (resources/gpus.json) and against the bf16 matmul peak measured
+// in the same process, peak memory. `--describe` prints the resolved shape, parameter count and FLOPs
+// without a GPU. `mwb-gpu-bench attention` times the attention core alone (attention_bench.cpp).
 //
-// Precision, as it is today: weights and activations are stored rounded to --storage (bf16 emulated
-// in fp32 arrays, as on the CPU); with bf16 storage the GEMMs convert their (bf16-valued) inputs and
-// run on bf16 tensor cores, with fp32 storage they run in fp32 (TF32 unless --no-tf32); attention is
-// the fp32 flash-style kernel. The JSON says so in "precision".
+// Precision, as it is today: weights and activations are stored rounded to the run's 16-bit type
+// (--bf16; emulated in fp32 arrays, as on the CPU); with bf16 storage the GEMMs convert their
+// (bf16-valued) inputs and run on bf16 tensor cores, with fp32 storage they run in fp32 (TF32 unless
+// --no-tf32). The JSON says so in "precision".
 #include "attention_bench.h"
+#include "backend/config/cli.h"
+#include "backend/config/validate.h"
+#include "backend/data/tokenizer.h"
 #include "backend/model/gpt_model.h"
 #include "backend/optim/optimizer.h"
+#include "backend/telemetry/flops.h"
 
 #include "mwb/kernels/device.h"
 #include "mwb/kernels/device_runtime.h"
 #include "mwb/kernels/error.h"
 #include "mwb/kernels/ops.h"
+#include "mwb/planner/cluster.h"
+#include "mwb/planner/layout.h"
+#include "mwb/planner/parameters.h"
+#include "mwb/planner/presets.h"
 
 #include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <iostream>
 #include <random>
 #include <string>
 
@@ -29,61 +44,52 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-struct Args {
-    int64_t layers = 12, hidden = 768, heads = 12, seq = 1024, micro_batch = 8, vocab = 50304;
+struct BenchArgs {
+    std::string preset;
     int iters = 5, warmup = 2;
-    std::string storage = "bf16";
-    bool tf32 = true;
-    bool deterministic = false;
+    bool no_tf32 = false;
+    bool describe = false;
     double peak_tflops = 0;  // 0: measure
     std::string label = "gpt";
 };
 
-[[noreturn]] void usage(const char* why) {
-    const bool help = std::strcmp(why, "help") == 0;
-    if (!help) std::fprintf(stderr, "mwb-gpu-bench: %s\n", why);
-    std::fprintf(help ? stdout : stderr,
-                 "usage: mwb-gpu-bench attention --help\n"
-                 "       mwb-gpu-bench [--layers L] [--hidden H] [--heads A] [--seq S] "
-                 "[--micro-batch B] [--vocab V] [--iters N] [--warmup N] [--storage bf16|fp32] [--no-tf32] [--deterministic] "
-                 "[--peak-tflops X] [--label NAME]\n");
-    std::exit(help ? 0 : 2);
+/// The configuration of a one-GPU benchmark run: the preset (or Megatron-LM's defaults) under the
+/// flags, on one rank, one micro-batch per iteration, mock data. Throws ConfigError naming the field.
+Config bench_config(const BenchArgs& a, const ConfigFlags& flags) {
+    Config c = a.preset.empty() ? Config{} : planner::load_preset(a.preset);
+    // Random tokens of --vocab-size ids, as the PyTorch side draws them (the presets say so themselves).
+    if (a.preset.empty()) c.data.tokenizer_type = "NullTokenizer";
+    flags.apply(c);
+    c.parallel.tensor_model_parallel_size = 1;
+    c.parallel.pipeline_model_parallel_size = 1;
+    c.training.global_batch_size = c.training.micro_batch_size;
+    c.training.train_iters = a.warmup + a.iters;
+    if (c.training.lr == kLrNotGiven) c.training.lr = 1e-4;
+    c.data.mock_data = true;
+    // Dropout off: a throughput run, as PyTorch's side (the presets of the big models have none either).
+    c.model.hidden_dropout = 0;
+    c.model.attention_dropout = 0;
+    const auto tokenizer = data::make_tokenizer(c.data, c.model);
+    for (const std::string& note : resolve(c, 1, tokenizer->vocab_size()))
+        std::fprintf(stderr, "mwb-gpu-bench: %s\n", note.c_str());
+    check_config(c, 1);
+    return c;
 }
 
-Args parse(int argc, char** argv) {
-    Args a;
-    for (int i = 1; i < argc; ++i) {
-        const std::string k = argv[i];
-        auto next = [&]() -> std::string {
-            if (i + 1 >= argc) usage(("missing value after " + k).c_str());
-            return argv[++i];
-        };
-        auto integer = [&]() {
-            const std::string v = next();
-            char* end = nullptr;
-            const long long x = std::strtoll(v.c_str(), &end, 10);
-            if (*end != '\0' || x <= 0) usage((k + " needs a positive integer, got '" + v + "'").c_str());
-            return static_cast<int64_t>(x);
-        };
-        if (k == "--layers") a.layers = integer();
-        else if (k == "--hidden") a.hidden = integer();
-        else if (k == "--heads") a.heads = integer();
-        else if (k == "--seq") a.seq = integer();
-        else if (k == "--micro-batch") a.micro_batch = integer();
-        else if (k == "--vocab") a.vocab = integer();
-        else if (k == "--iters") a.iters = static_cast<int>(integer());
-        else if (k == "--warmup") a.warmup = static_cast<int>(integer());
-        else if (k == "--storage") {
-            a.storage = next();
-            if (a.storage != "bf16" && a.storage != "fp32") usage("--storage is bf16 or fp32");
-        } else if (k == "--no-tf32") a.tf32 = false;
-        else if (k == "--peak-tflops") a.peak_tflops = std::strtod(next().c_str(), nullptr);
-        else if (k == "--label") a.label = next();
-        else if (k == "--help" || k == "-h") usage("help");
-        else usage(("unknown argument " + k).c_str());
-    }
-    if (a.hidden % a.heads != 0) usage("--hidden must be a multiple of --heads");
-    return a;
+/// What both the run and --describe report about the model: its shape, parameters and FLOPs.
+nlohmann::json describe(const Config& c, const GptDims& d, const FlopCounts& flops) {
+    const planner::ModelShape shape = planner::ModelShape::from(c);
+    const int64_t params = planner::count_parameters(shape, planner::Layout::from(c, 1)).total;
+    return {
+        {"layers", d.layers}, {"hidden", d.hidden}, {"heads", d.heads}, {"groups", d.kv_groups()},
+        {"head_dim", d.head_dim()}, {"ffn", d.ffn}, {"seq", d.seq}, {"micro_batch", d.micro_batch},
+        {"vocab", d.vocab}, {"swiglu", d.swiglu}, {"rmsnorm", d.rmsnorm}, {"rope", d.positions == GptDims::Positions::Rope},
+        {"linear_bias", d.linear_bias}, {"tied_output", d.tied_output},
+        {"params", params},
+        {"model_flops_per_iter", flops.model},
+        {"flops", std::string("backend/telemetry/flops.h (Narayanan et al. eq. 3, Megatron-LM's count; attention ") +
+                      c.telemetry.mfu_attention_flops + ")"},
+    };
 }
 
 /// The measured bf16 GEMM peak: 8192³ products on cuBLAS (bf16 inputs, fp32 accumulation, bf16 out),
@@ -119,45 +125,67 @@ double measure_bf16_peak_tflops() {
 
 int main(int argc, char** argv) {
     if (argc > 1 && std::strcmp(argv[1], "attention") == 0) return bench::run_attention_bench(argc - 1, argv + 1);
-    const Args a = parse(argc, argv);
+    CLI::App app{"mwb-gpu-bench: the engine's training step on one GPU (GptModel + AdamW), as mwb-train configures it. "
+                 "`mwb-gpu-bench attention --help`: the attention core alone.",
+                 "mwb-gpu-bench"};
+    app.set_help_flag("-h,--help", "Print this help and exit");
+    BenchArgs a;
+    app.add_option("--preset", a.preset, "A preset by name (resources/presets/NAME.json, e.g. llama-3.2-1b); flags override it");
+    app.add_option("--iters", a.iters, "Timed iterations")->check(CLI::PositiveNumber);
+    app.add_option("--warmup", a.warmup, "Untimed iterations first")->check(CLI::NonNegativeNumber);
+    app.add_flag("--no-tf32", a.no_tf32, "fp32 GEMMs without TF32 tensor cores");
+    app.add_option("--peak-tflops", a.peak_tflops, "The bf16 peak to measure MFU against; 0 measures it (8192^3)");
+    app.add_option("--label", a.label, "A name for the JSON line");
+    app.add_flag("--describe", a.describe, "Print the resolved shape, parameters and FLOPs as JSON (no GPU needed) and exit");
+    const ConfigFlags flags(app);
+    if (const auto code = parse_command_line(app, argc, argv)) return *code;
+
+    Config cfg;
+    GptDims d;
+    FlopCounts flops;
+    nlohmann::json shape;
+    try {
+        cfg = bench_config(a, flags);
+        d = GptDims::from_config(cfg);
+        flops = flops_per_iteration(cfg);
+        shape = describe(cfg, d, flops);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "mwb-gpu-bench: %s\n", e.what());
+        return 2;
+    }
+    if (a.describe) {
+        std::printf("%s\n", shape.dump().c_str());
+        return 0;
+    }
     const DeviceReport r = probe_devices();
     if (r.cuda_devices == 0) {
         std::printf("no CUDA device: %s\n", r.reason.c_str());
         return 77;
     }
     try {
-        device::set_allow_tf32(a.tf32);
-        device::set_deterministic(a.deterministic);  // bit-identical run to run (TF32 off)
-        const double peak = a.peak_tflops > 0 ? a.peak_tflops : measure_bf16_peak_tflops();
+        device::set_allow_tf32(!a.no_tf32);
+        device::set_deterministic(cfg.runtime.deterministic);  // bit-identical run to run (TF32 off)
+        const double measured_peak = a.peak_tflops > 0 ? a.peak_tflops : measure_bf16_peak_tflops();
+        // MFU's usual yardstick: the datasheet's dense 16-bit peak of the catalogue (resources/gpus.json).
+        const double h200_peak = planner::find_device(planner::device_catalogue(), "H200").peak_flops_16bit / 1e12;
 
-        GptDims d;
-        d.layers = a.layers;
-        d.hidden = a.hidden;
-        d.heads = a.heads;
-        d.ffn = 4 * a.hidden;
-        d.seq = a.seq;
-        d.micro_batch = a.micro_batch;
-        d.vocab = a.vocab;
-        d.max_positions = a.seq;
-        d.hidden_dropout = 0.0f;
-        d.attention_dropout = 0.0f;
-        const DType storage = a.storage == "bf16" ? DType::BF16 : DType::F32;
+        const DType storage = storage_dtype(cfg.training);
         OpContext ctx{Device::CUDA, nullptr};
-        // bf16 storage keeps every GEMM operand a bf16 value: run them on bf16 tensor cores, losslessly.
+        // 16-bit storage keeps every GEMM operand a 16-bit value: run them on tensor cores, losslessly.
         if (storage == DType::BF16) ctx.gemm_inputs = DType::BF16;
-        // The attention kernels mwb-train's default (attention_backend auto) would run.
+        // The attention kernels mwb-train would run for this configuration (--attention-backend).
         const AttentionBackendChoice attention =
-            resolve_attention_backend("auto", a.deterministic, ctx.gemm_inputs == DType::BF16);
+            resolve_attention_backend(cfg.runtime.attention_backend, cfg.runtime.deterministic,
+                                      ctx.gemm_inputs == DType::BF16);
         ctx.attention = attention.backend;
         Allocator alloc(Device::CUDA);
-        GptModel model(d, RecomputePolicy{}, storage, ctx, alloc);
+        GptModel model(d, RecomputePolicy::from_config(cfg.training), storage, ctx, alloc);
         model.init_weights(1234);
-        TrainingConfig t;
-        Optimizer opt(model.layout(), model.params(), model.grads(), t, storage, ctx, alloc);
+        Optimizer opt(model.layout(), model.params(), model.grads(), cfg.training, storage, ctx, alloc);
 
         std::mt19937 gen(5);
-        std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(a.vocab - 1));
-        std::vector<int32_t> tokens(static_cast<size_t>(a.micro_batch * (a.seq + 1)));
+        std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(d.vocab - 1));
+        std::vector<int32_t> tokens(static_cast<size_t>(d.micro_batch * (d.seq + 1)));
         double loss = 0, iter_seconds = 0;
         for (int it = 1; it <= a.warmup + a.iters; ++it) {
             for (auto& x : tokens) x = id(gen);
@@ -168,43 +196,41 @@ int main(int argc, char** argv) {
             const auto t0 = Clock::now();
             model.zero_grads();
             loss = model.forward_backward(tokens.data(), 1.0f, 1234, micro_batch_stream(it, 0));
-            opt.step(1e-4, 1.0);
+            opt.step(cfg.training.lr, 1.0);
             device::synchronize();
             if (it > a.warmup) iter_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
         }
         iter_seconds /= a.iters;
-        const double T = static_cast<double>(a.micro_batch * a.seq), L = static_cast<double>(a.layers),
-                     h = static_cast<double>(a.hidden), s = static_cast<double>(a.seq), V = static_cast<double>(a.vocab);
-        // Narayanan et al. 2021 eq. 3, as backend/telemetry/flops.h (f = 4h).
-        const double flops = 3.0 * T * (L * (8 * h * h + 4 * h * 4 * h + 4 * s * h) + 2 * h * V);
+        const double T = static_cast<double>(d.micro_batch * d.seq);
+        const double achieved = flops.model / iter_seconds / 1e12;
         const MemoryStats m = alloc.stats();
         const DeviceMemoryTotals tot = alloc.device_totals();
         nlohmann::json out = {
             {"engine", "mwb"},
             {"label", a.label},
             {"gpu", r.names.empty() ? "?" : r.names[0]},
-            {"layers", a.layers}, {"hidden", a.hidden}, {"heads", a.heads}, {"seq", a.seq},
-            {"micro_batch", a.micro_batch}, {"vocab", a.vocab},
-            {"params", model.params().numel()},
-            {"precision", a.storage == "bf16"
+            {"precision", storage == DType::BF16
                               ? std::string("bf16 storage emulated in fp32 arrays; GEMMs on bf16 tensor cores (fp32 "
-                                            "accumulation); fp32 flash-style attention")
-                              : fmt::format("fp32; GEMMs fp32{} on cuBLAS; fp32 flash-style attention",
-                                            a.tf32 && !a.deterministic ? " with TF32 tensor cores" : "")},
-            {"deterministic", a.deterministic},
+                                            "accumulation); tensor-core attention")
+                              : fmt::format("{}; GEMMs {} on cuBLAS; fp32 flash-style attention", dtype_name(storage),
+                                            !a.no_tf32 && !cfg.runtime.deterministic ? "fp32 with TF32 tensor cores" : "fp32")},
+            {"deterministic", cfg.runtime.deterministic},
             {"attention_backend", attention.reason},
             {"iters", a.iters},
             {"iter_seconds", iter_seconds},
             {"tokens_per_s", T / iter_seconds},
-            {"model_tflops", flops / iter_seconds / 1e12},
-            {"peak_bf16_tflops", peak},
-            {"mfu", flops / iter_seconds / 1e12 / peak},
+            {"model_tflops", achieved},
+            {"peak_bf16_tflops", measured_peak},
+            {"mfu", achieved / measured_peak},
+            {"h200_peak_tflops", h200_peak},
+            {"mfu_h200", achieved / h200_peak},
             {"loss", loss},
             {"peak_allocated_bytes", m.total_peak},
             {"reserved_bytes", m.reserved},
             {"device_used_bytes", tot.total_bytes - tot.free_bytes},
             {"device_total_bytes", tot.total_bytes},
         };
+        out.update(shape);
         std::printf("%s\n", out.dump().c_str());
         return 0;
     } catch (const std::exception& e) {

@@ -369,7 +369,7 @@ bool execute(const std::string& key, const std::vector<std::pair<int64_t, void*>
         uids.push_back(uid);
         data.push_back(&values.back());
     }
-    void* workspace = ex->workspace > 0 ? scratch(kWorkspaceSlot, ex->workspace) : nullptr;
+    void* workspace = ex->workspace > 0 ? scratch(kWorkspaceSlot, ex->workspace, stream) : nullptr;
     Desc pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
     pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, uids[0], static_cast<int64_t>(uids.size()));
     pack.set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, data[0], static_cast<int64_t>(data.size()));

@@ -94,7 +94,7 @@ TensorView gemm_input(const OpContext& ctx, const TensorView& t, int slot) {
     if (ctx.gemm_inputs != DType::BF16 || t.dtype != DType::F32 || t.empty()) return t;
     TensorView v = t;
     v.dtype = DType::BF16;
-    v.data = scratch(slot, t.numel() * 2);
+    v.data = scratch(slot, t.numel() * 2, stream_of(ctx));
     convert_to_bf16(stream_of(ctx), v.data, static_cast<const float*>(t.data), t.numel());
     return v;
 }
@@ -119,7 +119,7 @@ void weight_gradients(const OpContext& ctx, const TensorView& dw, const TensorVi
     const cudaStream_t s = stream_of(ctx);
     const TensorView dy_op = gemm_input(ctx, dy, 2), x_op = gemm_input(ctx, x, 3);
     if (!dbias.empty() && dbias.dtype == DType::F32 && dw.dtype == DType::F32) {
-        float* partial = lt_bias_gradient_scratch(dbias.numel());
+        float* partial = lt_bias_gradient_scratch(s, dbias.numel());
         if (gemm_lt_rowmajor(s, dw, dy_op, x_op, true, false, 1.0f, LtEpilogue::BGradB, partial)) {
             column_sums_add(s, static_cast<float*>(dbias.data), partial, 1, dbias.numel());
             return;
@@ -187,7 +187,7 @@ void linear_backward_gelu(OpContext& ctx, TensorView dpre, TensorView dpre_bias,
     if (dpre_bias.empty()) {
         fused = gemm_lt_rowmajor(s, dpre, dy_op, w_op, false, false, 0.0f, LtEpilogue::DGelu, nullptr, pre);
     } else if (dpre.dtype == DType::F32) {
-        float* partial = lt_bias_gradient_scratch(dpre_bias.numel());
+        float* partial = lt_bias_gradient_scratch(s, dpre_bias.numel());
         fused = gemm_lt_rowmajor(s, dpre, dy_op, w_op, false, false, 0.0f, LtEpilogue::DGeluBGrad, partial, pre);
         if (fused) column_sums_add(s, static_cast<float*>(dpre_bias.data), partial, 1, dpre_bias.numel());
     }

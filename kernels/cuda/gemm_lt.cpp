@@ -140,7 +140,7 @@ bool lt_matmul(cudaStream_t stream, const LtKey& key, const LtOperands& p, float
     if (lt_uses_aux(key.epilogue))
         MWB_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &p.aux,
                                                         sizeof(p.aux)));
-    void* workspace = scratch(1, kLtWorkspace);
+    void* workspace = scratch(1, kLtWorkspace, stream);
     // A refusal at launch (an argument the heuristic did not see) queues nothing: the plan is marked
     // unusable and the caller's unfused path runs, now and for every later call with this key.
     if (cublasLtMatmul(cublaslt_handle(), plan.desc, &alpha, p.a, plan.a, p.b, plan.b, &beta, p.d, plan.d, p.d, plan.d,
@@ -151,9 +151,9 @@ bool lt_matmul(cudaStream_t stream, const LtKey& key, const LtOperands& p, float
     return true;
 }
 
-float* lt_bias_gradient_scratch(int64_t n) {
+float* lt_bias_gradient_scratch(cudaStream_t stream, int64_t n) {
     const int64_t bytes = (n * 4 + 255) / 256 * 256;
-    return reinterpret_cast<float*>(static_cast<char*>(scratch(1, kLtWorkspace + bytes)) + kLtWorkspace);
+    return reinterpret_cast<float*>(static_cast<char*>(scratch(1, kLtWorkspace + bytes, stream)) + kLtWorkspace);
 }
 
 namespace {

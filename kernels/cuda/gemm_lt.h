@@ -25,9 +25,9 @@ struct LtOperands {
 /// runs without asking again).
 bool lt_matmul(cudaStream_t stream, const LtKey& key, const LtOperands& p, float alpha, float beta);
 
-/// Scratch for an epilogue's bias gradient of `n` floats: slot 1 behind the cuBLASLt workspace
-/// (256-byte aligned, valid until the next GEMM on the stream has read it).
-float* lt_bias_gradient_scratch(int64_t n);
+/// Scratch for an epilogue's bias gradient of `n` floats for work on `stream`: slot 1 behind the
+/// cuBLASLt workspace (256-byte aligned, valid until the next GEMM on the stream has read it).
+float* lt_bias_gradient_scratch(cudaStream_t stream, int64_t n);
 
 /// Counts one epilogue GEMM that was asked for, fused or not (device::fused_gemm_counts).
 void lt_count(bool fused);

@@ -115,7 +115,7 @@ using Pointers = std::vector<std::pair<int64_t, void*>>;
 /// at `seed_at`) when the call has dropout.
 Pointers bind_qkv(cudaStream_t st, const float* qkv, const Geometry& g, const AttentionParams& p, void* seed_at) {
     const int64_t rows = g.S * g.B, W = (g.A + 2 * g.G) * g.D;
-    bf16* staged = static_cast<bf16*>(scratch(kStagedSlot, rows * W * 2));
+    bf16* staged = static_cast<bf16*>(scratch(kStagedSlot, rows * W * 2, st));
     k_regroup<<<blocks_for(rows * W), kElementwiseThreads, 0, st>>>(staged, const_cast<float*>(qkv), rows, g.A, g.G,
                                                                     g.D, false);
     Pointers ptrs{{cudnn_sdpa::kQ, staged},
@@ -156,7 +156,7 @@ bool cudnn_attention_forward(const OpContext& ctx, float* out, float* saved, con
     const cudaStream_t st = stream_of(ctx);
     const int64_t out_n = g.S * g.B * g.A * g.D;
     bf16* o = reinterpret_cast<bf16*>(saved + padded_floats(g.B * g.A * g.S));  // after the log-sum-exps
-    Pointers ptrs = bind_qkv(st, qkv, g, p, scratch(kBackwardSlot, 256));
+    Pointers ptrs = bind_qkv(st, qkv, g, p, scratch(kBackwardSlot, 256, st));
     ptrs.insert(ptrs.end(), {{cudnn_sdpa::kO, o}, {cudnn_sdpa::kStats, saved}});
     run("forward", g, p, ptrs, st);
     k_to_f32<<<blocks_for(out_n), kElementwiseThreads, 0, st>>>(out, o, out_n);
@@ -172,14 +172,14 @@ bool cudnn_attention_backward(const OpContext& ctx, float* dqkv, const float* do
     // The backward slot, each part on a 256-byte boundary: the dropout seed, the softmax sums and the dQ
     // accumulator (f32), the staged dqkv (bf16).
     const int64_t sum_floats = padded_floats(g.B * g.A * g.S), acc_floats = padded_floats(g.B * g.A * g.S * g.D);
-    auto* base = static_cast<float*>(scratch(kBackwardSlot, (64 + sum_floats + acc_floats) * 4 + rows * W * 2));
+    auto* base = static_cast<float*>(scratch(kBackwardSlot, (64 + sum_floats + acc_floats) * 4 + rows * W * 2, st));
     float* softmax_sum = base + 64;
     float* dq_accum = softmax_sum + sum_floats;
     bf16* dstaged = reinterpret_cast<bf16*>(dq_accum + acc_floats);
     // cuDNN before 9.6 accumulates into dQ_accum without clearing it first (as cudnn-frontend notes).
     if (cudnn::version() < 90600)
         MWB_CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, static_cast<size_t>(g.B * g.A * g.S * g.D) * sizeof(float), st));
-    bf16* dout16 = static_cast<bf16*>(scratch(kDoutSlot, out_n * 2));
+    bf16* dout16 = static_cast<bf16*>(scratch(kDoutSlot, out_n * 2, st));
     k_to_bf16<<<blocks_for(out_n), kElementwiseThreads, 0, st>>>(dout16, dout, out_n);
     auto* o = reinterpret_cast<bf16*>(const_cast<float*>(saved) + padded_floats(g.B * g.A * g.S));
     Pointers ptrs = bind_qkv(st, qkv, g, p, base);

@@ -284,7 +284,7 @@ void column_sums_add(cudaStream_t stream, float* out, const float* x, int64_t ro
     if (rows == 0 || cols == 0) return;
     const int64_t chunks = (rows + kRowChunk - 1) / kRowChunk;
     MWB_CHECK(chunks <= 65535, "column sums: {} rows exceed the {} a launch covers", rows, 65535 * kRowChunk);
-    float* partial = static_cast<float*>(scratch(0, chunks * cols * static_cast<int64_t>(sizeof(float))));
+    float* partial = static_cast<float*>(scratch(0, chunks * cols * static_cast<int64_t>(sizeof(float)), stream));
     const dim3 grid(static_cast<unsigned>((cols + 127) / 128), static_cast<unsigned>(chunks));
     k_column_partials<<<grid, 128, 0, stream>>>(x, rows, cols, partial);
     k_sum_partials<<<blocks_for(cols), kThreads, 0, stream>>>(out, partial, chunks, cols);
@@ -352,7 +352,7 @@ double sum_squares(OpContext& ctx, TensorView x) {
     const int64_t n = x.numel();
     if (n == 0) return 0.0;
     const int64_t chunks = (n + kSquaresChunk - 1) / kSquaresChunk;
-    double* partial = static_cast<double*>(scratch(0, chunks * static_cast<int64_t>(sizeof(double))));
+    double* partial = static_cast<double*>(scratch(0, chunks * static_cast<int64_t>(sizeof(double)), stream_of(ctx)));
     k_sum_squares<<<static_cast<unsigned>(chunks), kThreads, 0, stream_of(ctx)>>>(cf(x), n, partial);
     launched("sum_squares");
     std::vector<double> host(static_cast<size_t>(chunks));
@@ -412,7 +412,7 @@ void norm_param_grads(cudaStream_t s, float* dw, float* db, const float* dout, c
                       const float* rstd, int64_t rows, int64_t h) {
     const int64_t chunks = (rows + kRowChunk - 1) / kRowChunk;
     MWB_CHECK(chunks <= 65535, "norm backward: {} rows exceed the {} a launch covers", rows, 65535 * kRowChunk);
-    float* pw = static_cast<float*>(scratch(0, 2 * chunks * h * static_cast<int64_t>(sizeof(float))));
+    float* pw = static_cast<float*>(scratch(0, 2 * chunks * h * static_cast<int64_t>(sizeof(float)), s));
     float* pb = db ? pw + chunks * h : nullptr;
     const dim3 grid(static_cast<unsigned>((h + 127) / 128), static_cast<unsigned>(chunks));
     k_norm_bwd_partials<<<grid, 128, 0, s>>>(pw, pb, dout, x, mean, rstd, rows, h);

@@ -4,6 +4,7 @@
 
 #include "mwb/kernels/device_runtime.h"
 
+#include <algorithm>
 #include <atomic>
 
 namespace mwb {
@@ -15,6 +16,8 @@ std::atomic<bool> g_allow_tf32{false};
 struct ScratchSlot {
     void* ptr = nullptr;
     int64_t bytes = 0;
+    bool pooled = false;            // from cudaMallocAsync (the device's default memory pool)
+    cudaStream_t stream = nullptr;  // the stream of the slot's last user
 };
 
 struct ThreadState {
@@ -94,26 +97,57 @@ void check_launch(const char* op) {
     if (err != cudaSuccess) MWB_FAIL("{}: CUDA kernel launch failed: {}", op, cudaGetErrorString(err));
 }
 
-void* scratch(int slot, int64_t bytes) {
+namespace {
+/// Whether the current device has the stream-ordered allocator (every device since CUDA 11.2 on Linux
+/// reports it; asked once per device).
+bool memory_pools_supported() {
+    thread_local int device = -1, supported = 0;
+    int d = 0;
+    MWB_CUDA_CHECK(cudaGetDevice(&d));
+    if (d != device) {
+        device = d;
+        if (cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, d) != cudaSuccess) {
+            cudaGetLastError();
+            supported = 0;
+        }
+    }
+    return supported != 0;
+}
+}  // namespace
+
+void* scratch(int slot, int64_t bytes, cudaStream_t stream) {
     ScratchSlot& s = state().slots[slot];
     if (s.bytes < bytes) {
+        cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+        MWB_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+        MWB_CHECK(capture == cudaStreamCaptureStatusNone,
+                  "scratch slot {} must grow from {} to {} bytes while its stream is captured into a CUDA graph: "
+                  "run the step once before capturing it",
+                  slot, s.bytes, bytes);
+        const bool pools = memory_pools_supported();
         if (s.ptr) {
-            // The old area may still be read by queued kernels: wait for them before freeing it.
-            MWB_CUDA_CHECK(cudaDeviceSynchronize());
-            MWB_CUDA_CHECK(cudaFree(s.ptr));
+            // Kernels queued earlier may still read the old area. On the same stream a stream-ordered
+            // free waits for them on the GPU; queued on another stream, only a device-wide wait knows.
+            if (!(s.pooled && pools && s.stream == stream)) MWB_CUDA_CHECK(cudaDeviceSynchronize());
+            if (s.pooled) MWB_CUDA_CHECK(cudaFreeAsync(s.ptr, stream));
+            else MWB_CUDA_CHECK(cudaFree(s.ptr));
             s.ptr = nullptr;
         }
-        // Sized only once allocated: a failed cudaMalloc (caught by a caller that carries on) must
+        // Sized only once allocated: a failed allocation (caught by a caller that carries on) must
         // not leave a slot that claims bytes it does not have, nor its error for the next launch check.
         const int64_t want = std::max<int64_t>(bytes, 1 << 20);
         s.bytes = 0;
-        if (const cudaError_t err = cudaMalloc(&s.ptr, static_cast<size_t>(want)); err != cudaSuccess) {
+        const cudaError_t err = pools ? cudaMallocAsync(&s.ptr, static_cast<size_t>(want), stream)
+                                      : cudaMalloc(&s.ptr, static_cast<size_t>(want));
+        if (err != cudaSuccess) {
             cudaGetLastError();
             s.ptr = nullptr;
             MWB_FAIL("scratch slot {}: out of GPU memory allocating {} bytes: {}", slot, want, cudaGetErrorString(err));
         }
+        s.pooled = pools;
         s.bytes = want;
     }
+    s.stream = stream;
     return s.ptr;
 }
 

@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cmath>
 #include <random>
 
@@ -135,6 +136,47 @@ CudaCheckResult check_nccl_group_of_one() {
         device::cuda_free(a);
         device::cuda_free(b);
         res.detail = res.detail.empty() ? "all-reduce, all-gather, reduce-scatter, broadcast, gather, exchange" : res.detail;
+        res.passed = res.error == 0;
+    } catch (const std::exception& e) {
+        res.detail = e.what();
+    }
+    return res;
+}
+
+CudaCheckResult check_nccl_timeout() {
+    CudaCheckResult res;
+    res.name = "nccl_timeout";
+    res.tolerance = 0;
+    try {
+        // A receive nothing will ever match (a group of one, no send): the kernel waits forever. The
+        // host wait must give up after the 2 s timeout, abort the communicator and say who and what.
+        SelfCommunicator host("check");
+        NcclCommunicator nccl(host, nullptr, false, 2.0);
+        float* a = static_cast<float*>(device::cuda_malloc(1024 * 4));
+        const Message recv{a, 1024, 0, 0};
+        const auto t0 = std::chrono::steady_clock::now();
+        std::string message;
+        try {
+            nccl.exchange({}, {&recv, 1});
+        } catch (const std::exception& e) {
+            message = e.what();
+        }
+        const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        bool reused_fails = false;
+        try {
+            nccl.synchronize();
+        } catch (const std::exception&) {
+            reused_fails = true;  // aborted: later calls fail by name instead of touching a dead communicator
+        }
+        device::synchronize();  // the aborted kernel must not have poisoned the context
+        device::cuda_free(a);
+        const bool named = message.find("check group") != std::string::npos &&
+                           message.find("recv 1024 floats from 0") != std::string::npos &&
+                           message.find("world rank 0") != std::string::npos &&
+                           message.find("did not complete") != std::string::npos;
+        res.error = named && reused_fails && waited >= 2.0 && waited < 30.0 ? 0 : 1;
+        res.detail = fmt::format("gave up after {:.1f} s: {}{}", waited, message.empty() ? "(no error)" : message,
+                                 reused_fails ? "" : "; the aborted communicator still accepted a call");
         res.passed = res.error == 0;
     } catch (const std::exception& e) {
         res.detail = e.what();

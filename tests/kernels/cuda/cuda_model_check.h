@@ -26,6 +26,11 @@ CudaCheckResult check_model_against_cpu();
 /// with ops queued before and after on the compute stream; values bit for bit.
 CudaCheckResult check_nccl_group_of_one();
 
+/// NCCL's hang handling: a receive that nothing matches, on a communicator with a 2 s timeout, must
+/// fail after about 2 s (not hang), naming the group, the operation and the world ranks, and leave the
+/// communicator aborted and the CUDA context usable.
+CudaCheckResult check_nccl_timeout();
+
 /// Generation (backend/generate/): the decoder on the GPU against the decoder on the CPU, same weights:
 /// a GPT shape (learned positions, LayerNorm, GELU) and a Llama shape (RoPE, RMSNorm, SwiGLU, GQA), four
 /// prompts of different lengths prefilled and decoded 12 steps greedily, the batch shrinking as rows

@@ -1,7 +1,8 @@
 // mwb-gpu-check: the CUDA op checks without Qt, for the bare GPU machine. Prints one line per check
 // (name, PASS/FAIL, error, tolerance, worst output) and exits 0 when all pass, 1 when any fails,
 // 77 when no GPU is usable. `--list` names the checks; arguments select checks by name. The last
-// three (not in the fallback build): "nccl", the NCCL communicator over a group of one, "model", which
+// four (not in the fallback build): "nccl", the NCCL communicator over a group of one, "nccl_timeout",
+// its hang handling (a receive nothing matches fails after the timeout, naming who), "model", which
 // trains the whole GPT a few iterations on both devices, and "generation", the decoder on both devices.
 #include "cuda_op_checks.h"
 #if !defined(MWB_GPU_CHECK_NO_MODEL)
@@ -18,6 +19,7 @@ std::vector<std::string> all_checks() {
     std::vector<std::string> names = mwb::test::cuda_check_names();
 #if !defined(MWB_GPU_CHECK_NO_MODEL)
     names.emplace_back("nccl");
+    names.emplace_back("nccl_timeout");
     names.emplace_back("model");
     names.emplace_back("generation");
 #endif
@@ -29,6 +31,7 @@ mwb::test::CudaCheckResult run_check(const std::string& name) {
     if (name == "model") return mwb::test::check_model_against_cpu();
     if (name == "generation") return mwb::test::check_generation_against_cpu();
     if (name == "nccl") return mwb::test::check_nccl_group_of_one();
+    if (name == "nccl_timeout") return mwb::test::check_nccl_timeout();
 #endif
     return mwb::test::run_cuda_check(name);
 }
