@@ -570,7 +570,7 @@ void cross_entropy_lse(OpContext& ctx, TensorView lse, TensorView row_max, Tenso
 double cross_entropy_loss_sum(OpContext& ctx, TensorView lse, TensorView target_logit) {
     const int64_t n = lse.numel();
     if (n == 0) return 0.0;
-    double* sum = static_cast<double*>(scratch(0, static_cast<int64_t>(sizeof(double))));
+    double* sum = static_cast<double*>(scratch(0, static_cast<int64_t>(sizeof(double)), stream_of(ctx)));
     classifier::k_ce_loss_sum<double><<<1, 1024, 0, stream_of(ctx)>>>(sum, cf(lse), cf(target_logit), n);
     launched("cross_entropy_loss_sum");
     double host = 0;  // the micro-batch's one read: the loss goes to the host for the schedule and telemetry
