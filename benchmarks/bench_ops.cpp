@@ -1,6 +1,7 @@
 // Times every CPU op at the shapes of one transformer layer and the LM head (default: config S,
 // 6 layers, hidden 384, 6 heads, seq 256, micro batch 4, vocab 50304), and the machine's sgemm peak.
 //   mwb-bench-ops [--hidden H] [--heads A] [--groups G] [--seq S] [--batch B] [--vocab V] [--reps R]
+#include "benchmarks/timing.h"
 #include "mwb/kernels/ops.h"
 
 #include <CLI/CLI.hpp>
@@ -10,8 +11,6 @@
 #include <oneapi/dnnl/dnnl.h>
 #endif
 
-#include <chrono>
-#include <functional>
 #include <random>
 #include <utility>
 #include <vector>
@@ -20,26 +19,8 @@ using namespace mwb;
 
 namespace {
 
-double cpu_seconds() {
-    timespec ts{};
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
-/// Wall and CPU seconds per call: the CPU time of the process (OMP_WAIT_POLICY=passive, so idle
-/// threads do not count) is what a loaded machine disturbs least.
-struct Timing {
-    double wall = 0, cpu = 0;
-};
-
-Timing time_it(const std::function<void()>& f, int reps) {
-    f();  // warm up (page faults, caches)
-    const double c0 = cpu_seconds();
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < reps; ++i) f();
-    return {std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps,
-            (cpu_seconds() - c0) / reps};
-}
+using mwb::bench::time_it;
+using mwb::bench::Timing;
 
 std::vector<float> rnd(int64_t n, float scale = 1.0f) {
     std::mt19937 g(1);
