@@ -33,6 +33,7 @@ void set_device(int) { no_cuda("device::set_device"); }
 void set_deterministic(bool) {}
 bool deterministic() { return false; }
 void set_allow_tf32(bool) {}
+FusedGemmCounts fused_gemm_counts() { return {}; }
 
 }  // namespace device
 }  // namespace mwb

@@ -1,7 +1,8 @@
 // CUDA ops against the CPU ops (their twins, themselves tested against float64 references) on random
-// inputs, Llama's (SwiGLU, RoPE, grouped-query attention) included. Errors are normwise: max|gpu − cpu| / max|cpu| per output tensor. Tolerances: fp32 1e-5
-// (5e-5 where long sums meet a different exp: attention backward), bf16 GEMM inputs 1e-2; dropout masks
-// and storage rounding bit for bit; deterministic mode bit-identical across two runs.
+// inputs, Llama's (SwiGLU, RoPE, grouped-query attention) included. Errors are normwise:
+// max|gpu − cpu| / max|cpu| per output tensor. Tolerances: fp32 1e-5 (5e-5 where long sums meet a
+// different exp: attention backward), bf16 GEMM inputs 1e-2 (the cuBLASLt epilogues' too); dropout
+// masks and storage rounding bit for bit; deterministic mode bit-identical across two runs.
 #include "cuda_op_checks.h"
 
 #include "mwb/kernels/device.h"
@@ -289,6 +290,75 @@ Compare check_linear() {
     ops::linear_backward(g, {}, dw.gpu(), db.gpu(), dy.gpu(), x.gpu(), w.gpu(), false);
     cmp.twin("dbias over 1000 rows", db);
     cmp.twin("dw over 1000 rows", dw);
+    return cmp;
+}
+
+/// The linear layers' cuBLASLt epilogues against their CPU twins (the unfused sequence): linear with a
+/// bias (BIAS; its backward BGRADB), fc1 + GELU with and without a bias (GELU_AUX_BIAS, GELU_AUX), fc2's
+/// backward through GELU' with and without fc1's bias gradient (DGELU_BGRAD, DGELU; BGRADB). Every one
+/// of these must have been fused (a refusal counts as an error: the run would be correct but slow);
+/// then the cases the epilogues must leave to the unfused path (a bias 4 bytes off alignment, an aux
+/// matrix of 100 columns) give the same results. With `bf16`: bf16 GEMM inputs (bf16-exact values)
+/// and bf16 storage, whose roundings the fused GELU sees after, not before (held to 1e-2).
+Compare check_linear_epilogues(bool bf16) {
+    const DType storage = bf16 ? DType::BF16 : DType::F32;
+    const auto values = [&](int64_t n, uint32_t seed) {
+        std::vector<float> v = random_floats(n, seed);
+        if (bf16)
+            for (auto& x : v) x = round_to_bf16(x);
+        return v;
+    };
+    auto c = cpu_ctx(), g = gpu_ctx();
+    if (bf16) g.gemm_inputs = DType::BF16;
+    Compare cmp;
+    const auto mlp = [&](int64_t N, int64_t H, int64_t F, bool bias, const std::string& tag) {
+        Twin x(values(N * H, 150), {N, H}), w1(values(F * H, 151), {F, H}), b1(random_floats(F, 152), {F});
+        Twin w2(values(H * F, 153), {H, F}), b2(random_floats(H, 154), {H}), y(std::vector<float>(N * H), {N, H});
+        Twin pre(std::vector<float>(N * F), {N, F}), act(std::vector<float>(N * F), {N, F});
+        Twin dy(values(N * H, 155), {N, H}), dpre(std::vector<float>(N * F), {N, F});
+        Twin db1(random_floats(F, 156), {F}), dw2(random_floats(H * F, 157), {H, F}), db2(random_floats(H, 158), {H});
+        Twin dx(std::vector<float>(N * H), {N, H}), dw1(random_floats(F * H, 159), {F, H});
+        for (auto* ctx : {&c, &g}) {
+            const bool d = ctx == &g;
+            const auto on = [d](Twin& t) { return d ? t.gpu() : t.cpu(); };
+            ops::linear_gelu_forward(*ctx, on(act), on(pre), on(x), on(w1), bias ? on(b1) : TensorView{}, storage);
+            ops::round_to(*ctx, on(act), storage);
+            ops::linear_forward(*ctx, on(y), on(act), on(w2), bias ? on(b2) : TensorView{});
+            ops::linear_backward_gelu(*ctx, on(dpre), bias ? on(db1) : TensorView{}, on(dw2),
+                                      bias ? on(db2) : TensorView{}, on(dy), on(act), on(w2), on(pre), storage);
+            ops::linear_backward(*ctx, on(dx), on(dw1), {}, on(dpre), on(x), on(w1));
+        }
+        cmp.twin("fc1 pre-activation" + tag, pre);
+        cmp.twin("fc1 gelu" + tag, act);
+        cmp.twin("fc2 y" + tag, y);
+        cmp.twin("dpre" + tag, dpre);
+        cmp.twin("fc2 dw" + tag, dw2);
+        cmp.twin("fc1 dx" + tag, dx);
+        cmp.twin("fc1 dw" + tag, dw1);
+        if (bias) {
+            cmp.twin("fc1 dbias (DGELU_BGRAD)" + tag, db1);
+            cmp.twin("fc2 dbias (BGRADB)" + tag, db2);
+        }
+    };
+    const device::FusedGemmCounts before = device::fused_gemm_counts();
+    mlp(96, 64, 256, true, "");
+    mlp(520, 64, 128, false, " (no bias)");
+    const device::FusedGemmCounts after = device::fused_gemm_counts();
+    const int64_t refused = after.unfused - before.unfused;
+    if (refused > 0 || after.fused == before.fused)
+        cmp.values(fmt::format("epilogues not fused: {} of {}", refused, refused + after.fused - before.fused),
+                   {static_cast<float>(std::max<int64_t>(refused, 1))}, {0.0f});
+    // The unfused paths: a (100)-column aux matrix (leading dimension not a multiple of 8), a bias
+    // 4 bytes off alignment.
+    mlp(64, 32, 100, true, " (F = 100, unfused)");
+    const int64_t N = 40, in = 32, out = 48;
+    Twin x(values(N * in, 160), {N, in}), w(values(out * in, 161), {out, in}), y(std::vector<float>(N * out), {N, out});
+    Twin bias(random_floats(out + 1, 162), {out + 1});
+    TensorView bc = make_view(bias.host().data() + 1, DType::F32, {out}, Device::CPU);
+    TensorView bg = make_view(static_cast<float*>(bias.gpu().data) + 1, DType::F32, {out}, Device::CUDA);
+    ops::linear_forward(c, y.cpu(), x.cpu(), w.cpu(), bc);
+    ops::linear_forward(g, y.gpu(), x.gpu(), w.gpu(), bg);
+    cmp.twin("linear y, bias 4 bytes off alignment (unfused)", y);
     return cmp;
 }
 
@@ -756,6 +826,8 @@ const std::vector<std::pair<std::string, CheckDef>>& registry() {
         {"matmul_bf16", {check_matmul_bf16, 1e-2}},
         {"linear", {check_linear, 1e-5}},
         {"bf16_gemm_inputs", {check_bf16_gemm_inputs, 1e-4}},
+        {"linear_epilogues", {[] { return check_linear_epilogues(false); }, 1e-5}},
+        {"linear_epilogues_bf16", {[] { return check_linear_epilogues(true); }, 1e-2}},
         {"embedding", {check_embedding, 1e-5}},
         {"norms", {check_norms, 1e-5}},
         {"gelu", {check_gelu, 1e-5}},
