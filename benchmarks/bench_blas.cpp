@@ -9,17 +9,16 @@
 // RTLD_LOCAL: both export cblas_sgemm/sgemm_, which must not interpose on OpenBLAS's.
 //   mwb-bench-blas [--split-only] [--head-chunks] [--threads T] [--rounds R] [--reps N] [--tokens 1024] [--hidden 384]
 //   [--vocab 32000]
+#include "benchmarks/timing.h"
 #include "kernels/cpu/gemm.h"
 
 #include <cblas.h>
 #include <dlfcn.h>
 #include <fmt/format.h>
 #include <omp.h>
-#include <time.h>
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
 #include <functional>
 #include <random>
@@ -27,6 +26,9 @@
 #include <vector>
 
 namespace {
+
+using mwb::bench::time_it;
+using mwb::bench::Timing;
 
 // ---- the candidates, loaded at run time ---------------------------------------------------------
 
@@ -90,25 +92,6 @@ void add_linear(std::vector<Gemm>& g, const std::string& name, int64_t T, int64_
     g.push_back({name + " fwd  y=x·Wᵀ", false, true, T, out, in, 0.0f, layers});
     g.push_back({name + " dX   dy·W", false, false, T, in, out, 0.0f, layers});
     g.push_back({name + " dW   dyᵀ·x", true, false, out, in, T, 1.0f, layers});
-}
-
-double cpu_seconds() {
-    timespec ts{};
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
-struct Timing {
-    double wall = 0, cpu = 0;  ///< seconds per call
-};
-
-Timing time_it(const std::function<void()>& f, int reps) {
-    f();  // warm up (page faults, packing buffers, JIT)
-    const double c0 = cpu_seconds();
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < reps; ++i) f();
-    return {std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps,
-            (cpu_seconds() - c0) / reps};
 }
 
 double median(std::vector<double> v) {

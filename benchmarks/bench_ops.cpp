@@ -1,6 +1,7 @@
 // Times every CPU op at the shapes of one transformer layer and the LM head (default: config S,
 // 6 layers, hidden 384, 6 heads, seq 256, micro batch 4, vocab 50304), and the machine's sgemm peak.
-//   mwb-bench-ops [--hidden H] [--heads A] [--seq S] [--batch B] [--vocab V] [--reps R]
+//   mwb-bench-ops [--hidden H] [--heads A] [--groups G] [--seq S] [--batch B] [--vocab V] [--reps R]
+#include "benchmarks/timing.h"
 #include "mwb/kernels/ops.h"
 
 #include <CLI/CLI.hpp>
@@ -10,8 +11,6 @@
 #include <oneapi/dnnl/dnnl.h>
 #endif
 
-#include <chrono>
-#include <functional>
 #include <random>
 #include <utility>
 #include <vector>
@@ -20,12 +19,8 @@ using namespace mwb;
 
 namespace {
 
-double time_it(const std::function<void()>& f, int reps) {
-    f();  // warm up (page faults, caches)
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < reps; ++i) f();
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
-}
+using mwb::bench::time_it;
+using mwb::bench::Timing;
 
 std::vector<float> rnd(int64_t n, float scale = 1.0f) {
     std::mt19937 g(1);
@@ -35,23 +30,25 @@ std::vector<float> rnd(int64_t n, float scale = 1.0f) {
     return v;
 }
 
-void row(const char* name, double seconds, double flops) {
+void row(const char* name, Timing t, double flops) {
     if (flops > 0)
-        fmt::print("{:<34} {:>9.3f} ms  {:>8.1f} GFLOP/s\n", name, seconds * 1e3, flops / seconds * 1e-9);
+        fmt::print("{:<34} {:>9.3f} ms  {:>8.1f} GFLOP/s  (CPU {:>9.3f} ms)\n", name, t.wall * 1e3,
+                   flops / t.wall * 1e-9, t.cpu * 1e3);
     else
-        fmt::print("{:<34} {:>9.3f} ms\n", name, seconds * 1e3);
+        fmt::print("{:<34} {:>9.3f} ms  {:>17}(CPU {:>9.3f} ms)\n", name, t.wall * 1e3, "", t.cpu * 1e3);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
     CLI::App app{"mwb-bench-ops: time the CPU ops at one model's shapes"};
-    int64_t H = 384, A = 6, S = 256, B = 4, V = 50304;
+    int64_t H = 384, A = 6, G = 0, S = 256, B = 4, V = 50304;
     int reps = 5;
     bool peak_only = false;
     app.add_flag("--sgemm-peak", peak_only, "Print only each BLAS's sgemm GFLOP/s of a 2048^3 product, \"NAME GFLOPS\" lines (for scripts)");
     app.add_option("--hidden", H);
     app.add_option("--heads", A);
+    app.add_option("--groups", G, "Key/value groups of the attention (default: one per head)");
     app.add_option("--seq", S);
     app.add_option("--batch", B);
     app.add_option("--vocab", V);
@@ -64,7 +61,7 @@ int main(int argc, char** argv) {
         auto a = rnd(n * n), b = rnd(n * n), c = rnd(n * n);
         // The machine's reference: each BLAS of the build on its own, with its own threading; the
         // best of them is the peak (a % of a slower library's peak would flatter).
-        std::vector<std::pair<const char*, double>> peaks;
+        std::vector<std::pair<const char*, Timing>> peaks;
         peaks.emplace_back("OpenBLAS", time_it([&] {
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
         }, reps));
@@ -75,7 +72,7 @@ int main(int argc, char** argv) {
 #endif
         if (peak_only) {
             // One "library GFLOP/s" line each (benchmarks/run_benchmarks.py takes the best).
-            for (const auto& [name, t] : peaks) fmt::print("{} {:.1f}\n", name, 2.0 * n * n * n / t * 1e-9);
+            for (const auto& [name, t] : peaks) fmt::print("{} {:.1f}\n", name, 2.0 * n * n * n / t.wall * 1e-9);
             return 0;
         }
         fmt::print("threads {}, N = S·B = {}, H {}, A {}, V {}\n", ops::num_threads(), N, H, A, V);
@@ -104,7 +101,9 @@ int main(int argc, char** argv) {
     AttentionParams ap;
     ap.num_heads = static_cast<int>(A);
     ap.total_heads = static_cast<int>(A);
+    ap.num_query_groups = static_cast<int>(G);
     ap.batch = static_cast<int>(B);
+    const int64_t qkv_width = ap.qkv_heads() * (H / A);
     ap.softmax_scale = 0.125f;
     for (float p : {0.0f, 0.1f}) {
         ap.dropout_p = p;
@@ -112,11 +111,11 @@ int main(int argc, char** argv) {
         const double att_flops = 4.0 * B * S * S * H;  // full matrices, as the model FLOP count
         row(fmt::format("attention fwd (dropout {})", p).c_str(), time_it([&] {
                 ops::attention_forward(ctx, view_f32(ctxo.data(), {S, B, H}), view_f32(probs.data(), {B, A, S, S}),
-                                       view_f32(qkv.data(), {S, B, 3 * H}), view_f32(ws.data(), {(int64_t)ws.size()}), ap);
+                                       view_f32(qkv.data(), {S, B, qkv_width}), view_f32(ws.data(), {(int64_t)ws.size()}), ap);
             }, reps), att_flops);
         row(fmt::format("attention bwd (dropout {})", p).c_str(), time_it([&] {
-                ops::attention_backward(ctx, view_f32(dqkv.data(), {S, B, 3 * H}), view_f32(dctx.data(), {S, B, H}),
-                                        view_f32(qkv.data(), {S, B, 3 * H}), view_f32(probs.data(), {B, A, S, S}),
+                ops::attention_backward(ctx, view_f32(dqkv.data(), {S, B, qkv_width}), view_f32(dctx.data(), {S, B, H}),
+                                        view_f32(qkv.data(), {S, B, qkv_width}), view_f32(probs.data(), {B, A, S, S}),
                                         view_f32(ws.data(), {(int64_t)ws.size()}), ap);
             }, reps), 2 * att_flops);
     }

@@ -15,7 +15,7 @@ using SgemmFn = void (*)(bool trans_a, bool trans_b, int64_t m, int64_t n, int64
 void blas_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                 const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
-/// The same product cut into chunks by its shape alone (never the thread count), each chunk one
+/// The same product cut into chunks by its shape and the machine's core count (never the thread count), each chunk one
 /// single-threaded `sgemm` call on an OpenMP thread: the result is the same bits for any thread count.
 void split_sgemm(SgemmFn sgemm, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                  const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);

@@ -12,6 +12,7 @@
 #endif
 
 #include <algorithm>
+#include <thread>
 #include <vector>
 
 namespace mwb::cpu {
@@ -19,16 +20,31 @@ namespace mwb::cpu {
 namespace {
 
 /// How one GEMM is cut into independent sgemm calls, each run single-threaded. The cut depends only
-/// on the shape, never on the thread count: OpenBLAS's own threading changes the order of
-/// floating-point sums with the number of threads for some kernels (its Haswell sgemm does), which
-/// would make results depend on --threads.
+/// on the shape and the machine (machine_max_chunks), never on the thread count: OpenBLAS's own
+/// threading changes the order of floating-point sums with the number of threads for some kernels (its
+/// Haswell sgemm does), which would make results depend on --threads.
 struct GemmSplit {
     enum class Axis { Rows, Cols, Depth };
     /// Rows of C (each chunk re-packs op(B)), its columns (each re-packs op(A)), or the inner
     /// dimension (each chunk packs only its slice of both; partial products summed in chunk order).
     Axis axis = Axis::Rows;
-    int64_t chunks = 1;  ///< 1, 2, 4 or 8: balanced for 1, 2, 4 or 8 threads
+    int64_t chunks = 1;  ///< 1, 2, 4 or 8 (at most machine_max_chunks()): balanced for that many threads
 };
+
+/// The most chunks a GEMM is cut into: the machine's hardware threads rounded up to a power of two,
+/// at most 8. Each chunk is its own BLAS call that re-packs the operand the chunks share, so chunks the
+/// machine cannot run at once only cost (config S's fc1 products on 2 cores: ~10 % more CPU time cut
+/// in 8 than in 2). It is the machine's count, not --threads nor the process's CPU affinity (mpirun
+/// binds ranks to cores), so on one machine the result is the same for any thread count.
+int64_t machine_max_chunks() {
+    static const int64_t cap = [] {
+        const int64_t hardware = std::max(1u, std::thread::hardware_concurrency());
+        int64_t c = 1;
+        while (c < 8 && c < hardware) c *= 2;
+        return c;
+    }();
+    return cap;
+}
 
 /// The most partial-product scratch a depth split may use (bytes): beyond it, rows or columns.
 constexpr int64_t kMaxDepthScratch = int64_t{64} << 20;
@@ -54,7 +70,8 @@ GemmSplit plan_gemm_split(int64_t m, int64_t n, int64_t k) {
     const bool depth = s.axis == GemmSplit::Axis::Depth;
     const int64_t dim = depth ? k : s.axis == GemmSplit::Axis::Rows ? m : n;
     const int64_t min_chunk = depth ? kMinDepthChunk : kMinChunk;
-    while (s.chunks < 8 && flops / static_cast<double>(2 * s.chunks) >= kFlopsPerChunk &&
+    const int64_t max_chunks = machine_max_chunks();
+    while (s.chunks < max_chunks && flops / static_cast<double>(2 * s.chunks) >= kFlopsPerChunk &&
            dim / (2 * s.chunks) >= min_chunk &&
            (!depth || (2 * s.chunks - 1) * m * n * static_cast<int64_t>(sizeof(float)) <= kMaxDepthScratch))
         s.chunks *= 2;
