@@ -10,6 +10,8 @@
 #include "mwb/kernels/ops.h"
 #include "backend/parallel/gradient_reducer.h"
 
+#include <vector>
+
 namespace mwb {
 
 class ParallelContext;
@@ -68,6 +70,9 @@ private:
     ParallelContext* par_ = nullptr;
     ArenaShard shard_;
     Buffer master_, exp_avg_, exp_avg_sq_;
+    Buffer sumsq_;  // F64 (1): the global Σ x² of the scaled gradients
+    Buffer scale_;  // F32 (2): gradient_scale's multiplier and found_inf
+    std::vector<IndexRange> norm_ranges_;  // the gradients of the shard counted in the norm, in arena order
     int64_t steps_ = 0;
 };
 

@@ -10,6 +10,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -109,6 +110,54 @@ __global__ void k_sum_squares(const float* x, int64_t n, double* partial) {
     for (int64_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) s += static_cast<double>(x[i]) * x[i];
     s = block_sum(s, sh);
     if (threadIdx.x == 0) partial[c] = s;
+}
+
+/// One range of sum_squares_ranges: its elements and the index of its first chunk among all ranges'.
+struct SquaresRange {
+    int64_t first, count, chunk_begin;
+};
+
+/// partial[c] for chunk c of all ranges: the range by binary search over the chunk_begin column.
+__global__ void k_sum_squares_ranges(const float* x, const SquaresRange* ranges, int n_ranges, double* partial) {
+    __shared__ double sh[32];
+    const int64_t c = blockIdx.x;
+    int lo = 0, hi = n_ranges - 1;  // the last range whose chunk_begin <= c
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (ranges[mid].chunk_begin <= c) lo = mid; else hi = mid - 1;
+    }
+    const SquaresRange r = ranges[lo];
+    const int64_t i0 = (c - r.chunk_begin) * kSquaresChunk, i1 = min(r.count, i0 + kSquaresChunk);
+    const float* p = x + r.first;
+    double s = 0;
+    for (int64_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) s += static_cast<double>(p[i]) * p[i];
+    s = block_sum(s, sh);
+    if (threadIdx.x == 0) partial[c] = s;
+}
+
+/// out = Σ over ranges in order of (Σ of the range's chunk partials in order): the host's order of the
+/// per-tensor sums. One block: a thread per range, then thread 0 over the ranges.
+__global__ void k_sum_range_partials(double* out, double* range_total, const double* partial,
+                                     const SquaresRange* ranges, int n_ranges, int64_t chunks) {
+    for (int r = threadIdx.x; r < n_ranges; r += blockDim.x) {
+        const int64_t end = r + 1 < n_ranges ? ranges[r + 1].chunk_begin : chunks;
+        double s = 0;
+        for (int64_t c = ranges[r].chunk_begin; c < end; ++c) s += partial[c];
+        range_total[r] = s;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double total = 0;
+        for (int r = 0; r < n_ranges; ++r) total += range_total[r];
+        *out = total;
+    }
+}
+
+__global__ void k_gradient_scale(float* scale, const double* sumsq, double loss_scale, double clip_grad) {
+    const double norm = sqrt(*sumsq) / loss_scale;
+    const bool found_inf = !isfinite(norm);
+    scale[0] = found_inf ? 0.0f : static_cast<float>(clip_coefficient(norm, clip_grad) / loss_scale);
+    scale[1] = found_inf ? 1.0f : 0.0f;
 }
 
 __global__ void k_column_partials(const float* x, int64_t rows, int64_t cols, float* partial) {
@@ -340,9 +389,12 @@ struct AdamArgs {
 };
 
 __global__ void k_adamw(float* w, float* g, float* m, float* v, float* copy, int copy_kind, int64_t n,
-                        AdamArgs a) {
+                        AdamArgs a, const float* scale) {
+    // scale (gradient_scale's): the clip and loss-scale multiplier, and found_inf (write nothing).
+    if (scale && scale[1] != 0.0f) return;
+    const float gs = scale ? a.gs * scale[0] : a.gs;
     MWB_GRID_STRIDE(i, n) {
-        const float gi = g[i] * a.gs;
+        const float gi = g[i] * gs;
         const float mi = a.b1 * m[i] + (1.0f - a.b1) * gi;
         const float vi = a.b2 * v[i] + (1.0f - a.b2) * gi * gi;
         m[i] = mi;
@@ -442,6 +494,62 @@ double sum_squares(OpContext& ctx, TensorView x) {
     double total = 0;
     for (double s : host) total += s;  // in chunk order, as the CPU
     return total;
+}
+
+namespace {
+/// The range table of the last sum_squares_ranges call, on the host and in scratch slot 4: a training
+/// run passes the same ranges every step, so it is uploaded once (the host copy stays alive for the
+/// asynchronous upload, and a later change re-uploads behind the queued work that read the old one).
+std::vector<SquaresRange>& uploaded_ranges() {
+    thread_local std::vector<SquaresRange> r;
+    return r;
+}
+}  // namespace
+
+void sum_squares_ranges(OpContext& ctx, TensorView out, TensorView x, const std::vector<IndexRange>& ranges) {
+    std::vector<SquaresRange> table;
+    table.reserve(ranges.size());
+    int64_t chunks = 0;
+    for (const IndexRange& r : ranges) {
+        if (r.count == 0) continue;  // no chunk: the binary search needs strictly rising chunk_begin
+        table.push_back({r.first, r.count, chunks});
+        chunks += (r.count + kSquaresChunk - 1) / kSquaresChunk;
+    }
+    MWB_CHECK(chunks <= 0x7FFFFFFF && table.size() <= 0x7FFFFFFF, "sum_squares_ranges: {} chunks exceed one launch",
+              chunks);
+    const auto bytes = static_cast<int64_t>(table.size() * sizeof(SquaresRange));
+    auto* device_table = static_cast<SquaresRange*>(scratch(4, std::max<int64_t>(bytes, 1)));
+    std::vector<SquaresRange>& last = uploaded_ranges();
+    const auto same = [](const SquaresRange& a, const SquaresRange& b) {
+        return a.first == b.first && a.count == b.count && a.chunk_begin == b.chunk_begin;
+    };
+    if (!std::equal(table.begin(), table.end(), last.begin(), last.end(), same)) {
+        last = std::move(table);
+        if (bytes > 0)
+            MWB_CUDA_CHECK(cudaMemcpyAsync(device_table, last.data(), static_cast<size_t>(bytes), cudaMemcpyHostToDevice,
+                                           stream_of(ctx)));
+    }
+    const int n = static_cast<int>(last.size());
+    double* partial = static_cast<double*>(scratch(0, (chunks + n) * static_cast<int64_t>(sizeof(double))));
+    if (chunks > 0)
+        k_sum_squares_ranges<<<static_cast<unsigned>(chunks), kThreads, 0, stream_of(ctx)>>>(cf(x), device_table, n,
+                                                                                           partial);
+    k_sum_range_partials<<<1, kThreads, 0, stream_of(ctx)>>>(static_cast<double*>(out.data), partial + chunks,
+                                                             partial, device_table, n, chunks);
+    launched("sum_squares_ranges");
+}
+
+void gradient_scale(OpContext& ctx, TensorView scale, TensorView sumsq, double loss_scale, double clip_grad) {
+    k_gradient_scale<<<1, 1, 0, stream_of(ctx)>>>(mf(scale), static_cast<const double*>(sumsq.data), loss_scale,
+                                                  clip_grad);
+    launched("gradient_scale");
+}
+
+double read_f64(OpContext& ctx, TensorView x) {
+    double v = 0;
+    MWB_CUDA_CHECK(cudaMemcpyAsync(&v, x.data, sizeof(double), cudaMemcpyDeviceToHost, stream_of(ctx)));
+    MWB_CUDA_CHECK(cudaStreamSynchronize(stream_of(ctx)));
+    return v;
 }
 
 void embedding_forward(OpContext& ctx, TensorView out, TensorView ids, TensorView table, int64_t vocab_start) {
@@ -585,7 +693,7 @@ void cross_entropy_backward(OpContext& ctx, TensorView logits, TensorView target
 }
 
 void adamw_update(OpContext& ctx, TensorView param, TensorView grad, TensorView exp_avg, TensorView exp_avg_sq,
-                  const AdamWParams& p, TensorView param_copy, DType copy_dtype) {
+                  const AdamWParams& p, TensorView param_copy, DType copy_dtype, TensorView scale) {
     const int64_t n = param.numel();
     if (n == 0) return;
     // The same host-side constants as the CPU op, so both evaluate one formula.
@@ -595,7 +703,8 @@ void adamw_update(OpContext& ctx, TensorView param, TensorView grad, TensorView 
                      p.eps, p.zero_grad};
     const int kind = param_copy.empty() ? 0 : copy_dtype == DType::BF16 ? 1 : copy_dtype == DType::F16 ? 2 : 0;
     k_adamw<<<blocks_for(n), kThreads, 0, stream_of(ctx)>>>(mf(param), mf(grad), mf(exp_avg), mf(exp_avg_sq),
-                                                            param_copy.empty() ? nullptr : mf(param_copy), kind, n, a);
+                                                            param_copy.empty() ? nullptr : mf(param_copy), kind, n, a,
+                                                            scale.empty() ? nullptr : cf(scale));
     launched("adamw_update");
 }
 

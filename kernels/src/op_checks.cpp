@@ -9,6 +9,11 @@
 
 namespace mwb::ops::check {
 
+namespace {
+/// The dtypes a weight or activation is stored in (GEMM operands, rounding targets).
+bool storage_dtype(DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; }
+}  // namespace
+
 // ---- the vocabulary ----------------------------------------------------------------------------------
 
 void Args::reject(const char* arg, const std::string& expected, const std::string& got) const {
@@ -43,7 +48,7 @@ const Args& Args::optional(const char* arg, const TensorView& t, DType dtype) co
 const Args& Args::gemm_operand(const char* arg, const TensorView& t) const {
     constexpr const char* kGemmDtypes = "f32, bf16 or f16";
     placed(arg, t, kGemmDtypes);
-    if (t.dtype == DType::I32) [[unlikely]]
+    if (!storage_dtype(t.dtype)) [[unlikely]]
         reject_tensor(arg, t, kGemmDtypes, false);
     return *this;
 }
@@ -57,6 +62,7 @@ namespace {
 
 constexpr DType F32 = DType::F32;
 constexpr DType I32 = DType::I32;
+constexpr DType F64 = DType::F64;
 
 /// `t` holds `n` elements (`what` says why, for the message).
 void elements(const Args& c, const char* arg, const TensorView& t, int64_t n, const char* what) {
@@ -165,11 +171,34 @@ void add(OpContext& ctx, TensorView out, TensorView a, TensorView b) {
 void round_to(OpContext& ctx, TensorView x, DType dtype) {
     const Args c("round_to", ctx);
     c.tensor("x", x, F32);
-    c.value(dtype != DType::I32, "dtype", dtype_name(dtype), "f32, bf16 or f16");
+    c.value(storage_dtype(dtype), "dtype", dtype_name(dtype), "f32, bf16 or f16");
 }
 
 void sum_squares(OpContext& ctx, TensorView x) {
     Args("sum_squares", ctx).tensor("x", x, F32);
+}
+
+void sum_squares_ranges(OpContext& ctx, TensorView out, TensorView x, const std::vector<IndexRange>& ranges) {
+    const Args c("sum_squares_ranges", ctx);
+    c.tensor("out", out, F64).tensor("x", x, F32);
+    elements(c, "out", out, 1, "the sum");
+    for (const IndexRange& r : ranges)
+        c.value(r.first >= 0 && r.count >= 0 && r.first + r.count <= x.numel(), "ranges", r.first,
+                "ranges [first, first + count={}) inside x's {} elements", r.count, x.numel());
+}
+
+void gradient_scale(OpContext& ctx, TensorView scale, TensorView sumsq, double loss_scale, double) {
+    const Args c("gradient_scale", ctx);
+    c.tensor("scale", scale, F32).tensor("sumsq", sumsq, F64);
+    elements(c, "scale", scale, 2, "multiplier and found_inf");
+    elements(c, "sumsq", sumsq, 1, "the global sum of squares");
+    c.value(loss_scale > 0, "loss_scale", loss_scale, "> 0");
+}
+
+void read_f64(OpContext& ctx, TensorView x) {
+    const Args c("read_f64", ctx);
+    c.tensor("x", x, F64);
+    elements(c, "x", x, 1, "one value");
 }
 
 // ---- GEMM ------------------------------------------------------------------------------------------
@@ -465,7 +494,7 @@ void cross_entropy_fused(OpContext& ctx, TensorView lse, TensorView target_logit
 // ---- optimizer ------------------------------------------------------------------------------------------
 
 void adamw_update(OpContext& ctx, TensorView param, TensorView grad, TensorView exp_avg, TensorView exp_avg_sq,
-                  const AdamWParams& p, TensorView param_copy, DType copy_dtype) {
+                  const AdamWParams& p, TensorView param_copy, DType copy_dtype, TensorView scale) {
     const Args c("adamw_update", ctx);
     c.tensor("param", param, F32);
     for (const auto& [arg, t] :
@@ -475,8 +504,10 @@ void adamw_update(OpContext& ctx, TensorView param, TensorView grad, TensorView 
     }
     c.optional("param_copy", param_copy, F32);
     if (!param_copy.empty()) same_size(c, "param_copy", param_copy, "param", param);
-    c.value(copy_dtype != DType::I32, "copy_dtype", dtype_name(copy_dtype), "f32, bf16 or f16");
+    c.value(storage_dtype(copy_dtype), "copy_dtype", dtype_name(copy_dtype), "f32, bf16 or f16");
     c.value(p.step >= 1, "p.step", p.step, ">= 1 (1-based, for the bias correction)");
+    c.optional("scale", scale, F32);
+    if (!scale.empty()) elements(c, "scale", scale, 2, "gradient_scale's multiplier and found_inf");
 }
 
 }  // namespace mwb::ops::check
