@@ -91,7 +91,8 @@ double sum_squares_of(const float* x, const std::vector<IndexRange>& ranges) {
     double total = 0;
     for (std::size_t r = 0; r < ranges.size(); ++r) {
         double range_total = 0;
-        for (int64_t c = chunk_begin[r]; c < chunk_begin[r + 1]; ++c) range_total += partial[static_cast<std::size_t>(c)];
+        for (int64_t c = chunk_begin[r]; c < chunk_begin[r + 1]; ++c)
+            range_total += partial[static_cast<std::size_t>(c)];
         total += range_total;
     }
     return total;

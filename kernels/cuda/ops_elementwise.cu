@@ -3,6 +3,8 @@
 // softmax + cross-entropy partials, AdamW. Every reduction has a fixed shape and order (warp
 // shuffles in a fixed tree, column sums over fixed row chunks): no atomics, bit-identical run to run.
 #include "cuda_ops.h"
+#include "block_reduce.cuh"
+#include "grad_norm_kernels.cuh"
 #include "runtime.h"
 
 #include "mwb/kernels/philox.h"
@@ -29,26 +31,9 @@ const int32_t* ci(const TensorView& t) { return static_cast<const int32_t*>(t.da
 
 // ---- reductions in a fixed order -------------------------------------------------------------------
 
-template <typename T>
-__device__ __forceinline__ T warp_sum(T v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
 __device__ __forceinline__ float warp_max(float v) {
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
-}
-
-/// Sum over the block (blockDim.x a multiple of 32, at most 1024), the same value in every thread.
-template <typename T>
-__device__ T block_sum(T v, T* shared /* 32 */) {
-    v = warp_sum(v);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    __syncthreads();
-    if (lane == 0) shared[warp] = v;
-    __syncthreads();
-    T r = lane < warps ? shared[lane] : T(0);
-    return warp_sum(r);
 }
 
 __device__ float block_max(float v, float* shared) {
@@ -99,65 +84,6 @@ __global__ void k_bf16_to_f32(float* o, const __nv_bfloat16* x, int64_t n) {
 }
 __global__ void k_round(float* x, int64_t n, int bf16) {
     MWB_GRID_STRIDE(i, n) x[i] = bf16 ? dev_round_to_bf16(x[i]) : dev_round_to_fp16(x[i]);
-}
-
-constexpr int64_t kSquaresChunk = 1 << 14;
-
-__global__ void k_sum_squares(const float* x, int64_t n, double* partial) {
-    __shared__ double sh[32];
-    const int64_t c = blockIdx.x, i0 = c * kSquaresChunk, i1 = min(n, i0 + kSquaresChunk);
-    double s = 0;
-    for (int64_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) s += static_cast<double>(x[i]) * x[i];
-    s = block_sum(s, sh);
-    if (threadIdx.x == 0) partial[c] = s;
-}
-
-/// One range of sum_squares_ranges: its elements and the index of its first chunk among all ranges'.
-struct SquaresRange {
-    int64_t first, count, chunk_begin;
-};
-
-/// partial[c] for chunk c of all ranges: the range by binary search over the chunk_begin column.
-__global__ void k_sum_squares_ranges(const float* x, const SquaresRange* ranges, int n_ranges, double* partial) {
-    __shared__ double sh[32];
-    const int64_t c = blockIdx.x;
-    int lo = 0, hi = n_ranges - 1;  // the last range whose chunk_begin <= c
-    while (lo < hi) {
-        const int mid = (lo + hi + 1) / 2;
-        if (ranges[mid].chunk_begin <= c) lo = mid; else hi = mid - 1;
-    }
-    const SquaresRange r = ranges[lo];
-    const int64_t i0 = (c - r.chunk_begin) * kSquaresChunk, i1 = min(r.count, i0 + kSquaresChunk);
-    const float* p = x + r.first;
-    double s = 0;
-    for (int64_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) s += static_cast<double>(p[i]) * p[i];
-    s = block_sum(s, sh);
-    if (threadIdx.x == 0) partial[c] = s;
-}
-
-/// out = Σ over ranges in order of (Σ of the range's chunk partials in order): the host's order of the
-/// per-tensor sums. One block: a thread per range, then thread 0 over the ranges.
-__global__ void k_sum_range_partials(double* out, double* range_total, const double* partial,
-                                     const SquaresRange* ranges, int n_ranges, int64_t chunks) {
-    for (int r = threadIdx.x; r < n_ranges; r += blockDim.x) {
-        const int64_t end = r + 1 < n_ranges ? ranges[r + 1].chunk_begin : chunks;
-        double s = 0;
-        for (int64_t c = ranges[r].chunk_begin; c < end; ++c) s += partial[c];
-        range_total[r] = s;
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        double total = 0;
-        for (int r = 0; r < n_ranges; ++r) total += range_total[r];
-        *out = total;
-    }
-}
-
-__global__ void k_gradient_scale(float* scale, const double* sumsq, double loss_scale, double clip_grad) {
-    const double norm = sqrt(*sumsq) / loss_scale;
-    const bool found_inf = !isfinite(norm);
-    scale[0] = found_inf ? 0.0f : static_cast<float>(clip_coefficient(norm, clip_grad) / loss_scale);
-    scale[1] = found_inf ? 1.0f : 0.0f;
 }
 
 __global__ void k_column_partials(const float* x, int64_t rows, int64_t cols, float* partial) {
@@ -480,69 +406,48 @@ void round_to(OpContext& ctx, TensorView x, DType dtype) {
     launched("round_to");
 }
 
-double sum_squares(OpContext& ctx, TensorView x) {
-    const int64_t n = x.numel();
-    if (n == 0) return 0.0;
-    const int64_t chunks = (n + kSquaresChunk - 1) / kSquaresChunk;
-    double* partial = static_cast<double*>(scratch(0, chunks * static_cast<int64_t>(sizeof(double))));
-    k_sum_squares<<<static_cast<unsigned>(chunks), kThreads, 0, stream_of(ctx)>>>(cf(x), n, partial);
-    launched("sum_squares");
-    std::vector<double> host(static_cast<size_t>(chunks));
-    MWB_CUDA_CHECK(cudaMemcpyAsync(host.data(), partial, host.size() * sizeof(double), cudaMemcpyDeviceToHost,
-                                   stream_of(ctx)));
-    MWB_CUDA_CHECK(cudaStreamSynchronize(stream_of(ctx)));
-    double total = 0;
-    for (double s : host) total += s;  // in chunk order, as the CPU
-    return total;
-}
-
 namespace {
 /// The range table of the last sum_squares_ranges call, on the host and in scratch slot 4: a training
 /// run passes the same ranges every step, so it is uploaded once (the host copy stays alive for the
-/// asynchronous upload, and a later change re-uploads behind the queued work that read the old one).
-std::vector<SquaresRange>& uploaded_ranges() {
-    thread_local std::vector<SquaresRange> r;
+/// asynchronous upload; a change re-uploads on the stream, behind the queued work that read the old one).
+std::vector<grad_norm::Range>& uploaded_ranges() {
+    thread_local std::vector<grad_norm::Range> r;
     return r;
 }
 }  // namespace
 
 void sum_squares_ranges(OpContext& ctx, TensorView out, TensorView x, const std::vector<IndexRange>& ranges) {
-    std::vector<SquaresRange> table;
+    using grad_norm::kChunk;
+    std::vector<grad_norm::Range> table;
     table.reserve(ranges.size());
     int64_t chunks = 0;
     for (const IndexRange& r : ranges) {
-        if (r.count == 0) continue;  // no chunk: the binary search needs strictly rising chunk_begin
+        if (r.count == 0) continue;  // no chunk (the binary search needs strictly rising chunk_begin), adds 0
         table.push_back({r.first, r.count, chunks});
-        chunks += (r.count + kSquaresChunk - 1) / kSquaresChunk;
+        chunks += (r.count + kChunk - 1) / kChunk;
     }
     MWB_CHECK(chunks <= 0x7FFFFFFF && table.size() <= 0x7FFFFFFF, "sum_squares_ranges: {} chunks exceed one launch",
               chunks);
-    const auto bytes = static_cast<int64_t>(table.size() * sizeof(SquaresRange));
-    auto* device_table = static_cast<SquaresRange*>(scratch(4, std::max<int64_t>(bytes, 1)));
-    std::vector<SquaresRange>& last = uploaded_ranges();
-    const auto same = [](const SquaresRange& a, const SquaresRange& b) {
+    const auto bytes = static_cast<int64_t>(table.size() * sizeof(grad_norm::Range));
+    auto* device_table = static_cast<grad_norm::Range*>(scratch(4, std::max<int64_t>(bytes, 1)));
+    std::vector<grad_norm::Range>& last = uploaded_ranges();
+    const auto same = [](const grad_norm::Range& a, const grad_norm::Range& b) {
         return a.first == b.first && a.count == b.count && a.chunk_begin == b.chunk_begin;
     };
     if (!std::equal(table.begin(), table.end(), last.begin(), last.end(), same)) {
         last = std::move(table);
         if (bytes > 0)
-            MWB_CUDA_CHECK(cudaMemcpyAsync(device_table, last.data(), static_cast<size_t>(bytes), cudaMemcpyHostToDevice,
-                                           stream_of(ctx)));
+            MWB_CUDA_CHECK(cudaMemcpyAsync(device_table, last.data(), static_cast<size_t>(bytes),
+                                           cudaMemcpyHostToDevice, stream_of(ctx)));
     }
     const int n = static_cast<int>(last.size());
     double* partial = static_cast<double*>(scratch(0, (chunks + n) * static_cast<int64_t>(sizeof(double))));
     if (chunks > 0)
-        k_sum_squares_ranges<<<static_cast<unsigned>(chunks), kThreads, 0, stream_of(ctx)>>>(cf(x), device_table, n,
-                                                                                           partial);
-    k_sum_range_partials<<<1, kThreads, 0, stream_of(ctx)>>>(static_cast<double*>(out.data), partial + chunks,
-                                                             partial, device_table, n, chunks);
+        grad_norm::squares_partials<<<static_cast<unsigned>(chunks), kThreads, 0, stream_of(ctx)>>>(
+            cf(x), device_table, n, partial);
+    grad_norm::squares_total<<<1, kThreads, 0, stream_of(ctx)>>>(static_cast<double*>(out.data), partial + chunks,
+                                                                 partial, device_table, n, chunks);
     launched("sum_squares_ranges");
-}
-
-void gradient_scale(OpContext& ctx, TensorView scale, TensorView sumsq, double loss_scale, double clip_grad) {
-    k_gradient_scale<<<1, 1, 0, stream_of(ctx)>>>(mf(scale), static_cast<const double*>(sumsq.data), loss_scale,
-                                                  clip_grad);
-    launched("gradient_scale");
 }
 
 double read_f64(OpContext& ctx, TensorView x) {
@@ -550,6 +455,21 @@ double read_f64(OpContext& ctx, TensorView x) {
     MWB_CUDA_CHECK(cudaMemcpyAsync(&v, x.data, sizeof(double), cudaMemcpyDeviceToHost, stream_of(ctx)));
     MWB_CUDA_CHECK(cudaStreamSynchronize(stream_of(ctx)));
     return v;
+}
+
+double sum_squares(OpContext& ctx, TensorView x) {
+    // The one-range case of sum_squares_ranges, read back from a device double of this thread's
+    // (allocated once; this op is not in the training step, whose norm stays on the device).
+    thread_local double* out = nullptr;
+    if (!out) MWB_CUDA_CHECK(cudaMalloc(&out, sizeof(double)));
+    sum_squares_ranges(ctx, make_view(out, DType::F64, {1}, Device::CUDA), x, {IndexRange{0, x.numel()}});
+    return read_f64(ctx, make_view(out, DType::F64, {1}, Device::CUDA));
+}
+
+void gradient_scale(OpContext& ctx, TensorView scale, TensorView sumsq, double loss_scale, double clip_grad) {
+    grad_norm::gradient_scale<<<1, 1, 0, stream_of(ctx)>>>(mf(scale), static_cast<const double*>(sumsq.data),
+                                                           loss_scale, clip_grad);
+    launched("gradient_scale");
 }
 
 void embedding_forward(OpContext& ctx, TensorView out, TensorView ids, TensorView table, int64_t vocab_start) {

@@ -28,14 +28,14 @@ namespace mwb {
 struct OpContext {
     Device device = Device::CPU;
     void* stream = nullptr;
-    /// Reads of device results by the host: every op that returns a value (sum_squares, read_f64)
-    /// adds one, on both devices. On a GPU each is a wait for the stream, so a training step's count
-    /// is its host synchronisations; the CPU path runs the same calls and counts the same.
-    int64_t host_reads = 0;
     /// CUDA only: BF16 makes matmul/linear round their f32 inputs to bf16 and run on bf16 tensor cores
     /// (fp32 accumulation). Lossless when the inputs are already bf16 values, as in bf16-storage runs.
     /// The CPU ignores it.
     DType gemm_inputs = DType::F32;
+    /// Reads of device results by the host: every op that returns a value (sum_squares, read_f64)
+    /// adds one, on both devices. On a GPU each is a wait for the stream, so a training step's count
+    /// is its host synchronisations; the CPU path runs the same calls and counts the same.
+    int64_t host_reads = 0;
 };
 
 /// Shapes and randomness of the attention core of one layer on one rank.
