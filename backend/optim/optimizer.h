@@ -3,7 +3,8 @@
 // (16-bit runs) or the weights themselves (fp32 runs), Adam moments in fp32, gradients unscaled,
 // global-norm clipped, and the step skipped when any gradient is Inf/NaN. With the distributed
 // optimizer a rank keeps master weights and moments for its shard of the arena only, updates that
-// shard, and the data-parallel group all-gathers the new weights.
+// shard, and the data-parallel group all-gathers the new weights. Norm, clip and skip are decided on
+// the device (docs/gpu.md, "Host synchronisation inside a step"); step() reads one value back.
 #include "backend/config/config.h"
 #include "backend/core/memory.h"
 #include "backend/model/param_layout.h"
@@ -34,6 +35,7 @@ public:
               OpContext& ctx, Allocator& alloc, ParallelContext* par, ArenaShard shard);
 
     /// One update with learning rate `lr`; gradients hold loss_scale × the true gradients (reduced).
+    /// Reads the host once (OpContext::host_reads + 1): the global Σ x², at the end.
     /// With `zero_grads` the update also zeroes the gradients it reads, where it reads them all (not
     /// distributed, not skipped; StepResult::grads_zeroed says so): the caller's next zeroing pass
     /// over the arena is then not needed.

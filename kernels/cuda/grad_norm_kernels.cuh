@@ -21,6 +21,9 @@ struct Range {
     int64_t first, count, chunk_begin;
 };
 
+// Internal linkage: each includer (ops_elementwise.cu, the emulation test) has its own copy.
+namespace {
+
 /// partial[c] = Σ x² of chunk c of all ranges (grid: one block per chunk); the range by binary search.
 __global__ void squares_partials(const float* x, const Range* ranges, int n_ranges, double* partial) {
     __shared__ double sh[32];
@@ -69,4 +72,5 @@ __global__ void gradient_scale(float* scale, const double* sumsq, double loss_sc
     scale[1] = found_inf ? 1.0f : 0.0f;
 }
 
+}  // namespace
 }  // namespace mwb::cuda::grad_norm

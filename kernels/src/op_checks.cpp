@@ -183,8 +183,9 @@ void sum_squares_ranges(OpContext& ctx, TensorView out, TensorView x, const std:
     c.tensor("out", out, F64).tensor("x", x, F32);
     elements(c, "out", out, 1, "the sum");
     for (const IndexRange& r : ranges)
-        c.value(r.first >= 0 && r.count >= 0 && r.first + r.count <= x.numel(), "ranges", r.first,
-                "ranges [first, first + count={}) inside x's {} elements", r.count, x.numel());
+        if (r.first < 0 || r.count < 0 || r.first + r.count > x.numel()) [[unlikely]]
+            c.value(false, "ranges", fmt::format("[{}, {})", r.first, r.first + r.count),
+                    "element ranges inside x's {} elements", x.numel());
 }
 
 void gradient_scale(OpContext& ctx, TensorView scale, TensorView sumsq, double loss_scale, double) {

@@ -8,13 +8,13 @@
 #include "grad_norm_kernels.cuh"
 
 #include "mwb/kernels/ops.h"
+#include "support/reference.h"
 
 #include <QtTest>
 
 #include <bit>
 #include <cmath>
 #include <limits>
-#include <random>
 #include <vector>
 
 namespace gn = mwb::cuda::grad_norm;
@@ -45,21 +45,13 @@ double emulated_sum(const std::vector<float>& x, const std::vector<IndexRange>& 
     return out;
 }
 
-std::vector<float> uniform(std::size_t n, uint32_t seed) {
-    std::mt19937 gen(seed);
-    std::uniform_real_distribution<float> d(-4.0f, 4.0f);
-    std::vector<float> v(n);
-    for (auto& e : v) e = d(gen);
-    return v;
-}
-
 }  // namespace
 
 class TestGradNormEmulated : public QObject {
     Q_OBJECT
 private slots:
     void ranges_sum_has_the_bits_of_the_per_range_sums() {
-        auto x = uniform(3 * gn::kChunk + 500, 1);
+        auto x = mwb::test::random_floats(3 * gn::kChunk + 500, 1, -4.0f, 4.0f);
         // More ranges than the total kernel's threads (it loops), one of 5 elements (a warp's lanes
         // mostly idle), one spanning two chunks and a tail, an empty one, gaps.
         std::vector<IndexRange> ranges = {{0, 5}, {9, 2 * gn::kChunk + 17}, {2 * gn::kChunk + 40, 0}};
