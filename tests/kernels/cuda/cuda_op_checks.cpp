@@ -204,7 +204,7 @@ Compare check_gradient_norm() {
     void* dev = device::cuda_malloc(8);
     const TensorView sumsq_gpu = make_view(dev, DType::F64, {1}, Device::CUDA);
     ops::sum_squares_ranges(g, sumsq_gpu, x.gpu(), ranges);
-    const double on_gpu = ops::read_f64(g, sumsq_gpu);
+    double on_gpu = ops::read_f64(g, sumsq_gpu);
     double on_cpu = 0;
     ops::sum_squares_ranges(c, make_view(&on_cpu, DType::F64, {1}), x.cpu(), ranges);
     Compare cmp;
