@@ -56,7 +56,7 @@ const std::vector<std::string_view> kData = {"tokenizer_type",  "vocab_file",   
                                              "mock_data",       "data_path",     "split",
                                              "data_cache_path", "eval_interval", "eval_iters"};
 // The sections below follow the config groups (runtime, checkpoint, logging, telemetry).
-const std::vector<std::string_view> kRun = {"device", "threads", "log_interval", "run_dir"};
+const std::vector<std::string_view> kRun = {"device", "attention_backend", "threads", "log_interval", "run_dir"};
 const std::vector<std::string_view> kCheckpoint = {"save", "save_interval", "load"};
 const std::vector<std::string_view> kTelemetry = {"telemetry_endpoint", "telemetry_snapshot_endpoint", "control_endpoint",
                                                   "curve_secret_key_file", "curve_client_keys"};

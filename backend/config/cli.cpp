@@ -23,7 +23,6 @@ const auto kMegatronFlags = std::to_array<MegatronFlag>({
     ALIAS("--no-log-loss-scale-to-tensorboard", 0, "log_loss_scale_to_tensorboard", "false"),
     ALIAS("--persistent-save-interval", 1, "save_interval", ""),
     // kernel and backend selection: the math is the same
-    NO_EFFECT("--attention-backend", 1, kKernels),
     NO_EFFECT("--use-flash-attn", 0, kKernels),
     NO_EFFECT("--transformer-impl", 1, kKernels),
     NO_EFFECT("--use-mcore-models", 0, "the model is always the one of megatron/core (GPTModel)"),

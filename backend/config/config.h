@@ -115,6 +115,7 @@ struct RuntimeConfig {
     std::string device = "auto";  ///< cpu | cuda | auto
     int threads = 0;              ///< CPU threads; 0 = all cores (or OMP_NUM_THREADS)
     bool deterministic = false;   ///< GPU: bit-identical run to run (no TF32, pinned cuBLAS reductions)
+    std::string attention_backend = "auto";  ///< GPU attention kernels: auto | cudnn | own
 };
 
 /// Checkpoints: where they go, what they hold, how a run resumes, and the exits that save one.

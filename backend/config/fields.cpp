@@ -211,6 +211,13 @@ const auto kFields = std::to_array<Field>({
               "GPU runs bit-identical run to run: no TF32 and no split-K reductions in cuBLAS (the CUDA ops never "
               "reduce with atomics). CPU runs always are, for any thread count.",
               ""),
+    MWB_FIELD(runtime, attention_backend,
+              "GPU attention kernels: cudnn is cuDNN 9's fused attention (bf16 runs, sm_80+, libcudnn.so.9 found at "
+              "run time; its own dropout masks), own the engine's kernels (the CPU's dropout masks, bit-identical "
+              "reruns), auto cuDNN where it runs, else own. cudnn and auto fall back to own, with one log line "
+              "saying why, where cuDNN does not run, and in deterministic runs. Megatron-LM's names: fused runs "
+              "as cudnn; flash, unfused and local as own. The CPU has one implementation and ignores it.",
+              "auto|cudnn|own|fused|flash|unfused|local"),
     // sampling
     MWB_FIELD(sampling, sample_interval,
               "Generate text from the current weights every N iterations and at the end of training (the ranks "

@@ -120,6 +120,15 @@ std::vector<std::string> resolve(Config& c, int world_size, int64_t tokenizer_vo
     // Megatron-LM's defaults: a SwiGLU MLP keeps the 4h MLP's parameter count (2/3 of 8h, rounded down
     // to a multiple of 64); without grouped-query attention every query head has its own K/V head.
     if (m.ffn_hidden_size == 0) m.ffn_hidden_size = m.swiglu ? (8 * m.hidden_size / 3) / 64 * 64 : 4 * m.hidden_size;
+    // Megatron-LM's --attention-backend names: fused is Transformer Engine's cuDNN attention; flash,
+    // unfused and local are kernels of its own, as ours are.
+    if (auto& b = c.runtime.attention_backend; b == "fused" || b == "flash" || b == "unfused" || b == "local") {
+        const std::string ours = b == "fused" ? "cudnn" : "own";
+        notes.push_back(fmt::format("attention_backend {} (Megatron-LM's name) runs as {}", b, ours));
+        b = ours;
+    }
+    if (c.runtime.attention_backend == "cudnn" && c.runtime.device == "cpu")
+        notes.push_back("attention_backend cudnn: no effect on the CPU, which has one attention implementation");
     if (!m.group_query_attention) {
         if (m.num_query_groups != 1 && m.num_query_groups != m.num_attention_heads)
             notes.push_back(fmt::format("num_query_groups ({}) has no effect without group_query_attention: every "

@@ -54,7 +54,7 @@ std::size_t ParamLayout::add_split(std::string name, ParamRole role, std::vector
     p.numel = 1;
     for (int64_t d : p.shape) p.numel *= d;
     p.offset = total_;
-    total_ += (p.numel + kParamAlignment - 1) / kParamAlignment * kParamAlignment;
+    total_ += arena_footprint(p.numel);
     params_.push_back(std::move(p));
     return params_.size() - 1;
 }

@@ -4,6 +4,7 @@
 // operations (zeroing, norms, all-reduce, optimizer steps, checkpoints) work on one buffer. Each entry
 // also says which slice of the global tensor it is, so checkpoints can be resharded and a shard
 // initialises exactly as the corresponding part of the whole tensor.
+#include "backend/core/arena_alignment.h"
 #include "mwb/kernels/tensor.h"
 
 #include <cstdint>
@@ -51,7 +52,7 @@ struct ParamInfo {
     /// each rank holds its own gate and up rows). 1: one contiguous slice.
     int split_blocks = 1;
     int64_t split_begin = 0;  ///< where this slice starts along split_dim (in every block)
-    int64_t offset = 0;       ///< elements from the start of the arena (a multiple of kParamAlignment)
+    int64_t offset = 0;       ///< elements from the start of the arena (a multiple of kArenaAlignment)
     int64_t numel = 0;
     bool weight_decay = true;  ///< role_decays(role)
     /// Replicated over tensor-parallel ranks but computed from this rank's sequence positions only
@@ -64,9 +65,6 @@ struct ParamInfo {
 
 class ParamLayout {
 public:
-    /// Tensors start at multiples of this many elements (64 bytes), so every tensor is aligned.
-    static constexpr int64_t kParamAlignment = 16;
-
     /// A replicated tensor (the same on every tensor-parallel rank).
     std::size_t add(std::string name, ParamRole role, std::vector<int64_t> shape);
     /// Rank r's 1/t slice of a tensor split along `dim` (0 for column-parallel weights and vocabulary
@@ -78,9 +76,7 @@ public:
     void mark_tied_copy(std::size_t i) { params_[i].tied_copy = true; }
     /// Pads the arena to a multiple of `k` aligned blocks, so that it splits into k equal, aligned
     /// shards (the distributed optimizer's).
-    void pad_to_shards(int64_t k) {
-        total_ = (total_ + k * kParamAlignment - 1) / (k * kParamAlignment) * (k * kParamAlignment);
-    }
+    void pad_to_shards(int64_t k) { total_ = arena_padded_to_shards(total_, k); }
 
     const ParamInfo& operator[](std::size_t i) const { return params_[i]; }
     std::size_t size() const { return params_.size(); }

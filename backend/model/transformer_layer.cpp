@@ -121,6 +121,8 @@ AttentionParams TransformerLayer::attention_params(const ModelRuntime& rt) const
     p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(d_.head_dim()));
     p.dropout_p = rt.dropout(d_.attention_dropout);
     p.rng = rt.rng(index_, DropoutSite::Attention);
+    p.backend = rt.ctx.attention;
+    p.head_dim = static_cast<int>(d_.head_dim());
     return p;
 }
 
@@ -172,14 +174,16 @@ void TransformerLayer::forward(ModelRuntime& rt, TensorParallel& tp, const Layer
     tp.gather_rows(a.ln2.out.view({R, H}), ln2_full);
     a.fc1 = rt.activation(N * fc1_width_);
     const TensorView fc1 = a.fc1.view({N, fc1_width_});
-    ops::linear_forward(rt.ctx, fc1, ln2_full, w.fc1_w, w.fc1_b);
-    rt.store(fc1);
+    if (d_.swiglu) {
+        ops::linear_forward(rt.ctx, fc1, ln2_full, w.fc1_w, w.fc1_b);
+        rt.store(fc1);
+    }
     a.act = rt.activation(N * ffn_);
     const TensorView act = a.act.view({N, ffn_});
     if (d_.swiglu)
         ops::swiglu_forward(rt.ctx, act, fc1);
-    else
-        ops::gelu_forward(rt.ctx, act, fc1);
+    else  // fc1 + GELU (one cuBLASLt epilogue on CUDA); fc1 keeps the pre-activation for backward
+        ops::linear_gelu_forward(rt.ctx, act, fc1, ln2_full, w.fc1_w, w.fc1_b, rt.storage);
     rt.store(act);
     ops::linear_forward(rt.ctx, br, act, w.fc2_w, {});
     tp.reduce_rows(br, reduced);
@@ -218,16 +222,20 @@ void TransformerLayer::backward(ModelRuntime& rt, TensorParallel& tp, const Laye
     {
         Buffer grad_f = rt.workspace(N * ffn_);
         const TensorView df = grad_f.view({N, ffn_});
-        ops::linear_backward(rt.ctx, df, g.fc2_w, g.fc2_b, dbr, a.act.view({N, ffn_}), w.fc2_w);
-        rt.store(df);
+        if (d_.swiglu) {
+            ops::linear_backward(rt.ctx, df, g.fc2_w, g.fc2_b, dbr, a.act.view({N, ffn_}), w.fc2_w);
+            rt.store(df);
+        } else {  // fc2's dx through GELU' with fc1's bias gradient (one cuBLASLt epilogue on CUDA)
+            ops::linear_backward_gelu(rt.ctx, df, g.fc1_b, g.fc2_w, g.fc2_b, dbr, a.act.view({N, ffn_}), w.fc2_w,
+                                      a.fc1.view({N, ffn_}), rt.storage);
+        }
         Buffer grad_fc1 = d_.swiglu ? rt.workspace(N * fc1_width_) : Buffer{};  // GELU: in place
         const TensorView dfc1 = d_.swiglu ? grad_fc1.view({N, fc1_width_}) : df;
-        if (d_.swiglu)
+        if (d_.swiglu) {
             ops::swiglu_backward(rt.ctx, dfc1, df, a.fc1.view({N, fc1_width_}));
-        else
-            ops::gelu_backward(rt.ctx, df, df, a.fc1.view({N, ffn_}));
-        rt.store(dfc1);
-        ops::linear_backward(rt.ctx, dh, g.fc1_w, g.fc1_b, dfc1, full_rows(a.ln2), w.fc1_w);
+            rt.store(dfc1);
+        }
+        ops::linear_backward(rt.ctx, dh, g.fc1_w, d_.swiglu ? g.fc1_b : TensorView{}, dfc1, full_rows(a.ln2), w.fc1_w);
     }
     tp.reduce_rows(dh, dhl);
     rt.store(dhl);

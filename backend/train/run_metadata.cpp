@@ -55,7 +55,8 @@ void RunMetadata::announce(const Progress& p) {
           {"num_micro_batches", o_.micro_batches},
           {"parameters", params},
           {"model_flops_per_iteration", o_.flops.model},
-          {"hardware_flops_per_iteration", o_.flops.hardware}}},
+          {"hardware_flops_per_iteration", o_.flops.hardware},
+          {"attention_backend", o_.attention_backend}}},
         {"topology", topology()},
         {"hosts", host_list},
         {"data", in_.data_description},
@@ -85,6 +86,7 @@ void RunMetadata::announce(const Progress& p) {
                      cfg.training.micro_batch_size, o_.micro_batches, par.dp_size(), cfg.training.global_batch_size,
                      in_.data_description, ops::num_threads(),
                      cfg.training.bf16 ? "bf16 (emulated)" : cfg.training.fp16 ? "fp16 (emulated)" : "fp32");
+        if (!o_.attention_reason.empty()) spdlog::info("attention_backend {}", o_.attention_reason);
         spdlog::info("run directory: {}", dir_->path().string());
     }
 }

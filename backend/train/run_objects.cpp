@@ -41,6 +41,13 @@ RunObjects::RunObjects(const Config& config, ParallelContext& context)
     // are bf16 values already, dropout-scaled gradients are rounded as a bf16 tensor would be.
     if (ctx.device == Device::CUDA && model.storage() == DType::BF16) ctx.gemm_inputs = DType::BF16;
     if (ctx.device == Device::CUDA) device::set_deterministic(cfg.runtime.deterministic);
+    if (ctx.device == Device::CUDA) {
+        const AttentionBackendChoice a = resolve_attention_backend(
+            cfg.runtime.attention_backend, cfg.runtime.deterministic, ctx.gemm_inputs == DType::BF16);
+        ctx.attention = a.backend;
+        attention_backend = attention_backend_name(a.backend);
+        attention_reason = a.reason;
+    }
     model.init_weights(static_cast<uint64_t>(cfg.training.seed));
     optimizer = std::make_unique<Optimizer>(model.layout(), model.params(), model.grads(), cfg.training,
                                             model.storage(), ctx, alloc, &par, reducer.shard());

@@ -42,6 +42,9 @@ struct RunObjects {
     LossScaler scaler;
     FlopCounts flops;
     Buffer tokens;  // (B, S+1) of the micro-batch being read
+    /// The GPU attention kernels resolved from runtime.attention_backend, and why (ctx.attention holds
+    /// the choice); "cpu" on the CPU.
+    std::string attention_backend = "cpu", attention_reason;
 };
 
 }  // namespace mwb

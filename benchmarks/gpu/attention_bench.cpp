@@ -1,7 +1,8 @@
 // `mwb-gpu-bench attention`: the causal attention core alone (ops::attention_forward/backward on
 // CUDA), timed with CUDA events. Default shape 4 × 16 heads × 2048 × 128 in a bf16 run (the
 // tensor-core kernels on bf16-valued inputs); `--groups G` for grouped-query attention, `--fp32` for
-// the CUDA-core kernels. FLOPs are FlashAttention's count for causal attention: forward
+// the CUDA-core kernels, `--backend cudnn` for cuDNN's fused attention (bf16; the JSON line says
+// which kernels ran and why). FLOPs are FlashAttention's count for causal attention: forward
 // 2·B·A·S²·D (the two products, half the square), backward 2.5× that (five products) — the kernels
 // do more than that (the backward recomputes the probabilities and delta), the count is the yardstick.
 // Prints one JSON line.
@@ -32,6 +33,7 @@ struct AttentionArgs {
     int64_t batch = 4, heads = 16, groups = 0, seq = 2048, head_dim = 128;
     int iters = 20, warmup = 3;
     bool fp32 = false;
+    std::string backend = "own";  // own | cudnn
 };
 
 [[noreturn]] void usage(const char* why) {
@@ -39,7 +41,7 @@ struct AttentionArgs {
     if (!help) std::fprintf(stderr, "mwb-gpu-bench attention: %s\n", why);
     std::fprintf(help ? stdout : stderr,
                  "usage: mwb-gpu-bench attention [--batch B] [--heads A] [--groups G] [--seq S] [--head-dim D] "
-                 "[--iters N] [--warmup N] [--fp32]\n");
+                 "[--iters N] [--warmup N] [--fp32] [--backend own|cudnn]\n");
     std::exit(help ? 0 : 2);
 }
 
@@ -63,6 +65,9 @@ AttentionArgs parse(int argc, char** argv) {
         else if (k == "--iters") a.iters = static_cast<int>(integer());
         else if (k == "--warmup") a.warmup = static_cast<int>(integer());
         else if (k == "--fp32") a.fp32 = true;
+        else if (k == "--backend" && i + 1 < argc && (std::strcmp(argv[i + 1], "own") == 0 || std::strcmp(argv[i + 1], "cudnn") == 0))
+            a.backend = argv[++i];
+        else if (k == "--backend") usage("--backend needs own or cudnn");
         else if (k == "--help" || k == "-h") usage("help");
         else usage(("unknown argument " + k).c_str());
     }
@@ -136,10 +141,13 @@ int run_attention_bench(int argc, char** argv) {
         host.resize(static_cast<size_t>(out_n));
         for (auto& x : host) x = round_to_bf16(dist(gen));
         DeviceFloats dout(out_n, &host), out(out_n);
-        DeviceFloats lse(ops::attention_saved_elements(Device::CUDA, p, S));
-        DeviceFloats ws(ops::attention_workspace_bytes(Device::CUDA, p, S, 1) / 4);
         OpContext ctx{Device::CUDA, nullptr};
         if (!a.fp32) ctx.gemm_inputs = DType::BF16;  // the tensor-core kernels, as in bf16 runs
+        const AttentionBackendChoice choice = resolve_attention_backend(a.backend, false, !a.fp32);
+        ctx.attention = p.backend = choice.backend;
+        p.head_dim = static_cast<int>(D);
+        DeviceFloats lse(ops::attention_saved_elements(Device::CUDA, p, S));  // with cuDNN: + a bf16 copy of O
+        DeviceFloats ws(ops::attention_workspace_bytes(Device::CUDA, p, S, 1) / 4);
         const TensorView vqkv = qkv.view({S, B, row}), vd = dqkv.view({S, B, row});
         const TensorView vo = out.view({S, B, A * D}), vdo = dout.view({S, B, A * D});
         const TensorView vl = lse.view({lse.n}), vw = ws.view({ws.n});
@@ -159,7 +167,11 @@ int run_attention_bench(int argc, char** argv) {
             {"label", "attention"},
             {"gpu", r.names.empty() ? "?" : r.names[0]},
             {"batch", B}, {"heads", A}, {"groups", G}, {"seq", S}, {"head_dim", D},
-            {"kernels", a.fp32 ? "fp32 CUDA cores" : "bf16 tensor cores (WMMA, fp32 accumulation)"},
+            {"kernels", p.backend == AttentionBackend::Cudnn ? "cuDNN fused attention (bf16)"
+                        : a.fp32                             ? "fp32 CUDA cores"
+                                                             : "bf16 tensor cores (WMMA, fp32 accumulation)"},
+            {"attention_backend", choice.reason},
+            {"cudnn_refused", cudnn_attention_refusals()},
             {"iters", a.iters},
             {"fwd_ms", fwd_ms},
             {"bwd_ms", bwd_ms},

@@ -145,6 +145,10 @@ int main(int argc, char** argv) {
         OpContext ctx{Device::CUDA, nullptr};
         // bf16 storage keeps every GEMM operand a bf16 value: run them on bf16 tensor cores, losslessly.
         if (storage == DType::BF16) ctx.gemm_inputs = DType::BF16;
+        // The attention kernels mwb-train's default (attention_backend auto) would run.
+        const AttentionBackendChoice attention =
+            resolve_attention_backend("auto", a.deterministic, ctx.gemm_inputs == DType::BF16);
+        ctx.attention = attention.backend;
         Allocator alloc(Device::CUDA);
         GptModel model(d, RecomputePolicy{}, storage, ctx, alloc);
         model.init_weights(1234);
@@ -188,6 +192,7 @@ int main(int argc, char** argv) {
                               : fmt::format("fp32; GEMMs fp32{} on cuBLAS; fp32 flash-style attention",
                                             a.tf32 && !a.deterministic ? " with TF32 tensor cores" : "")},
             {"deterministic", a.deterministic},
+            {"attention_backend", attention.reason},
             {"iters", a.iters},
             {"iter_seconds", iter_seconds},
             {"tokens_per_s", T / iter_seconds},

@@ -201,3 +201,25 @@ void linear_backward(OpContext& ctx, TensorView dx, TensorView dw, TensorView db
 }
 
 }  // namespace mwb::cpu
+
+namespace mwb::cpu {
+
+// The fused ops of the MLP are, on the CPU, the unfused sequence they replace (the same bits as
+// before they existed); CUDA fuses them into cuBLASLt epilogues (cuda/gemm.cpp).
+void linear_gelu_forward(OpContext& ctx, TensorView act, TensorView pre, TensorView x, TensorView w, TensorView bias,
+                         DType storage) {
+    linear_forward(ctx, pre, x, w, bias);
+    round_to(ctx, pre, storage);
+    gelu_forward(ctx, act, pre);
+}
+
+void linear_backward_gelu(OpContext& ctx, TensorView dpre, TensorView dpre_bias, TensorView dw, TensorView dbias,
+                          TensorView dy, TensorView x, TensorView w, TensorView pre, DType storage) {
+    linear_backward(ctx, dpre, dw, dbias, dy, x, w, false);
+    round_to(ctx, dpre, storage);
+    gelu_backward(ctx, dpre, dpre, pre);
+    round_to(ctx, dpre, storage);
+    if (!dpre_bias.empty()) add_column_sums(dpre_bias.f32(), dpre.f32(), x.rows(), x.cols());
+}
+
+}  // namespace mwb::cpu

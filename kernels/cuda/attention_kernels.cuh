@@ -69,6 +69,14 @@ __device__ __forceinline__ int64_t v_column(const Geometry& g, int64_t b, int64_
 }
 /// The same for head h of the (S, B, A·D) output (and its gradient).
 __device__ __forceinline__ int64_t out_column(const Geometry& g, int64_t b, int64_t h) { return (b * g.A + h) * g.D; }
+/// cuDNN's staged layout (ops_attention_cudnn.cu): column c of a qkv row regrouped as [q_0 … q_{A−1} |
+/// k_0 … k_{G−1} | v_0 … v_{G−1}] (D each) is this column of the same row in ours.
+__device__ __forceinline__ int64_t staged_to_our_column(int64_t c, int64_t A, int64_t G, int64_t D) {
+    const int64_t head = c / D, d = c % D, n = A / G;
+    if (head < A) return ((head / n) * (n + 2) + head % n) * D + d;
+    if (head < A + G) return ((head - A) * (n + 2) + n) * D + d;
+    return ((head - A - G) * (n + 2) + n + 1) * D + d;
+}
 /// Rows [first, first + kTile) of two D-wide heads, a (row stride lda) and b (ldb), into shared tiles
 /// (zeros past S), by the block's kRows threads.
 template <int D>

@@ -10,7 +10,13 @@
 // 64 and multiplies 16×16×16 fragments. Tiles of 64 keys (or queries) are staged in shared memory as
 // bf16; the forward's output accumulator lives in shared memory (its rows are rescaled by the online
 // softmax), the backward's in fragments. For the softmax arithmetic two lanes share a row, each taking
-// half of the tile's columns (and half of D), their row maxima and sums combined by one shuffle.
+// every other column of the tile (and of D), their row maxima and sums combined by one shuffle.
+//
+// Shared-memory rows are padded (+8 bf16, +4 f32: kTcPadBf16, kTcPadF32), so the 8 or 16 rows one
+// fragment load/store touches start on different banks, and lane (r, half) walks its columns starting
+// at a row-dependent step (tc_column), so the 32 lanes of an element-wise step hit 32 different banks.
+// The arithmetic, before and after, per access pattern: docs/gpu.md; test_kernels_attention_emulated
+// counts it from these helpers.
 // Plain CUDA without runtime calls: tests/kernels/cuda_emulation.h runs it on the CPU.
 #include "attention_kernels.cuh"
 
@@ -30,6 +36,23 @@ constexpr int kTcThreads = 32 * kTcWarps;
 constexpr int kTcRows = 16 * kTcWarps;  // rows of a block: 16 per warp
 constexpr int kTcTile = 64;             // keys (or queries) per shared-memory tile
 constexpr int kTcHalf = kTcTile / 2;    // a lane's share of a tile row
+constexpr int kTcPadBf16 = 8;           // bf16 per row of padding: 16 bytes, WMMA's ldm granule
+constexpr int kTcPadF32 = 4;            // f32 per row of padding: 16 bytes
+/// Row strides (elements) in shared memory: D-wide bf16 rows (Q, K, V, dO), 64-wide f32 score rows,
+/// 64-wide bf16 probability rows, D-wide f32 accumulator rows.
+template <int D>
+constexpr int kTcLdRows = D + kTcPadBf16;
+constexpr int kTcLdScores = kTcTile + kTcPadF32;
+constexpr int kTcLdProbs = kTcTile + kTcPadBf16;
+template <int D>
+constexpr int kTcLdAcc = D + kTcPadF32;
+
+/// The column lane (r, half) of a row pair handles at its step `step` of `width` columns (a tile's 64
+/// or D): the pair interleaves (even columns for half 0, odd for half 1) and row r starts r steps in,
+/// so that at every step the 16 rows × 2 halves of a warp address 32 different banks.
+__host__ __device__ constexpr int tc_column(int step, int r, int half, int width) {
+    return 2 * ((step + r) % (width / 2)) + half;
+}
 
 /// The two lanes of a row (lane and lane ^ 1) combine their halves; every lane of the warp calls it.
 __device__ __forceinline__ float pair_max(float v) { return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1)); }
@@ -46,38 +69,39 @@ using FragAcc = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
 template <int D>
 struct TcForwardSmem {
     static constexpr int q = 0;                                        // kTcRows × D bf16
-    static constexpr int k = q + kTcRows * D * 2;                      // kTcTile × D bf16
-    static constexpr int v = k + kTcTile * D * 2;                      // kTcTile × D bf16
-    static constexpr int s = v + kTcTile * D * 2;                      // per warp 16 × kTcTile f32
-    static constexpr int p = s + kTcWarps * 16 * kTcTile * 4;          // per warp 16 × kTcTile bf16
-    static constexpr int o = p + kTcWarps * 16 * kTcTile * 2;          // per warp 16 × D f32
-    static constexpr int bytes = o + kTcWarps * 16 * D * 4;
+    static constexpr int k = q + kTcRows * kTcLdRows<D> * 2;           // kTcTile × D bf16
+    static constexpr int v = k + kTcTile * kTcLdRows<D> * 2;           // kTcTile × D bf16
+    static constexpr int s = v + kTcTile * kTcLdRows<D> * 2;           // per warp 16 × kTcTile f32
+    static constexpr int p = s + kTcWarps * 16 * kTcLdScores * 4;      // per warp 16 × kTcTile bf16
+    static constexpr int o = p + kTcWarps * 16 * kTcLdProbs * 2;       // per warp 16 × D f32
+    static constexpr int bytes = o + kTcWarps * 16 * kTcLdAcc<D> * 4;
 };
 
 /// The dq kernel's and the dk/dv kernel's shared memory (the same shape: two row blocks, two tiles,
-/// per-warp scores, their gradients, two bf16 product inputs and 2 × 64 row scalars). The outputs are
-/// staged, once the tiles are done with, where the two tiles were (4 warps × 16 × D f32 = 2 × 64 × D
-/// bf16): 112.5 KiB at D 128 and 128.5 KiB at D 160 instead of 144.5 and 168.5.
+/// per-warp scores, their gradients, one bf16 product input — dS, and in dk/dv first P for dV, then dS
+/// for dK — and 2 × 64 row scalars). The outputs are staged, once the tiles are done with, where the
+/// two tiles were (4 warps × 16 × (D + 4) f32 within 2 × 64 × (D + 8) bf16): 111.5 KiB at D 128 and
+/// 127.5 KiB at D 160 (padded rows included), so that an H100's 228 KiB per SM still holds 2 blocks.
 template <int D>
 struct TcBackwardSmem {
     static constexpr int rows_a = 0;                                   // kTcRows × D bf16 (q or k)
-    static constexpr int rows_b = rows_a + kTcRows * D * 2;            // kTcRows × D bf16 (dO or v)
-    static constexpr int tile_a = rows_b + kTcRows * D * 2;            // kTcTile × D bf16 (k or q)
-    static constexpr int tile_b = tile_a + kTcTile * D * 2;            // kTcTile × D bf16 (v or dO)
+    static constexpr int rows_b = rows_a + kTcRows * kTcLdRows<D> * 2; // kTcRows × D bf16 (dO or v)
+    static constexpr int tile_a = rows_b + kTcRows * kTcLdRows<D> * 2; // kTcTile × D bf16 (k or q)
+    static constexpr int tile_b = tile_a + kTcTile * kTcLdRows<D> * 2; // kTcTile × D bf16 (v or dO)
     static constexpr int stage = tile_a;                               // per warp 16 × D f32, at the end
-    static constexpr int s = tile_b + kTcTile * D * 2;                 // per warp 16 × kTcTile f32
-    static constexpr int dp = s + kTcWarps * 16 * kTcTile * 4;         // per warp 16 × kTcTile f32
-    static constexpr int p = dp + kTcWarps * 16 * kTcTile * 4;         // per warp 16 × kTcTile bf16
-    static constexpr int ds = p + kTcWarps * 16 * kTcTile * 2;         // per warp 16 × kTcTile bf16
-    static constexpr int scalars = ds + kTcWarps * 16 * kTcTile * 2;   // 2 × kTcTile f32
+    static constexpr int s = tile_b + kTcTile * kTcLdRows<D> * 2;      // per warp 16 × kTcTile f32
+    static constexpr int dp = s + kTcWarps * 16 * kTcLdScores * 4;     // per warp 16 × kTcTile f32
+    static constexpr int ds = dp + kTcWarps * 16 * kTcLdScores * 4;    // per warp 16 × kTcTile bf16 (P, dS)
+    static constexpr int scalars = ds + kTcWarps * 16 * kTcLdProbs * 2; // 2 × kTcTile f32
     static constexpr int bytes = scalars + 2 * kTcTile * 4;
-    static_assert(kTcWarps * 16 * D * 4 == 2 * kTcTile * D * 2, "the output stage fits where the tiles were");
+    static_assert(kTcWarps * 16 * kTcLdAcc<D> * 4 <= 2 * kTcTile * kTcLdRows<D> * 2,
+                  "the output stage fits where the tiles were");
 };
 
 /// Where warp `warp`'s views of the backward kernels' shared memory (TcBackwardSmem) start.
 template <int D>
 struct TcBackwardShared {
-    bf16 *rows_a, *rows_b, *tile_a, *tile_b, *p, *ds;
+    bf16 *rows_a, *rows_b, *tile_a, *tile_b, *ds;
     float *s, *dp, *stage, *scalars;
     __device__ __forceinline__ TcBackwardShared(unsigned char* smem, int warp) {
         using L = TcBackwardSmem<D>;
@@ -85,28 +109,27 @@ struct TcBackwardShared {
         rows_b = reinterpret_cast<bf16*>(smem + L::rows_b);
         tile_a = reinterpret_cast<bf16*>(smem + L::tile_a);
         tile_b = reinterpret_cast<bf16*>(smem + L::tile_b);
-        s = reinterpret_cast<float*>(smem + L::s) + warp * 16 * kTcTile;
-        dp = reinterpret_cast<float*>(smem + L::dp) + warp * 16 * kTcTile;
-        p = reinterpret_cast<bf16*>(smem + L::p) + warp * 16 * kTcTile;
-        ds = reinterpret_cast<bf16*>(smem + L::ds) + warp * 16 * kTcTile;
-        stage = reinterpret_cast<float*>(smem + L::stage) + warp * 16 * D;
+        s = reinterpret_cast<float*>(smem + L::s) + warp * 16 * kTcLdScores;
+        dp = reinterpret_cast<float*>(smem + L::dp) + warp * 16 * kTcLdScores;
+        ds = reinterpret_cast<bf16*>(smem + L::ds) + warp * 16 * kTcLdProbs;
+        stage = reinterpret_cast<float*>(smem + L::stage) + warp * 16 * kTcLdAcc<D>;
         scalars = reinterpret_cast<float*>(smem + L::scalars);
     }
 };
 
 /// Rows [row0, row0 + n) of the D columns at `col` of a (S, ld) tensor (a head of qkv or of the
-/// output gradient), as bf16 (zeros past S).
+/// output gradient), as bf16 (zeros past S), into rows of kTcLdRows<D>.
 template <int D>
 __device__ __forceinline__ void tc_load_rows(bf16* dst, const float* col, int64_t ld, const Geometry& g, int64_t row0,
                                              int n) {
     for (int e = threadIdx.x; e < n * D; e += kTcThreads) {
         const int r = e / D, d = e % D;
         const int64_t row = row0 + r;
-        dst[e] = __float2bfloat16(row < g.S ? col[row * ld + d] : 0.0f);
+        dst[r * kTcLdRows<D> + d] = __float2bfloat16(row < g.S ? col[row * ld + d] : 0.0f);
     }
 }
 
-/// out (16 × kTcTile f32, row-major) = rows (16 × D, row-major) · tileᵀ (tile: kTcTile × D, row-major).
+/// out (16 × kTcTile f32, rows of kTcLdScores) = rows (16 × D, row-major) · tileᵀ (tile: kTcTile × D, row-major).
 template <int D>
 __device__ __forceinline__ void tc_rows_times_tile_t(float* out, const bf16* rows, const bf16* tile) {
     for (int c = 0; c < kTcTile / 16; ++c) {
@@ -115,23 +138,23 @@ __device__ __forceinline__ void tc_rows_times_tile_t(float* out, const bf16* row
         for (int kk = 0; kk < D / 16; ++kk) {
             FragA a;
             FragBCol bt;
-            wmma::load_matrix_sync(a, rows + kk * 16, D);
-            wmma::load_matrix_sync(bt, tile + c * 16 * D + kk * 16, D);
+            wmma::load_matrix_sync(a, rows + kk * 16, kTcLdRows<D>);
+            wmma::load_matrix_sync(bt, tile + c * 16 * kTcLdRows<D> + kk * 16, kTcLdRows<D>);
             wmma::mma_sync(acc, a, bt, acc);
         }
-        wmma::store_matrix_sync(out + c * 16, acc, kTcTile, wmma::mem_row_major);
+        wmma::store_matrix_sync(out + c * 16, acc, kTcLdScores, wmma::mem_row_major);
     }
 }
 
-/// acc[c] (16 × 16 each, D/16 of them) += left (16 × kTcTile bf16, row-major) · tile (kTcTile × D, row-major).
+/// acc[c] (16 × 16 each, D/16 of them) += left (16 × kTcTile bf16, rows of kTcLdProbs) · tile (kTcTile × D, row-major).
 template <int D>
 __device__ __forceinline__ void tc_accumulate(FragAcc* acc, const bf16* left, const bf16* tile) {
     for (int c = 0; c < D / 16; ++c)
         for (int kk = 0; kk < kTcTile / 16; ++kk) {
             FragA a;
             FragBRow bm;
-            wmma::load_matrix_sync(a, left + kk * 16, kTcTile);
-            wmma::load_matrix_sync(bm, tile + kk * 16 * D + c * 16, D);
+            wmma::load_matrix_sync(a, left + kk * 16, kTcLdProbs);
+            wmma::load_matrix_sync(bm, tile + kk * 16 * kTcLdRows<D> + c * 16, kTcLdRows<D>);
             wmma::mma_sync(acc[c], a, bm, acc[c]);
         }
 }
@@ -146,11 +169,12 @@ __global__ void __launch_bounds__(kTcThreads) k_attn_fwd_tc(float* out, float* l
     bf16* qs = reinterpret_cast<bf16*>(smem + L::q);
     bf16* ks = reinterpret_cast<bf16*>(smem + L::k);
     bf16* vs = reinterpret_cast<bf16*>(smem + L::v);
-    float* ss = reinterpret_cast<float*>(smem + L::s) + warp * 16 * kTcTile;
-    bf16* ps = reinterpret_cast<bf16*>(smem + L::p) + warp * 16 * kTcTile;
-    float* os = reinterpret_cast<float*>(smem + L::o) + warp * 16 * D;
-    // Lanes 2r and 2r + 1 share row r of the warp's 16: columns [half·32, half·32 + 32) of each tile,
-    // and of D.
+    float* ss = reinterpret_cast<float*>(smem + L::s) + warp * 16 * kTcLdScores;
+    bf16* ps = reinterpret_cast<bf16*>(smem + L::p) + warp * 16 * kTcLdProbs;
+    float* os = reinterpret_cast<float*>(smem + L::o) + warp * 16 * kTcLdAcc<D>;
+    constexpr int ldo = kTcLdAcc<D>;
+    // Lanes 2r and 2r + 1 share row r of the warp's 16: every other column of each tile and of D
+    // (tc_column).
     const int r = lane / 2, half = lane % 2;
     const int64_t i = row0 + warp * 16 + r;
     const bool active = i < g.S;
@@ -158,7 +182,7 @@ __global__ void __launch_bounds__(kTcThreads) k_attn_fwd_tc(float* out, float* l
     const float* vcol = qkv + v_column(g, b, group_of(g, h));
 
     tc_load_rows<D>(qs, qkv + q_column(g, b, h), g.ld_qkv, g, row0, kTcRows);
-    for (int e = lane; e < 16 * D; e += 32) os[e] = 0.0f;
+    for (int e = lane; e < 16 * D; e += 32) os[(e / D) * ldo + e % D] = 0.0f;
     float m = -INFINITY, l = 0.0f;  // the same in both lanes of a row
     const int64_t last = min(g.S, row0 + kTcRows);  // keys the block needs: [0, last)
     for (int64_t k0 = 0; k0 < last; k0 += kTcTile) {
@@ -166,14 +190,14 @@ __global__ void __launch_bounds__(kTcThreads) k_attn_fwd_tc(float* out, float* l
         tc_load_rows<D>(ks, kcol, g.ld_qkv, g, k0, kTcTile);
         tc_load_rows<D>(vs, vcol, g.ld_qkv, g, k0, kTcTile);
         __syncthreads();
-        tc_rows_times_tile_t<D>(ss, qs + warp * 16 * D, ks);
+        tc_rows_times_tile_t<D>(ss, qs + warp * 16 * kTcLdRows<D>, ks);
         __syncwarp();
-        float* sr = ss + r * kTcTile + half * kTcHalf;
-        bf16* pr = ps + r * kTcTile + half * kTcHalf;
-        const int64_t j0 = k0 + half * kTcHalf;
+        float* sr = ss + r * kTcLdScores;
+        bf16* pr = ps + r * kTcLdProbs;
         float tile_max = -INFINITY;
-        for (int jj = 0; jj < kTcHalf; ++jj) {
-            sr[jj] = active && j0 + jj <= i ? g.scale * sr[jj] : -INFINITY;  // causal (j <= i < S)
+        for (int step = 0; step < kTcHalf; ++step) {
+            const int jj = tc_column(step, r, half, kTcTile);
+            sr[jj] = active && k0 + jj <= i ? g.scale * sr[jj] : -INFINITY;  // causal (j <= i < S)
             tile_max = fmaxf(tile_max, sr[jj]);
         }
         tile_max = pair_max(tile_max);
@@ -181,35 +205,39 @@ __global__ void __launch_bounds__(kTcThreads) k_attn_fwd_tc(float* out, float* l
         const float m_new = active ? fmaxf(m, tile_max) : 0.0f;
         const float corr = active ? expf(m - m_new) : 1.0f;
         float sum = 0.0f;
-        for (int jj = 0; jj < kTcHalf; ++jj) {
+        for (int step = 0; step < kTcHalf; ++step) {
+            const int jj = tc_column(step, r, half, kTcTile);
             const float e = active ? expf(sr[jj] - m_new) : 0.0f;
             sum += e;
-            pr[jj] = __float2bfloat16(active ? e * mask_mult(g, b, h, i, j0 + jj) : 0.0f);
+            pr[jj] = __float2bfloat16(active ? e * mask_mult(g, b, h, i, k0 + jj) : 0.0f);
         }
         sum = pair_sum(sum);
         l = l * corr + sum;
         m = m_new;
-        for (int d = half * (D / 2); d < (half + 1) * (D / 2); ++d) os[r * D + d] *= corr;
+        for (int step = 0; step < D / 2; ++step) os[r * ldo + tc_column(step, r, half, D)] *= corr;
         __syncwarp();
         // O (16 × D) += P (16 × kTcTile) · V (kTcTile × D), through the rescaled shared accumulator.
         for (int c = 0; c < D / 16; ++c) {
             FragAcc acc;
-            wmma::load_matrix_sync(acc, os + c * 16, D, wmma::mem_row_major);
+            wmma::load_matrix_sync(acc, os + c * 16, ldo, wmma::mem_row_major);
             for (int kk = 0; kk < kTcTile / 16; ++kk) {
                 FragA a;
                 FragBRow bv;
-                wmma::load_matrix_sync(a, ps + kk * 16, kTcTile);
-                wmma::load_matrix_sync(bv, vs + kk * 16 * D + c * 16, D);
+                wmma::load_matrix_sync(a, ps + kk * 16, kTcLdProbs);
+                wmma::load_matrix_sync(bv, vs + kk * 16 * kTcLdRows<D> + c * 16, kTcLdRows<D>);
                 wmma::mma_sync(acc, a, bv, acc);
             }
-            wmma::store_matrix_sync(os + c * 16, acc, D, wmma::mem_row_major);
+            wmma::store_matrix_sync(os + c * 16, acc, ldo, wmma::mem_row_major);
         }
         __syncwarp();
     }
     if (!active) return;
     const float inv = 1.0f / l;
     float* oi = out + i * g.ld_out + out_column(g, b, h);
-    for (int d = half * (D / 2); d < (half + 1) * (D / 2); ++d) oi[d] = os[r * D + d] * inv;
+    for (int step = 0; step < D / 2; ++step) {
+        const int d = tc_column(step, r, half, D);
+        oi[d] = os[r * ldo + d] * inv;
+    }
     if (half == 0) lse[pair * g.S + i] = m + logf(l);
 }
 
@@ -244,17 +272,18 @@ __global__ void __launch_bounds__(kTcThreads) k_attn_bwd_dq_tc(float* dqkv, floa
             tc_load_rows<D>(ks, kcol, g.ld_qkv, g, k0, kTcTile);
             tc_load_rows<D>(vs, vcol, g.ld_qkv, g, k0, kTcTile);
             __syncthreads();
-            tc_rows_times_tile_t<D>(ss, qs + warp * 16 * D, ks);
-            tc_rows_times_tile_t<D>(dps, dos + warp * 16 * D, vs);
+            tc_rows_times_tile_t<D>(ss, qs + warp * 16 * kTcLdRows<D>, ks);
+            tc_rows_times_tile_t<D>(dps, dos + warp * 16 * kTcLdRows<D>, vs);
             __syncwarp();
-            for (int jj = half * kTcHalf; jj < (half + 1) * kTcHalf; ++jj) {
+            for (int step = 0; step < kTcHalf; ++step) {
+                const int jj = tc_column(step, r, half, kTcTile);
                 const int64_t j = k0 + jj;
                 const bool on = active && j <= i;
-                const float p = on ? expf(g.scale * ss[r * kTcTile + jj] - L_i) : 0.0f;
+                const float p = on ? expf(g.scale * ss[r * kTcLdScores + jj] - L_i) : 0.0f;
                 const float mk = on ? mask_mult(g, b, h, i, j) : 0.0f;
-                const float dp = dps[r * kTcTile + jj];
+                const float dp = dps[r * kTcLdScores + jj];
                 if (pass == 0) delta_i += p * mk * dp;
-                else dss[r * kTcTile + jj] = __float2bfloat16(g.scale * p * (dp * mk - delta_i));
+                else dss[r * kTcLdProbs + jj] = __float2bfloat16(g.scale * p * (dp * mk - delta_i));
             }
             __syncwarp();
             if (pass == 1) tc_accumulate<D>(dq, dss, ks);
@@ -262,17 +291,23 @@ __global__ void __launch_bounds__(kTcThreads) k_attn_bwd_dq_tc(float* dqkv, floa
         if (pass == 0) delta_i = pair_sum(delta_i);  // both halves of the row, in both lanes
     }
     __syncthreads();  // every warp is done with the tiles the stage overwrites
-    for (int c = 0; c < D / 16; ++c) wmma::store_matrix_sync(stage + c * 16, dq[c], D, wmma::mem_row_major);
+    constexpr int lds = kTcLdAcc<D>;
+    for (int c = 0; c < D / 16; ++c) wmma::store_matrix_sync(stage + c * 16, dq[c], lds, wmma::mem_row_major);
     __syncwarp();
     if (!active) return;
     float* dqi = dqkv + i * g.ld_qkv + q_column(g, b, h);
-    for (int d = half * (D / 2); d < (half + 1) * (D / 2); ++d) dqi[d] = stage[r * D + d];
+    for (int step = 0; step < D / 2; ++step) {
+        const int d = tc_column(step, r, half, D);
+        dqi[d] = stage[r * lds + d];
+    }
     if (half == 0) delta[pair * g.S + i] = delta_i;
 }
 
 /// dk and dv per key row j of group grp (blockIdx.y = b·G + grp): for each of the group's query heads
 /// in order, over the query tiles from j's own down, dv += (P∘mask)ᵀ·dO and dk += dSᵀ·Q. K and V are
-/// read once per group; the sum over the group's heads stays in the fragments (no atomics).
+/// read once per group; the sum over the group's heads stays in the fragments (no atomics). P∘mask and
+/// dS take turns in one bf16 buffer (P and the mask are computed twice: shared memory, not arithmetic,
+/// bounds the blocks per SM).
 template <int D>
 __global__ void __launch_bounds__(kTcThreads) k_attn_bwd_dkv_tc(float* dqkv, const float* delta, const float* dout,
                                                                  const float* qkv, const float* lse, Geometry g) {
@@ -281,7 +316,7 @@ __global__ void __launch_bounds__(kTcThreads) k_attn_bwd_dkv_tc(float* dqkv, con
     const int64_t b = blockIdx.y / g.G, grp = blockIdx.y % g.G, per_group = g.per_group;
     const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kTcRows;
     const TcBackwardShared<D> sh(smem, warp);
-    bf16 *kb = sh.rows_a, *vb = sh.rows_b, *qt = sh.tile_a, *dot = sh.tile_b, *pt = sh.p, *dst = sh.ds;
+    bf16 *kb = sh.rows_a, *vb = sh.rows_b, *qt = sh.tile_a, *dot = sh.tile_b, *pds = sh.ds;
     float *st = sh.s, *dpt = sh.dp, *stage = sh.stage, *lse_t = sh.scalars, *delta_t = sh.scalars + kTcTile;
     const int r = lane / 2, half = lane % 2;  // lanes 2r, 2r + 1: key row r, half the queries each
     const int64_t j = row0 + warp * 16 + r;
@@ -308,35 +343,44 @@ __global__ void __launch_bounds__(kTcThreads) k_attn_bwd_dkv_tc(float* dqkv, con
                 delta_t[e] = q < g.S ? delta[pair * g.S + q] : 0.0f;
             }
             __syncthreads();
-            tc_rows_times_tile_t<D>(st, kb + warp * 16 * D, qt);   // Sᵀ: keys × queries
-            tc_rows_times_tile_t<D>(dpt, vb + warp * 16 * D, dot); // dPᵀ = V·dOᵀ
+            tc_rows_times_tile_t<D>(st, kb + warp * 16 * kTcLdRows<D>, qt);   // Sᵀ: keys × queries
+            tc_rows_times_tile_t<D>(dpt, vb + warp * 16 * kTcLdRows<D>, dot); // dPᵀ = V·dOᵀ
             __syncwarp();
-            for (int ii = half * kTcHalf; ii < (half + 1) * kTcHalf; ++ii) {
-                const int64_t q = q0 + ii;
-                const bool on = active && q < g.S && j <= q;
-                const float p = on ? expf(g.scale * st[r * kTcTile + ii] - lse_t[ii]) : 0.0f;
-                const float mk = on ? mask_mult(g, b, h, q, j) : 0.0f;
-                pt[r * kTcTile + ii] = __float2bfloat16(p * mk);
-                dst[r * kTcTile + ii] = __float2bfloat16(g.scale * p * (dpt[r * kTcTile + ii] * mk - delta_t[ii]));
+            for (int pass = 0; pass < 2; ++pass) {  // P∘mask for dV, then dS for dK, in one buffer
+                for (int step = 0; step < kTcHalf; ++step) {
+                    const int ii = tc_column(step, r, half, kTcTile);
+                    const int64_t q = q0 + ii;
+                    const bool on = active && q < g.S && j <= q;
+                    const float p = on ? expf(g.scale * st[r * kTcLdScores + ii] - lse_t[ii]) : 0.0f;
+                    const float mk = on ? mask_mult(g, b, h, q, j) : 0.0f;
+                    pds[r * kTcLdProbs + ii] = __float2bfloat16(
+                        pass == 0 ? p * mk : g.scale * p * (dpt[r * kTcLdScores + ii] * mk - delta_t[ii]));
+                }
+                __syncwarp();
+                tc_accumulate<D>(pass == 0 ? dv : dk, pds, pass == 0 ? dot : qt);
+                __syncwarp();  // the warp's fragment loads are done before the buffer is rewritten
             }
-            __syncwarp();
-            tc_accumulate<D>(dv, pt, dot);
-            tc_accumulate<D>(dk, dst, qt);
         }
     }
     __syncthreads();  // every warp is done with the tiles the stage overwrites
     float* dkj = dqkv + (active ? j : 0) * g.ld_qkv + k_column(g, b, grp);
     float* dvj = dqkv + (active ? j : 0) * g.ld_qkv + v_column(g, b, grp);
-    const int d0 = half * (D / 2), d1 = (half + 1) * (D / 2);
-    for (int c = 0; c < D / 16; ++c) wmma::store_matrix_sync(stage + c * 16, dk[c], D, wmma::mem_row_major);
+    constexpr int lds = kTcLdAcc<D>;
+    for (int c = 0; c < D / 16; ++c) wmma::store_matrix_sync(stage + c * 16, dk[c], lds, wmma::mem_row_major);
     __syncwarp();
     if (active)
-        for (int d = d0; d < d1; ++d) dkj[d] = stage[r * D + d];
+        for (int step = 0; step < D / 2; ++step) {
+            const int d = tc_column(step, r, half, D);
+            dkj[d] = stage[r * lds + d];
+        }
     __syncwarp();
-    for (int c = 0; c < D / 16; ++c) wmma::store_matrix_sync(stage + c * 16, dv[c], D, wmma::mem_row_major);
+    for (int c = 0; c < D / 16; ++c) wmma::store_matrix_sync(stage + c * 16, dv[c], lds, wmma::mem_row_major);
     __syncwarp();
     if (active)
-        for (int d = d0; d < d1; ++d) dvj[d] = stage[r * D + d];
+        for (int step = 0; step < D / 2; ++step) {
+            const int d = tc_column(step, r, half, D);
+            dvj[d] = stage[r * lds + d];
+        }
 }
 
 }  // namespace mwb::cuda::attention

@@ -1,7 +1,9 @@
-// GEMMs on cuBLAS (row-major views mapped onto column-major calls) and the linear layer, whose
-// forward fuses the bias into the GEMM through a cuBLASLt epilogue. fp32 inputs compute in fp32
-// (TF32 only when allowed and not deterministic), bf16 inputs accumulate in fp32.
+// GEMMs on cuBLAS (row-major views mapped onto column-major calls) and the linear layers, whose bias,
+// GELU, GELU derivative and bias gradients run in cuBLASLt epilogues where they apply (plans cached per
+// shape: gemm_lt.cpp), else as the unfused GEMM + kernel sequence. fp32 inputs compute in fp32 (TF32
+// only when allowed and not deterministic), bf16 inputs accumulate in fp32.
 #include "cuda_ops.h"
+#include "gemm_lt.h"
 #include "runtime.h"
 
 #include <algorithm>
@@ -44,72 +46,47 @@ void gemm_rowmajor(cudaStream_t stream, const char* op, TensorView c, TensorView
                                   compute_type(a, b), CUBLAS_GEMM_DEFAULT));
 }
 
-constexpr int64_t kLtWorkspace = 32 << 20;
-
-/// The largest power of two (up to 256) that divides the address.
-uint32_t alignment(const void* p) {
-    const auto a = reinterpret_cast<uintptr_t>(p);
-    uint32_t al = 256;
-    while (al > 1 && a % al != 0) al >>= 1;
-    return al;
+/// A row-major GEMM D (M, N) = op(A)·op(B) + beta·D through cuBLASLt with an epilogue (its plan cached
+/// per key, gemm_lt.cpp). `bias` (N floats, or M for BGradB) is read or written by the epilogue, `aux`
+/// (M, N) is the GELU epilogues' matrix. False, with nothing queued, when the epilogue cannot apply:
+/// the caller then runs the unfused sequence.
+bool try_gemm_lt(cudaStream_t stream, const TensorView& d, const TensorView& a, const TensorView& b, bool trans_a,
+                 bool trans_b, float beta, LtEpilogue epilogue, void* bias, const TensorView& aux) {
+    const int64_t M = trans_a ? a.cols() : a.rows(), K = trans_a ? a.rows() : a.cols();
+    const int64_t N = trans_b ? b.rows() : b.cols();
+    if (M == 0 || N == 0 || K == 0 || a.dtype != b.dtype) return false;
+    // The epilogues read the bias with vector loads, and the aux matrix's leading dimension (N) must be
+    // a multiple of 8 (cuBLASLt's rule); aux has D's dtype (the default cuBLASLt assumes).
+    if (lt_reads_bias(epilogue) && lt_alignment(reinterpret_cast<uintptr_t>(bias)) < 16) return false;
+    if (lt_uses_aux(epilogue) &&
+        (aux.dtype != d.dtype || N % 8 != 0 || lt_alignment(reinterpret_cast<uintptr_t>(aux.data)) < 16))
+        return false;
+    // Column-major: Dᵀ (N, M) = op(B)ᵀ · op(A)ᵀ, so cuBLASLt's A is our b and its B our a.
+    LtKey key;
+    key.m = N;
+    key.n = M;
+    key.k = K;
+    key.trans_a = trans_b;
+    key.trans_b = trans_a;
+    key.type_a = blas_type("cuBLASLt GEMM", b);
+    key.type_b = blas_type("cuBLASLt GEMM", a);
+    key.type_d = blas_type("cuBLASLt GEMM", d);
+    key.type_bias = CUDA_R_32F;
+    key.compute = compute_type(a, b);
+    key.epilogue = epilogue;
+    key.align_a = lt_alignment(reinterpret_cast<uintptr_t>(b.data));
+    key.align_b = lt_alignment(reinterpret_cast<uintptr_t>(a.data));
+    key.align_d = lt_alignment(reinterpret_cast<uintptr_t>(d.data));
+    key.align_bias = lt_alignment(reinterpret_cast<uintptr_t>(bias));
+    return lt_matmul(stream, key, LtOperands{b.data, a.data, d.data, bias, aux.data}, 1.0f, beta);
 }
 
-/// y (N, out) = x·wᵀ + bias through cuBLASLt's BIAS epilogue; false when no algorithm fits (the
-/// caller then falls back to GEMM + bias kernel).
-bool linear_forward_lt(cudaStream_t stream, TensorView y, TensorView x, TensorView w, TensorView bias) {
-    const int64_t N = x.rows(), in = x.cols(), out = w.rows();
-    cublasLtMatmulDesc_t desc = nullptr;
-    cublasLtMatrixLayout_t lw = nullptr, lx = nullptr, ly = nullptr;
-    cublasLtMatmulPreference_t pref = nullptr;
-    bool ok = false;
-    const cudaDataType_t tin = blas_type("linear_forward", x), tout = blas_type("linear_forward", y);
-    do {
-        // Column-major: Yᵀ (out, N) = op_T(W as col-major (in, out)) · Xᵀ (in, N).
-        if (cublasLtMatmulDescCreate(&desc, compute_type(x, w), CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) break;
-        const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
-        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
-        const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-        if (cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)) !=
-            CUBLAS_STATUS_SUCCESS)
-            break;
-        const void* bias_ptr = bias.data;
-        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr, sizeof(bias_ptr));
-        const cudaDataType_t tbias = blas_type("linear_forward", bias);
-        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &tbias, sizeof(tbias));
-        if (cublasLtMatrixLayoutCreate(&lw, tin, static_cast<uint64_t>(in), static_cast<uint64_t>(out), in) !=
-                CUBLAS_STATUS_SUCCESS ||
-            cublasLtMatrixLayoutCreate(&lx, tin, static_cast<uint64_t>(in), static_cast<uint64_t>(N), in) !=
-                CUBLAS_STATUS_SUCCESS ||
-            cublasLtMatrixLayoutCreate(&ly, tout, static_cast<uint64_t>(out), static_cast<uint64_t>(N), out) !=
-                CUBLAS_STATUS_SUCCESS)
-            break;
-        if (cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS) break;
-        const uint64_t ws = kLtWorkspace;
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
-        // Parameters are slices of one arena: tell the heuristic how aligned they really are.
-        const uint32_t align_w = alignment(w.data), align_x = alignment(x.data), align_y = alignment(y.data);
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_w, sizeof(align_w));
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_x, sizeof(align_x));
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_y, sizeof(align_y));
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_y, sizeof(align_y));
-        cublasLtMatmulHeuristicResult_t heur{};
-        int found = 0;
-        if (cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(), desc, lw, lx, ly, ly, pref, 1, &heur, &found) !=
-                CUBLAS_STATUS_SUCCESS ||
-            found == 0)
-            break;
-        const float alpha = 1.0f, beta = 0.0f;
-        void* workspace = scratch(1, kLtWorkspace);
-        ok = cublasLtMatmul(cublaslt_handle(), desc, &alpha, w.data, lw, x.data, lx, &beta, y.data, ly, y.data, ly,
-                            &heur.algo, workspace, kLtWorkspace, stream) == CUBLAS_STATUS_SUCCESS;
-    } while (false);
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (ly) cublasLtMatrixLayoutDestroy(ly);
-    if (lx) cublasLtMatrixLayoutDestroy(lx);
-    if (lw) cublasLtMatrixLayoutDestroy(lw);
-    if (desc) cublasLtMatmulDescDestroy(desc);
-    return ok;
+bool gemm_lt_rowmajor(cudaStream_t stream, const TensorView& d, const TensorView& a, const TensorView& b, bool trans_a,
+                      bool trans_b, float beta, LtEpilogue epilogue, void* bias = nullptr,
+                      const TensorView& aux = {}) {
+    const bool fused = try_gemm_lt(stream, d, a, b, trans_a, trans_b, beta, epilogue, bias, aux);
+    lt_count(fused);
+    return fused;
 }
 
 /// The GEMM operand the context asks for: with gemm_inputs = BF16, an f32 tensor's bf16 copy in
@@ -123,6 +100,39 @@ TensorView gemm_input(const OpContext& ctx, const TensorView& t, int slot) {
     return v;
 }
 
+/// y = x·wᵀ + bias on GEMM operands already converted: cuBLASLt's BIAS epilogue, else GEMM + bias kernel.
+void linear_forward_operands(cudaStream_t s, const TensorView& y, const TensorView& x, const TensorView& w,
+                             const TensorView& bias) {
+    if (!bias.empty() && bias.dtype == DType::F32 &&
+        gemm_lt_rowmajor(s, y, x, w, false, true, 0.0f, LtEpilogue::Bias, bias.data))
+        return;
+    gemm_rowmajor(s, "linear_forward", y, x, w, false, true, 1.0f, 0.0f);
+    if (!bias.empty()) {
+        require("linear_forward", "y (with a bias, when cuBLASLt cannot fuse it)", y, DType::F32);
+        add_bias_rows(s, static_cast<float*>(y.data), static_cast<const float*>(bias.data), y.rows(), y.cols());
+    }
+}
+
+/// dw += dyᵀ·x and dbias += Σ_rows dy: one GEMM with cuBLASLt's BGRADB epilogue (the bias gradient of
+/// its B operand, dy, into scratch, then added), else the GEMM and a column-sum kernel.
+void weight_gradients(const OpContext& ctx, const TensorView& dw, const TensorView& dbias, const TensorView& dy,
+                      const TensorView& x) {
+    const cudaStream_t s = stream_of(ctx);
+    const TensorView dy_op = gemm_input(ctx, dy, 2), x_op = gemm_input(ctx, x, 3);
+    if (!dbias.empty() && dbias.dtype == DType::F32 && dw.dtype == DType::F32) {
+        float* partial = lt_bias_gradient_scratch(dbias.numel());
+        if (gemm_lt_rowmajor(s, dw, dy_op, x_op, true, false, 1.0f, LtEpilogue::BGradB, partial)) {
+            column_sums_add(s, static_cast<float*>(dbias.data), partial, 1, dbias.numel());
+            return;
+        }
+    }
+    gemm_rowmajor(s, "linear_backward (dw)", dw, dy_op, x_op, true, false, 1.0f, 1.0f);
+    if (!dbias.empty()) {
+        require("linear_backward", "dy (for dbias)", dy, DType::F32);
+        column_sums_add(s, static_cast<float*>(dbias.data), static_cast<const float*>(dy.data), dy.rows(), dy.cols());
+    }
+}
+
 }  // namespace
 
 void matmul(OpContext& ctx, TensorView c, TensorView a, TensorView b, bool trans_a, bool trans_b, float alpha,
@@ -132,34 +142,68 @@ void matmul(OpContext& ctx, TensorView c, TensorView a, TensorView b, bool trans
 }
 
 void linear_forward(OpContext& ctx, TensorView y, TensorView x_in, TensorView w_in, TensorView bias) {
-    const TensorView x = gemm_input(ctx, x_in, 2), w = gemm_input(ctx, w_in, 3);
-    if (!bias.empty()) {
-        // The epilogue reads the bias with vector loads: only fuse a 16-byte-aligned one.
-        if (x.rows() > 0 && alignment(bias.data) >= 16 && linear_forward_lt(stream_of(ctx), y, x, w, bias)) return;
-    }
-    gemm_rowmajor(stream_of(ctx), "linear_forward", y, x, w, false, true, 1.0f, 0.0f);
-    if (!bias.empty()) {
-        require("linear_forward", "y (with a bias, when cuBLASLt cannot fuse it)", y, DType::F32);
-        add_bias_rows(stream_of(ctx), static_cast<float*>(y.data), static_cast<const float*>(bias.data), y.rows(),
-                      y.cols());
-    }
+    linear_forward_operands(stream_of(ctx), y, gemm_input(ctx, x_in, 2), gemm_input(ctx, w_in, 3), bias);
 }
 
 void linear_backward(OpContext& ctx, TensorView dx, TensorView dw, TensorView dbias, TensorView dy, TensorView x,
                      TensorView w, bool accumulate_dx) {
-    const cudaStream_t s = stream_of(ctx);
     // With bf16 GEMM inputs, dy is converted once per GEMM (slot 2), w and x in turn (slot 3): the
     // conversions are queued after the GEMM that read the slot before.
     if (!dx.empty())
-        gemm_rowmajor(s, "linear_backward (dx)", dx, gemm_input(ctx, dy, 2), gemm_input(ctx, w, 3), false, false, 1.0f,
-                      accumulate_dx ? 1.0f : 0.0f);
-    if (!dw.empty())
-        gemm_rowmajor(s, "linear_backward (dw)", dw, gemm_input(ctx, dy, 2), gemm_input(ctx, x, 3), true, false, 1.0f,
-                      1.0f);
-    if (!dbias.empty()) {
+        gemm_rowmajor(stream_of(ctx), "linear_backward (dx)", dx, gemm_input(ctx, dy, 2), gemm_input(ctx, w, 3), false,
+                      false, 1.0f, accumulate_dx ? 1.0f : 0.0f);
+    if (!dw.empty()) {
+        weight_gradients(ctx, dw, dbias, dy, x);
+    } else if (!dbias.empty()) {
         require("linear_backward", "dy (for dbias)", dy, DType::F32);
-        column_sums_add(s, static_cast<float*>(dbias.data), static_cast<const float*>(dy.data), dy.rows(), dy.cols());
+        column_sums_add(stream_of(ctx), static_cast<float*>(dbias.data), static_cast<const float*>(dy.data), dy.rows(),
+                        dy.cols());
     }
+}
+
+void linear_gelu_forward(OpContext& ctx, TensorView act, TensorView pre, TensorView x_in, TensorView w_in,
+                         TensorView bias, DType storage) {
+    const cudaStream_t s = stream_of(ctx);
+    const TensorView x = gemm_input(ctx, x_in, 2), w = gemm_input(ctx, w_in, 3);
+    const bool fuse_bias = !bias.empty() && bias.dtype == DType::F32;
+    // act = gelu(x·wᵀ + b) with the pre-activation as the aux output: one pass over (N, out).
+    if (bias.empty() || fuse_bias) {
+        const LtEpilogue e = bias.empty() ? LtEpilogue::GeluAux : LtEpilogue::GeluAuxBias;
+        if (gemm_lt_rowmajor(s, act, x, w, false, true, 0.0f, e, bias.data, pre)) {
+            round_to(ctx, pre, storage);
+            return;
+        }
+    }
+    linear_forward_operands(s, pre, x, w, bias);
+    round_to(ctx, pre, storage);
+    gelu_forward(ctx, act, pre);
+}
+
+void linear_backward_gelu(OpContext& ctx, TensorView dpre, TensorView dpre_bias, TensorView dw, TensorView dbias,
+                          TensorView dy, TensorView x, TensorView w, TensorView pre, DType storage) {
+    const cudaStream_t s = stream_of(ctx);
+    const TensorView dy_op = gemm_input(ctx, dy, 2), w_op = gemm_input(ctx, w, 3);
+    // dpre = (dy·w)·gelu'(pre) in the GEMM's epilogue, with fc1's bias gradient (DGELU_BGRAD) into scratch.
+    bool fused = false;
+    if (dpre_bias.empty()) {
+        fused = gemm_lt_rowmajor(s, dpre, dy_op, w_op, false, false, 0.0f, LtEpilogue::DGelu, nullptr, pre);
+    } else if (dpre.dtype == DType::F32) {
+        float* partial = lt_bias_gradient_scratch(dpre_bias.numel());
+        fused = gemm_lt_rowmajor(s, dpre, dy_op, w_op, false, false, 0.0f, LtEpilogue::DGeluBGrad, partial, pre);
+        if (fused) column_sums_add(s, static_cast<float*>(dpre_bias.data), partial, 1, dpre_bias.numel());
+    }
+    if (fused) {
+        round_to(ctx, dpre, storage);
+    } else {
+        gemm_rowmajor(s, "linear_backward_gelu (dx)", dpre, dy_op, w_op, false, false, 1.0f, 0.0f);
+        round_to(ctx, dpre, storage);
+        gelu_backward(ctx, dpre, dpre, pre);
+        round_to(ctx, dpre, storage);
+        if (!dpre_bias.empty())
+            column_sums_add(s, static_cast<float*>(dpre_bias.data), static_cast<const float*>(dpre.data), dpre.rows(),
+                            dpre.cols());
+    }
+    weight_gradients(ctx, dw, dbias, dy, x);
 }
 
 }  // namespace mwb::cuda

@@ -11,10 +11,12 @@
 // in registers. No atomics: every sum has a fixed order,
 // so results are bit-identical run to run. Head dims 16, 32, 64, 80, 96, 128 and 160 are instantiated
 // (the kernels themselves: attention_kernels.cuh). bf16 runs use the tensor-core kernels of
-// attention_tc_kernels.cuh instead (same contract).
+// attention_tc_kernels.cuh instead (same contract), or cuDNN's fused attention when the run chose it
+// (AttentionParams::backend, ops_attention_cudnn.cu; `probs` then also keeps a bf16 copy of O).
 #include "attention_kernels.cuh"
 #include "attention_tc_kernels.cuh"
 #include "cuda_ops.h"
+#include "ops_attention_cudnn.h"
 #include "runtime.h"
 
 namespace mwb::cuda {
@@ -97,7 +99,9 @@ int64_t attention_workspace_bytes(const AttentionParams& p, int64_t seq_len) {
 }
 
 int64_t attention_saved_elements(const AttentionParams& p, int64_t seq_len) {
-    return static_cast<int64_t>(p.batch) * p.num_heads * seq_len;
+    if (p.backend != AttentionBackend::Cudnn) return static_cast<int64_t>(p.batch) * p.num_heads * seq_len;
+    MWB_CHECK(p.head_dim > 0, "attention_saved_elements: the cuDNN backend needs AttentionParams::head_dim");
+    return cudnn_saved_elements(p, seq_len);
 }
 
 void attention_forward(OpContext& ctx, TensorView out, TensorView probs, TensorView qkv, TensorView,
@@ -107,6 +111,7 @@ void attention_forward(OpContext& ctx, TensorView out, TensorView probs, TensorV
     float* o = static_cast<float*>(out.data);
     float* l = static_cast<float*>(probs.data);
     const float* x = static_cast<const float*>(qkv.data);
+    if (cudnn_attention_forward(ctx, o, l, x, g, p)) return;
     switch (g.D) {
     case 16: forward_d<16>(ctx, o, l, x, g); break;
     case 32: forward_d<32>(ctx, o, l, x, g); break;
@@ -128,6 +133,7 @@ void attention_backward(OpContext& ctx, TensorView dqkv, TensorView dout, Tensor
     const float* d = static_cast<const float*>(dout.data);
     const float* x = static_cast<const float*>(qkv.data);
     const float* l = static_cast<const float*>(probs.data);
+    if (cudnn_attention_backward(ctx, dx, d, x, l, g, p)) return;
     switch (g.D) {
     case 16: backward_d<16>(ctx, dx, delta, d, x, l, g); break;
     case 32: backward_d<32>(ctx, dx, delta, d, x, l, g); break;

@@ -407,7 +407,7 @@ void round_to(OpContext& ctx, TensorView x, DType dtype) {
 }
 
 namespace {
-/// The range table of the last sum_squares_ranges call, on the host and in scratch slot 4: a training
+/// The range table of the last sum_squares_ranges call, on the host and in scratch slot 6: a training
 /// run passes the same ranges every step, so it is uploaded once (the host copy stays alive for the
 /// asynchronous upload; a change re-uploads on the stream, behind the queued work that read the old one).
 std::vector<grad_norm::Range>& uploaded_ranges() {
@@ -429,7 +429,7 @@ void sum_squares_ranges(OpContext& ctx, TensorView out, TensorView x, const std:
     MWB_CHECK(chunks <= 0x7FFFFFFF && table.size() <= 0x7FFFFFFF, "sum_squares_ranges: {} chunks exceed one launch",
               chunks);
     const auto bytes = static_cast<int64_t>(table.size() * sizeof(grad_norm::Range));
-    auto* device_table = static_cast<grad_norm::Range*>(scratch(4, std::max<int64_t>(bytes, 1)));
+    auto* device_table = static_cast<grad_norm::Range*>(scratch(6, std::max<int64_t>(bytes, 1)));
     std::vector<grad_norm::Range>& last = uploaded_ranges();
     const auto same = [](const grad_norm::Range& a, const grad_norm::Range& b) {
         return a.first == b.first && a.count == b.count && a.chunk_begin == b.chunk_begin;

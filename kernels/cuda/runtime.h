@@ -40,8 +40,9 @@ void check_launch(const char* op);
 
 /// Scratch of at least `bytes` on the current device, valid until the next call with the same slot
 /// (ops are stream-ordered, so reuse by the next op on the stream is safe). Slot 0: reductions'
-/// partials; slot 1: cuBLASLt workspace; slots 2 and 3: bf16 copies of GEMM inputs; slot 4: the range
-/// table of sum_squares_ranges (kept between calls). Grows by
+/// partials; slot 1: cuBLASLt workspace; slots 2 and 3: bf16 copies of GEMM inputs (and of the
+/// cuDNN attention's inputs); slot 4: cuDNN's workspace; slot 5: the cuDNN attention backward's;
+/// slot 6: the range table of sum_squares_ranges (kept between calls). Grows by
 /// reallocation, which happens only while shapes grow.
 void* scratch(int slot, int64_t bytes);
 

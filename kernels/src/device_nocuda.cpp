@@ -1,5 +1,6 @@
 // Device probing and runtime services for builds without CUDA: probing reports why, every runtime
 // call fails with a message naming it (callers only reach these after asking for a CUDA device).
+#include "mwb/kernels/attention_backend.h"
 #include "mwb/kernels/device.h"
 #include "mwb/kernels/device_runtime.h"
 #include "mwb/kernels/error.h"
@@ -33,6 +34,15 @@ void set_device(int) { no_cuda("device::set_device"); }
 void set_deterministic(bool) {}
 bool deterministic() { return false; }
 void set_allow_tf32(bool) {}
+FusedGemmCounts fused_gemm_counts() { return {}; }
 
 }  // namespace device
+
+std::string cudnn_attention_refusals() { return {}; }
+
+AttentionBackendChoice resolve_attention_backend(const std::string& requested, bool, bool) {
+    if (requested == "own") return {AttentionBackend::Own, "own: the own kernels, as asked"};
+    return {AttentionBackend::Own, requested + ": the own kernels (this build has no CUDA support)"};
+}
+
 }  // namespace mwb

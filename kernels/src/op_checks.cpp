@@ -118,6 +118,7 @@ int64_t attention(const Args& c, const char* out_arg, const TensorView& out, con
     const Heads h = heads_of(c, "qkv", qkv, p);
     c.shape(out.numel() == h.S * p.batch * p.num_heads * h.D, out_arg, out, "(S={}, B={}, A·D={})", h.S, p.batch,
             p.num_heads * h.D);
+    c.value(p.head_dim == 0 || p.head_dim == h.D, "p.head_dim", p.head_dim, "0 or qkv's head dim {}", h.D);
     const int64_t saved = attention_saved_elements(c.device(), p, h.S);
     c.shape(probs.numel() == saved, "probs", probs, "{} elements on the {} (ops::attention_saved_elements)", saved,
             device_name(c.device()));
@@ -245,6 +246,32 @@ void linear_backward(OpContext& ctx, TensorView dx, TensorView dw, TensorView db
         same_size(c, "dx", dx, "x", x);
     }
     if (!dbias.empty()) elements(c, "dbias", dbias, out, "one per output");
+}
+
+void linear_gelu_forward(OpContext& ctx, TensorView act, TensorView pre, TensorView x, TensorView w, TensorView bias,
+                         DType storage) {
+    const Args c("linear_gelu_forward", ctx);
+    const int64_t out = linear_weight(c, x, w);
+    c.tensor("pre", pre, F32).tensor("act", act, F32).optional("bias", bias, F32);
+    c.shape(pre.rows() == x.rows() && pre.cols() == out, "pre", pre, "(N={}, out={})", x.rows(), out);
+    same_size(c, "act", act, "pre", pre);
+    if (!bias.empty()) elements(c, "bias", bias, out, "one per output");
+    c.value(storage_dtype(storage), "storage", dtype_name(storage), "f32, bf16 or f16");
+}
+
+void linear_backward_gelu(OpContext& ctx, TensorView dpre, TensorView dpre_bias, TensorView dw, TensorView dbias,
+                          TensorView dy, TensorView x, TensorView w, TensorView pre, DType storage) {
+    const Args c("linear_backward_gelu", ctx);
+    const int64_t out = linear_weight(c, x, w);
+    c.tensor("dpre", dpre, F32).tensor("pre", pre, F32).tensor("dy", dy, F32).gemm_operand("dw", dw);
+    c.optional("dbias", dbias, F32).optional("dpre_bias", dpre_bias, F32);
+    c.shape(dy.rows() == x.rows() && dy.cols() == out, "dy", dy, "(N={}, out={})", x.rows(), out);
+    c.shape(same_shape(dw, w), "dw", dw, "w's shape {}", w.describe());
+    c.shape(dpre.rows() == x.rows() && dpre.cols() == x.cols(), "dpre", dpre, "x's shape {}", x.describe());
+    same_size(c, "pre", pre, "dpre", dpre);
+    if (!dbias.empty()) elements(c, "dbias", dbias, out, "one per output");
+    if (!dpre_bias.empty()) elements(c, "dpre_bias", dpre_bias, x.cols(), "one per input");
+    c.value(storage_dtype(storage), "storage", dtype_name(storage), "f32, bf16 or f16");
 }
 
 // ---- embeddings --------------------------------------------------------------------------------------

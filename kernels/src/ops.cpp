@@ -90,3 +90,7 @@ int64_t attention_saved_elements(Device device, const AttentionParams& p, int64_
 }
 
 }  // namespace mwb::ops
+
+namespace mwb {
+const char* attention_backend_name(AttentionBackend b) { return b == AttentionBackend::Cudnn ? "cudnn" : "own"; }
+}  // namespace mwb

@@ -6,16 +6,12 @@ namespace mwb::planner {
 
 namespace {
 
-int64_t padded(int64_t n) {
-    return (n + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
-}
-
 /// Accumulates the tensors of one rank: their elements, and their arena footprint.
 struct Tally {
     int64_t numel = 0, arena = 0;
     void add(int64_t n) {
         numel += n;
-        arena += padded(n);
+        arena += arena_footprint(n);
     }
 };
 
@@ -86,10 +82,7 @@ ParameterCounts count_parameters(const ModelShape& m, const Layout& l) {
         s.parameters = t.numel;
         s.arena_elements = t.arena;
         // The distributed optimizer splits the arena into DP equal, aligned shards (ParamLayout::pad_to_shards).
-        if (l.distributed_optimizer && l.dp > 1) {
-            const int64_t block = int64_t{l.dp} * kArenaAlignment;
-            s.arena_elements = (s.arena_elements + block - 1) / block * block;
-        }
+        if (l.distributed_optimizer) s.arena_elements = arena_padded_to_shards(s.arena_elements, l.dp);
         c.stages.push_back(s);
     }
     return c;

@@ -5,6 +5,7 @@
 // shard holds its own gate and up rows.
 #include "backend/model/gpt_model.h"
 #include "backend/model/init.h"
+#include "backend/model/transformer_layer.h"
 
 #include <QtTest>
 
@@ -117,6 +118,39 @@ private slots:
         for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(i * 37 % d.vocab);
         const double loss = model.forward_backward(tokens.data(), 1.0f, 7, 1);
         QVERIFY2(std::abs(loss - std::log(double(d.vocab))) < 0.5, qPrintable(QString::number(loss)));
+    }
+
+    // Every tensor starts at a multiple of 64 elements (256 bytes of fp32: cuBLASLt's widest alignment),
+    // the padding between tensors is what the shared rule says and stays below one block, and the
+    // distributed optimizer's shards are equal and aligned. Sizes chosen so that most tensors need padding.
+    void every_tensor_starts_256_bytes_into_the_arena() {
+        ParamLayout layout;
+        GptDims d = gpt_dims();
+        d.hidden = 40;
+        d.heads = 5;
+        d.ffn = 104;
+        for (int64_t l = 0; l < 2; ++l) TransformerLayer::add_params(layout, l, d, 1, 0, false);
+        layout.add("decoder.final_layernorm.weight", ParamRole::NormWeight, {40});
+        int64_t expected = 0, padding = 0;
+        for (std::size_t i = 0; i < layout.size(); ++i) {
+            const ParamInfo& p = layout[i];
+            QCOMPARE(p.offset % 64, int64_t{0});
+            QCOMPARE(p.offset, expected);  // packed: the next block after the previous tensor
+            expected = p.offset + (p.numel + 63) / 64 * 64;
+            padding += expected - p.offset - p.numel;
+        }
+        QCOMPARE(layout.arena_elements(), expected);
+        QCOMPARE(layout.arena_elements() - layout.parameter_count(), padding);
+        QVERIFY(padding > 0 && padding < 64 * static_cast<int64_t>(layout.size()));
+        // A 256-byte aligned base (cudaMalloc's) puts every view at a 256-byte boundary.
+        alignas(256) static float arena[32768];
+        QVERIFY(layout.arena_elements() <= 32768);
+        const TensorView base = make_view(arena, DType::F32, {layout.arena_elements()});
+        for (std::size_t i = 0; i < layout.size(); ++i)
+            QCOMPARE(reinterpret_cast<uintptr_t>(layout.view(base, i).data) % 256, uintptr_t{0});
+        layout.pad_to_shards(3);
+        QCOMPARE(layout.arena_elements() % (3 * 64), int64_t{0});
+        QVERIFY(layout.arena_elements() - expected < 3 * 64);
     }
 
     void shards_draw_their_part_of_the_global_tensor() {

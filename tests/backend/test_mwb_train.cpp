@@ -180,15 +180,15 @@ private slots:
 
     void trains_and_writes_the_run_directory() {
         mwb::test::TempDir t;
-        const Result r = run(tiny(t.path()) + QStringList{"--train-iters", "3", "--attention-backend", "flash"});
+        const Result r = run(tiny(t.path()) + QStringList{"--train-iters", "3", "--transformer-impl", "local"});
         QVERIFY2(r.code == 0, qPrintable(r.err + r.out));
         // A Megatron-LM flag without effect here: said once at start, recorded in run.json.
-        QVERIFY2(r.out.contains("--attention-backend: accepted, no effect here"), qPrintable(r.out));
+        QVERIFY2(r.out.contains("--transformer-impl: accepted, no effect here"), qPrintable(r.out));
         std::ifstream run_json(t / "run.json");
         const auto accepted = nlohmann::json::parse(run_json)["accepted_flags"];
         QCOMPARE(accepted.size(), std::size_t{1});
-        QCOMPARE(accepted[0]["flag"], "--attention-backend");
-        QCOMPARE(accepted[0]["values"], nlohmann::json{"flash"});
+        QCOMPARE(accepted[0]["flag"], "--transformer-impl");
+        QCOMPARE(accepted[0]["values"], nlohmann::json{"local"});
         QVERIFY2(r.out.contains("iter      3/3") && r.out.contains("tok/s") && r.out.contains("ETA"), qPrintable(r.out));
         QVERIFY(r.out.contains(QString::fromStdString(t.path().string())));
         QCOMPARE(lines(t / "metrics.jsonl"), 3);
@@ -341,7 +341,9 @@ private slots:
             argument_file(mwb::test::source_dir() / "tests" / "backend" / "megatron" / "train_gpt3_175b_distributed.args"));
         QCOMPARE(gpt3["global_batch_size"], 8);  // the schedule's last batch size, as Megatron-LM sets it
         // Megatron-LM too turns sequence_parallel off at tensor_model_parallel_size 1 (validate_args).
-        QCOMPARE(conformance("train_llama3_8b_h100_fp8.args", {{"sequence_parallel", false}}), 66);
+        // --attention-backend fused is Transformer Engine's cuDNN attention: ours is cudnn.
+        QCOMPARE(conformance("train_llama3_8b_h100_fp8.args", {{"sequence_parallel", false}, {"attention_backend", "cudnn"}}),
+                 66);
         // What the shortened Llama copy leaves out is refused by name.
         for (const QStringList& bad : {QStringList{"--apply-layernorm-1p"}, QStringList{"--decoupled-lr", "5.0e-4"},
                                        QStringList{"--grad-reduce-in-bf16"}, QStringList{"--fp8-format", "hybrid"}}) {

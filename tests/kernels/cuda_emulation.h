@@ -20,6 +20,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -117,6 +118,21 @@ struct col_major {};
 enum layout_t { mem_row_major, mem_col_major };
 
 inline float as_float(float x) { return x; }
+
+/// CUDA's requirements on a WMMA load/store operand (the hardware faults or misreads otherwise): a
+/// 256-bit aligned pointer and a row stride (ldm) of a multiple of 16 bytes. Shared-memory pointers
+/// are checked against the dynamic buffer's start (the device aligns it to 128 bytes).
+inline void check_operand(const void* p, unsigned ldm, std::size_t element_bytes) {
+    const auto* byte = static_cast<const unsigned char*>(p);
+    const unsigned char* base = ::mwb::emulation::dynamic_shared.data();
+    const bool shared = byte >= base && byte < base + ::mwb::emulation::dynamic_shared.size();
+    const auto offset = static_cast<std::size_t>(shared ? byte - base : reinterpret_cast<std::uintptr_t>(byte));
+    if (offset % 32 != 0 || (ldm * element_bytes) % 16 != 0) {
+        std::fprintf(stderr, "wmma operand: offset %zu (needs a multiple of 32 bytes), ldm %u x %zu bytes (needs a multiple of 16)\n",
+                     offset, ldm, element_bytes);
+        std::abort();
+    }
+}
 inline float as_float(__nv_bfloat16 x) { return __bfloat162float(x); }
 
 /// The whole tile in every lane: rows × cols, row-major.
@@ -136,6 +152,7 @@ template <class Use, int M, int N, int K, class T, class Layout, class P>
 void load_matrix_sync(fragment<Use, M, N, K, T, Layout>& f, const P* p, unsigned ldm) {
     using F = fragment<Use, M, N, K, T, Layout>;
     static_assert(std::is_same_v<std::remove_const_t<P>, T>, "fragment and memory element types differ");
+    check_operand(p, ldm, sizeof(P));
     for (int r = 0; r < F::rows; ++r)
         for (int c = 0; c < F::cols; ++c)
             f.x[r * F::cols + c] = as_float(std::is_same_v<Layout, col_major> ? p[c * ldm + r] : p[r * ldm + c]);
@@ -144,6 +161,7 @@ void load_matrix_sync(fragment<Use, M, N, K, T, Layout>& f, const P* p, unsigned
 
 template <int M, int N, int K>
 void load_matrix_sync(fragment<accumulator, M, N, K, float>& f, const float* p, unsigned ldm, layout_t layout) {
+    check_operand(p, ldm, sizeof(float));
     for (int r = 0; r < M; ++r)
         for (int c = 0; c < N; ++c) f.x[r * N + c] = layout == mem_row_major ? p[r * ldm + c] : p[c * ldm + r];
     __syncwarp();
@@ -151,6 +169,7 @@ void load_matrix_sync(fragment<accumulator, M, N, K, float>& f, const float* p, 
 
 template <int M, int N, int K>
 void store_matrix_sync(float* p, const fragment<accumulator, M, N, K, float>& f, unsigned ldm, layout_t layout) {
+    check_operand(p, ldm, sizeof(float));
     __syncwarp();
     if (threadIdx.x % 32 == 0)
         for (int r = 0; r < M; ++r)

@@ -139,6 +139,55 @@ Errors compare(const Case& c, bool tensor_cores = false) {
     return {normwise(gout, out), normwise(gdqkv, dqkv)};
 }
 
+/// The worst bank conflict of one shared-memory access by a warp: the most distinct 4-byte words any
+/// of the 32 banks must serve (1 = conflict-free; lanes reading one word share it).
+int ways(const std::vector<int>& words) {
+    int worst = 0;
+    for (int bank = 0; bank < 32; ++bank) {
+        std::vector<int> in_bank;
+        for (int w : words)
+            if (w % 32 == bank && std::find(in_bank.begin(), in_bank.end(), w) == in_bank.end()) in_bank.push_back(w);
+        worst = std::max(worst, static_cast<int>(in_bank.size()));
+    }
+    return worst;
+}
+
+/// Lane (r, half)'s column at `step`: the kernels' (tc_column), or the layout before the fix (half a
+/// row each, in order).
+int column(bool fixed, int step, int r, int half, int width) {
+    return fixed ? att::tc_column(step, r, half, width) : half * (width / 2) + step;
+}
+
+/// Element-wise pass over a row-paired tile (16 rows × width, stride ld elements of `bytes` bytes):
+/// the worst step.
+int elementwise_ways(bool fixed, int ld, int width, int bytes) {
+    int worst = 0;
+    for (int step = 0; step < width / 2; ++step) {
+        std::vector<int> words;
+        for (int lane = 0; lane < 32; ++lane)
+            words.push_back((lane / 2 * ld + column(fixed, step, lane / 2, lane % 2, width)) * bytes / 4);
+        worst = std::max(worst, ways(words));
+    }
+    return worst;
+}
+
+/// One 8×8 bf16 matrix of a fragment load (ldmatrix: 8 rows of 16 bytes) from rows of ld bf16.
+int fragment_load_ways(int ld) {
+    std::vector<int> words;
+    for (int row = 0; row < 8; ++row)
+        for (int w = 0; w < 4; ++w) words.push_back(row * ld / 2 + w);
+    return ways(words);
+}
+
+/// One f32 accumulator store (lane l: row l/4, columns 2·(l%4) and +1) into rows of ld floats; 64
+/// words over 32 banks need 2 at best.
+int fragment_store_ways(int ld) {
+    std::vector<int> words;
+    for (int lane = 0; lane < 32; ++lane)
+        for (int c = 0; c < 2; ++c) words.push_back(lane / 4 * ld + 2 * (lane % 4) + c);
+    return ways(words);
+}
+
 }  // namespace
 
 class TestAttentionEmulated : public QObject {
@@ -193,6 +242,66 @@ private slots:
         check(compare<64>({33, 1, 3, 1}), "MQA A 3 G 1, D 64");
         check_bf16(compare<64>({100, 1, 4, 2}, true), "tensor cores, GQA A 4 G 2, D 64");
         check_bf16(compare<16>({70, 2, 4, 1, 0.25f, 4, 8}, true), "tensor cores, MQA A 4 G 1, D 16, dropout 0.25");
+    }
+
+    void tensor_core_shared_memory_is_conflict_free_and_fits() {
+        // The padded layout and the interleaved, row-skewed columns against the layout before: the
+        // bank arithmetic docs/gpu.md states, counted from the kernels' own strides and column map.
+        struct Pattern {
+            const char* what;
+            int before, after, best;
+        };
+        const Pattern patterns[] = {
+            {"f32 scores, element-wise", elementwise_ways(false, att::kTcTile, att::kTcTile, 4),
+             elementwise_ways(true, att::kTcLdScores, att::kTcTile, 4), 1},
+            {"bf16 probabilities, element-wise", elementwise_ways(false, att::kTcTile, att::kTcTile, 2),
+             elementwise_ways(true, att::kTcLdProbs, att::kTcTile, 2), 1},
+            {"f32 accumulator D 64, element-wise", elementwise_ways(false, 64, 64, 4),
+             elementwise_ways(true, att::kTcLdAcc<64>, 64, 4), 1},
+            {"f32 accumulator D 128, element-wise", elementwise_ways(false, 128, 128, 4),
+             elementwise_ways(true, att::kTcLdAcc<128>, 128, 4), 1},
+            {"bf16 rows D 64, fragment load", fragment_load_ways(64), fragment_load_ways(att::kTcLdRows<64>), 1},
+            {"bf16 rows D 128, fragment load", fragment_load_ways(128), fragment_load_ways(att::kTcLdRows<128>), 1},
+            {"bf16 probabilities, fragment load", fragment_load_ways(att::kTcTile), fragment_load_ways(att::kTcLdProbs), 1},
+            {"f32 scores, fragment store", fragment_store_ways(att::kTcTile), fragment_store_ways(att::kTcLdScores), 2},
+            {"f32 accumulator D 128, fragment store", fragment_store_ways(128), fragment_store_ways(att::kTcLdAcc<128>), 2},
+        };
+        for (const Pattern& p : patterns) {
+            qInfo("%s: %d-way before, %d-way now", p.what, p.before, p.after);
+            QVERIFY2(p.after == p.best, p.what);
+            QVERIFY2(p.before > p.after, p.what);  // the old layout did conflict: the count sees it
+        }
+        // Every head dim's blocks fit an A100's 163 KiB of opt-in shared memory per block.
+        const int limit = 163 * 1024;
+        QVERIFY(att::TcForwardSmem<160>::bytes <= limit && att::TcBackwardSmem<160>::bytes <= limit);
+        qInfo("shared memory per block at D 64 / 128 / 160: forward %d / %d / %d, backward %d / %d / %d bytes",
+              att::TcForwardSmem<64>::bytes, att::TcForwardSmem<128>::bytes, att::TcForwardSmem<160>::bytes,
+              att::TcBackwardSmem<64>::bytes, att::TcBackwardSmem<128>::bytes, att::TcBackwardSmem<160>::bytes);
+    }
+
+    void cudnn_staging_maps_every_column_to_the_kernels_layout() {
+        // ops_attention_cudnn.cu regroups each qkv row as [all q | all k | all v] for cuDNN: every
+        // staged column is the column the own kernels read for that head (q_column, k_column,
+        // v_column), and the map is one-to-one (a permutation of the row).
+        for (const auto& [A, G] : {std::pair{4, 4}, std::pair{8, 2}, std::pair{4, 1}, std::pair{6, 3}}) {
+            AttentionParams p;
+            p.num_heads = A;
+            p.num_query_groups = G;
+            p.batch = 2;
+            const int64_t D = 8, W = (A + 2 * G) * D;
+            const att::Geometry g = att::make_geometry(5, D, p);
+            std::vector<int> hits(static_cast<std::size_t>(W), 0);
+            for (int64_t c = 0; c < W; ++c) ++hits[static_cast<std::size_t>(att::staged_to_our_column(c, A, G, D))];
+            QVERIFY(std::all_of(hits.begin(), hits.end(), [](int n) { return n == 1; }));
+            for (int64_t b = 0; b < 2; ++b) {
+                for (int64_t h = 0; h < A; ++h)
+                    QCOMPARE(b * W + att::staged_to_our_column(h * D + 3, A, G, D), att::q_column(g, b, h) + 3);
+                for (int64_t k = 0; k < G; ++k) {
+                    QCOMPARE(b * W + att::staged_to_our_column((A + k) * D, A, G, D), att::k_column(g, b, k));
+                    QCOMPARE(b * W + att::staged_to_our_column((A + G + k) * D + 7, A, G, D), att::v_column(g, b, k) + 7);
+                }
+            }
+        }
     }
 
     void block_and_tile_edges() {

@@ -158,6 +158,14 @@ std::vector<Case> cases(Store& s) {
     add("linear_backward",
         {s.f({3, 4}, kOptional), s.f({5, 4}), s.f({5}, kOptional), s.f({3, 5}), s.f({3, 4}), s.f({5, 4})},
         [](OpContext& x, V a) { ops::linear_backward(x, a[0], a[1], a[2], a[3], a[4], a[5]); });
+    add("linear_gelu_forward", {s.f({3, 5}), s.f({3, 5}), s.f({3, 4}), s.f({5, 4}), s.f({5}, kOptional)},
+        [](OpContext& x, V a) { ops::linear_gelu_forward(x, a[0], a[1], a[2], a[3], a[4], DType::BF16); });
+    add("linear_backward_gelu",
+        {s.f({3, 4}), s.f({4}, kOptional), s.f({5, 4}), s.f({5}, kOptional), s.f({3, 5}), s.f({3, 4}), s.f({5, 4}),
+         s.f({3, 4})},
+        [](OpContext& x, V a) {
+            ops::linear_backward_gelu(x, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], DType::BF16);
+        });
     add("embedding_forward", {s.f({3, 4}), s.i(3), s.f({6, 4}, kFreeFirst)},
         [](OpContext& x, V a) { ops::embedding_forward(x, a[0], a[1], a[2], 0); });
     add("embedding_backward", {s.f({6, 4}, kFreeFirst), s.f({3, 4}), s.i(3)},

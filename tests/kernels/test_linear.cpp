@@ -5,8 +5,11 @@
 
 #include "mwb/kernels/error.h"
 #include "mwb/kernels/ops.h"
+#include "mwb/kernels/precision.h"
 
 #include <QtTest>
+
+#include <cmath>
 
 using namespace mwb;
 using mwb::test::finite_difference;
@@ -28,6 +31,16 @@ std::vector<double> linear_ref(const std::vector<double>& x, const std::vector<d
             y[r * out + o] = s;
         }
     return y;
+}
+
+/// GELU, tanh approximation (Hendrycks & Gimpel 2016, eq. for GPT-2), and its derivative, in float64.
+double gelu_tanh(double x) {
+    const double c = std::sqrt(2.0 / M_PI);
+    return 0.5 * x * (1.0 + std::tanh(c * (x + 0.044715 * x * x * x)));
+}
+double gelu_tanh_grad(double x) {
+    const double c = std::sqrt(2.0 / M_PI), t = std::tanh(c * (x + 0.044715 * x * x * x));
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * x * x);
 }
 
 double weighted_sum(const std::vector<double>& y, const std::vector<double>& g) {
@@ -142,6 +155,79 @@ private slots:
         QVERIFY2(max_rel_error(dx, fx) < 1e-5, "dx");
         QVERIFY2(max_rel_error(dw, fw) < 1e-5, "dw");
         QVERIFY2(max_rel_error(db, fb) < 1e-5, "db");
+    }
+
+    // The MLP's fused ops (fc1 + GELU forward; fc2's backward through GELU' with fc1's bias gradient)
+    // against float64: pre = x·w1ᵀ + b1, act = gelu(pre); dpre = (dy·w2)·gelu'(pre), dpre_bias += Σ dpre,
+    // dw2 += dyᵀ·act, db2 += Σ dy.
+    void mlp_gelu_ops_match_float64() {
+        const int64_t n = 9, H = 6, F = 10;
+        auto x = random_floats(n * H, 30, -2, 2), w1 = random_floats(F * H, 31), b1 = random_floats(F, 32);
+        auto w2 = random_floats(H * F, 33), dy = random_floats(n * H, 34);
+        std::vector<float> pre(n * F), act(n * F), dpre(n * F), dpre_bias(F, 0.5f), dw2(H * F, -0.25f), db2(H, 1.0f);
+        OpContext ctx;
+        ops::linear_gelu_forward(ctx, view_f32(act.data(), {n, F}), view_f32(pre.data(), {n, F}),
+                                 view_f32(x.data(), {n, H}), view_f32(w1.data(), {F, H}), view_f32(b1.data(), {F}));
+        const std::vector<double> pre_ref = linear_ref(to_double(x), to_double(w1), to_double(b1), n, H, F);
+        std::vector<double> act_ref(pre_ref.size());
+        for (std::size_t i = 0; i < pre_ref.size(); ++i) act_ref[i] = gelu_tanh(pre_ref[i]);
+        MWB_VERIFY_ERROR(normwise_error(pre, pre_ref), 1e-6);
+        MWB_VERIFY_ERROR(normwise_error(act, act_ref), 1e-6);
+
+        ops::linear_backward_gelu(ctx, view_f32(dpre.data(), {n, F}), view_f32(dpre_bias.data(), {F}),
+                                  view_f32(dw2.data(), {H, F}), view_f32(db2.data(), {H}), view_f32(dy.data(), {n, H}),
+                                  view_f32(act.data(), {n, F}), view_f32(w2.data(), {H, F}),
+                                  view_f32(pre.data(), {n, F}));
+        std::vector<double> dpre_ref(n * F), dpre_bias_ref(F, 0.5), dw2_ref(H * F, -0.25), db2_ref(H, 1.0);
+        for (int64_t r = 0; r < n; ++r)
+            for (int64_t f = 0; f < F; ++f) {
+                double s = 0;
+                for (int64_t h = 0; h < H; ++h) s += double(dy[r * H + h]) * w2[h * F + f];
+                dpre_ref[r * F + f] = s * gelu_tanh_grad(pre[r * F + f]);
+                dpre_bias_ref[f] += dpre_ref[r * F + f];
+            }
+        for (int64_t h = 0; h < H; ++h)
+            for (int64_t r = 0; r < n; ++r) {
+                db2_ref[h] += dy[r * H + h];
+                for (int64_t f = 0; f < F; ++f) dw2_ref[h * F + f] += double(dy[r * H + h]) * act[r * F + f];
+            }
+        MWB_VERIFY_ERROR(normwise_error(dpre, dpre_ref), 1e-5);
+        MWB_VERIFY_ERROR(normwise_error(dpre_bias, dpre_bias_ref), 1e-5);
+        MWB_VERIFY_ERROR(normwise_error(dw2, dw2_ref), 1e-5);
+        MWB_VERIFY_ERROR(normwise_error(db2, db2_ref), 1e-5);
+    }
+
+    // With 16-bit storage the pre-activation and its gradient come out as bf16 values, rounded where a
+    // 16-bit store would round them: the same bits as the unfused sequence the model ran before.
+    void mlp_gelu_ops_round_to_the_storage() {
+        const int64_t n = 7, H = 8, F = 12;
+        auto x = random_floats(n * H, 40), w1 = random_floats(F * H, 41), w2 = random_floats(H * F, 42);
+        auto dy = random_floats(n * H, 43);
+        std::vector<float> pre(n * F), act(n * F), dpre(n * F), dw2(H * F), db(F);
+        std::vector<float> pre_u(n * F), act_u(n * F), dpre_u(n * F), dw2_u(H * F), db_u(F);
+        OpContext ctx;
+        const auto v = [](std::vector<float>& d, int64_t r, int64_t c) { return view_f32(d.data(), {r, c}); };
+        ops::linear_gelu_forward(ctx, v(act, n, F), v(pre, n, F), v(x, n, H), v(w1, F, H), {}, DType::BF16);
+        ops::linear_forward(ctx, v(pre_u, n, F), v(x, n, H), v(w1, F, H), {});
+        ops::round_to(ctx, v(pre_u, n, F), DType::BF16);
+        ops::gelu_forward(ctx, v(act_u, n, F), v(pre_u, n, F));
+        QCOMPARE(pre, pre_u);
+        QCOMPARE(act, act_u);
+        for (float p : pre) QCOMPARE(round_to_bf16(p), p);
+
+        ops::linear_backward_gelu(ctx, v(dpre, n, F), view_f32(db.data(), {F}), v(dw2, H, F), {}, v(dy, n, H),
+                                  v(act, n, F), v(w2, H, F), v(pre, n, F), DType::BF16);
+        ops::linear_backward(ctx, v(dpre_u, n, F), v(dw2_u, H, F), {}, v(dy, n, H), v(act_u, n, F), v(w2, H, F));
+        ops::round_to(ctx, v(dpre_u, n, F), DType::BF16);
+        ops::gelu_backward(ctx, v(dpre_u, n, F), v(dpre_u, n, F), v(pre_u, n, F));
+        ops::round_to(ctx, v(dpre_u, n, F), DType::BF16);
+        std::vector<float> dw1_u(F * H);  // fc1's backward, as the model ran it: only its bias gradient is compared
+        ops::linear_backward(ctx, {}, v(dw1_u, F, H), view_f32(db_u.data(), {F}), v(dpre_u, n, F), v(x, n, H),
+                             v(w1, F, H));
+        QCOMPARE(dpre, dpre_u);
+        QCOMPARE(dw2, dw2_u);
+        QCOMPARE(db, db_u);
+        for (float d : dpre) QCOMPARE(round_to_bf16(d), d);
     }
 
     void linear_without_bias_overwrites_y() {

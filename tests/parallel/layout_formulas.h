@@ -38,7 +38,7 @@ struct ModelSpec {
     int64_t norm_tensors() const { return rmsnorm ? 1 : 2; }  // weight (and bias)
 };
 
-inline int64_t align16(int64_t n) { return (n + 15) / 16 * 16; }
+inline int64_t align64(int64_t n) { return (n + 63) / 64 * 64; }
 inline int64_t all_reduce_bytes(int ranks, int64_t elems, int64_t elem_bytes = 4) {
     return ranks > 1 ? 2 * (ranks - 1) * elems * elem_bytes / ranks : 0;
 }
@@ -60,14 +60,14 @@ inline ChunkInfo chunk_info(const ModelSpec& m, const LayoutSpec& l, int r, int 
     return {per, stage == 0, stage == stages - 1};
 }
 
-/// Elements of rank r's parameter arena (each tensor aligned to 16 elements; padded to DP shards).
+/// Elements of rank r's parameter arena (each tensor aligned to 64 elements; padded to DP shards).
 inline int64_t arena_elements(const ModelSpec& m, const LayoutSpec& l, int r) {
     const int64_t t = l.tp, H = m.hidden, F = m.ffn, Q = m.qkv_rows() / t, AD = m.heads * m.head_dim() / t;
     const int64_t F1 = m.fc1_rows() / t, bias = m.linear_bias ? 1 : 0;
     int64_t n = 0;
-    const int64_t layer = 2 * m.norm_tensors() * align16(H) + align16(Q * H) +
-                          (m.linear_bias || m.qkv_bias ? align16(Q) : 0) + align16(H * AD) + bias * align16(H) +
-                          align16(F1 * H) + bias * align16(F1) + align16(H * F / t) + bias * align16(H);
+    const int64_t layer = 2 * m.norm_tensors() * align64(H) + align64(Q * H) +
+                          (m.linear_bias || m.qkv_bias ? align64(Q) : 0) + align64(H * AD) + bias * align64(H) +
+                          align64(F1 * H) + bias * align64(F1) + align64(H * F / t) + bias * align64(H);
     bool first = false, last = false;
     for (int c = 0; c < l.chunks; ++c) {
         const ChunkInfo ci = chunk_info(m, l, r, c);
@@ -75,10 +75,10 @@ inline int64_t arena_elements(const ModelSpec& m, const LayoutSpec& l, int r) {
         first |= ci.first;
         last |= ci.last;
     }
-    if (first) n += align16(m.vocab / t * H) + (m.learned_positions ? align16(m.max_positions * H) : 0);
+    if (first) n += align64(m.vocab / t * H) + (m.learned_positions ? align64(m.max_positions * H) : 0);
     // The output layer; tied, the last stage's copy of the embedding unless it is also the first.
-    if (last) n += m.norm_tensors() * align16(H) + (m.tied_output && first ? 0 : align16(m.vocab / t * H));
-    if (l.distributed_optimizer && l.dp > 1) n = (n + l.dp * 16 - 1) / (l.dp * 16) * (l.dp * 16);
+    if (last) n += m.norm_tensors() * align64(H) + (m.tied_output && first ? 0 : align64(m.vocab / t * H));
+    if (l.distributed_optimizer && l.dp > 1) n = (n + l.dp * 64 - 1) / (l.dp * 64) * (l.dp * 64);
     return n;
 }
 

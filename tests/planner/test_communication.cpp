@@ -120,27 +120,27 @@ private slots:
         QCOMPARE(p.communication[0].bytes_sent[PP], 4 * X / 2 + 8);
     }
 
-    // dp2 / dp4: the arena (55488 elements: embeddings 4096 + 512, 4 layers of 12704, final norm 64) of
-    // fp32 gradients, all-reduced: 2(d−1)/d · 221952 bytes, and the loss. Distributed optimizer (the arena
-    // is a multiple of 2·16 already): reduce-scatter of the fp32 gradients and all-gather of the bf16
+    // dp2 / dp4: the arena (56448 elements: embeddings 4096 + 512, 4 layers of 12928 with every tensor
+    // padded to 64 elements, final norm 2·64) of fp32 gradients, all-reduced: 2(d−1)/d · 225792 bytes, and
+    // the loss. Distributed optimizer (the arena is a multiple of 2·64 already): reduce-scatter of the fp32 gradients and all-gather of the bf16
     // weights, (d−1)/d each, the loss and the squared norm.
     void dp2_dp4_and_distributed_optimizer() {
         const Plan p2 = on(tiny(1, 1), 2);
-        QCOMPARE(p2.parameters.stages[0].arena_elements, 55488);
-        QCOMPARE(p2.communication[0].payload[DP], 55488 * 4 + 8);
-        QCOMPARE(p2.communication[0].bytes_sent[DP], 55488 * 4 + 8);
+        QCOMPARE(p2.parameters.stages[0].arena_elements, 56448);
+        QCOMPARE(p2.communication[0].payload[DP], 56448 * 4 + 8);
+        QCOMPARE(p2.communication[0].bytes_sent[DP], 56448 * 4 + 8);
         const Plan p4 = on(tiny(1, 1), 4);
-        QCOMPARE(p4.communication[0].bytes_sent[DP], 2 * 3 * 55488 * 4 / 4 + 2 * 3 * 8 / 4);
+        QCOMPARE(p4.communication[0].bytes_sent[DP], 2 * 3 * 56448 * 4 / 4 + 2 * 3 * 8 / 4);
         Config d = tiny(1, 1);
         d.parallel.use_distributed_optimizer = true;
         const Plan dist = on(d, 2);
-        QCOMPARE(dist.communication[0].payload[DP], 55488 * 4 + 55488 * 2 + 16);
-        QCOMPARE(dist.communication[0].bytes_sent[DP], 55488 * 4 / 2 + 55488 * 2 / 2 + 16);
+        QCOMPARE(dist.communication[0].payload[DP], 56448 * 4 + 56448 * 2 + 16);
+        QCOMPARE(dist.communication[0].bytes_sent[DP], 56448 * 4 / 2 + 56448 * 2 / 2 + 16);
         // ddp_bucket_size splits the all-reduce into buckets; the bytes are the same for 2 ranks.
         Config bucketed = tiny(1, 1);
         bucketed.parallel.ddp_bucket_size = 10000;
         const Plan b = on(bucketed, 2);
-        QCOMPARE(b.communication[0].bytes_sent[DP], 55488 * 4 + 8);
+        QCOMPARE(b.communication[0].bytes_sent[DP], 56448 * 4 + 8);
         int64_t calls = 0;
         for (const auto& col : b.communication[0].collectives) calls += col.group == Group::DP ? col.calls : 0;
         QCOMPARE(calls, int64_t{6 + 1});  // 5 full buckets + 1 partial, and the loss
@@ -156,10 +156,10 @@ private slots:
         QCOMPARE(p.communication[0].payload[TP], 18 * X);
         QCOMPARE(p.communication[1].payload[TP], 18 * X + 6 * 128);
         QCOMPARE(p.communication[0].payload[PP], 2 * X + 8);
-        QCOMPARE(p.communication[0].payload[DP], 17504 * 4 + 8);
-        QCOMPARE(p.communication[1].payload[DP], 17056 * 4 + 8);
+        QCOMPARE(p.communication[0].payload[DP], 17920 * 4 + 8);
+        QCOMPARE(p.communication[1].payload[DP], 17536 * 4 + 8);
         const auto max = p.max_bytes_sent();
-        QCOMPARE(max[DP], int64_t{17504 * 4 + 8});
+        QCOMPARE(max[DP], int64_t{17920 * 4 + 8});
         QCOMPARE(max[static_cast<int>(Group::Model)], int64_t{2 * 3 * 8 / 4});  // TP × PP = 4 ranks
     }
 };

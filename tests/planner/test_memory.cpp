@@ -132,33 +132,34 @@ private slots:
         }
     }
 
-    // tp2_pp2_dp2, hand-computed. Per layer on a TP rank (every tensor a multiple of 16 elements):
-    // norms 4·32, QKV 48·32 + 48, proj 32·16 + 32, fc1 64·32 + 64, fc2 32·64 + 32 = 6448 elements.
+    // tp2_pp2_dp2, hand-computed. Per layer on a TP rank (every tensor padded to a multiple of 64
+    // elements): norms 4·64 (32 each), QKV 48·32 + 64 (48), proj 32·16 + 64 (32), fc1 64·32 + 64,
+    // fc2 32·64 + 64 (32) = 6656 elements.
     // Vocabulary 128 ids padded to 256 (128 × TP): word embedding shard 128·32 = 4096, positions 16·32.
-    // Stage 0: 4096 + 512 + 2·6448 = 17504; stage 1: 2·6448 + final norm 64 + the tied copy of the word
-    // embedding 4096 = 17056. bf16 on a GPU: weights 2 bytes, fp32 main grads 4, optimizer 12 (fp32
+    // Stage 0: 4096 + 512 + 2·6656 = 17920; stage 1: 2·6656 + final norm 2·64 + the tied copy of the word
+    // embedding 4096 = 17536. bf16 on a GPU: weights 2 bytes, fp32 main grads 4, optimizer 12 (fp32
     // master + 2 moments), or 12/DP with the distributed optimizer (each rank its ceil(n/2) elements).
     void tp2_pp2_dp2_static_memory() {
         for (const bool distopt : {false, true}) {
             const Plan p = plan_on(tiny(2, 2, distopt, true), 8);
             QVERIFY(p.estimated);
             QCOMPARE(p.layout.dp, 2);
-            QCOMPARE(p.parameters.stages[0].arena_elements, 17504);
-            QCOMPARE(p.parameters.stages[1].arena_elements, 17056);
-            QCOMPARE(p.memory[0].peak[W], 17504 * 2);
-            QCOMPARE(p.memory[0].peak[G], 17504 * 4);
-            QCOMPARE(p.memory[0].peak[O], (distopt ? 8752 : 17504) * 12);
-            QCOMPARE(p.memory[1].peak[O], (distopt ? 8528 : 17056) * 12);
+            QCOMPARE(p.parameters.stages[0].arena_elements, 17920);
+            QCOMPARE(p.parameters.stages[1].arena_elements, 17536);
+            QCOMPARE(p.memory[0].peak[W], 17920 * 2);
+            QCOMPARE(p.memory[0].peak[G], 17920 * 4);
+            QCOMPARE(p.memory[0].peak[O], (distopt ? 8960 : 17920) * 12);
+            QCOMPARE(p.memory[1].peak[O], (distopt ? 8768 : 17536) * 12);
         }
         // fp32: no master copy, 8 bytes of moments per element; all buffers 4 bytes.
         const Plan f = plan_on(tiny(2, 2, false, false), 8);
-        QCOMPARE(f.memory[0].peak[W], 17504 * 4);
-        QCOMPARE(f.memory[0].peak[O], 17504 * 8);
+        QCOMPARE(f.memory[0].peak[W], 17920 * 4);
+        QCOMPARE(f.memory[0].peak[O], 17920 * 8);
         // The CPU backend stores 16-bit values in fp32 buffers.
         const auto& cpu = find_device(device_catalogue(), "cpu");
         const Plan c = plan(tiny(2, 2, false, true), make_cluster(cpu, 8, 1));
-        QCOMPARE(c.memory[0].peak[W], 17504 * 4);
-        QCOMPARE(c.memory[0].peak[O], 17504 * 12);
+        QCOMPARE(c.memory[0].peak[W], 17920 * 4);
+        QCOMPARE(c.memory[0].peak[O], 17920 * 12);
     }
 
     // Activations kept per micro-batch on a TP rank (engine accounting, bf16 on a GPU, N = s·b = 32 rows):

@@ -1,7 +1,8 @@
 // CUDA ops against the CPU ops (their twins, themselves tested against float64 references) on random
-// inputs, Llama's (SwiGLU, RoPE, grouped-query attention) included. Errors are normwise: max|gpu − cpu| / max|cpu| per output tensor. Tolerances: fp32 1e-5
-// (5e-5 where long sums meet a different exp: attention backward), bf16 GEMM inputs 1e-2; dropout masks
-// and storage rounding bit for bit; deterministic mode bit-identical across two runs.
+// inputs, Llama's (SwiGLU, RoPE, grouped-query attention) included. Errors are normwise:
+// max|gpu − cpu| / max|cpu| per output tensor. Tolerances: fp32 1e-5 (5e-5 where long sums meet a
+// different exp: attention backward), bf16 GEMM inputs 1e-2 (the cuBLASLt epilogues' too); dropout
+// masks and storage rounding bit for bit; deterministic mode bit-identical across two runs.
 #include "cuda_op_checks.h"
 
 #include "mwb/kernels/device.h"
@@ -341,6 +342,75 @@ Compare check_linear() {
     return cmp;
 }
 
+/// The linear layers' cuBLASLt epilogues against their CPU twins (the unfused sequence): linear with a
+/// bias (BIAS; its backward BGRADB), fc1 + GELU with and without a bias (GELU_AUX_BIAS, GELU_AUX), fc2's
+/// backward through GELU' with and without fc1's bias gradient (DGELU_BGRAD, DGELU; BGRADB). Every one
+/// of these must have been fused (a refusal counts as an error: the run would be correct but slow);
+/// then the cases the epilogues must leave to the unfused path (a bias 4 bytes off alignment, an aux
+/// matrix of 100 columns) give the same results. With `bf16`: bf16 GEMM inputs (bf16-exact values)
+/// and bf16 storage, whose roundings the fused GELU sees after, not before (held to 1e-2).
+Compare check_linear_epilogues(bool bf16) {
+    const DType storage = bf16 ? DType::BF16 : DType::F32;
+    const auto values = [&](int64_t n, uint32_t seed) {
+        std::vector<float> v = random_floats(n, seed);
+        if (bf16)
+            for (auto& x : v) x = round_to_bf16(x);
+        return v;
+    };
+    auto c = cpu_ctx(), g = gpu_ctx();
+    if (bf16) g.gemm_inputs = DType::BF16;
+    Compare cmp;
+    const auto mlp = [&](int64_t N, int64_t H, int64_t F, bool bias, const std::string& tag) {
+        Twin x(values(N * H, 150), {N, H}), w1(values(F * H, 151), {F, H}), b1(random_floats(F, 152), {F});
+        Twin w2(values(H * F, 153), {H, F}), b2(random_floats(H, 154), {H}), y(std::vector<float>(N * H), {N, H});
+        Twin pre(std::vector<float>(N * F), {N, F}), act(std::vector<float>(N * F), {N, F});
+        Twin dy(values(N * H, 155), {N, H}), dpre(std::vector<float>(N * F), {N, F});
+        Twin db1(random_floats(F, 156), {F}), dw2(random_floats(H * F, 157), {H, F}), db2(random_floats(H, 158), {H});
+        Twin dx(std::vector<float>(N * H), {N, H}), dw1(random_floats(F * H, 159), {F, H});
+        for (auto* ctx : {&c, &g}) {
+            const bool d = ctx == &g;
+            const auto on = [d](Twin& t) { return d ? t.gpu() : t.cpu(); };
+            ops::linear_gelu_forward(*ctx, on(act), on(pre), on(x), on(w1), bias ? on(b1) : TensorView{}, storage);
+            ops::round_to(*ctx, on(act), storage);
+            ops::linear_forward(*ctx, on(y), on(act), on(w2), bias ? on(b2) : TensorView{});
+            ops::linear_backward_gelu(*ctx, on(dpre), bias ? on(db1) : TensorView{}, on(dw2),
+                                      bias ? on(db2) : TensorView{}, on(dy), on(act), on(w2), on(pre), storage);
+            ops::linear_backward(*ctx, on(dx), on(dw1), {}, on(dpre), on(x), on(w1));
+        }
+        cmp.twin("fc1 pre-activation" + tag, pre);
+        cmp.twin("fc1 gelu" + tag, act);
+        cmp.twin("fc2 y" + tag, y);
+        cmp.twin("dpre" + tag, dpre);
+        cmp.twin("fc2 dw" + tag, dw2);
+        cmp.twin("fc1 dx" + tag, dx);
+        cmp.twin("fc1 dw" + tag, dw1);
+        if (bias) {
+            cmp.twin("fc1 dbias (DGELU_BGRAD)" + tag, db1);
+            cmp.twin("fc2 dbias (BGRADB)" + tag, db2);
+        }
+    };
+    const device::FusedGemmCounts before = device::fused_gemm_counts();
+    mlp(96, 64, 256, true, "");
+    mlp(520, 64, 128, false, " (no bias)");
+    const device::FusedGemmCounts after = device::fused_gemm_counts();
+    const int64_t refused = after.unfused - before.unfused;
+    if (refused > 0 || after.fused == before.fused)
+        cmp.values(fmt::format("epilogues not fused: {} of {}", refused, refused + after.fused - before.fused),
+                   {static_cast<float>(std::max<int64_t>(refused, 1))}, {0.0f});
+    // The unfused paths: a (100)-column aux matrix (leading dimension not a multiple of 8), a bias
+    // 4 bytes off alignment.
+    mlp(64, 32, 100, true, " (F = 100, unfused)");
+    const int64_t N = 40, in = 32, out = 48;
+    Twin x(values(N * in, 160), {N, in}), w(values(out * in, 161), {out, in}), y(std::vector<float>(N * out), {N, out});
+    Twin bias(random_floats(out + 1, 162), {out + 1});
+    TensorView bc = make_view(bias.host().data() + 1, DType::F32, {out}, Device::CPU);
+    TensorView bg = make_view(static_cast<float*>(bias.gpu().data) + 1, DType::F32, {out}, Device::CUDA);
+    ops::linear_forward(c, y.cpu(), x.cpu(), w.cpu(), bc);
+    ops::linear_forward(g, y.gpu(), x.gpu(), w.gpu(), bg);
+    cmp.twin("linear y, bias 4 bytes off alignment (unfused)", y);
+    return cmp;
+}
+
 Compare check_embedding() {
     const int64_t S = 13, B = 3, H = 40, V = 50, vocab_start = 25;
     const std::vector<int32_t> idv = random_ids(S * B, 0, 100, 60);  // about half fall in [25, 75)
@@ -557,8 +627,13 @@ AttentionParams attn_params(const AttnCase& a) {
 /// Forward and backward of one attention case on both devices; returns the comparison. With
 /// `tensor_cores` the GPU runs as in a bf16 run (gemm_inputs BF16: the tensor-core kernels) on
 /// bf16-valued inputs.
-void attention_case(Compare& cmp, const AttnCase& a, bool backward, bool tensor_cores = false) {
-    const AttentionParams p = attn_params(a);
+void attention_case(Compare& cmp, const AttnCase& a, bool backward, bool tensor_cores = false, bool cudnn = false) {
+    AttentionParams p = attn_params(a);
+    if (cudnn) {  // cuDNN's fused attention on the GPU (bf16 inputs); the CPU ignores the choice
+        p.backend = AttentionBackend::Cudnn;
+        p.head_dim = static_cast<int>(a.D);
+        tensor_cores = true;
+    }
     const int64_t row = (a.A + 2 * a.groups()) * a.D;  // qkv columns per position and sequence
     const int64_t qkv_n = a.S * a.B * row, out_n = a.S * a.B * a.A * a.D;
     std::vector<float> qkv_values = random_floats(qkv_n, 100, -2, 2);
@@ -576,12 +651,13 @@ void attention_case(Compare& cmp, const AttnCase& a, bool backward, bool tensor_
     Twin lse(std::vector<float>(lse_n), {lse_n}), dws(std::vector<float>(dws_n), {dws_n});
     auto c = cpu_ctx(), g = gpu_ctx();
     if (tensor_cores) g.gemm_inputs = DType::BF16;
+    if (cudnn) g.attention = AttentionBackend::Cudnn;
     const TensorView vp = view_f32(probs.data(), {static_cast<int64_t>(probs.size())});
     const TensorView vw = view_f32(ws.data(), {static_cast<int64_t>(ws.size())});
     ops::attention_forward(c, out.cpu(), vp, qkv.cpu(), vw, p);
     ops::attention_forward(g, out.gpu(), lse.gpu(), qkv.gpu(), dws.gpu(), p);
     const std::string tag = fmt::format(" S={} B={} A={} G={} D={} p={}{}", a.S, a.B, a.A, a.groups(), a.D, a.p,
-                                        tensor_cores ? " (tensor cores)" : "");
+                                        cudnn ? " (cuDNN)" : tensor_cores ? " (tensor cores)" : "");
     cmp.twin("attention out" + tag, out);
     if (!backward) return;
     ops::attention_backward(c, dqkv.cpu(), dout.cpu(), qkv.cpu(), vp, vw, p);
@@ -637,6 +713,49 @@ Compare check_attention_gqa_tensor_cores() {
     attention_case(cmp, {130, 1, 4, 64, 0.0f, 0, 4, 2}, true, true);
     attention_case(cmp, {257, 2, 8, 128, 0.1f, 0, 8, 2}, true, true);
     attention_case(cmp, {70, 1, 4, 16, 0.25f, 4, 8, 1}, true, true);
+    return cmp;
+}
+
+/// cuDNN's fused attention against the CPU op, bf16 values (1e-2): multi-head, grouped-query and
+/// multi-query, head dims 64 and 128. Fails when cuDNN does not run here (the reason as the name) or
+/// refused a shape (which then ran on the own kernels). Dropout: cuDNN's masks are its own, so the
+/// check is that the same stream gives the same bits and another stream other bits.
+Compare check_attention_cudnn() {
+    Compare cmp;
+    if (const AttentionBackendChoice c = resolve_attention_backend("cudnn", false, true); c.backend != AttentionBackend::Cudnn) {
+        cmp.values("cuDNN does not run: " + c.reason, {1.0f}, {0.0f});
+        return cmp;
+    }
+    attention_case(cmp, {130, 1, 2, 64, 0.0f, 0, 2}, true, true, true);
+    attention_case(cmp, {257, 2, 8, 128, 0.0f, 0, 8, 2}, true, true, true);  // GQA, 4 query heads per group
+    attention_case(cmp, {70, 1, 4, 64, 0.0f, 0, 4, 1}, true, true, true);    // MQA
+    attention_case(cmp, {512, 1, 4, 128, 0.0f, 0, 4, 4}, true, true, true);
+    // Dropout: forward twice with one stream (bit-identical), once with another (different).
+    const AttnCase a{96, 1, 4, 64, 0.1f, 0, 4, 2};
+    AttentionParams p = attn_params(a);
+    p.backend = AttentionBackend::Cudnn;
+    p.head_dim = static_cast<int>(a.D);
+    const int64_t row = (a.A + 2 * a.groups()) * a.D, qkv_n = a.S * a.B * row, out_n = a.S * a.B * a.A * a.D;
+    std::vector<float> values = random_floats(qkv_n, 100, -2, 2);
+    for (float& x : values) x = round_to_bf16(x);
+    Twin qkv(values, {a.S, a.B, row});
+    const int64_t saved_n = ops::attention_saved_elements(Device::CUDA, p, a.S);
+    const int64_t ws_n = ops::attention_workspace_bytes(Device::CUDA, p, a.S, 1) / 4;
+    Twin saved(std::vector<float>(saved_n), {saved_n}), ws(std::vector<float>(ws_n), {ws_n});
+    auto g = gpu_ctx();
+    g.gemm_inputs = DType::BF16;
+    g.attention = AttentionBackend::Cudnn;
+    std::vector<std::vector<float>> outs;
+    for (uint64_t stream : {11u, 11u, 12u}) {
+        Twin out(std::vector<float>(out_n), {a.S, a.B, a.A * a.D});
+        p.rng = RngStream{2024, stream};
+        ops::attention_forward(g, out.gpu(), saved.gpu(), qkv.gpu(), ws.gpu(), p);
+        outs.push_back(out.device_values());
+    }
+    cmp.bits("cuDNN dropout, the same stream twice", outs[1], outs[0]);
+    if (outs[2] == outs[0]) cmp.values("cuDNN dropout: another stream gave the same mask", {1.0f}, {0.0f});
+    if (const std::string refused = cudnn_attention_refusals(); !refused.empty())
+        cmp.values("cuDNN refused: " + refused, {1.0f}, {0.0f});
     return cmp;
 }
 
@@ -806,6 +925,8 @@ const std::vector<std::pair<std::string, CheckDef>>& registry() {
         {"matmul_bf16", {check_matmul_bf16, 1e-2}},
         {"linear", {check_linear, 1e-5}},
         {"bf16_gemm_inputs", {check_bf16_gemm_inputs, 1e-4}},
+        {"linear_epilogues", {[] { return check_linear_epilogues(false); }, 1e-5}},
+        {"linear_epilogues_bf16", {[] { return check_linear_epilogues(true); }, 1e-2}},
         {"embedding", {check_embedding, 1e-5}},
         {"norms", {check_norms, 1e-5}},
         {"gelu", {check_gelu, 1e-5}},
@@ -818,6 +939,7 @@ const std::vector<std::pair<std::string, CheckDef>>& registry() {
         {"attention_tensor_cores", {check_attention_tensor_cores, 1e-2}},
         {"attention_gqa", {check_attention_gqa, 5e-5}},
         {"attention_gqa_tensor_cores", {check_attention_gqa_tensor_cores, 1e-2}},
+        {"attention_cudnn", {check_attention_cudnn, 1e-2}},
         {"cached_attention", {check_cached_attention, 1e-5}},
         {"cross_entropy", {check_cross_entropy, 1e-5}},
         {"adamw", {check_adamw, 1e-5}},

@@ -28,7 +28,7 @@ using namespace mwb;
 
 namespace {
 
-Config loop_config(const std::string& device, int64_t iters, bool bf16 = false) {
+Config loop_config(const std::string& device, int64_t iters, bool bf16 = false, const std::string& attention = "own") {
     Config c;
     c.model.num_layers = 2;
     c.model.hidden_size = 64;
@@ -47,6 +47,9 @@ Config loop_config(const std::string& device, int64_t iters, bool bf16 = false) 
     c.logging.log_interval = 1;
     c.runtime.device = device;
     c.training.bf16 = bf16;
+    // The own kernels draw the CPU's attention dropout masks; cuDNN its own (its test runs without).
+    c.runtime.attention_backend = attention;
+    if (attention == "cudnn") c.model.attention_dropout = 0;
     resolve(c, 1, 128);
     check_config(c, 1);
     return c;
@@ -132,6 +135,22 @@ private slots:
         for (std::size_t i = 0; i < cpu.size(); ++i)
             QVERIFY2(std::abs(gpu[i] - cpu[i]) <= 1e-2 * std::abs(cpu[i]),
                      qPrintable(QStringLiteral("step %1: %2 on the GPU, %3 on the CPU").arg(i + 1).arg(gpu[i]).arg(cpu[i])));
+    }
+
+    void bf16_train_loop_with_cudnn_attention_follows_the_cpu() {
+        // attention_backend cudnn (attention dropout off: cuDNN's masks are its own): the GPU's losses
+        // within bf16 tolerance of the CPU's, as with the own kernels.
+        const AttentionBackendChoice c = resolve_attention_backend("cudnn", false, true);
+        if (c.backend != AttentionBackend::Cudnn) QSKIP(qPrintable(QString::fromStdString("cuDNN does not run here: " + c.reason)));
+        QTemporaryDir tmp;
+        const std::filesystem::path root = tmp.path().toStdString();
+        const auto cpu = run_loop(loop_config("cpu", 4, true, "cudnn"), root / "cpu");
+        const auto gpu = run_loop(loop_config("cuda", 4, true, "cudnn"), root / "gpu");
+        QCOMPARE(gpu.size(), std::size_t{4});
+        for (std::size_t i = 0; i < cpu.size(); ++i)
+            QVERIFY2(std::abs(gpu[i] - cpu[i]) <= 1e-2 * std::abs(cpu[i]),
+                     qPrintable(QStringLiteral("step %1: %2 on the GPU, %3 on the CPU").arg(i + 1).arg(gpu[i]).arg(cpu[i])));
+        QVERIFY2(cudnn_attention_refusals().empty(), cudnn_attention_refusals().c_str());
     }
 
     void deterministic_mode_repeats_bit_for_bit() {

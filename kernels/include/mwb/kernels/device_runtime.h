@@ -41,4 +41,13 @@ void set_deterministic(bool on);
 bool deterministic();
 void set_allow_tf32(bool on);
 
+/// The cuBLASLt epilogue GEMMs (bias, GELU, GELU', bias gradients) this thread has asked for so far:
+/// queued fused, and not fused (cuBLASLt had no algorithm, or an operand's alignment or dtype ruled
+/// the epilogue out; the unfused GEMM + kernel ran). All zero without CUDA.
+struct FusedGemmCounts {
+    int64_t fused = 0;
+    int64_t unfused = 0;
+};
+FusedGemmCounts fused_gemm_counts();
+
 }  // namespace mwb::device

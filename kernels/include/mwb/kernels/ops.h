@@ -16,6 +16,7 @@
 //   - Dropout masks are regenerated from (RngStream, global element index) and never stored; ops
 //     that shard a tensor take the offset of their shard so masks match the unsharded tensor.
 //   - Reductions are done in a fixed order, so results do not depend on the number of threads.
+#include "mwb/kernels/attention_backend.h"
 #include "mwb/kernels/philox.h"
 #include "mwb/kernels/tensor.h"
 
@@ -32,6 +33,8 @@ struct OpContext {
     /// (fp32 accumulation). Lossless when the inputs are already bf16 values, as in bf16-storage runs.
     /// The CPU ignores it.
     DType gemm_inputs = DType::F32;
+    /// CUDA only: the attention kernels of the run (resolve_attention_backend). The CPU ignores it.
+    AttentionBackend attention = AttentionBackend::Own;
     /// Reads of device results by the host: every op that returns a value (sum_squares, read_f64)
     /// adds one, on both devices. On a GPU each is a wait for the stream, so a training step's count
     /// is its host synchronisations; the CPU path runs the same calls and counts the same.
@@ -50,6 +53,10 @@ struct AttentionParams {
     float softmax_scale = 1;   ///< usually 1/sqrt(D)
     float dropout_p = 0;       ///< attention dropout on the probabilities
     RngStream rng;
+    /// CUDA: the kernels (a run's resolve_attention_backend; never asked again per call). With Cudnn,
+    /// `probs` also holds a bf16 copy of the output, sized from head_dim (D; 0 = not given).
+    AttentionBackend backend = AttentionBackend::Own;
+    int head_dim = 0;
 
     int groups() const { return num_query_groups > 0 ? num_query_groups : num_heads; }
     /// Columns of one qkv row per head dim: G groups of [A/G query heads | k | v].

@@ -1,16 +1,15 @@
 #pragma once
 // Parameter counts of the whole model and of the shard each rank holds. Ranks keep their parameters in
-// one arena whose tensors start at multiples of 16 elements (backend/model/param_layout.h), so the
-// bytes of weights, gradients and optimizer state are arena elements × element size, padding included.
+// one arena whose tensors start at multiples of kArenaAlignment elements (backend/core/arena_alignment.h,
+// the rule ParamLayout uses), so the bytes of weights, gradients and optimizer state are arena elements ×
+// element size, padding included.
+#include "backend/core/arena_alignment.h"
 #include "mwb/planner/layout.h"
 
 #include <cstdint>
 #include <vector>
 
 namespace mwb::planner {
-
-/// Tensors start at multiples of this many elements in a rank's arena (ParamLayout::kParamAlignment).
-inline constexpr int64_t kArenaAlignment = 16;
 
 struct StageParameters {
     int64_t parameters = 0;      ///< held by one rank of this pipeline stage (its tensor-parallel shard)
