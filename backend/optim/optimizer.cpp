@@ -26,6 +26,13 @@ Optimizer::Optimizer(const ParamLayout& layout, TensorView params, TensorView gr
     exp_avg_sq_ = Buffer(alloc, MemCategory::Optimizer, n);
     ops::fill(ctx_, exp_avg_.view(), 0.0f);
     ops::fill(ctx_, exp_avg_sq_.view(), 0.0f);
+    // A few bytes of per-step device scalars: workspace (the optimizer category is the planner's
+    // master + moments formula, byte for byte).
+    sumsq_ = Buffer(alloc, MemCategory::Workspace, 1, DType::F64);
+    scale_ = Buffer(alloc, MemCategory::Workspace, 2);
+    for_each_in_shard([&](std::size_t i, int64_t first, int64_t count) {
+        if (counted_in_norm(layout_[i])) norm_ranges_.push_back({first, count});
+    });
 }
 
 TensorView Optimizer::master() const {
@@ -49,33 +56,23 @@ bool Optimizer::counted_in_norm(const ParamInfo& p) const {
 }
 
 StepResult Optimizer::step(double lr, double loss_scale, bool zero_grads) {
-    StepResult r;
-    double sumsq = 0;
-    for_each_in_shard([&](std::size_t i, int64_t first, int64_t count) {
-        if (counted_in_norm(layout_[i]))
-            sumsq += ops::sum_squares(ctx_, slice_1d(grads_, first, count));
-    });
+    // Everything up to the one read at the end stays on the device: the norm's Σ x² of every counted
+    // gradient in one pass, its sum over the model's ranks on the data groups (NCCL on GPUs), the
+    // clip and skip decision as a device scale that AdamW reads.
+    const TensorView sumsq = sumsq_.view();
+    ops::sum_squares_ranges(ctx_, sumsq, grads_, norm_ranges_);
     if (par_) {
-        par_->model().all_reduce_sum(&sumsq, 1);
-        if (distributed()) par_->host_dp().all_reduce_sum(&sumsq, 1);
+        par_->model_replica().all_reduce_sum(sumsq.f64(), 1);
+        if (distributed()) par_->dp().all_reduce_sum(sumsq.f64(), 1);
     }
-    r.grad_norm = std::sqrt(sumsq) / loss_scale;
-    if (!std::isfinite(r.grad_norm)) {
-        r.skipped = true;  // every rank sees the same norm, so every rank skips
-        return r;
-    }
-    if (clip_grad_ > 0) {
-        const double coeff = clip_grad_ / (r.grad_norm + 1e-6);
-        if (coeff < 1.0) r.clip_coeff = coeff;
-    }
-    ++steps_;
+    ops::gradient_scale(ctx_, scale_.view(), sumsq, loss_scale, clip_grad_);
     AdamWParams p;
     p.lr = static_cast<float>(lr);
     p.beta1 = beta1_;
     p.beta2 = beta2_;
     p.eps = eps_;
-    p.step = steps_;
-    p.grad_scale = static_cast<float>(r.clip_coeff / loss_scale);
+    p.step = steps_ + 1;  // if the device does not skip it
+    p.grad_scale = 1.0f;  // × scale_[0]: the clip coefficient over the loss scale
     // Every parameter is in the shard then; the arena's padding between them is never written.
     p.zero_grad = zero_grads && !distributed();
     const TensorView m = master();
@@ -90,7 +87,7 @@ StepResult Optimizer::step(double lr, double loss_scale, bool zero_grads) {
         const auto slice = [&](const TensorView& arena, int64_t at) { return slice_1d(arena, at, run_count); };
         ops::adamw_update(ctx_, slice(m, local), slice(grads_, run_first), slice(exp_avg(), local),
                           slice(exp_avg_sq(), local), p, master_.empty() ? TensorView{} : slice(params_, run_first),
-                          storage_);
+                          storage_, scale_.view());
         run_count = 0;
     };
     for_each_in_shard([&](std::size_t i, int64_t first, int64_t count) {
@@ -103,8 +100,17 @@ StepResult Optimizer::step(double lr, double loss_scale, bool zero_grads) {
         run_count += count;
     });
     flush();
-    r.grads_zeroed = p.zero_grad;
+    // A skipped step left the weights as they were on every rank: gathering them again is harmless.
     if (distributed()) all_gather_params();
+    // The step's one host read (telemetry, the scaler, the schedule): the global Σ x², the same value
+    // on every rank, from which the device decided the same skip and clip.
+    StepResult r;
+    r.grad_norm = std::sqrt(ops::read_f64(ctx_, sumsq)) / loss_scale;
+    r.skipped = !std::isfinite(r.grad_norm);
+    if (r.skipped) return r;
+    r.clip_coeff = clip_coefficient(r.grad_norm, clip_grad_);
+    r.grads_zeroed = p.zero_grad;
+    ++steps_;
     return r;
 }
 

@@ -3,12 +3,15 @@
 // (16-bit runs) or the weights themselves (fp32 runs), Adam moments in fp32, gradients unscaled,
 // global-norm clipped, and the step skipped when any gradient is Inf/NaN. With the distributed
 // optimizer a rank keeps master weights and moments for its shard of the arena only, updates that
-// shard, and the data-parallel group all-gathers the new weights.
+// shard, and the data-parallel group all-gathers the new weights. Norm, clip and skip are decided on
+// the device (docs/gpu.md, "Host synchronisation inside a step"); step() reads one value back.
 #include "backend/config/config.h"
 #include "backend/core/memory.h"
 #include "backend/model/param_layout.h"
 #include "mwb/kernels/ops.h"
 #include "backend/parallel/gradient_reducer.h"
+
+#include <vector>
 
 namespace mwb {
 
@@ -32,6 +35,7 @@ public:
               OpContext& ctx, Allocator& alloc, ParallelContext* par, ArenaShard shard);
 
     /// One update with learning rate `lr`; gradients hold loss_scale × the true gradients (reduced).
+    /// Reads the host once (OpContext::host_reads + 1): the global Σ x², at the end.
     /// With `zero_grads` the update also zeroes the gradients it reads, where it reads them all (not
     /// distributed, not skipped; StepResult::grads_zeroed says so): the caller's next zeroing pass
     /// over the arena is then not needed.
@@ -68,6 +72,9 @@ private:
     ParallelContext* par_ = nullptr;
     ArenaShard shard_;
     Buffer master_, exp_avg_, exp_avg_sq_;
+    Buffer sumsq_;  // F64 (1): the global Σ x² of the scaled gradients
+    Buffer scale_;  // F32 (2): gradient_scale's multiplier and found_inf
+    std::vector<IndexRange> norm_ranges_;  // the gradients of the shard counted in the norm, in arena order
     int64_t steps_ = 0;
 };
 

@@ -141,7 +141,7 @@ ParallelContext::~ParallelContext() = default;
 void ParallelContext::use_device_collectives(void* compute_stream) {
 #if defined(MWB_WITH_CUDA)
     if (device_collectives()) return;
-    // Every rank builds the five in the same order: each NCCL init waits for its group's ranks only.
+    // Every rank builds the six in the same order: each NCCL init waits for its group's ranks only.
     // Not blocking: the ops that read the results are queued behind them on the compute stream, and
     // host reads of device memory go through that stream too.
     const auto make = [&](Communicator& host) {
@@ -152,6 +152,7 @@ void ParallelContext::use_device_collectives(void* compute_stream) {
     dev_dp_ = make(*dp_);
     dev_pp_ = make(*pp_);
     dev_embedding_ = make(*embedding_);
+    dev_model_ = make(*model_);
 #else
     (void)compute_stream;
     MWB_FAIL("device collectives need NCCL, and this build has no CUDA (nvcc was not found when it was configured)");
@@ -163,14 +164,16 @@ std::map<std::string, CommStats> ParallelContext::stats() const {
                                        {"dp", dp_->stats()},       {"pp", pp_->stats()},
                                        {"embedding", embedding_->stats()}, {"model", model_->stats()},
                                        {"world", world_comm_->stats()}};
-    for (const Communicator* c : {dev_tp_.get(), dev_sp_.get(), dev_dp_.get(), dev_pp_.get(), dev_embedding_.get()})
+    for (const Communicator* c :
+         {dev_tp_.get(), dev_sp_.get(), dev_dp_.get(), dev_pp_.get(), dev_embedding_.get(), dev_model_.get()})
         if (c) s[c->name()].add(c->stats());
     return s;
 }
 
 void ParallelContext::reset_stats() {
     for (Communicator* c : {tp_.get(), sp_.get(), dp_.get(), pp_.get(), embedding_.get(), model_.get(), world_comm_.get(),
-                            dev_tp_.get(), dev_sp_.get(), dev_dp_.get(), dev_pp_.get(), dev_embedding_.get()})
+                            dev_tp_.get(), dev_sp_.get(), dev_dp_.get(), dev_pp_.get(), dev_embedding_.get(),
+                            dev_model_.get()})
         if (c) c->reset_stats();
 }
 

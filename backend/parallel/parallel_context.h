@@ -70,7 +70,7 @@ public:
     ParallelContext(World& world, const ParallelConfig& parallel);
     ~ParallelContext();
 
-    /// GPU runs: NCCL communicators over the tp, sp, dp, pp and embedding groups become the data
+    /// GPU runs: NCCL communicators over the tp, sp, dp, pp, embedding and model groups become the data
     /// groups, their collectives ordered with the ops queued on `compute_stream`. Collective over
     /// the world; the current GPU must be this rank's own.
     void use_device_collectives(void* compute_stream);
@@ -95,12 +95,15 @@ public:
     Communicator& pp() { return dev_pp_ ? *dev_pp_ : *pp_; }
     /// First and last pipeline stage of this (tp, dp) column: holders of the tied word embedding.
     Communicator& embedding() { return dev_embedding_ ? *dev_embedding_ : *embedding_; }
+    /// All tp × pp ranks of this data-parallel replica, for device scalars (the gradient norm's Σ x²);
+    /// its traffic counts as "model".
+    Communicator& model_replica() { return dev_model_ ? *dev_model_ : *model_; }
 
     // Host groups: for host memory.
     Communicator& host_tp() { return *tp_; }
     Communicator& host_dp() { return *dp_; }
     Communicator& host_pp() { return *pp_; }
-    /// All tp × pp ranks of this data-parallel replica (global gradient norm).
+    /// All tp × pp ranks of this data-parallel replica, for host values.
     Communicator& model() { return *model_; }
     Communicator& world() { return *world_comm_; }
 
@@ -114,7 +117,7 @@ private:
     double timeout_s_;  // NCCL's waits (the MPI groups' are the World's watchdog)
     RankCoordinates coord_;
     std::unique_ptr<Communicator> tp_, sp_, dp_, pp_, embedding_, model_, world_comm_;
-    std::unique_ptr<Communicator> dev_tp_, dev_sp_, dev_dp_, dev_pp_, dev_embedding_;
+    std::unique_ptr<Communicator> dev_tp_, dev_sp_, dev_dp_, dev_pp_, dev_embedding_, dev_model_;
 };
 
 }  // namespace mwb

@@ -8,7 +8,9 @@
 namespace mwb::cpu {
 
 void adamw_update(OpContext&, TensorView param, TensorView grad, TensorView exp_avg, TensorView exp_avg_sq,
-                  const AdamWParams& p, TensorView param_copy, DType copy_dtype) {
+                  const AdamWParams& p, TensorView param_copy, DType copy_dtype, TensorView scale) {
+    // A step whose gradients are not finite (gradient_scale's found_inf) writes nothing.
+    if (!scale.empty() && scale.f32()[1] != 0.0f) return;
     const int64_t n = param.numel();
     float *w = param.f32(), *m = exp_avg.f32(), *v = exp_avg_sq.f32(), *g = grad.f32();
     float* out = param_copy.empty() ? nullptr : param_copy.f32();
@@ -18,7 +20,7 @@ void adamw_update(OpContext&, TensorView param, TensorView grad, TensorView exp_
     const float step_size = p.lr / bc1;
     const float inv_sqrt_bc2 = 1.0f / std::sqrt(bc2);
     const float decay = 1.0f - p.lr * p.weight_decay;
-    const float gs = p.grad_scale;
+    const float gs = scale.empty() ? p.grad_scale : p.grad_scale * scale.f32()[0];
     const auto update = [&]<bool zero_grad>() {
 #pragma omp parallel for simd schedule(static)
         for (int64_t i = 0; i < n; ++i) {

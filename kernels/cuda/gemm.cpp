@@ -18,7 +18,8 @@ cudaDataType_t blas_type(const char* op, const TensorView& t) {
     case DType::F32: return CUDA_R_32F;
     case DType::BF16: return CUDA_R_16BF;
     case DType::F16: return CUDA_R_16F;
-    case DType::I32: break;
+    case DType::I32:
+    case DType::F64: break;
     }
     MWB_FAIL("{}: GEMMs take f32, bf16 or f16 tensors, got {}", op, t.describe());
 }

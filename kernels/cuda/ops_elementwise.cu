@@ -5,6 +5,7 @@
 #include "classifier_kernels.cuh"
 #include "cuda_ops.h"
 #include "elementwise_kernels.cuh"
+#include "grad_norm_kernels.cuh"
 #include "kernel_common.cuh"
 #include "runtime.h"
 
@@ -13,6 +14,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 #include <vector>
@@ -86,17 +88,6 @@ __global__ void k_bf16_to_f32(float* o, const __nv_bfloat16* x, int64_t n) {
 }
 __global__ void k_round(float* x, int64_t n, int bf16) {
     MWB_GRID_STRIDE(i, n) x[i] = bf16 ? dev_round_to_bf16(x[i]) : dev_round_to_fp16(x[i]);
-}
-
-constexpr int64_t kSquaresChunk = 1 << 14;
-
-__global__ void k_sum_squares(const float* x, int64_t n, double* partial) {
-    __shared__ double sh[32];
-    const int64_t c = blockIdx.x, i0 = c * kSquaresChunk, i1 = min(n, i0 + kSquaresChunk);
-    double s = 0;
-    for (int64_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) s += static_cast<double>(x[i]) * x[i];
-    s = block_sum(s, sh);
-    if (threadIdx.x == 0) partial[c] = s;
 }
 
 __global__ void k_column_partials(const float* x, int64_t rows, int64_t cols, float* partial) {
@@ -260,9 +251,12 @@ struct AdamArgs {
 };
 
 __global__ void k_adamw(float* w, float* g, float* m, float* v, float* copy, int copy_kind, int64_t n,
-                        AdamArgs a) {
+                        AdamArgs a, const float* scale) {
+    // scale (gradient_scale's): the clip and loss-scale multiplier, and found_inf (write nothing).
+    if (scale && scale[1] != 0.0f) return;
+    const float gs = scale ? a.gs * scale[0] : a.gs;
     MWB_GRID_STRIDE(i, n) {
-        const float gi = g[i] * a.gs;
+        const float gi = g[i] * gs;
         const float mi = a.b1 * m[i] + (1.0f - a.b1) * gi;
         const float vi = a.b2 * v[i] + (1.0f - a.b2) * gi * gi;
         m[i] = mi;
@@ -348,20 +342,70 @@ void round_to(OpContext& ctx, TensorView x, DType dtype) {
     launched("round_to");
 }
 
-double sum_squares(OpContext& ctx, TensorView x) {
-    const int64_t n = x.numel();
-    if (n == 0) return 0.0;
-    const int64_t chunks = (n + kSquaresChunk - 1) / kSquaresChunk;
-    double* partial = static_cast<double*>(scratch(0, chunks * static_cast<int64_t>(sizeof(double)), stream_of(ctx)));
-    k_sum_squares<<<static_cast<unsigned>(chunks), kThreads, 0, stream_of(ctx)>>>(cf(x), n, partial);
-    launched("sum_squares");
-    std::vector<double> host(static_cast<size_t>(chunks));
-    MWB_CUDA_CHECK(cudaMemcpyAsync(host.data(), partial, host.size() * sizeof(double), cudaMemcpyDeviceToHost,
-                                   stream_of(ctx)));
+namespace {
+/// The range table of the last sum_squares_ranges call, on the host and in scratch slot 6: a training
+/// run passes the same ranges every step, so it is uploaded once (the host copy stays alive for the
+/// asynchronous upload; a change re-uploads on the stream, behind the queued work that read the old one).
+std::vector<grad_norm::Range>& uploaded_ranges() {
+    thread_local std::vector<grad_norm::Range> r;
+    return r;
+}
+}  // namespace
+
+void sum_squares_ranges(OpContext& ctx, TensorView out, TensorView x, const std::vector<IndexRange>& ranges) {
+    using grad_norm::kChunk;
+    std::vector<grad_norm::Range> table;
+    table.reserve(ranges.size());
+    int64_t chunks = 0;
+    for (const IndexRange& r : ranges) {
+        if (r.count == 0) continue;  // no chunk (the binary search needs strictly rising chunk_begin), adds 0
+        table.push_back({r.first, r.count, chunks});
+        chunks += (r.count + kChunk - 1) / kChunk;
+    }
+    MWB_CHECK(chunks <= 0x7FFFFFFF && table.size() <= 0x7FFFFFFF, "sum_squares_ranges: {} chunks exceed one launch",
+              chunks);
+    const auto bytes = static_cast<int64_t>(table.size() * sizeof(grad_norm::Range));
+    auto* device_table = static_cast<grad_norm::Range*>(scratch(6, std::max<int64_t>(bytes, 1), stream_of(ctx)));
+    std::vector<grad_norm::Range>& last = uploaded_ranges();
+    const auto same = [](const grad_norm::Range& a, const grad_norm::Range& b) {
+        return a.first == b.first && a.count == b.count && a.chunk_begin == b.chunk_begin;
+    };
+    if (!std::equal(table.begin(), table.end(), last.begin(), last.end(), same)) {
+        last = std::move(table);
+        if (bytes > 0)
+            MWB_CUDA_CHECK(cudaMemcpyAsync(device_table, last.data(), static_cast<size_t>(bytes),
+                                           cudaMemcpyHostToDevice, stream_of(ctx)));
+    }
+    const int n = static_cast<int>(last.size());
+    double* partial = static_cast<double*>(scratch(0, (chunks + n) * static_cast<int64_t>(sizeof(double)), stream_of(ctx)));
+    if (chunks > 0)
+        grad_norm::squares_partials<<<static_cast<unsigned>(chunks), kThreads, 0, stream_of(ctx)>>>(
+            cf(x), device_table, n, partial);
+    grad_norm::squares_total<<<1, kThreads, 0, stream_of(ctx)>>>(static_cast<double*>(out.data), partial + chunks,
+                                                                 partial, device_table, n, chunks);
+    launched("sum_squares_ranges");
+}
+
+double read_f64(OpContext& ctx, TensorView x) {
+    double v = 0;
+    MWB_CUDA_CHECK(cudaMemcpyAsync(&v, x.data, sizeof(double), cudaMemcpyDeviceToHost, stream_of(ctx)));
     MWB_CUDA_CHECK(cudaStreamSynchronize(stream_of(ctx)));
-    double total = 0;
-    for (double s : host) total += s;  // in chunk order, as the CPU
-    return total;
+    return v;
+}
+
+double sum_squares(OpContext& ctx, TensorView x) {
+    // The one-range case of sum_squares_ranges, read back from a device double of this thread's
+    // (allocated once; this op is not in the training step, whose norm stays on the device).
+    thread_local double* out = nullptr;
+    if (!out) MWB_CUDA_CHECK(cudaMalloc(&out, sizeof(double)));
+    sum_squares_ranges(ctx, make_view(out, DType::F64, {1}, Device::CUDA), x, {IndexRange{0, x.numel()}});
+    return read_f64(ctx, make_view(out, DType::F64, {1}, Device::CUDA));
+}
+
+void gradient_scale(OpContext& ctx, TensorView scale, TensorView sumsq, double loss_scale, double clip_grad) {
+    grad_norm::gradient_scale<<<1, 1, 0, stream_of(ctx)>>>(mf(scale), static_cast<const double*>(sumsq.data),
+                                                           loss_scale, clip_grad);
+    launched("gradient_scale");
 }
 
 void embedding_forward(OpContext& ctx, TensorView out, TensorView ids, TensorView table, int64_t vocab_start) {
@@ -580,7 +624,7 @@ double cross_entropy_loss_sum(OpContext& ctx, TensorView lse, TensorView target_
 }
 
 void adamw_update(OpContext& ctx, TensorView param, TensorView grad, TensorView exp_avg, TensorView exp_avg_sq,
-                  const AdamWParams& p, TensorView param_copy, DType copy_dtype) {
+                  const AdamWParams& p, TensorView param_copy, DType copy_dtype, TensorView scale) {
     const int64_t n = param.numel();
     if (n == 0) return;
     // The same host-side constants as the CPU op, so both evaluate one formula.
@@ -590,7 +634,8 @@ void adamw_update(OpContext& ctx, TensorView param, TensorView grad, TensorView 
                      p.eps, p.zero_grad};
     const int kind = param_copy.empty() ? 0 : copy_dtype == DType::BF16 ? 1 : copy_dtype == DType::F16 ? 2 : 0;
     k_adamw<<<blocks_for(n), kThreads, 0, stream_of(ctx)>>>(mf(param), mf(grad), mf(exp_avg), mf(exp_avg_sq),
-                                                            param_copy.empty() ? nullptr : mf(param_copy), kind, n, a);
+                                                            param_copy.empty() ? nullptr : mf(param_copy), kind, n, a,
+                                                            scale.empty() ? nullptr : cf(scale));
     launched("adamw_update");
 }
 

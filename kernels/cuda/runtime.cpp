@@ -23,7 +23,7 @@ struct ScratchSlot {
 struct ThreadState {
     cublasHandle_t blas = nullptr;
     cublasLtHandle_t lt = nullptr;
-    ScratchSlot slots[6];
+    ScratchSlot slots[7];
     // No destructor: these live until the process ends (the ops run on the main thread), and freeing
     // them from a thread_local destructor at exit can race the CUDA runtime's own teardown.
 };

@@ -42,10 +42,11 @@ void check_launch(const char* op);
 /// next call with the same slot (ops are stream-ordered, so reuse by the next op on the stream is
 /// safe). Slot 0: reductions' partials; slot 1: cuBLASLt workspace; slots 2 and 3: bf16 copies of
 /// GEMM inputs (and of the cuDNN attention's inputs); slot 4: cuDNN's workspace; slot 5: the cuDNN
-/// attention backward's. Grows by reallocation, which happens only while shapes grow: stream-ordered
-/// (cudaFreeAsync of the old area and cudaMallocAsync of the new one on `stream`, no host wait) when
-/// the slot's last user was the same stream and the device has memory pools, else after a device-wide
-/// synchronize. Growing while `stream` is being captured into a CUDA graph fails (warm up first).
+/// attention backward's; slot 6: the range table of sum_squares_ranges (kept between calls). Grows
+/// by reallocation, which happens only while shapes grow: stream-ordered (cudaFreeAsync of the old
+/// area and cudaMallocAsync of the new one on `stream`, no host wait) when the slot's last user was
+/// the same stream and the device has memory pools, else after a device-wide synchronize. Growing
+/// while `stream` is being captured into a CUDA graph fails (warm up first).
 void* scratch(int slot, int64_t bytes, cudaStream_t stream);
 
 /// Handles of this thread for the current device, bound to `stream`.

@@ -9,6 +9,11 @@
 
 namespace mwb::ops::check {
 
+namespace {
+/// The dtypes a weight or activation is stored in (GEMM operands, rounding targets).
+bool storage_dtype(DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; }
+}  // namespace
+
 // ---- the vocabulary ----------------------------------------------------------------------------------
 
 void Args::reject(const char* arg, const std::string& expected, const std::string& got) const {
@@ -43,7 +48,7 @@ const Args& Args::optional(const char* arg, const TensorView& t, DType dtype) co
 const Args& Args::gemm_operand(const char* arg, const TensorView& t) const {
     constexpr const char* kGemmDtypes = "f32, bf16 or f16";
     placed(arg, t, kGemmDtypes);
-    if (t.dtype == DType::I32) [[unlikely]]
+    if (!storage_dtype(t.dtype)) [[unlikely]]
         reject_tensor(arg, t, kGemmDtypes, false);
     return *this;
 }
@@ -66,6 +71,7 @@ namespace {
 
 constexpr DType F32 = DType::F32;
 constexpr DType I32 = DType::I32;
+constexpr DType F64 = DType::F64;
 
 /// `t` holds `n` elements (`what` says why, for the message).
 void elements(const Args& c, const char* arg, const TensorView& t, int64_t n, const char* what) {
@@ -176,11 +182,35 @@ void add(OpContext& ctx, TensorView out, TensorView a, TensorView b) {
 void round_to(OpContext& ctx, TensorView x, DType dtype) {
     const Args c("round_to", ctx);
     c.tensor("x", x, F32);
-    c.value(dtype != DType::I32, "dtype", dtype_name(dtype), "f32, bf16 or f16");
+    c.value(storage_dtype(dtype), "dtype", dtype_name(dtype), "f32, bf16 or f16");
 }
 
 void sum_squares(OpContext& ctx, TensorView x) {
     Args("sum_squares", ctx).tensor("x", x, F32);
+}
+
+void sum_squares_ranges(OpContext& ctx, TensorView out, TensorView x, const std::vector<IndexRange>& ranges) {
+    const Args c("sum_squares_ranges", ctx);
+    c.tensor("out", out, F64).tensor("x", x, F32);
+    elements(c, "out", out, 1, "the sum");
+    for (const IndexRange& r : ranges)
+        if (r.first < 0 || r.count < 0 || r.first + r.count > x.numel()) [[unlikely]]
+            c.value(false, "ranges", fmt::format("[{}, {})", r.first, r.first + r.count),
+                    "element ranges inside x's {} elements", x.numel());
+}
+
+void gradient_scale(OpContext& ctx, TensorView scale, TensorView sumsq, double loss_scale, double) {
+    const Args c("gradient_scale", ctx);
+    c.tensor("scale", scale, F32).tensor("sumsq", sumsq, F64);
+    elements(c, "scale", scale, 2, "multiplier and found_inf");
+    elements(c, "sumsq", sumsq, 1, "the global sum of squares");
+    c.value(loss_scale > 0, "loss_scale", loss_scale, "> 0");
+}
+
+void read_f64(OpContext& ctx, TensorView x) {
+    const Args c("read_f64", ctx);
+    c.tensor("x", x, F64);
+    elements(c, "x", x, 1, "one value");
 }
 
 // ---- GEMM ------------------------------------------------------------------------------------------
@@ -236,7 +266,7 @@ void linear_gelu_forward(OpContext& ctx, TensorView act, TensorView pre, TensorV
     c.shape(pre.rows() == x.rows() && pre.cols() == out, "pre", pre, "(N={}, out={})", x.rows(), out);
     same_size(c, "act", act, "pre", pre);
     if (!bias.empty()) elements(c, "bias", bias, out, "one per output");
-    c.value(storage != DType::I32, "storage", dtype_name(storage), "f32, bf16 or f16");
+    c.value(storage_dtype(storage), "storage", dtype_name(storage), "f32, bf16 or f16");
 }
 
 void linear_backward_gelu(OpContext& ctx, TensorView dpre, TensorView dpre_bias, TensorView dw, TensorView dbias,
@@ -251,7 +281,7 @@ void linear_backward_gelu(OpContext& ctx, TensorView dpre, TensorView dpre_bias,
     same_size(c, "pre", pre, "dpre", dpre);
     if (!dbias.empty()) elements(c, "dbias", dbias, out, "one per output");
     if (!dpre_bias.empty()) elements(c, "dpre_bias", dpre_bias, x.cols(), "one per input");
-    c.value(storage != DType::I32, "storage", dtype_name(storage), "f32, bf16 or f16");
+    c.value(storage_dtype(storage), "storage", dtype_name(storage), "f32, bf16 or f16");
 }
 
 // ---- embeddings --------------------------------------------------------------------------------------
@@ -529,7 +559,7 @@ void cross_entropy_loss_sum(OpContext& ctx, TensorView lse, TensorView target_lo
 // ---- optimizer ------------------------------------------------------------------------------------------
 
 void adamw_update(OpContext& ctx, TensorView param, TensorView grad, TensorView exp_avg, TensorView exp_avg_sq,
-                  const AdamWParams& p, TensorView param_copy, DType copy_dtype) {
+                  const AdamWParams& p, TensorView param_copy, DType copy_dtype, TensorView scale) {
     const Args c("adamw_update", ctx);
     c.tensor("param", param, F32);
     for (const auto& [arg, t] :
@@ -539,8 +569,10 @@ void adamw_update(OpContext& ctx, TensorView param, TensorView grad, TensorView 
     }
     c.optional("param_copy", param_copy, F32);
     if (!param_copy.empty()) same_size(c, "param_copy", param_copy, "param", param);
-    c.value(copy_dtype != DType::I32, "copy_dtype", dtype_name(copy_dtype), "f32, bf16 or f16");
+    c.value(storage_dtype(copy_dtype), "copy_dtype", dtype_name(copy_dtype), "f32, bf16 or f16");
     c.value(p.step >= 1, "p.step", p.step, ">= 1 (1-based, for the bias correction)");
+    c.optional("scale", scale, F32);
+    if (!scale.empty()) elements(c, "scale", scale, 2, "gradient_scale's multiplier and found_inf");
 }
 
 }  // namespace mwb::ops::check

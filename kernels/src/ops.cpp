@@ -14,6 +14,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <utility>
 
 namespace mwb::ops {
@@ -39,11 +40,13 @@ namespace {
     } while (0)
 #endif
 
+// An op that returns a value hands a device result to the host: OpContext::host_reads counts it.
 #define MWB_DEFAULT(value)
-#define MWB_OP(ret, name, params, args) \
-    ret name params {                   \
-        check::name args;               \
-        MWB_RUN_ON_DEVICE(name, args);  \
+#define MWB_OP(ret, name, params, args)                        \
+    ret name params {                                          \
+        check::name args;                                      \
+        if constexpr (!std::is_void_v<ret>) ++ctx.host_reads; \
+        MWB_RUN_ON_DEVICE(name, args);                         \
     }
 #include "mwb/kernels/ops.inc"
 #undef MWB_OP

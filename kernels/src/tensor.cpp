@@ -10,6 +10,7 @@ std::size_t dtype_size(DType t) {
     case DType::BF16: return 2;
     case DType::F16: return 2;
     case DType::I32: return 4;
+    case DType::F64: return 8;
     }
     return 0;
 }
@@ -20,6 +21,7 @@ const char* dtype_name(DType t) {
     case DType::BF16: return "bf16";
     case DType::F16: return "f16";
     case DType::I32: return "i32";
+    case DType::F64: return "f64";
     }
     return "?";
 }
@@ -41,6 +43,11 @@ float* TensorView::f32() const {
 int32_t* TensorView::i32() const {
     MWB_CHECK(dtype == DType::I32, "expected an i32 tensor, got {}", describe());
     return static_cast<int32_t*>(data);
+}
+
+double* TensorView::f64() const {
+    MWB_CHECK(dtype == DType::F64, "expected an f64 tensor, got {}", describe());
+    return static_cast<double*>(data);
 }
 
 std::string TensorView::describe() const {

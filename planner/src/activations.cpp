@@ -84,6 +84,9 @@ WorkspaceBytes workspace_bytes(const ModelShape& m, const Layout& l, const Preci
     // Every rank holds layers, so every rank builds the tables (GptModel::build_rope_tables).
     w.rope_tables = 2 * m.s * (m.rotary_dim / 2) * 4;
     w.persistent += w.rope_tables;
+    // backend/optim/optimizer.cpp: 8 bytes of Σ x² and 2 floats of scale, on every rank.
+    w.step_scalars = 8 + 2 * 4;
+    w.persistent += w.step_scalars;
     return w;
 }
 

@@ -98,6 +98,7 @@ T __shfl_xor_sync(unsigned mask, T v, int lane_mask) {
 }
 inline int64_t min(int64_t a, int64_t b) { return a < b ? a : b; }
 using std::fmaxf;
+using std::isfinite;
 
 struct __nv_bfloat16 {  // two bytes, as the kernels' shared-memory layouts assume
     uint16_t bits = 0;

@@ -106,12 +106,17 @@ public:
         ints_.emplace_back(static_cast<std::size_t>(n), 0);
         return {make_view(ints_.back().data(), DType::I32, {n}, device_), kFixed};
     }
+    Arg d(int64_t n) {
+        doubles_.emplace_back(static_cast<std::size_t>(n), 0.0);
+        return {make_view(doubles_.back().data(), DType::F64, {n}, device_), kFixed};
+    }
     Device device() const { return device_; }
 
 private:
     Device device_;
     std::deque<std::vector<float>> floats_;
     std::deque<std::vector<int32_t>> ints_;
+    std::deque<std::vector<double>> doubles_;
 };
 
 /// A = 2 query heads in G = 2 groups of head dim D = 4, S = 2, B = 1.
@@ -138,6 +143,11 @@ std::vector<Case> cases(Store& s) {
     add("fill", {s.f({3, 4}, kAnyShape)}, [](OpContext& x, V a) { ops::fill(x, a[0], 1.0f); });
     add("copy", {s.f({3, 4}, kHostOk), s.f({3, 4}, kHostOk)}, [](OpContext& x, V a) { ops::copy(x, a[0], a[1]); });
     add("scale", {s.f({3, 4}, kAnyShape)}, [](OpContext& x, V a) { ops::scale(x, a[0], 2.0f); });
+    add("sum_squares_ranges", {s.d(1), s.f({12})}, [](OpContext& x, V a) {
+        ops::sum_squares_ranges(x, a[0], a[1], {{0, 5}, {7, 5}});
+    });
+    add("gradient_scale", {s.f({2}), s.d(1)}, [](OpContext& x, V a) { ops::gradient_scale(x, a[0], a[1], 8.0, 1.0); });
+    add("read_f64", {s.d(1)}, [](OpContext& x, V a) { (void)ops::read_f64(x, a[0]); });
     add("add", {s.f({3, 4}), s.f({3, 4}), s.f({3, 4})}, [](OpContext& x, V a) { ops::add(x, a[0], a[1], a[2]); });
     add("round_to", {s.f({3, 4}, kAnyShape)}, [](OpContext& x, V a) { ops::round_to(x, a[0], DType::BF16); });
     add("sum_squares", {s.f({3, 4}, kAnyShape)}, [](OpContext& x, V a) { (void)ops::sum_squares(x, a[0]); });
@@ -215,11 +225,12 @@ std::vector<Case> cases(Store& s) {
         [](OpContext& x, V a) { ops::cross_entropy_lse(x, a[0], a[1], a[2]); });
     add("cross_entropy_loss_sum", {s.f({3}), s.f({3})},
         [](OpContext& x, V a) { (void)ops::cross_entropy_loss_sum(x, a[0], a[1]); });
-    add("adamw_update", {s.f({3, 4}), s.f({3, 4}), s.f({3, 4}), s.f({3, 4}), s.f({3, 4}, kOptional)},
+    add("adamw_update",
+        {s.f({3, 4}), s.f({3, 4}), s.f({3, 4}), s.f({3, 4}), s.f({3, 4}, kOptional), s.f({2}, kOptional)},
         [](OpContext& x, V a) {
             AdamWParams p;
             p.lr = 1e-3f;
-            ops::adamw_update(x, a[0], a[1], a[2], a[3], p, a[4], DType::BF16);
+            ops::adamw_update(x, a[0], a[1], a[2], a[3], p, a[4], DType::BF16, a[5]);
         });
     return c;
 }

@@ -10,6 +10,7 @@
 
 #include <QtTest>
 
+#include <bit>
 #include <cmath>
 #include <limits>
 
@@ -259,6 +260,79 @@ private slots:
         }
         QCOMPARE(std::bit_cast<uint64_t>(two), std::bit_cast<uint64_t>(one));
         QCOMPARE(std::bit_cast<uint64_t>(three), std::bit_cast<uint64_t>(one));
+    }
+
+    void sum_squares_ranges_has_the_bits_of_the_per_range_sums() {
+        // The gradient norm's one pass over an arena: ranges of several chunks, ragged tails, an empty
+        // range and gaps between them (the arena's padding and the tensors not counted) must give exactly
+        // the sum, in range order, of sum_squares over each range (the per-tensor loop it replaces), and
+        // agree with float64 to reassociation.
+        auto x = random_floats(6 * 16384 + 999, 12, -5.0f, 5.0f);
+        const std::vector<IndexRange> ranges = {{0, 3}, {10, 2 * 16384 + 5}, {2 * 16384 + 40, 0},
+                                                {2 * 16384 + 40, 16384}, {3 * 16384 + 100, 2 * 16384 + 777}};
+        x[5] = 1e30f;  // in a gap: not counted
+        OpContext ctx;
+        double per_range = 0, ref = 0;
+        for (const IndexRange& r : ranges) {
+            per_range += ops::sum_squares(ctx, slice_1d(view(x), r.first, r.count));
+            for (int64_t i = r.first; i < r.first + r.count; ++i) ref += double(x[i]) * double(x[i]);
+        }
+        for (int threads : {1, 2, 3}) {
+            mwb::test::ScopedThreads t(threads);
+            double out = -1;
+            ops::sum_squares_ranges(ctx, make_view(&out, DType::F64, {1}), view(x), ranges);
+            QCOMPARE(std::bit_cast<uint64_t>(out), std::bit_cast<uint64_t>(per_range));
+            MWB_VERIFY_ERROR(std::abs(out - ref) / ref, 1e-12);
+        }
+        double none = -1;
+        ops::sum_squares_ranges(ctx, make_view(&none, DType::F64, {1}), view(x), {});
+        QCOMPARE(none, 0.0);
+        x[3 * 16384 + 200] = std::nanf("");
+        ops::sum_squares_ranges(ctx, make_view(&none, DType::F64, {1}), view(x), ranges);
+        QVERIFY(std::isnan(none));
+        QVERIFY_THROWS_EXCEPTION(mwb::Error, ops::sum_squares_ranges(ctx, make_view(&none, DType::F64, {1}), view(x),
+                                                                      {{static_cast<int64_t>(x.size()) - 2, 3}}));
+    }
+
+    void gradient_scale_is_megatrons_clip_coefficient_over_the_loss_scale() {
+        // Megatron-LM's clip_grad_norm_: clip_coeff = max_norm / (total_norm + 1e-6), applied when < 1;
+        // the norm is of the unscaled gradients (Σ of the scaled ones' squares, root, over the loss scale).
+        OpContext ctx;
+        float scale[2] = {-1, -1};
+        const auto run = [&](double sumsq, double loss_scale, double clip) {
+            ops::gradient_scale(ctx, view_f32(scale, {2}), make_view(&sumsq, DType::F64, {1}), loss_scale, clip);
+        };
+        run(std::pow(4.0 * 1024.0, 2), 1024.0, 1.0);  // norm 4: clipped to 1
+        QCOMPARE(scale[0], static_cast<float>(1.0 / (4.0 + 1e-6) / 1024.0));
+        QCOMPARE(scale[1], 0.0f);
+        run(std::pow(4.0 * 1024.0, 2), 1024.0, 10.0);  // below the clip
+        QCOMPARE(scale[0], 1.0f / 1024.0f);
+        run(std::pow(4.0 * 1024.0, 2), 1024.0, 0.0);  // clipping off
+        QCOMPARE(scale[0], 1.0f / 1024.0f);
+        QCOMPARE(scale[1], 0.0f);
+        for (double bad : {std::numeric_limits<double>::infinity(), std::nan("")}) {
+            run(bad, 1024.0, 1.0);
+            QCOMPARE(scale[1], 1.0f);  // found_inf: the step is skipped
+        }
+        double sumsq = 1;
+        QVERIFY_THROWS_EXCEPTION(mwb::Error, ops::gradient_scale(ctx, view_f32(scale, {2}),
+                                                                  make_view(&sumsq, DType::F64, {1}), 0.0, 1.0));
+    }
+
+    void host_reads_count_every_op_that_returns_a_value() {
+        // The counter a training step's host-read test relies on: ops that return a value count one
+        // each, device-side reductions count none.
+        auto x = random_floats(1000, 13);
+        OpContext ctx;
+        double out = 0;
+        float scale[2];
+        ops::sum_squares_ranges(ctx, make_view(&out, DType::F64, {1}), view(x), {{0, 1000}});
+        ops::gradient_scale(ctx, view_f32(scale, {2}), make_view(&out, DType::F64, {1}), 1.0, 1.0);
+        QCOMPARE(ctx.host_reads, int64_t{0});
+        QCOMPARE(ops::read_f64(ctx, make_view(&out, DType::F64, {1})), out);
+        QCOMPARE(ctx.host_reads, int64_t{1});
+        (void)ops::sum_squares(ctx, view(x));
+        QCOMPARE(ctx.host_reads, int64_t{2});
     }
 
     void mismatched_shapes_throw() {

@@ -190,6 +190,37 @@ private slots:
         MWB_VERIFY_BITWISE(zeroed, std::vector<float>(n, 0.0f));
     }
 
+    void adamw_reads_the_device_scale_and_skips_on_found_inf() {
+        // gradient_scale's tensor: its multiplier gives the bits of the same multiplier in p.grad_scale,
+        // and found_inf leaves every tensor as it was (zero_grad included: the step did not happen).
+        const std::size_t n = 20011;
+        const auto param0 = random_floats(n, 9), grad0 = gradients(n, 10);
+        const auto run = [&](AdamWParams p, std::vector<float> scale, std::vector<float>& grad) {
+            auto param = param0;
+            std::vector<float> m(n, 0.25f), v(n, 0.5f), copy(n, 7.0f);
+            OpContext ctx;
+            ops::adamw_update(ctx, view(param), view(grad), view(m), view(v), p, view(copy), DType::BF16,
+                              scale.empty() ? TensorView{} : view(scale));
+            for (const auto* part : {&m, &v, &copy}) param.insert(param.end(), part->begin(), part->end());
+            return param;
+        };
+        AdamWParams host = hyper(2), device = hyper(2);
+        host.grad_scale = 0.37f;
+        device.grad_scale = 1.0f;
+        auto g1 = grad0, g2 = grad0;
+        MWB_VERIFY_BITWISE(run(device, {0.37f, 0.0f}, g2), run(host, {}, g1));
+        device.zero_grad = true;
+        auto g3 = grad0;
+        auto untouched = param0;
+        for (float f : {0.25f, 0.5f, 7.0f}) untouched.insert(untouched.end(), n, f);
+        MWB_VERIFY_BITWISE(run(device, {0.37f, 1.0f}, g3), untouched);
+        MWB_VERIFY_BITWISE(g3, grad0);
+        std::vector<float> a(8), three(3);
+        OpContext ctx;
+        QVERIFY_THROWS_EXCEPTION(mwb::Error, ops::adamw_update(ctx, view(a), view(a), view(a), view(a), hyper(1), {},
+                                                                DType::F32, view(three)));
+    }
+
     void adamw_rejects_bad_arguments() {
         std::vector<float> a(8), b(7);
         OpContext ctx;

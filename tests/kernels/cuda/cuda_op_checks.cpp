@@ -190,6 +190,55 @@ Compare check_sum_squares() {
     return cmp;
 }
 
+/// The training step's norm and clip on the device: sum_squares_ranges over ragged ranges with gaps
+/// and an empty one has the bits of the GPU's own per-range sum_squares summed in order (and the CPU's
+/// value to reassociation), gradient_scale the CPU's bits, and adamw_update with that scale the bits of
+/// the same multiplier in p.grad_scale, and writes nothing when found_inf is set.
+Compare check_gradient_norm() {
+    const int64_t n = 5 * 16384 + 321;
+    Twin x(random_floats(n, 140, -3, 3), {n});
+    const std::vector<IndexRange> ranges = {{0, 7}, {20, 2 * 16384 + 3}, {40000, 0}, {40000, 16384 + 11},
+                                            {3 * 16384 + 9, 16384 * 2}};
+    auto c = cpu_ctx(), g = gpu_ctx();
+    double per_range = 0;
+    for (const IndexRange& r : ranges) per_range += ops::sum_squares(g, slice_1d(x.gpu(), r.first, r.count));
+    void* dev = device::cuda_malloc(8);
+    const TensorView sumsq_gpu = make_view(dev, DType::F64, {1}, Device::CUDA);
+    ops::sum_squares_ranges(g, sumsq_gpu, x.gpu(), ranges);
+    double on_gpu = ops::read_f64(g, sumsq_gpu);
+    double on_cpu = 0;
+    ops::sum_squares_ranges(c, make_view(&on_cpu, DType::F64, {1}), x.cpu(), ranges);
+    Compare cmp;
+    if (std::bit_cast<uint64_t>(on_gpu) != std::bit_cast<uint64_t>(per_range))
+        cmp.values("sum_squares_ranges vs per-range sum_squares (bits)", {1.0f}, {0.0f});
+    if (std::abs(on_gpu - on_cpu) / on_cpu > 1e-12)
+        cmp.values("sum_squares_ranges vs the CPU (double)", {1.0f}, {0.0f});
+    for (double loss_scale : {1.0, 4096.0}) {
+        Twin scale(std::vector<float>(2), {2});
+        ops::gradient_scale(g, scale.gpu(), sumsq_gpu, loss_scale, 1.0);
+        ops::gradient_scale(c, scale.cpu(), make_view(&on_gpu, DType::F64, {1}), loss_scale, 1.0);
+        cmp.bits(fmt::format("gradient_scale at loss scale {}", loss_scale), scale.device_values(), scale.host());
+    }
+    device::cuda_free(dev);
+    for (float found_inf : {0.0f, 1.0f}) {
+        const int64_t k = 4099;
+        Twin w(random_floats(k, 141), {k}), grad(random_floats(k, 142), {k}), m(std::vector<float>(k, 0.01f), {k});
+        Twin v(std::vector<float>(k, 0.02f), {k}), scale(std::vector<float>{0.25f, found_inf}, {2});
+        AdamWParams p;
+        p.lr = 1e-3f;
+        p.zero_grad = true;
+        const std::vector<float> w0 = w.host(), g0 = grad.host();
+        ops::adamw_update(g, w.gpu(), grad.gpu(), m.gpu(), v.gpu(), p, {}, DType::F32, scale.gpu());
+        ops::adamw_update(c, w.cpu(), grad.cpu(), m.cpu(), v.cpu(), p, {}, DType::F32, scale.cpu());
+        cmp.twin(fmt::format("adamw with the device scale (found_inf {})", found_inf), w);
+        if (found_inf != 0) {
+            cmp.bits("adamw skipped: weights", w.device_values(), w0);
+            cmp.bits("adamw skipped: gradients", grad.device_values(), g0);
+        }
+    }
+    return cmp;
+}
+
 Compare check_matmul_f32() {
     Compare cmp;
     const int64_t M = 67, N = 45, K = 129;
@@ -894,6 +943,7 @@ const std::vector<std::pair<std::string, CheckDef>>& registry() {
         {"elementwise", {check_elementwise, 0.0}},
         {"round_to", {check_round_to, 0.0}},
         {"sum_squares", {check_sum_squares, 1e-6}},
+        {"gradient_norm", {check_gradient_norm, 1e-5}},
         {"matmul_f32", {check_matmul_f32, 1e-5}},
         {"matmul_bf16", {check_matmul_bf16, 1e-2}},
         {"linear", {check_linear, 1e-5}},

@@ -21,6 +21,7 @@
 #include "mwb/kernels/tensor.h"
 
 #include <cstdint>
+#include <vector>
 
 namespace mwb {
 
@@ -34,6 +35,10 @@ struct OpContext {
     DType gemm_inputs = DType::F32;
     /// CUDA only: the attention kernels of the run (resolve_attention_backend). The CPU ignores it.
     AttentionBackend attention = AttentionBackend::Own;
+    /// Reads of device results by the host: every op that returns a value (sum_squares, read_f64)
+    /// adds one, on both devices. On a GPU each is a wait for the stream, so a training step's count
+    /// is its host synchronisations; the CPU path runs the same calls and counts the same.
+    int64_t host_reads = 0;
 };
 
 /// Shapes and randomness of the attention core of one layer on one rank.
@@ -69,6 +74,19 @@ struct AdamWParams {
     float grad_scale = 1;    ///< grads are multiplied by this first (loss-scale undo × clip coefficient)
     bool zero_grad = false;  ///< grads are set to 0 once read (the next step's zeroing pass is then not needed)
 };
+
+/// Elements [first, first + count) of a 1-D tensor (an arena's parameter, in arena elements).
+struct IndexRange {
+    int64_t first = 0;
+    int64_t count = 0;
+};
+
+/// Megatron-LM's clip_grad_norm_ coefficient: clip / (norm + 1e-6) when that is below 1, else 1 (also
+/// when clipping is off, clip <= 0). One formula for the host's telemetry and the device's scale.
+MWB_HOST_DEVICE double clip_coefficient(double grad_norm, double clip) {
+    const double coeff = clip / (grad_norm + 1e-6);
+    return clip > 0 && coeff < 1.0 ? coeff : 1.0;
+}
 
 namespace ops {
 

@@ -9,8 +9,9 @@
 namespace mwb {
 
 /// Storage type of a tensor's elements. On the CPU, 16-bit storage is emulated: the buffer holds
-/// float32 values rounded to BF16/F16 (see precision.h), so views of such buffers are F32.
-enum class DType : uint8_t { F32, BF16, F16, I32 };
+/// float32 values rounded to BF16/F16 (see precision.h), so views of such buffers are F32. F64 holds
+/// the few device scalars that accumulate in float64 (the gradient norm's Σ x²); no other op reads it.
+enum class DType : uint8_t { F32, BF16, F16, I32, F64 };
 enum class Device : uint8_t { CPU, CUDA };
 
 std::size_t dtype_size(DType t);
@@ -34,6 +35,7 @@ struct TensorView {
     int64_t cols() const { return ndim == 0 ? 0 : shape[ndim - 1]; }
     float* f32() const;
     int32_t* i32() const;
+    double* f64() const;
     /// "f32[4, 256]@cpu" for error messages.
     std::string describe() const;
 };

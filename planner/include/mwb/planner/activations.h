@@ -57,8 +57,10 @@ struct WorkspaceBytes {
     int64_t grad_input = 0;  ///< (N, max(h, a·d/t)): gradient of a column-parallel input (also receives the
                              ///< unused output of a selective recompute)
     int64_t rope_tables = 0;  ///< RoPE's cos and sin, (s, rotary_dim/2) fp32 each, allocated once per model
+    /// The optimizer's per-step device scalars: the global Σ x² (fp64) and gradient_scale's pair (fp32).
+    int64_t step_scalars = 0;
     int64_t persistent = 0;   ///< allocated once: attention scratch (CPU: threads × 2s² fp32) or cuBLAS's,
-                              ///< and the RoPE tables
+                              ///< the RoPE tables and the step scalars
 };
 
 /// The last stage's head: final norm and logits.
