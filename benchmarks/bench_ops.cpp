@@ -115,8 +115,9 @@ int main(int argc, char** argv) {
             }, reps), att_flops);
         row(fmt::format("attention bwd (dropout {})", p).c_str(), time_it([&] {
                 ops::attention_backward(ctx, view_f32(dqkv.data(), {S, B, qkv_width}), view_f32(dctx.data(), {S, B, H}),
-                                        view_f32(qkv.data(), {S, B, qkv_width}), view_f32(probs.data(), {B, A, S, S}),
-                                        view_f32(ws.data(), {(int64_t)ws.size()}), ap);
+                                        view_f32(qkv.data(), {S, B, qkv_width}), view_f32(ctxo.data(), {S, B, H}),
+                                        view_f32(probs.data(), {B, A, S, S}), view_f32(ws.data(), {(int64_t)ws.size()}),
+                                        ap);
             }, reps), 2 * att_flops);
     }
     row("layernorm fwd", time_it([&] {

@@ -252,24 +252,25 @@ void TransformerLayer::backward(ModelRuntime& rt, TensorParallel& tp, const Laye
     const TensorView dctx = grad_ctx.view({N, width_});
     ops::linear_backward(rt.ctx, dctx, g.proj_w, g.proj_b, dbr, a.context.view({N, width_}), w.proj_w);
     rt.store(dctx);
-    a.context.reset();
 
     const TensorView qkv = a.qkv.view({S, B, qkv_width_});
     const AttentionParams ap = attention_params(rt);
+    TensorView context = a.context.view({S, B, width_});  // O for cuDNN's backward
     if (a.probs.empty()) {
         // Selective recompute: the attention core runs again (same dropout stream, so the same
-        // probabilities); its output lands in the free grad_h buffer and is not used.
+        // probabilities); its output lands in the free grad_h buffer (the backward's O).
         a.probs = rt.activation(ops::attention_saved_elements(rt.ctx.device, ap, S));
-        ops::attention_forward(rt.ctx, make_view(grad_h.data(), rt.stored_dtype(), {S, B, width_}, rt.ctx.device),
-                               saved_view(rt, a.probs), qkv, attention_workspace, ap);
+        context = make_view(grad_h.data(), rt.stored_dtype(), {S, B, width_}, rt.ctx.device);
+        ops::attention_forward(rt.ctx, context, saved_view(rt, a.probs), qkv, attention_workspace, ap);
     }
     {
         Buffer grad_qkv = rt.stored_gradient(N * qkv_width_);
         const TensorView dqkv = grad_qkv.view({S, B, qkv_width_});
-        ops::attention_backward(rt.ctx, dqkv, reshaped(dctx, {S, B, width_}), qkv, saved_view(rt, a.probs),
+        ops::attention_backward(rt.ctx, dqkv, reshaped(dctx, {S, B, width_}), qkv, context, saved_view(rt, a.probs),
                                 attention_workspace, ap);
         rt.store(dqkv);
         a.probs.reset();
+        a.context.reset();
         if (!rope_cos_.empty()) {
             ops::rope_backward(rt.ctx, dqkv, rope_cos_, rope_sin_, ap, static_cast<int>(d_.rotary_dim),
                                d_.rotary_interleaved, 0);

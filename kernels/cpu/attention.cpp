@@ -207,8 +207,8 @@ struct HeadBackward {
 
 }  // namespace
 
-void attention_backward(OpContext&, TensorView dqkv, TensorView dout, TensorView qkv, TensorView probs,
-                        TensorView workspace, const AttentionParams& p) {
+void attention_backward(OpContext&, TensorView dqkv, TensorView dout, TensorView qkv, TensorView /*out*/,
+                        TensorView probs, TensorView workspace, const AttentionParams& p) {
     const HeadGeometry g = geometry(qkv, p);
     const DropoutDraw draw(p.rng, p.dropout_p);
     // 16-bit qkv, dout and dqkv: the GEMMs read fp32 copies, dqkv is computed in fp32 and rounded once.

@@ -3,11 +3,20 @@
 // without runtime calls, so that the same source also runs on the CPU: the test
 // test_kernels_attention_emulated executes these kernels with host threads for CUDA threads and a
 // barrier for __syncthreads (tests/kernels/cuda_emulation.h) and compares them with the CPU op, in CI,
-// where there is no GPU.
+// where there is no GPU. Every kernel is templated on the storage element T of qkv, the output and
+// their gradients (float, bf16 or fp16): fp32 arithmetic, each output rounded once (load_value,
+// store_value), the log-sum-exps and deltas fp32.
 #include "mwb/kernels/ops.h"
 #include "mwb/kernels/philox.h"
 
+#if defined(__CUDACC__)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#endif
+
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 namespace mwb::cuda::attention {
 
@@ -49,6 +58,27 @@ inline Geometry make_geometry(int64_t S, int64_t D, const AttentionParams& p) {
     return g;
 }
 
+/// The storage element T of qkv, the output and their gradients (float, __nv_bfloat16 or __half):
+/// loaded to fp32 for the arithmetic, each output rounded once when stored (the CPU op's narrow).
+__device__ __forceinline__ float load_value(float x) { return x; }
+__device__ __forceinline__ float load_value(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float load_value(__half x) { return __half2float(x); }
+template <class T>
+__device__ __forceinline__ T store_value(float x) {
+    if constexpr (std::is_same_v<T, float>) return x;
+    else if constexpr (std::is_same_v<T, __half>) return __float2half(x);
+    else return __float2bfloat16(x);
+}
+
+/// 16 bytes from src to dst, both 16-byte aligned: one 128-bit load and store on the device.
+__device__ __forceinline__ void copy16(void* dst, const void* src) {
+#if defined(__CUDACC__)
+    *static_cast<uint4*>(dst) = *static_cast<const uint4*>(src);
+#else
+    std::memcpy(dst, src, 16);  // the CPU emulation: the same bytes, without type punning
+#endif
+}
+
 __device__ __forceinline__ int tile_len(int64_t remaining) {
     return static_cast<int>(remaining < kTile ? remaining : kTile);
 }
@@ -69,24 +99,16 @@ __device__ __forceinline__ int64_t v_column(const Geometry& g, int64_t b, int64_
 }
 /// The same for head h of the (S, B, A·D) output (and its gradient).
 __device__ __forceinline__ int64_t out_column(const Geometry& g, int64_t b, int64_t h) { return (b * g.A + h) * g.D; }
-/// cuDNN's staged layout (ops_attention_cudnn.cu): column c of a qkv row regrouped as [q_0 … q_{A−1} |
-/// k_0 … k_{G−1} | v_0 … v_{G−1}] (D each) is this column of the same row in ours.
-__device__ __forceinline__ int64_t staged_to_our_column(int64_t c, int64_t A, int64_t G, int64_t D) {
-    const int64_t head = c / D, d = c % D, n = A / G;
-    if (head < A) return ((head / n) * (n + 2) + head % n) * D + d;
-    if (head < A + G) return ((head - A) * (n + 2) + n) * D + d;
-    return ((head - A - G) * (n + 2) + n + 1) * D + d;
-}
 /// Rows [first, first + kTile) of two D-wide heads, a (row stride lda) and b (ldb), into shared tiles
 /// (zeros past S), by the block's kRows threads.
-template <int D>
-__device__ __forceinline__ void stage_tiles(float (*ta)[D], const float* a, int64_t lda, float (*tb)[D], const float* b,
+template <int D, class T>
+__device__ __forceinline__ void stage_tiles(float (*ta)[D], const T* a, int64_t lda, float (*tb)[D], const T* b,
                                             int64_t ldb, int64_t first, int64_t S) {
     for (int e = threadIdx.x; e < kTile * D; e += kRows) {
         const int r = e / D, d = e % D;
         const int64_t row = first + r;
-        ta[r][d] = row < S ? a[row * lda + d] : 0.0f;
-        tb[r][d] = row < S ? b[row * ldb + d] : 0.0f;
+        ta[r][d] = row < S ? load_value(a[row * lda + d]) : 0.0f;
+        tb[r][d] = row < S ? load_value(b[row * ldb + d]) : 0.0f;
     }
 }
 __device__ __forceinline__ float mask_mult(const Geometry& g, int64_t b, int64_t h, int64_t i, int64_t j) {
@@ -97,28 +119,28 @@ __device__ __forceinline__ float mask_mult(const Geometry& g, int64_t b, int64_t
 
 /// Per query row i of head h: out_i = Σ_j softmax_j(scale·q_i·k_j)·mask_ij·v_j over j <= i, with the
 /// group's K/V tiles staged in shared memory; lse_i saved for backward.
-template <int D>
-__global__ void __launch_bounds__(kRows) k_attn_fwd(float* out, float* lse, const float* qkv, Geometry g) {
+template <int D, class T>
+__global__ void __launch_bounds__(kRows) k_attn_fwd(T* out, float* lse, const T* qkv, Geometry g) {
     __shared__ float ks[kTile][D];
     __shared__ float vs[kTile][D];
     const int64_t pair = blockIdx.y, b = pair / g.A, h = pair % g.A;
     const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRows;
     const int64_t i = row0 + threadIdx.x;
     const bool active = i < g.S;
-    const float* kcol = qkv + k_column(g, b, group_of(g, h));
-    const float* vcol = qkv + v_column(g, b, group_of(g, h));
+    const T* kcol = qkv + k_column(g, b, group_of(g, h));
+    const T* vcol = qkv + v_column(g, b, group_of(g, h));
     float q[D], acc[D];
-    const float* qi = qkv + (active ? i : 0) * g.ld_qkv + q_column(g, b, h);
+    const T* qi = qkv + (active ? i : 0) * g.ld_qkv + q_column(g, b, h);
 #pragma unroll
     for (int d = 0; d < D; ++d) {
-        q[d] = active ? qi[d] : 0.0f;
+        q[d] = active ? load_value(qi[d]) : 0.0f;
         acc[d] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
     const int64_t last = min(g.S, row0 + kRows);  // keys this block needs: [0, last)
     for (int64_t k0 = 0; k0 < last; k0 += kTile) {
         __syncthreads();
-        stage_tiles<D>(ks, kcol, g.ld_qkv, vs, vcol, g.ld_qkv, k0, g.S);
+        stage_tiles<D, T>(ks, kcol, g.ld_qkv, vs, vcol, g.ld_qkv, k0, g.S);
         __syncthreads();
         if (!active) continue;
         const int jmax = tile_len(i - k0 + 1);
@@ -138,15 +160,15 @@ __global__ void __launch_bounds__(kRows) k_attn_fwd(float* out, float* lse, cons
     }
     if (!active) return;
     const float inv = 1.0f / l;
-    float* oi = out + i * g.ld_out + out_column(g, b, h);
+    T* oi = out + i * g.ld_out + out_column(g, b, h);
 #pragma unroll
-    for (int d = 0; d < D; ++d) oi[d] = acc[d] * inv;
+    for (int d = 0; d < D; ++d) oi[d] = store_value<T>(acc[d] * inv);
     lse[pair * g.S + i] = m + logf(l);
 }
 
 /// Per query row of head h: delta = dO·O (O recomputed), then dq = Σ_j dS_ij·k_j (the group's keys).
-template <int D>
-__global__ void __launch_bounds__(kRows) k_attn_bwd_dq(float* dqkv, float* delta, const float* dout, const float* qkv,
+template <int D, class T>
+__global__ void __launch_bounds__(kRows) k_attn_bwd_dq(T* dqkv, float* delta, const T* dout, const T* qkv,
                                                        const float* lse, Geometry g) {
     __shared__ float ks[kTile][D];
     __shared__ float vs[kTile][D];
@@ -154,15 +176,15 @@ __global__ void __launch_bounds__(kRows) k_attn_bwd_dq(float* dqkv, float* delta
     const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRows;
     const int64_t i = row0 + threadIdx.x;
     const bool active = i < g.S;
-    const float* kcol = qkv + k_column(g, b, group_of(g, h));
-    const float* vcol = qkv + v_column(g, b, group_of(g, h));
+    const T* kcol = qkv + k_column(g, b, group_of(g, h));
+    const T* vcol = qkv + v_column(g, b, group_of(g, h));
     float q[D], dO[D], acc[D];
-    const float* qi = qkv + (active ? i : 0) * g.ld_qkv + q_column(g, b, h);
-    const float* doi = dout + (active ? i : 0) * g.ld_out + out_column(g, b, h);
+    const T* qi = qkv + (active ? i : 0) * g.ld_qkv + q_column(g, b, h);
+    const T* doi = dout + (active ? i : 0) * g.ld_out + out_column(g, b, h);
 #pragma unroll
     for (int d = 0; d < D; ++d) {
-        q[d] = active ? qi[d] : 0.0f;
-        dO[d] = active ? doi[d] : 0.0f;
+        q[d] = active ? load_value(qi[d]) : 0.0f;
+        dO[d] = active ? load_value(doi[d]) : 0.0f;
         acc[d] = 0.0f;
     }
     const float L = active ? lse[pair * g.S + i] : 0.0f;
@@ -171,7 +193,7 @@ __global__ void __launch_bounds__(kRows) k_attn_bwd_dq(float* dqkv, float* delta
     for (int pass = 0; pass < 2; ++pass) {
         for (int64_t k0 = 0; k0 < last; k0 += kTile) {
             __syncthreads();
-            stage_tiles<D>(ks, kcol, g.ld_qkv, vs, vcol, g.ld_qkv, k0, g.S);
+            stage_tiles<D, T>(ks, kcol, g.ld_qkv, vs, vcol, g.ld_qkv, k0, g.S);
             __syncthreads();
             if (!active) continue;
             const int jmax = tile_len(i - k0 + 1);
@@ -205,17 +227,17 @@ __global__ void __launch_bounds__(kRows) k_attn_bwd_dq(float* dqkv, float* delta
     }
     if (!active) return;
     delta[pair * g.S + i] = dlt;
-    float* dqi = dqkv + i * g.ld_qkv + q_column(g, b, h);
+    T* dqi = dqkv + i * g.ld_qkv + q_column(g, b, h);
 #pragma unroll
-    for (int d = 0; d < D; ++d) dqi[d] = acc[d];
+    for (int d = 0; d < D; ++d) dqi[d] = store_value<T>(acc[d]);
 }
 
 /// Per key row j of group grp (blockIdx.y = b·G + grp): dv = Σ_h Σ_{i≥j} p·mult·dO_i and
 /// dk = Σ_h Σ_{i≥j} dS_ij·q_i over the group's query heads h in order, so K and V are read once per
 /// group and the group's sum needs no atomics.
-template <int D>
-__global__ void __launch_bounds__(kRows) k_attn_bwd_dkv(float* dqkv, const float* delta, const float* dout,
-                                                        const float* qkv, const float* lse, Geometry g) {
+template <int D, class T>
+__global__ void __launch_bounds__(kRows) k_attn_bwd_dkv(T* dqkv, const float* delta, const T* dout, const T* qkv,
+                                                        const float* lse, Geometry g) {
     __shared__ float qs[kTile][D];
     __shared__ float dos[kTile][D];
     __shared__ float ls[kTile], dls[kTile];
@@ -224,22 +246,22 @@ __global__ void __launch_bounds__(kRows) k_attn_bwd_dkv(float* dqkv, const float
     const int64_t j = row0 + threadIdx.x;
     const bool active = j < g.S;
     float k[D], v[D], dk[D], dv[D];
-    const float* kj = qkv + (active ? j : 0) * g.ld_qkv + k_column(g, b, grp);
-    const float* vj = qkv + (active ? j : 0) * g.ld_qkv + v_column(g, b, grp);
+    const T* kj = qkv + (active ? j : 0) * g.ld_qkv + k_column(g, b, grp);
+    const T* vj = qkv + (active ? j : 0) * g.ld_qkv + v_column(g, b, grp);
 #pragma unroll
     for (int d = 0; d < D; ++d) {
-        k[d] = active ? kj[d] : 0.0f;
-        v[d] = active ? vj[d] : 0.0f;
+        k[d] = active ? load_value(kj[d]) : 0.0f;
+        v[d] = active ? load_value(vj[d]) : 0.0f;
         dk[d] = 0.0f;
         dv[d] = 0.0f;
     }
     for (int64_t h = grp * per_group; h < (grp + 1) * per_group; ++h) {
         const int64_t pair = b * g.A + h;
-        const float* qcol = qkv + q_column(g, b, h);
-        const float* docol = dout + out_column(g, b, h);
+        const T* qcol = qkv + q_column(g, b, h);
+        const T* docol = dout + out_column(g, b, h);
         for (int64_t q0 = row0; q0 < g.S; q0 += kTile) {
             __syncthreads();
-            stage_tiles<D>(qs, qcol, g.ld_qkv, dos, docol, g.ld_out, q0, g.S);
+            stage_tiles<D, T>(qs, qcol, g.ld_qkv, dos, docol, g.ld_out, q0, g.S);
             for (int ii = threadIdx.x; ii < kTile; ii += kRows) {
                 const int64_t i = q0 + ii;
                 ls[ii] = i < g.S ? lse[pair * g.S + i] : 0.0f;
@@ -270,12 +292,12 @@ __global__ void __launch_bounds__(kRows) k_attn_bwd_dkv(float* dqkv, const float
         }
     }
     if (!active) return;
-    float* dkj = dqkv + j * g.ld_qkv + k_column(g, b, grp);
-    float* dvj = dqkv + j * g.ld_qkv + v_column(g, b, grp);
+    T* dkj = dqkv + j * g.ld_qkv + k_column(g, b, grp);
+    T* dvj = dqkv + j * g.ld_qkv + v_column(g, b, grp);
 #pragma unroll
     for (int d = 0; d < D; ++d) {
-        dkj[d] = dk[d];
-        dvj[d] = dv[d];
+        dkj[d] = store_value<T>(dk[d]);
+        dvj[d] = store_value<T>(dv[d]);
     }
 }
 

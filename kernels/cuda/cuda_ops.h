@@ -18,7 +18,5 @@ namespace mwb::cuda {
 
 /// B·A·S floats: the row deltas (dO·O) backward computes.
 int64_t attention_workspace_bytes(const AttentionParams& p, int64_t seq_len);
-/// B·A·S: the log-sum-exp of every score row (`probs` holds these on CUDA).
-int64_t attention_saved_elements(const AttentionParams& p, int64_t seq_len);
 
 }  // namespace mwb::cuda

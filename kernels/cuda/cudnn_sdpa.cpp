@@ -110,6 +110,7 @@ private:
 cudnnDataType_t data_type(Type t) {
     switch (t) {
     case Type::BF16: return CUDNN_DATA_BFLOAT16;
+    case Type::F16: return CUDNN_DATA_HALF;
     case Type::F32: return CUDNN_DATA_FLOAT;
     case Type::I32: return CUDNN_DATA_INT32;
     case Type::I64: return CUDNN_DATA_INT64;

@@ -10,9 +10,11 @@
 // and walks the group's query heads in order, so K/V are never expanded and dk/dv of a group are summed
 // in registers. No atomics: every sum has a fixed order,
 // so results are bit-identical run to run. Head dims 16, 32, 64, 80, 96, 128 and 160 are instantiated
-// (the kernels themselves: attention_kernels.cuh). bf16 runs use the tensor-core kernels of
-// attention_tc_kernels.cuh instead (same contract), or cuDNN's fused attention when the run chose it
-// (AttentionParams::backend, ops_attention_cudnn.cu; `probs` then also keeps a bf16 copy of O).
+// (the kernels themselves: attention_kernels.cuh), each for qkv, out and their gradients stored as
+// f32, bf16 or f16 (one dtype for the four; fp32 arithmetic, outputs rounded once). 16-bit values —
+// bf16/f16 storage, or fp32 arrays of a bf16 run — go to the tensor-core kernels of
+// attention_tc_kernels.cuh instead (same contract), or to cuDNN's fused attention when the run chose
+// it (AttentionParams::backend, ops_attention_cudnn.cu; its backward reads O from `out`).
 #include "attention_kernels.cuh"
 #include "attention_tc_kernels.cuh"
 #include "cuda_ops.h"
@@ -50,11 +52,25 @@ int max_block_smem() {
     return bytes;
 }
 
-/// Tensor cores for bf16 runs (their inputs are bf16 values) when the tiles fit in shared memory
-/// (128.5 KiB at most: every sm_80/sm_90 part); fp32 runs keep the fp32 kernels.
-template <int D>
-bool use_tensor_cores(const OpContext& ctx) {
-    return ctx.gemm_inputs == DType::BF16 && TcBackwardSmem<D>::bytes <= max_block_smem();
+/// Calls f(T{}, E{}) for the storage element T of `stored` and the tensor cores' input E: T's own
+/// type for 16-bit storage, bf16 for fp32 arrays of a bf16 run (they hold bf16 values), void when the
+/// fp32 kernels run (fp32 runs; fp16 runs on fp32 arrays keep them, as before 16-bit storage).
+template <class F>
+void with_elements(DType stored, DType gemm_inputs, F&& f) {
+    switch (stored) {
+    case DType::BF16: f(__nv_bfloat16{}, __nv_bfloat16{}); return;
+    case DType::F16: f(__half{}, __half{}); return;
+    default:
+        if (gemm_inputs == DType::BF16) f(float{}, __nv_bfloat16{});
+        else f(float{}, 0);  // E = int: no tensor cores
+    }
+}
+
+/// Tensor cores when the inputs are 16-bit values and the tiles fit in shared memory (128.5 KiB at
+/// most: every sm_80/sm_90 part).
+template <int D, class E>
+bool use_tensor_cores() {
+    return !std::is_same_v<E, int> && TcBackwardSmem<D>::bytes <= max_block_smem();
 }
 
 /// Lets `kernel` use `bytes` of dynamic shared memory (above the default 48 KiB), once per kernel.
@@ -63,33 +79,53 @@ void allow_smem(Kernel kernel, int bytes) {
     MWB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
 
-template <int D>
-void forward_d(const OpContext& ctx, float* out, float* lse, const float* qkv, const Geometry& g) {
+template <int D, class T, class E>
+void forward_d(const OpContext& ctx, T* out, float* lse, const T* qkv, const Geometry& g) {
     const cudaStream_t s = stream_of(ctx);
-    if (use_tensor_cores<D>(ctx)) {
-        constexpr int bytes = TcForwardSmem<D>::bytes;
-        static const bool allowed = (allow_smem(k_attn_fwd_tc<D>, bytes), true);
-        (void)allowed;
-        k_attn_fwd_tc<D><<<grid_of(g, kTcRows), kTcThreads, bytes, s>>>(out, lse, qkv, g);
-        return;
+    if constexpr (!std::is_same_v<E, int>) {
+        if (use_tensor_cores<D, E>()) {
+            constexpr int bytes = TcForwardSmem<D>::bytes;
+            static const bool allowed = (allow_smem(k_attn_fwd_tc<D, T, E>, bytes), true);
+            (void)allowed;
+            k_attn_fwd_tc<D, T, E><<<grid_of(g, kTcRows), kTcThreads, bytes, s>>>(out, lse, qkv, g);
+            return;
+        }
     }
-    k_attn_fwd<D><<<grid_of(g, kRows), kRows, 0, s>>>(out, lse, qkv, g);
+    k_attn_fwd<D, T><<<grid_of(g, kRows), kRows, 0, s>>>(out, lse, qkv, g);
 }
 
-template <int D>
-void backward_d(const OpContext& ctx, float* dqkv, float* delta, const float* dout, const float* qkv, const float* lse,
+template <int D, class T, class E>
+void backward_d(const OpContext& ctx, T* dqkv, float* delta, const T* dout, const T* qkv, const float* lse,
                 const Geometry& g) {
     const cudaStream_t s = stream_of(ctx);
-    if (use_tensor_cores<D>(ctx)) {
-        constexpr int bytes = TcBackwardSmem<D>::bytes;
-        static const bool allowed = (allow_smem(k_attn_bwd_dq_tc<D>, bytes), allow_smem(k_attn_bwd_dkv_tc<D>, bytes), true);
-        (void)allowed;
-        k_attn_bwd_dq_tc<D><<<grid_of(g, kTcRows), kTcThreads, bytes, s>>>(dqkv, delta, dout, qkv, lse, g);
-        k_attn_bwd_dkv_tc<D><<<grid_of(g, kTcRows, true), kTcThreads, bytes, s>>>(dqkv, delta, dout, qkv, lse, g);
-        return;
+    if constexpr (!std::is_same_v<E, int>) {
+        if (use_tensor_cores<D, E>()) {
+            constexpr int bytes = TcBackwardSmem<D>::bytes;
+            static const bool allowed =
+                (allow_smem(k_attn_bwd_dq_tc<D, T, E>, bytes), allow_smem(k_attn_bwd_dkv_tc<D, T, E>, bytes), true);
+            (void)allowed;
+            k_attn_bwd_dq_tc<D, T, E><<<grid_of(g, kTcRows), kTcThreads, bytes, s>>>(dqkv, delta, dout, qkv, lse, g);
+            k_attn_bwd_dkv_tc<D, T, E><<<grid_of(g, kTcRows, true), kTcThreads, bytes, s>>>(dqkv, delta, dout, qkv,
+                                                                                             lse, g);
+            return;
+        }
     }
-    k_attn_bwd_dq<D><<<grid_of(g, kRows), kRows, 0, s>>>(dqkv, delta, dout, qkv, lse, g);
-    k_attn_bwd_dkv<D><<<grid_of(g, kRows, true), kRows, 0, s>>>(dqkv, delta, dout, qkv, lse, g);
+    k_attn_bwd_dq<D, T><<<grid_of(g, kRows), kRows, 0, s>>>(dqkv, delta, dout, qkv, lse, g);
+    k_attn_bwd_dkv<D, T><<<grid_of(g, kRows, true), kRows, 0, s>>>(dqkv, delta, dout, qkv, lse, g);
+}
+
+/// f(std::integral_constant<int, D>{}) for the head dim D (geometry() checked it has kernels).
+template <class F>
+void with_head_dim(int64_t D, F&& f) {
+    switch (D) {
+    case 16: f(std::integral_constant<int, 16>{}); break;
+    case 32: f(std::integral_constant<int, 32>{}); break;
+    case 64: f(std::integral_constant<int, 64>{}); break;
+    case 80: f(std::integral_constant<int, 80>{}); break;
+    case 96: f(std::integral_constant<int, 96>{}); break;
+    case 128: f(std::integral_constant<int, 128>{}); break;
+    default: f(std::integral_constant<int, 160>{}); break;
+    }
 }
 
 }  // namespace
@@ -98,51 +134,37 @@ int64_t attention_workspace_bytes(const AttentionParams& p, int64_t seq_len) {
     return static_cast<int64_t>(p.batch) * p.num_heads * seq_len * static_cast<int64_t>(sizeof(float));
 }
 
-int64_t attention_saved_elements(const AttentionParams& p, int64_t seq_len) {
-    if (p.backend != AttentionBackend::Cudnn) return static_cast<int64_t>(p.batch) * p.num_heads * seq_len;
-    MWB_CHECK(p.head_dim > 0, "attention_saved_elements: the cuDNN backend needs AttentionParams::head_dim");
-    return cudnn_saved_elements(p, seq_len);
-}
-
 void attention_forward(OpContext& ctx, TensorView out, TensorView probs, TensorView qkv, TensorView,
                        const AttentionParams& p) {
     const Geometry g = geometry("attention_forward", qkv, p);
     if (g.S == 0) return;
-    float* o = static_cast<float*>(out.data);
     float* l = static_cast<float*>(probs.data);
-    const float* x = static_cast<const float*>(qkv.data);
-    if (cudnn_attention_forward(ctx, o, l, x, g, p)) return;
-    switch (g.D) {
-    case 16: forward_d<16>(ctx, o, l, x, g); break;
-    case 32: forward_d<32>(ctx, o, l, x, g); break;
-    case 64: forward_d<64>(ctx, o, l, x, g); break;
-    case 80: forward_d<80>(ctx, o, l, x, g); break;
-    case 96: forward_d<96>(ctx, o, l, x, g); break;
-    case 128: forward_d<128>(ctx, o, l, x, g); break;
-    default: forward_d<160>(ctx, o, l, x, g); break;
-    }
+    if (cudnn_attention_forward(ctx, out, l, qkv, g, p)) return;
+    with_elements(qkv.dtype, ctx.gemm_inputs, [&](auto t, auto e) {
+        using T = decltype(t);
+        with_head_dim(g.D, [&](auto d) {
+            forward_d<decltype(d)::value, T, decltype(e)>(ctx, static_cast<T*>(out.data), l,
+                                                          static_cast<const T*>(qkv.data), g);
+        });
+    });
     check_launch("attention_forward");
 }
 
-void attention_backward(OpContext& ctx, TensorView dqkv, TensorView dout, TensorView qkv, TensorView probs,
-                        TensorView workspace, const AttentionParams& p) {
+void attention_backward(OpContext& ctx, TensorView dqkv, TensorView dout, TensorView qkv, TensorView out,
+                        TensorView probs, TensorView workspace, const AttentionParams& p) {
     const Geometry g = geometry("attention_backward", qkv, p);
     if (g.S == 0) return;
-    float* dx = static_cast<float*>(dqkv.data);
     float* delta = static_cast<float*>(workspace.data);
-    const float* d = static_cast<const float*>(dout.data);
-    const float* x = static_cast<const float*>(qkv.data);
     const float* l = static_cast<const float*>(probs.data);
-    if (cudnn_attention_backward(ctx, dx, d, x, l, g, p)) return;
-    switch (g.D) {
-    case 16: backward_d<16>(ctx, dx, delta, d, x, l, g); break;
-    case 32: backward_d<32>(ctx, dx, delta, d, x, l, g); break;
-    case 64: backward_d<64>(ctx, dx, delta, d, x, l, g); break;
-    case 80: backward_d<80>(ctx, dx, delta, d, x, l, g); break;
-    case 96: backward_d<96>(ctx, dx, delta, d, x, l, g); break;
-    case 128: backward_d<128>(ctx, dx, delta, d, x, l, g); break;
-    default: backward_d<160>(ctx, dx, delta, d, x, l, g); break;
-    }
+    if (cudnn_attention_backward(ctx, dqkv, dout, qkv, out, l, g, p)) return;
+    with_elements(qkv.dtype, ctx.gemm_inputs, [&](auto t, auto e) {
+        using T = decltype(t);
+        with_head_dim(g.D, [&](auto d) {
+            backward_d<decltype(d)::value, T, decltype(e)>(ctx, static_cast<T*>(dqkv.data), delta,
+                                                           static_cast<const T*>(dout.data),
+                                                           static_cast<const T*>(qkv.data), l, g);
+        });
+    });
     check_launch("attention_backward");
 }
 

@@ -1,12 +1,11 @@
-// Causal attention through cuDNN's fused SDPA (kernels/cuda/cudnn_sdpa.h) for bf16 runs, with the
-// own kernels' contract: `probs` holds the B·A·S log-sum-exps first (cuDNN's Stats are the same
-// numbers: max + log Σ exp of the scaled scores), then a bf16 copy of the output O, which cuDNN's
-// backward reads (attention_backward gets no output tensor). What is copied, and why:
-//   - qkv (f32 arrays holding bf16 values) into one bf16 buffer regrouped per row as [all q | all k |
-//     all v]: cuDNN needs 16-bit inputs, and with 1 < G < A the query heads of our layout
-//     [q_g0 … | k_g | v_g] are not one strided 4-D tensor (a gap of 2 heads after each group's
-//     queries). With bf16 storage, G = A and G = 1 could bind in place (strides (n + 2)·D and D).
-//   - dout to bf16, O and dqkv back to f32 (the storage dtype today).
+// Causal attention through cuDNN's fused SDPA (kernels/cuda/cudnn_sdpa.h) for 16-bit runs, with the
+// own kernels' contract: `probs` holds the B·A·S log-sum-exps (cuDNN's Stats are the same numbers:
+// max + log Σ exp of the scaled scores), and the backward reads O from the forward's output (`out`).
+// Every tensor is bound in place (cudnn_sdpa_plan.h: the packed grouped qkv seen as B·G sequences of
+// A/G query heads sharing one key/value head, strided views for every G), in its own 16-bit type
+// (bf16 or fp16: the graph's io type). Only fp32 arrays (a bf16 run before 16-bit storage: they hold
+// bf16 values) are converted, into scratch of the same layout: qkv, dout and out to bf16, O and dqkv
+// back to f32.
 // Dropout: cuDNN draws its own Philox stream (seed_buffer): masks differ from the CPU's, so
 // deterministic runs keep the own kernels (resolve_attention_backend).
 #include "ops_attention_cudnn.h"
@@ -28,28 +27,12 @@ namespace {
 using attention::Geometry;
 using bf16 = __nv_bfloat16;
 
-/// to (rows, W) bf16 regrouped <- from (rows, W) f32 in our layout; or back with `to_ours`.
-__global__ void k_regroup(bf16* staged, float* ours, int64_t rows, int64_t A, int64_t G, int64_t D, bool to_ours) {
-    const int64_t W = (A + 2 * G) * D, n = rows * W;
-    for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
-         e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-        const int64_t row = e / W, c = e % W;
-        float& x = ours[row * W + attention::staged_to_our_column(c, A, G, D)];
-        if (to_ours) x = __bfloat162float(staged[e]);
-        else staged[e] = __float2bfloat16(x);
-    }
-}
-
-__global__ void k_to_bf16(bf16* dst, const float* src, int64_t n) {
+/// dst[e] = src[e] converted (f32 <-> the 16-bit type), grid-stride.
+template <class To, class From>
+__global__ void k_convert(To* dst, const From* src, int64_t n) {
     for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
          e += static_cast<int64_t>(gridDim.x) * blockDim.x)
-        dst[e] = __float2bfloat16(src[e]);
-}
-
-__global__ void k_to_f32(float* dst, const bf16* src, int64_t n) {
-    for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
-         e += static_cast<int64_t>(gridDim.x) * blockDim.x)
-        dst[e] = __bfloat162float(src[e]);
+        dst[e] = attention::store_value<To>(attention::load_value(src[e]));
 }
 
 __global__ void k_seed(int64_t* dst, int64_t seed, int64_t offset) {
@@ -60,16 +43,21 @@ __global__ void k_seed(int64_t* dst, int64_t seed, int64_t offset) {
 /// n floats rounded up to 256 bytes: where the next tensor of a buffer starts.
 int64_t padded_floats(int64_t n) { return (n + 63) / 64 * 64; }
 
-/// Scratch slots (runtime.h): 2 the staged qkv, 3 dO in bf16, 5 the backward's dqkv, softmax sums,
-/// f32 dQ accumulator and the dropout seed.
-constexpr int kStagedSlot = 2, kDoutSlot = 3, kBackwardSlot = 5;
+/// Scratch slots (runtime.h), used only for fp32 arrays: 2 qkv in 16 bits, 3 the forward's O or the
+/// backward's dO in 16 bits; 5 the backward's dropout seed, softmax sums, f32 dQ accumulator (always)
+/// and O and dqkv in 16 bits (fp32 arrays).
+constexpr int kQkvSlot = 2, kOutSlot = 3, kBackwardSlot = 5;
 
-cudnn_sdpa::Shape shape_of(const Geometry& g, const AttentionParams& p) {
-    return {g.B, g.A, g.G, g.S, g.D, g.scale, p.dropout_p};
+/// The graph's 16-bit type: the storage's own, or bf16 for the fp32 arrays of a bf16 run.
+cudnn_sdpa::Type io_of(DType stored) { return stored == DType::F16 ? cudnn_sdpa::Type::F16 : cudnn_sdpa::Type::BF16; }
+
+cudnn_sdpa::Shape shape_of(const Geometry& g, const AttentionParams& p, DType stored) {
+    return {g.B, g.A, g.G, g.S, g.D, g.scale, p.dropout_p, io_of(stored)};
 }
 
 std::string key_of(const char* pass, const cudnn_sdpa::Shape& s) {
-    return fmt::format("{} B{} A{} G{} S{} D{} scale {} dropout {}", pass, s.B, s.A, s.G, s.S, s.D, s.scale, s.dropout);
+    return fmt::format("{} B{} A{} G{} S{} D{} scale {} dropout {} {}", pass, s.B, s.A, s.G, s.S, s.D, s.scale,
+                       s.dropout, s.io == cudnn_sdpa::Type::F16 ? "f16" : "bf16");
 }
 
 std::mutex g_refusals_mutex;
@@ -85,11 +73,13 @@ void report_fallback(const std::string& key, const std::string& why) {
 }
 
 /// cuDNN runs a shape only when both of its graphs build (forward and backward must draw the same
-/// dropout masks and agree on the saved state).
-bool usable(const Geometry& g, const AttentionParams& p, const OpContext& ctx) {
-    if (p.backend != AttentionBackend::Cudnn || ctx.gemm_inputs != DType::BF16 || g.D % 8 != 0 || g.D > 256) return false;
+/// dropout masks and agree on the saved state). Its inputs are 16-bit values: bf16 or f16 storage, or
+/// the fp32 arrays of a bf16 run.
+bool usable(const Geometry& g, const AttentionParams& p, const OpContext& ctx, DType stored) {
+    const bool sixteen = stored == DType::BF16 || stored == DType::F16 || ctx.gemm_inputs == DType::BF16;
+    if (p.backend != AttentionBackend::Cudnn || !sixteen || g.D % 8 != 0 || g.D > 256) return false;
     if (!cudnn::unavailable().empty()) return false;
-    const cudnn_sdpa::Shape s = shape_of(g, p);
+    const cudnn_sdpa::Shape s = shape_of(g, p, stored);
     std::string why;
     if (!cudnn::prepare(key_of("forward", s), cudnn_sdpa::forward_plan(s), why) ||
         !cudnn::prepare(key_of("backward", s), cudnn_sdpa::backward_plan(s), why)) {
@@ -111,16 +101,35 @@ void* seed_buffer(void* at, const AttentionParams& p, cudaStream_t st) {
 
 using Pointers = std::vector<std::pair<int64_t, void*>>;
 
-/// Stages qkv (bf16, regrouped) and binds Q, K and V into it, and the dropout seed and offset (written
+/// t's data as the graph's 16-bit type: t itself when 16-bit, else (fp32) converted into `at`.
+void* sixteen_bit(const TensorView& t, void* at, cudaStream_t st) {
+    if (t.dtype != DType::F32) return t.data;
+    const int64_t n = t.numel();
+    k_convert<<<blocks_for(n), kElementwiseThreads, 0, st>>>(static_cast<bf16*>(at), static_cast<const float*>(t.data), n);
+    return at;
+}
+
+/// Stores the graph's 16-bit result `at` into t when t is fp32 (nothing when cuDNN wrote t itself).
+void widen_into(const TensorView& t, const void* at, cudaStream_t st) {
+    if (t.dtype != DType::F32) return;
+    const int64_t n = t.numel();
+    k_convert<<<blocks_for(n), kElementwiseThreads, 0, st>>>(static_cast<float*>(t.data), static_cast<const bf16*>(at), n);
+}
+
+/// Binds Q, K and V in place in the 16-bit qkv `x` (uids q, k, v: the inputs or their gradients).
+void bind_heads(Pointers& ptrs, void* x, const cudnn_sdpa::Shape& s, int64_t q, int64_t k, int64_t v) {
+    auto* base = static_cast<uint16_t*>(x);
+    ptrs.insert(ptrs.end(), {{q, base}, {k, base + cudnn_sdpa::k_offset(s)}, {v, base + cudnn_sdpa::v_offset(s)}});
+}
+
+/// Binds qkv (16-bit: in place, else converted into slot 2) and the dropout seed and offset (written
 /// at `seed_at`) when the call has dropout.
-Pointers bind_qkv(cudaStream_t st, const float* qkv, const Geometry& g, const AttentionParams& p, void* seed_at) {
-    const int64_t rows = g.S * g.B, W = (g.A + 2 * g.G) * g.D;
-    bf16* staged = static_cast<bf16*>(scratch(kStagedSlot, rows * W * 2, st));
-    k_regroup<<<blocks_for(rows * W), kElementwiseThreads, 0, st>>>(staged, const_cast<float*>(qkv), rows, g.A, g.G,
-                                                                    g.D, false);
-    Pointers ptrs{{cudnn_sdpa::kQ, staged},
-                  {cudnn_sdpa::kK, staged + g.A * g.D},
-                  {cudnn_sdpa::kV, staged + (g.A + g.G) * g.D}};
+Pointers bind_inputs(cudaStream_t st, const TensorView& qkv, const cudnn_sdpa::Shape& s, const AttentionParams& p,
+                     void* seed_at) {
+    const int64_t bytes = qkv.dtype == DType::F32 ? qkv.numel() * 2 : 0;
+    Pointers ptrs;
+    bind_heads(ptrs, sixteen_bit(qkv, bytes ? scratch(kQkvSlot, bytes, st) : nullptr, st), s, cudnn_sdpa::kQ,
+               cudnn_sdpa::kK, cudnn_sdpa::kV);
     if (p.dropout_p > 0) {
         auto* seed = static_cast<int64_t*>(seed_buffer(seed_at, p, st));
         ptrs.insert(ptrs.end(), {{cudnn_sdpa::kSeed, seed}, {cudnn_sdpa::kOffset, seed + 1}});
@@ -129,9 +138,9 @@ Pointers bind_qkv(cudaStream_t st, const float* qkv, const Geometry& g, const At
 }
 
 /// Runs the pass's graph (prepared by usable()).
-void run(const char* pass, const Geometry& g, const AttentionParams& p, const Pointers& ptrs, cudaStream_t st) {
+void run(const char* pass, const cudnn_sdpa::Shape& s, const Pointers& ptrs, cudaStream_t st) {
     std::string why;
-    if (!cudnn::execute(key_of(pass, shape_of(g, p)), ptrs, st, why))
+    if (!cudnn::execute(key_of(pass, s), ptrs, st, why))
         MWB_FAIL("attention {}: cuDNN refused a graph it had built: {}", pass, why);
 }
 
@@ -145,54 +154,51 @@ std::string mwb::cudnn_attention_refusals() {
 
 namespace mwb::cuda {
 
-int64_t cudnn_saved_elements(const AttentionParams& p, int64_t seq_len) {
-    const int64_t rows = static_cast<int64_t>(p.batch) * p.num_heads * seq_len;
-    return padded_floats(rows) + (rows * p.head_dim + 1) / 2;
-}
-
-bool cudnn_attention_forward(const OpContext& ctx, float* out, float* saved, const float* qkv, const Geometry& g,
-                             const AttentionParams& p) {
-    if (!usable(g, p, ctx)) return false;
+bool cudnn_attention_forward(const OpContext& ctx, const TensorView& out, float* lse, const TensorView& qkv,
+                             const Geometry& g, const AttentionParams& p) {
+    if (!usable(g, p, ctx, qkv.dtype)) return false;
     const cudaStream_t st = stream_of(ctx);
-    const int64_t out_n = g.S * g.B * g.A * g.D;
-    bf16* o = reinterpret_cast<bf16*>(saved + padded_floats(g.B * g.A * g.S));  // after the log-sum-exps
-    Pointers ptrs = bind_qkv(st, qkv, g, p, scratch(kBackwardSlot, 256, st));
-    ptrs.insert(ptrs.end(), {{cudnn_sdpa::kO, o}, {cudnn_sdpa::kStats, saved}});
-    run("forward", g, p, ptrs, st);
-    k_to_f32<<<blocks_for(out_n), kElementwiseThreads, 0, st>>>(out, o, out_n);
+    const cudnn_sdpa::Shape s = shape_of(g, p, qkv.dtype);
+    Pointers ptrs = bind_inputs(st, qkv, s, p, scratch(kBackwardSlot, 256, st));
+    void* o = out.dtype == DType::F32 ? scratch(kOutSlot, out.numel() * 2, st) : out.data;
+    ptrs.insert(ptrs.end(), {{cudnn_sdpa::kO, o}, {cudnn_sdpa::kStats, lse}});
+    run("forward", s, ptrs, st);
+    widen_into(out, o, st);
     check_launch("attention_forward (cuDNN)");
     return true;
 }
 
-bool cudnn_attention_backward(const OpContext& ctx, float* dqkv, const float* dout, const float* qkv, const float* saved,
-                              const Geometry& g, const AttentionParams& p) {
-    if (!usable(g, p, ctx)) return false;
+bool cudnn_attention_backward(const OpContext& ctx, const TensorView& dqkv, const TensorView& dout,
+                              const TensorView& qkv, const TensorView& out, const float* lse, const Geometry& g,
+                              const AttentionParams& p) {
+    if (!usable(g, p, ctx, qkv.dtype)) return false;
     const cudaStream_t st = stream_of(ctx);
-    const int64_t rows = g.S * g.B, W = (g.A + 2 * g.G) * g.D, out_n = rows * g.A * g.D;
+    const cudnn_sdpa::Shape s = shape_of(g, p, qkv.dtype);
     // The backward slot, each part on a 256-byte boundary: the dropout seed, the softmax sums and the dQ
-    // accumulator (f32), the staged dqkv (bf16).
+    // accumulator (f32); for fp32 arrays also O and dqkv in 16 bits.
+    const bool wide = qkv.dtype == DType::F32;
     const int64_t sum_floats = padded_floats(g.B * g.A * g.S), acc_floats = padded_floats(g.B * g.A * g.S * g.D);
-    auto* base = static_cast<float*>(scratch(kBackwardSlot, (64 + sum_floats + acc_floats) * 4 + rows * W * 2, st));
+    const int64_t o_floats = wide ? padded_floats((out.numel() + 1) / 2) : 0;
+    const int64_t dqkv_bytes = wide ? dqkv.numel() * 2 : 0;
+    auto* base = static_cast<float*>(
+        scratch(kBackwardSlot, (64 + sum_floats + acc_floats + o_floats) * 4 + dqkv_bytes, st));
     float* softmax_sum = base + 64;
     float* dq_accum = softmax_sum + sum_floats;
-    bf16* dstaged = reinterpret_cast<bf16*>(dq_accum + acc_floats);
+    float* o16 = dq_accum + acc_floats;
+    void* d16 = wide ? static_cast<void*>(o16 + o_floats) : dqkv.data;
     // cuDNN before 9.6 accumulates into dQ_accum without clearing it first (as cudnn-frontend notes).
     if (cudnn::version() < 90600)
         MWB_CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, static_cast<size_t>(g.B * g.A * g.S * g.D) * sizeof(float), st));
-    bf16* dout16 = static_cast<bf16*>(scratch(kDoutSlot, out_n * 2, st));
-    k_to_bf16<<<blocks_for(out_n), kElementwiseThreads, 0, st>>>(dout16, dout, out_n);
-    auto* o = reinterpret_cast<bf16*>(const_cast<float*>(saved) + padded_floats(g.B * g.A * g.S));
-    Pointers ptrs = bind_qkv(st, qkv, g, p, base);
-    ptrs.insert(ptrs.end(), {{cudnn_sdpa::kO, o},
+    Pointers ptrs = bind_inputs(st, qkv, s, p, base);
+    void* dout16 = sixteen_bit(dout, wide ? scratch(kOutSlot, dout.numel() * 2, st) : nullptr, st);
+    ptrs.insert(ptrs.end(), {{cudnn_sdpa::kO, sixteen_bit(out, o16, st)},
                              {cudnn_sdpa::kDO, dout16},
-                             {cudnn_sdpa::kStats, const_cast<float*>(saved)},
-                             {cudnn_sdpa::kDQ, dstaged},
-                             {cudnn_sdpa::kDK, dstaged + g.A * g.D},
-                             {cudnn_sdpa::kDV, dstaged + (g.A + g.G) * g.D},
+                             {cudnn_sdpa::kStats, const_cast<float*>(lse)},
                              {cudnn_sdpa::kSoftmaxSum, softmax_sum},
                              {cudnn_sdpa::kDQAccum, dq_accum}});
-    run("backward", g, p, ptrs, st);
-    k_regroup<<<blocks_for(rows * W), kElementwiseThreads, 0, st>>>(dstaged, dqkv, rows, g.A, g.G, g.D, true);
+    bind_heads(ptrs, d16, s, cudnn_sdpa::kDQ, cudnn_sdpa::kDK, cudnn_sdpa::kDV);
+    run("backward", s, ptrs, st);
+    widen_into(dqkv, d16, st);
     check_launch("attention_backward (cuDNN)");
     return true;
 }

@@ -76,22 +76,30 @@ private:
     int64_t next_virtual_ = kFirstVirtual, next_scalar_ = kFirstScalar;
 };
 
-/// The bound inputs both graphs read: Q, Kᵀ, V (or Vᵀ) over the staged qkv rows, and Seed/Offset.
+}  // namespace
+
+Dims qkv_dims(const Shape& s, bool kv) { return {s.B * s.G, kv ? 1 : s.A / s.G, s.S, s.D}; }
+Dims qkv_strides(const Shape& s) { return {(s.A / s.G + 2) * s.D, s.D, s.B * (s.A + 2 * s.G) * s.D, 1}; }
+Dims out_dims(const Shape& s) { return {s.B * s.G, s.A / s.G, s.S, s.D}; }
+Dims out_strides(const Shape& s) { return {s.A / s.G * s.D, s.D, s.B * s.A * s.D, 1}; }
+Dims stats_strides(const Shape& s) { return {s.A / s.G * s.S, s.S, 1, 1}; }
+int64_t k_offset(const Shape& s) { return s.A / s.G * s.D; }
+int64_t v_offset(const Shape& s) { return (s.A / s.G + 1) * s.D; }
+
+namespace {
+
+/// The bound inputs both graphs read: Q, Kᵀ, V (or Vᵀ) in place in the packed qkv, and Seed/Offset.
 void bind_inputs(Builder& g, const Shape& s, bool v_transposed) {
-    const int64_t W = (s.A + 2 * s.G) * s.D;
-    const Dims row_strides{W, s.D, s.B * W, 1};
-    g.bound(kQ, "Q", {s.B, s.A, s.S, s.D}, row_strides, Type::BF16);
-    g.bound(kK, "K^T", transposed({s.B, s.G, s.S, s.D}), transposed(row_strides), Type::BF16);
-    if (v_transposed) g.bound(kV, "V^T", transposed({s.B, s.G, s.S, s.D}), transposed(row_strides), Type::BF16);
-    else g.bound(kV, "V", {s.B, s.G, s.S, s.D}, row_strides, Type::BF16);
+    const Dims q = qkv_dims(s, false), kv = qkv_dims(s, true), st = qkv_strides(s);
+    g.bound(kQ, "Q", q, st, s.io);
+    g.bound(kK, "K^T", transposed(kv), transposed(st), s.io);
+    if (v_transposed) g.bound(kV, "V^T", transposed(kv), transposed(st), s.io);
+    else g.bound(kV, "V", kv, st, s.io);
     if (s.dropout > 0) {
         g.bound(kSeed, "seed", {1, 1, 1, 1}, {1, 1, 1, 1}, Type::I64);
         g.bound(kOffset, "offset", {1, 1, 1, 1}, {1, 1, 1, 1}, Type::I64);
     }
 }
-
-Dims out_strides(const Shape& s) { return {s.A * s.D, s.D, s.B * s.A * s.D, 1}; }
-Dims stats_strides(const Shape& s) { return {s.A * s.S, s.S, 1, 1}; }
 
 /// Causal mask: scores where key j > query i become −∞ (row index ≥ column index is kept).
 int64_t causal(Builder& g, int64_t scores) {
@@ -112,9 +120,9 @@ const Tensor* Plan::find(int64_t uid) const {
 Plan forward_plan(const Shape& s) {
     Builder g;
     bind_inputs(g, s, false);
-    g.bound(kO, "O", {s.B, s.A, s.S, s.D}, out_strides(s), Type::BF16);
-    g.bound(kStats, "Stats", {s.B, s.A, s.S, 1}, stats_strides(s), Type::F32);
-    const Dims scores{s.B, s.A, s.S, s.S}, rows{s.B, s.A, s.S, 1};
+    const Dims o = out_dims(s), rows{o[0], o[1], s.S, 1}, scores{o[0], o[1], s.S, s.S};
+    g.bound(kO, "O", o, out_strides(s), s.io);
+    g.bound(kStats, "Stats", rows, stats_strides(s), Type::F32);
     int64_t x = g.matmul("q_kt", kQ, kK, g.temp("scores", scores));
     x = g.pointwise("scale", Mode::Mul, x, g.scalar("softmax_scale", s.scale));
     x = causal(g, x);
@@ -135,23 +143,21 @@ Plan forward_plan(const Shape& s) {
 Plan backward_plan(const Shape& s) {
     Builder g;
     bind_inputs(g, s, true);
-    const int64_t W = (s.A + 2 * s.G) * s.D;
-    const Dims row_strides{W, s.D, s.B * W, 1};
-    g.bound(kO, "O", {s.B, s.A, s.S, s.D}, out_strides(s), Type::BF16);
-    g.bound(kDO, "dO", {s.B, s.A, s.S, s.D}, out_strides(s), Type::BF16);
-    g.bound(kStats, "Stats", {s.B, s.A, s.S, 1}, stats_strides(s), Type::F32);
-    g.bound(kDQ, "dQ", {s.B, s.A, s.S, s.D}, row_strides, Type::BF16);
-    g.bound(kDK, "dK", {s.B, s.G, s.S, s.D}, row_strides, Type::BF16);
-    g.bound(kDV, "dV", {s.B, s.G, s.S, s.D}, row_strides, Type::BF16);
-    g.bound(kSoftmaxSum, "softmax_sum", {s.B, s.A, s.S, 1}, stats_strides(s), Type::F32);
-    g.bound(kDQAccum, "dQ_accum", {s.B, s.A, s.S, s.D}, contiguous({s.B, s.A, s.S, s.D}), Type::F32);
-    const Dims scores{s.B, s.A, s.S, s.S}, full{s.B, s.A, s.S, s.D};
-    const bool grouped = s.G != s.A;
+    const Dims full = out_dims(s), rows{full[0], full[1], s.S, 1}, scores{full[0], full[1], s.S, s.S};
+    g.bound(kO, "O", full, out_strides(s), s.io);
+    g.bound(kDO, "dO", full, out_strides(s), s.io);
+    g.bound(kStats, "Stats", rows, stats_strides(s), Type::F32);
+    g.bound(kDQ, "dQ", qkv_dims(s, false), qkv_strides(s), s.io);
+    g.bound(kDK, "dK", qkv_dims(s, true), qkv_strides(s), s.io);
+    g.bound(kDV, "dV", qkv_dims(s, true), qkv_strides(s), s.io);
+    g.bound(kSoftmaxSum, "softmax_sum", rows, stats_strides(s), Type::F32);
+    g.bound(kDQAccum, "dQ_accum", full, contiguous(full), Type::F32);
+    const bool grouped = s.A / s.G > 1;  // a group's query heads share K and V: dK and dV sum over them
     const float keep = 1.0f - s.dropout;
 
     // delta_i = Σ_d dO·O (per query row), divided by the dropout scale (dP is masked but unscaled below).
     int64_t x = g.pointwise("do_times_o", Mode::Mul, kDO, kO);
-    x = g.reduce("row_sum_do_o", Mode::Sum, x, g.temp("delta", {s.B, s.A, s.S, 1}));
+    x = g.reduce("row_sum_do_o", Mode::Sum, x, g.temp("delta", rows));
     g.pointwise("delta_times_keep", Mode::Mul, x, g.scalar("keep", keep), 0, kSoftmaxSum);
 
     // P recomputed from the saved log-sum-exp.
@@ -167,8 +173,8 @@ Plan backward_plan(const Shape& s) {
         x = g.pointwise("dropout_scale", Mode::Mul, x, g.scalar("dropout_scale", 1.0f / keep));
     }
     // dV = Pᵀ·dO (per query head; a group sums its heads).
-    const int64_t pt = g.transpose("p_transposed", x, Type::BF16);
-    if (grouped) g.reduce("dv_group_sum", Mode::Sum, g.matmul("pt_do", pt, kDO, g.temp("dv_heads", {s.B, s.A, s.S, s.D})), kDV);
+    const int64_t pt = g.transpose("p_transposed", x, s.io);
+    if (grouped) g.reduce("dv_group_sum", Mode::Sum, g.matmul("pt_do", pt, kDO, g.temp("dv_heads", full)), kDV);
     else g.matmul("pt_do", pt, kDO, kDV);
 
     // dS = scale · P ∘ (dP ∘ mask − delta) · dropout scale, dP = dO·Vᵀ.
@@ -179,11 +185,11 @@ Plan backward_plan(const Shape& s) {
     if (s.dropout > 0) x = g.pointwise("ds_dropout_scale", Mode::Mul, x, g.scalar("dropout_scale", 1.0f / keep));
     const int64_t ds = g.pointwise("ds_scale", Mode::Mul, x, g.scalar("softmax_scale", s.scale));
 
-    // dK = dSᵀ·Q, dQ = dS·K (accumulated in f32, then rounded to bf16).
-    const int64_t dst = g.transpose("ds_transposed", ds, Type::BF16);
+    // dK = dSᵀ·Q, dQ = dS·K (accumulated in f32, then rounded to the 16-bit type).
+    const int64_t dst = g.transpose("ds_transposed", ds, s.io);
     if (grouped) g.reduce("dk_group_sum", Mode::Sum, g.matmul("dst_q", dst, kQ, g.temp("dk_heads", full)), kDK);
     else g.matmul("dst_q", dst, kQ, kDK);
-    g.matmul("ds_k", ds, g.transpose("k", kK, Type::BF16), kDQAccum);
+    g.matmul("ds_k", ds, g.transpose("k", kK, s.io), kDQAccum);
     g.pointwise("dq_round", Mode::Identity, kDQAccum, 0, 0, kDQ);
     return g.plan;
 }

@@ -6,11 +6,13 @@
 // backend documentation and the node sequence of cudnn-frontend's SDPA (not its code); no cuDNN
 // header is needed here, so every build unit-tests the plans (tests/kernels/test_attention_backend.cpp).
 //
-// Layout the graphs read (kernels/cuda/ops_attention_cudnn.cu stages it): bf16 rows n = s·B + b of
-// W = (A + 2G)·D elements holding [q_0 … q_{A−1} | k_0 … k_{G−1} | v_0 … v_{G−1}]: Q is (B, A, S, D)
-// with strides (W, D, B·W, 1), K and V (B, G, S, D) from offsets A·D and (A + G)·D; O and dO (B, A,
-// S, D) in the attention output's layout (S, B, A·D); Stats (B, A, S, 1) f32 = our B·A·S
-// log-sum-exps. K enters the first product as Kᵀ (dims 2 and 3 swapped), as cuDNN expects.
+// Layout the graphs read: our tensors in place. qkv (S, B, G·(A/G + 2)·D) holds per row n = s·B + b
+// and group g [q_g0 … q_g(n−1) | k_g | v_g] (n = A/G); seen as B·G sequences of n query heads sharing
+// one key/value head, Q is (B·G, n, S, D) with strides ((n + 2)·D, D, B·W, 1) (W = (A + 2G)·D), K and V
+// (B·G, 1, S, D) with the same strides from offsets n·D and (n + 1)·D, for every G (multi-head: n = 1;
+// multi-query: G = 1). O and dO (B·G, n, S, D) in the attention output's layout (S, B, A·D); Stats
+// (B·G, n, S, 1) f32 = our B·A·S log-sum-exps; dQ, dK, dV as Q, K, V in dqkv. K enters the first
+// product as Kᵀ (dims 2 and 3 swapped), as cuDNN expects. Q/K/V/O/dO/dQ/dK/dV are bf16 or fp16 (io).
 #include <array>
 #include <cstdint>
 #include <string>
@@ -18,7 +20,7 @@
 
 namespace mwb::cudnn_sdpa {
 
-enum class Type { BF16, F32, I32, I64, Bool };
+enum class Type { BF16, F16, F32, I32, I64, Bool };
 enum class Op { Matmul, Pointwise, Reduction, Rng, Reshape };
 enum class Mode { None, Mul, Add, Sub, Div, Exp, Log, Identity, GenIndex, CmpGe, BinarySelect, Max, Sum, Bernoulli };
 
@@ -54,7 +56,19 @@ struct Shape {
     int64_t B = 1, A = 1, G = 1, S = 1, D = 1;
     float scale = 1;
     float dropout = 0;
+    Type io = Type::BF16;  ///< the 16-bit type of Q, K, V, O and their gradients (BF16 or F16)
 };
+
+/// The bound views of the layout above (also what the kernels' callers compute pointers from): Q's
+/// (kv = false) or K's and V's dims, their strides, O's dims and strides, Stats' strides, and the
+/// element offsets of K and V from Q in a qkv row.
+std::array<int64_t, 4> qkv_dims(const Shape& s, bool kv);
+std::array<int64_t, 4> qkv_strides(const Shape& s);
+std::array<int64_t, 4> out_dims(const Shape& s);
+std::array<int64_t, 4> out_strides(const Shape& s);
+std::array<int64_t, 4> stats_strides(const Shape& s);
+int64_t k_offset(const Shape& s);
+int64_t v_offset(const Shape& s);
 
 struct Plan {
     std::vector<Tensor> tensors;

@@ -119,11 +119,22 @@ void same_size(const Args& c, const char* out_arg, const TensorView& out, const 
     c.shape(out.numel() == x.numel(), out_arg, out, "of {}'s size ({} elements)", x_arg, x.numel());
 }
 
+/// A stored attention tensor (qkv, out and their gradients): f32, bf16 or f16 on both devices (the
+/// CPU op widens each; the CUDA kernels are templated on one storage dtype for all of them).
+void attention_stored(const Args& c, const char* arg, const TensorView& t, const TensorView& qkv) {
+    c.gemm_operand(arg, t);
+    if (c.device() == Device::CUDA)
+        c.shape(t.dtype == qkv.dtype, arg, t, "of qkv's dtype {} (CUDA's kernels take one storage dtype)",
+                dtype_name(qkv.dtype));
+}
+
 /// The attention tensors both directions share: qkv, out/dout, probs, workspace and the head range.
-/// qkv, out and their gradients are stored activations (16-bit on the CPU in 16-bit runs).
+/// qkv, out and their gradients are stored activations (16-bit in 16-bit runs).
 int64_t attention(const Args& c, const char* out_arg, const TensorView& out, const TensorView& probs,
                   const TensorView& qkv, const TensorView& workspace, const AttentionParams& p) {
-    c.stored("qkv", qkv).stored(out_arg, out).tensor("probs", probs, F32);
+    attention_stored(c, "qkv", qkv, qkv);
+    attention_stored(c, out_arg, out, qkv);
+    c.tensor("probs", probs, F32);
     c.placed("workspace", workspace);
     const Heads h = heads_of(c, "qkv", qkv, p);
     c.shape(out.numel() == h.S * p.batch * p.num_heads * h.D, out_arg, out, "(S={}, B={}, A·D={})", h.S, p.batch,
@@ -463,11 +474,13 @@ void attention_forward(OpContext& ctx, TensorView out, TensorView probs, TensorV
     attention(Args("attention_forward", ctx), "out", out, probs, qkv, workspace, p);
 }
 
-void attention_backward(OpContext& ctx, TensorView dqkv, TensorView dout, TensorView qkv, TensorView probs,
-                        TensorView workspace, const AttentionParams& p) {
+void attention_backward(OpContext& ctx, TensorView dqkv, TensorView dout, TensorView qkv, TensorView out,
+                        TensorView probs, TensorView workspace, const AttentionParams& p) {
     const Args c("attention_backward", ctx);
     attention(c, "dout", dout, probs, qkv, workspace, p);
-    c.stored("dqkv", dqkv);
+    attention_stored(c, "out", out, qkv);
+    same_size(c, "out", out, "dout", dout);
+    attention_stored(c, "dqkv", dqkv, qkv);
     same_size(c, "dqkv", dqkv, "qkv", qkv);
 }
 

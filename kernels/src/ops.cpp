@@ -74,11 +74,11 @@ int64_t attention_workspace_bytes(Device device, const AttentionParams& p, int64
     return cpu::attention_workspace_bytes(p, seq_len, threads);
 }
 int64_t attention_saved_elements(Device device, const AttentionParams& p, int64_t seq_len) {
-#if defined(MWB_WITH_CUDA)
-    if (device == Device::CUDA) return cuda::attention_saved_elements(p, seq_len);
-#endif
-    (void)device;
-    return static_cast<int64_t>(p.batch) * p.num_heads * seq_len * seq_len;
+    const int64_t rows = static_cast<int64_t>(p.batch) * p.num_heads * seq_len;
+    // CUDA, both backends: one log-sum-exp per score row (cuDNN's backward reads O from the stored
+    // output). The CPU: the probabilities, S per row. A formula of the shapes, so that every build
+    // (and the planner's tests) can state it.
+    return device == Device::CUDA ? rows : rows * seq_len;
 }
 
 }  // namespace mwb::ops

@@ -25,7 +25,8 @@ LayerBytes layer_bytes(const ModelShape& m, const Layout& l, const Precision& p,
         b.ln1_out = rows_rep * m.h * e;
         b.ln1_stats = rows_rep * stat;
         b.qkv = rows * (m.qkv_width() / t) * st;  // after RoPE (applied in place)
-        b.probs = m.b * heads * m.s * m.s * e;
+        // fp32, as ops::attention_saved_elements counts them: probabilities (CPU) or row log-sum-exps.
+        b.probs = m.b * heads * m.s * (p.attention_row_stats ? 1 : m.s) * 4;
         b.context = rows * (m.q_width() / t) * st;
         b.residual2 = rows_rep * m.h * e;
         b.ln2_out = rows_rep * m.h * e;

@@ -60,6 +60,7 @@ Precision Precision::from(const TrainingConfig& t, const DeviceSpec& device) {
     Precision p;
     p.half = t.bf16 || t.fp16;
     p.master = p.half;
+    p.attention_row_stats = !device.emulated_16bit;  // a GPU
     if (!p.half) return p;  // every buffer is fp32
     p.layer_stored = 2;
     if (device.emulated_16bit) return p;  // the CPU: every other buffer is fp32 holding 16-bit values

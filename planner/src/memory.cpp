@@ -103,10 +103,10 @@ void backward_layer(Tracker& t, const Shapes& x, bool probs_kept) {
     t.act(-(b.gelu + b.fc1));
     t.act(-(b.ln2_out + b.ln2_stats + b.residual2 + b.masks));
     t.ws(w.grad_ctx);
-    t.act(-b.context);
     if (!probs_kept) t.act(b.probs);  // selective recompute: the attention core runs again
     t.ws(w.grad_qkv);
     t.act(-b.probs);
+    t.act(-b.context);  // held through attention's backward: cuDNN reads O from it
     t.ws(-w.grad_qkv);
     t.act(-b.qkv);
     t.act(-(b.ln1_out + b.ln1_stats));

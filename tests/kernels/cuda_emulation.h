@@ -7,7 +7,7 @@
 // another, so one block owns them at a time). Slow, but it executes the kernels' own source — index
 // math, tiling, barriers, numerics — on CPUs, where CI runs.
 //
-// Tensor cores: __nv_bfloat16 rounds as the hardware does (nearest even), and the WMMA fragments hold
+// Tensor cores: __nv_bfloat16 and __half round as the hardware does (nearest even), and the WMMA fragments hold
 // their whole 16×16 tile in every lane of the warp, so the emulation never relies on the hardware's
 // (unspecified) element-to-lane mapping; a kernel that did would not be portable CUDA either. The
 // *_sync operations are warp-collective, as on the hardware: every lane must reach them (divergent calls
@@ -107,6 +107,14 @@ inline __nv_bfloat16 __float2bfloat16(float x) {
     return {static_cast<uint16_t>(std::bit_cast<uint32_t>(::mwb::round_to_bf16(x)) >> 16)};
 }
 inline float __bfloat162float(__nv_bfloat16 x) { return std::bit_cast<float>(static_cast<uint32_t>(x.bits) << 16); }
+struct __half {  // IEEE binary16, rounded as the hardware does (nearest even)
+    uint16_t bits = 0;
+};
+inline __half __float2half(float x) { return {::mwb::fp16_bits(x)}; }
+inline float __half2float(__half x) { return ::mwb::from_fp16_bits(x.bits); }
+struct alignas(16) uint4 {  // a 128-bit load or store
+    uint32_t x, y, z, w;
+};
 
 namespace nvcuda::wmma {
 
@@ -134,6 +142,7 @@ inline void check_operand(const void* p, unsigned ldm, std::size_t element_bytes
     }
 }
 inline float as_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+inline float as_float(__half x) { return __half2float(x); }
 
 /// The whole tile in every lane: rows × cols, row-major.
 template <class Use, int M, int N, int K, class T, class Layout = void>
@@ -176,7 +185,7 @@ void store_matrix_sync(float* p, const fragment<accumulator, M, N, K, float>& f,
             for (int c = 0; c < N; ++c) (layout == mem_row_major ? p[r * ldm + c] : p[c * ldm + r]) = f.x[r * N + c];
 }
 
-/// d = a·b + c in fp32 (tensor cores accumulate bf16 products in fp32).
+/// d = a·b + c in fp32 (tensor cores accumulate bf16 or fp16 products in fp32).
 template <int M, int N, int K, class T, class LA, class LB>
 void mma_sync(fragment<accumulator, M, N, K, float>& d, const fragment<matrix_a, M, N, K, T, LA>& a,
               const fragment<matrix_b, M, N, K, T, LB>& b, const fragment<accumulator, M, N, K, float>& c) {

@@ -125,9 +125,10 @@ Run run_attention(const Shape& s, std::vector<float>& qkv, std::vector<float>& d
     const TensorView qkv_v = view_f32(qkv.data(), {s.S, s.B, s.qkv_width()});
     const TensorView probs_v = view_f32(r.probs.data(), {s.B, s.A, s.S, s.S});
     const TensorView ws_v = view_f32(ws.data(), {int64_t(ws.size())});
-    ops::attention_forward(ctx, view_f32(r.out.data(), {s.S, s.B, s.A * s.D}), probs_v, qkv_v, ws_v, ap);
+    const TensorView out_v = view_f32(r.out.data(), {s.S, s.B, s.A * s.D});
+    ops::attention_forward(ctx, out_v, probs_v, qkv_v, ws_v, ap);
     ops::attention_backward(ctx, view_f32(r.dqkv.data(), {s.S, s.B, s.qkv_width()}),
-                            view_f32(dout.data(), {s.S, s.B, s.A * s.D}), qkv_v, probs_v, ws_v, ap);
+                            view_f32(dout.data(), {s.S, s.B, s.A * s.D}), qkv_v, out_v, probs_v, ws_v, ap);
     return r;
 }
 
@@ -337,8 +338,8 @@ private slots:
         bad.num_query_groups = 3;  // 2 heads do not split into 3 groups
         QVERIFY_THROWS_EXCEPTION(mwb::Error, fwd(out_v, probs_v, qkv_v, bad));
         QVERIFY_THROWS_EXCEPTION(mwb::Error,
-                                 ops::attention_backward(ctx, view_f32(big.data(), {8, 2, 25}), out_v, qkv_v, probs_v,
-                                                         view_f32(ws.data(), {int64_t(ws.size())}), ap));
+                                 ops::attention_backward(ctx, view_f32(big.data(), {8, 2, 25}), out_v, qkv_v, out_v,
+                                                         probs_v, view_f32(ws.data(), {int64_t(ws.size())}), ap));
     }
 
     void too_small_workspace_throws() {
@@ -359,8 +360,8 @@ private slots:
                                    view_f32(qkv.data(), {8, 1, 12}), view_f32(ws.data(), {4}), ap));
         QVERIFY_THROWS_EXCEPTION(
             mwb::Error, ops::attention_backward(ctx, view_f32(qkv.data(), {8, 1, 12}), view_f32(out.data(), {8, 1, 4}),
-                                                view_f32(qkv.data(), {8, 1, 12}), view_f32(probs.data(), {1, 1, 8, 8}),
-                                                view_f32(ws.data(), {4}), ap));
+                                                view_f32(qkv.data(), {8, 1, 12}), view_f32(out.data(), {8, 1, 4}),
+                                                view_f32(probs.data(), {1, 1, 8, 8}), view_f32(ws.data(), {4}), ap));
     }
 };
 

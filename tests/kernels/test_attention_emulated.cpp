@@ -1,15 +1,19 @@
 // The CUDA attention kernels (kernels/cuda/attention_kernels.cuh, and the tensor-core ones of
 // attention_tc_kernels.cuh), executed on the CPU by cuda_emulation.h, against the CPU op: forward output
 // and backward dqkv within the tolerances the GPU checks use (fp32 kernels 1e-5 and 5e-5 normwise; the
-// bf16 tensor-core kernels, on bf16-valued inputs, 5e-3 where the GPU check allows 1e-2), with and
+// bf16 tensor-core kernels, on bf16-valued inputs, 5e-3 where the GPU check allows 1e-2; on 16-bit views
+// plus half an ulp of the storage type for the outputs' one rounding), with and
 // without dropout (the same Philox masks), a tensor-parallel head offset, every instantiated head dim,
-// sequence lengths around the blocks and tiles, and grouped-query attention (G = A/2, G = 1). The CPU
+// sequence lengths around the blocks and tiles, and grouped-query attention (G = A/2, G = 1), on fp32
+// arrays and on bf16/f16 views (qkv, out and their gradients stored in 16 bits: both kernel families,
+// the tensor cores with bf16 or f16 fragments). The CPU
 // reference always runs multi-head attention on K/V expanded per query head, its dk/dv summed per group
 // (for G = A, the CPU op itself). Outputs start as sentinels, so an element the kernels never write fails. No GPU.
 #include "cuda_emulation.h"
 
 #include "attention_kernels.cuh"
 #include "attention_tc_kernels.cuh"
+#include "../src/cudnn_sdpa_plan.h"
 
 #include "mwb/kernels/ops.h"
 #include "mwb/kernels/precision.h"
@@ -83,13 +87,56 @@ void cpu_reference(std::vector<float>& out, std::vector<float>& dqkv, const std:
     out.assign(static_cast<std::size_t>(S * B * A * D), 0.0f);
     ops::attention_forward(cpu, view(out, {S, B, A * D}), flat(probs), view(mha, {S, B, A * 3 * D}), flat(ws), p);
     ops::attention_backward(cpu, view(mha_d, {S, B, A * 3 * D}), view(dout, {S, B, A * D}),
-                            view(mha, {S, B, A * 3 * D}), flat(probs), flat(ws), p);
+                            view(mha, {S, B, A * 3 * D}), view(out, {S, B, A * D}), flat(probs), flat(ws), p);
     dqkv.assign(qkv.size(), 0.0f);
     each([&](int64_t grouped, int64_t multi) { dqkv[grouped] += mha_d[multi]; });
 }
 
-template <int D>
-Errors compare(const Case& c, bool tensor_cores = false) {
+/// Storage of the kernels' tensors: float (an fp32 run, or a bf16 run's fp32 arrays), bf16 or fp16.
+template <class T>
+struct Stored;
+template <>
+struct Stored<float> {
+    static float encode(float x) { return x; }
+    static float decode(float x) { return x; }
+    static float round(float x) { return x; }
+    static constexpr DType dtype = DType::F32;
+};
+template <>
+struct Stored<__nv_bfloat16> {
+    static __nv_bfloat16 encode(float x) { return __float2bfloat16(x); }
+    static float decode(__nv_bfloat16 x) { return __bfloat162float(x); }
+    static float round(float x) { return round_to_bf16(x); }
+    static constexpr DType dtype = DType::BF16;
+};
+template <>
+struct Stored<__half> {
+    static __half encode(float x) { return __float2half(x); }
+    static float decode(__half x) { return __half2float(x); }
+    static float round(float x) { return round_to_fp16(x); }
+    static constexpr DType dtype = DType::F16;
+};
+
+template <class T>
+std::vector<T> encoded(const std::vector<float>& x) {
+    std::vector<T> out;
+    for (float v : x) out.push_back(Stored<T>::encode(v));
+    return out;
+}
+template <class T>
+std::vector<float> decoded(const std::vector<T>& x) {
+    std::vector<float> out;
+    for (const T& v : x) out.push_back(Stored<T>::decode(v));
+    return out;
+}
+
+/// The kernels on `c`, with qkv, out, dout and dqkv stored as T and, with tensor cores, fragments of
+/// E (bf16 or __half), against the CPU reference on the same values (16-bit T: inputs 16-bit values,
+/// each output rounded once to T, as the CPU op does on 16-bit views). E without T = E's type: a bf16
+/// run's fp32 arrays holding bf16 values.
+template <int D, class T = float, class E = void>
+Errors compare(const Case& c) {
+    constexpr bool tensor_cores = !std::is_void_v<E>;
     const int64_t S = c.S, B = c.B, A = c.A, G = c.G > 0 ? c.G : c.A;
     AttentionParams p;
     p.num_heads = static_cast<int>(A);
@@ -102,41 +149,48 @@ Errors compare(const Case& c, bool tensor_cores = false) {
     p.rng = RngStream{2024, 11};
     const int64_t qkv_n = S * B * (A + 2 * G) * D, out_n = S * B * A * D;
     std::vector<float> qkv = test::random_floats(static_cast<std::size_t>(qkv_n), 100, -2, 2);
-    const std::vector<float> dout = test::random_floats(static_cast<std::size_t>(out_n), 101, -1, 1);
-    if (tensor_cores)  // a bf16 run's activations: bf16 values in fp32 arrays
-        for (float& x : qkv) x = round_to_bf16(x);
-    std::vector<float> out, dqkv;
+    std::vector<float> dout = test::random_floats(static_cast<std::size_t>(out_n), 101, -1, 1);
+    // The inputs hold values of the 16-bit type: a 16-bit run's activations and gradients.
+    if constexpr (!std::is_same_v<T, float>)
+        for (auto* v : {&qkv, &dout})
+            for (float& x : *v) x = Stored<T>::round(x);
+    else if constexpr (tensor_cores)  // a bf16 run's activations: bf16 values in fp32 arrays
+        for (float& x : qkv) x = Stored<E>::round(x);
+    std::vector<float> out, dqkv;  // fp32: the kernels' own rounding to T is part of their error
     cpu_reference<D>(out, dqkv, qkv, dout, S, p);
 
     // The CUDA kernels, as ops_attention.cu launches them: forward and dq per (sequence, query head),
     // dk/dv per (sequence, key/value group).
     const att::Geometry g = att::make_geometry(S, D, p);
-    std::vector<float> gout(out.size(), -7.0f), gdqkv(dqkv.size(), -7.0f);
+    const std::vector<T> sqkv = encoded<T>(qkv), sdout = encoded<T>(dout);
+    std::vector<T> gout = encoded<T>(std::vector<float>(out.size(), -7.0f));
+    std::vector<T> gdqkv = encoded<T>(std::vector<float>(dqkv.size(), -7.0f));
     std::vector<float> lse(static_cast<std::size_t>(B * A * S), -7.0f), delta(lse.size(), -7.0f);
     const auto heads_y = static_cast<unsigned>(B * A), groups_y = static_cast<unsigned>(B * G);
-    if (tensor_cores) {
+    if constexpr (tensor_cores) {
         const auto grid_x = static_cast<unsigned>((S + att::kTcRows - 1) / att::kTcRows);
         const int threads = att::kTcThreads;
         emulation::launch(grid_x, heads_y, threads,
-                          [&] { att::k_attn_fwd_tc<D>(gout.data(), lse.data(), qkv.data(), g); },
+                          [&] { att::k_attn_fwd_tc<D, T, E>(gout.data(), lse.data(), sqkv.data(), g); },
                           att::TcForwardSmem<D>::bytes);
         emulation::launch(grid_x, heads_y, threads, [&] {
-            att::k_attn_bwd_dq_tc<D>(gdqkv.data(), delta.data(), dout.data(), qkv.data(), lse.data(), g);
+            att::k_attn_bwd_dq_tc<D, T, E>(gdqkv.data(), delta.data(), sdout.data(), sqkv.data(), lse.data(), g);
         }, att::TcBackwardSmem<D>::bytes);
         emulation::launch(grid_x, groups_y, threads, [&] {
-            att::k_attn_bwd_dkv_tc<D>(gdqkv.data(), delta.data(), dout.data(), qkv.data(), lse.data(), g);
+            att::k_attn_bwd_dkv_tc<D, T, E>(gdqkv.data(), delta.data(), sdout.data(), sqkv.data(), lse.data(), g);
         }, att::TcBackwardSmem<D>::bytes);
-        return {normwise(gout, out), normwise(gdqkv, dqkv)};
+    } else {
+        const auto grid_x = static_cast<unsigned>((S + att::kRows - 1) / att::kRows);
+        emulation::launch(grid_x, heads_y, att::kRows,
+                          [&] { att::k_attn_fwd<D, T>(gout.data(), lse.data(), sqkv.data(), g); });
+        emulation::launch(grid_x, heads_y, att::kRows, [&] {
+            att::k_attn_bwd_dq<D, T>(gdqkv.data(), delta.data(), sdout.data(), sqkv.data(), lse.data(), g);
+        });
+        emulation::launch(grid_x, groups_y, att::kRows, [&] {
+            att::k_attn_bwd_dkv<D, T>(gdqkv.data(), delta.data(), sdout.data(), sqkv.data(), lse.data(), g);
+        });
     }
-    const auto grid_x = static_cast<unsigned>((S + att::kRows - 1) / att::kRows);
-    emulation::launch(grid_x, heads_y, att::kRows, [&] { att::k_attn_fwd<D>(gout.data(), lse.data(), qkv.data(), g); });
-    emulation::launch(grid_x, heads_y, att::kRows, [&] {
-        att::k_attn_bwd_dq<D>(gdqkv.data(), delta.data(), dout.data(), qkv.data(), lse.data(), g);
-    });
-    emulation::launch(grid_x, groups_y, att::kRows, [&] {
-        att::k_attn_bwd_dkv<D>(gdqkv.data(), delta.data(), dout.data(), qkv.data(), lse.data(), g);
-    });
-    return {normwise(gout, out), normwise(gdqkv, dqkv)};
+    return {normwise(decoded(gout), out), normwise(decoded(gdqkv), dqkv)};
 }
 
 /// The worst bank conflict of one shared-memory access by a warp: the most distinct 4-byte words any
@@ -193,15 +247,30 @@ int fragment_store_ways(int ld) {
 class TestAttentionEmulated : public QObject {
     Q_OBJECT
 
-    static void check(const Errors& e, const char* what) {
-        QVERIFY2(e.out <= 1e-5, qPrintable(QString("%1: forward error %2 > 1e-5").arg(what).arg(e.out)));
-        QVERIFY2(e.dqkv <= 5e-5, qPrintable(QString("%1: backward error %2 > 5e-5").arg(what).arg(e.dqkv)));
+    /// Half an ulp of the largest value in T: what rounding each output to T once may add (bf16 2^-8,
+    /// f16 2^-11; nothing for fp32 arrays).
+    template <class T>
+    static double half_ulp() {
+        if constexpr (std::is_same_v<T, __nv_bfloat16>) return std::ldexp(1.0, -8);
+        else if constexpr (std::is_same_v<T, __half>) return std::ldexp(1.0, -11);
+        else return 0.0;
     }
+    /// CUDA-core kernels: fp32 1e-5 (forward) and 5e-5 (backward), plus T's output rounding.
+    template <class T = float>
+    static void check(const Errors& e, const char* what) {
+        const double fwd = 1e-5 + half_ulp<T>(), bwd = 5e-5 + half_ulp<T>();
+        QVERIFY2(e.out <= fwd, qPrintable(QString("%1: forward error %2 > %3").arg(what).arg(e.out).arg(fwd)));
+        QVERIFY2(e.dqkv <= bwd, qPrintable(QString("%1: backward error %2 > %3").arg(what).arg(e.dqkv).arg(bwd)));
+        if (!std::is_same_v<T, float>) qInfo("%s: forward %.2e, backward %.2e", what, e.out, e.dqkv);
+    }
+    /// Tensor-core kernels: rounding P, dS and dO to bf16 (or f16) for the products costs ~1e-3 to
+    /// 2.5e-3 here; the GPU check allows 1e-2 (16-bit runs), this one 5e-3 plus T's output rounding,
+    /// so that a wrong index cannot hide in the slack.
+    template <class T = float>
     static void check_bf16(const Errors& e, const char* what) {
-        // Rounding P, dS and dO to bf16 for the products costs ~1e-3 to 2.5e-3 here; the GPU check
-        // allows 1e-2 (bf16 runs), this one 5e-3, so that a wrong index cannot hide in the slack.
-        QVERIFY2(e.out <= 5e-3, qPrintable(QString("%1: forward error %2 > 5e-3").arg(what).arg(e.out)));
-        QVERIFY2(e.dqkv <= 5e-3, qPrintable(QString("%1: backward error %2 > 5e-3").arg(what).arg(e.dqkv)));
+        const double tol = 5e-3 + half_ulp<T>();
+        QVERIFY2(e.out <= tol, qPrintable(QString("%1: forward error %2 > %3").arg(what).arg(e.out).arg(tol)));
+        QVERIFY2(e.dqkv <= tol, qPrintable(QString("%1: backward error %2 > %3").arg(what).arg(e.dqkv).arg(tol)));
         qInfo("%s: forward %.2e, backward %.2e", what, e.out, e.dqkv);
     }
 
@@ -226,12 +295,36 @@ private slots:
 
     void tensor_core_kernels_match_the_cpu_op_in_bf16() {
         // S = 130: three 64-row blocks and 64-key tiles, the last one partial.
-        check_bf16(compare<64>({130, 1, 2, 0, 0.0f, 0, 2}, true), "tensor cores, D 64");
-        check_bf16(compare<16>({70, 2, 2, 0, 0.25f, 2, 6}, true), "tensor cores, D 16, dropout 0.25, heads 2-3 of 6");
-        check_bf16(compare<128>({65, 1, 1, 0, 0.1f, 0, 1}, true), "tensor cores, D 128, dropout 0.1");
-        check_bf16(compare<80>({33, 1, 1, 0, 0.0f, 0, 1}, true), "tensor cores, D 80");
-        check_bf16(compare<96>({1, 1, 1, 0, 0.0f, 0, 1}, true), "tensor cores, D 96, S 1");
-        check_bf16(compare<160>({64, 1, 1, 0, 0.0f, 0, 1}, true), "tensor cores, D 160");
+        check_bf16(compare<64, float, __nv_bfloat16>({130, 1, 2, 0, 0.0f, 0, 2}), "tensor cores, D 64");
+        check_bf16(compare<16, float, __nv_bfloat16>({70, 2, 2, 0, 0.25f, 2, 6}), "tensor cores, D 16, dropout 0.25, heads 2-3 of 6");
+        check_bf16(compare<128, float, __nv_bfloat16>({65, 1, 1, 0, 0.1f, 0, 1}), "tensor cores, D 128, dropout 0.1");
+        check_bf16(compare<80, float, __nv_bfloat16>({33, 1, 1, 0, 0.0f, 0, 1}), "tensor cores, D 80");
+        check_bf16(compare<96, float, __nv_bfloat16>({1, 1, 1, 0, 0.0f, 0, 1}), "tensor cores, D 96, S 1");
+        check_bf16(compare<160, float, __nv_bfloat16>({64, 1, 1, 0, 0.0f, 0, 1}), "tensor cores, D 160");
+    }
+
+    void cuda_core_kernels_on_16bit_views() {
+        // bf16 and f16 qkv/out/dout/dqkv: the fp32 kernels' arithmetic on the 16-bit values, each
+        // output rounded once (the fp32 tolerance plus that rounding).
+        check<__nv_bfloat16>(compare<64, __nv_bfloat16>({70, 1, 2, 0, 0.0f, 0, 2}), "bf16 views, D 64");
+        check<__nv_bfloat16>(compare<16, __nv_bfloat16>({65, 2, 2, 0, 0.25f, 2, 6}),
+                               "bf16 views, D 16, dropout 0.25, heads 2-3 of 6");
+        check<__nv_bfloat16>(compare<32, __nv_bfloat16>({70, 2, 4, 2}), "bf16 views, GQA A 4 G 2, D 32");
+        check<__half>(compare<64, __half>({70, 1, 2, 0, 0.1f, 0, 2}), "f16 views, D 64, dropout 0.1");
+        check<__half>(compare<16, __half>({65, 1, 4, 1, 0.2f, 2, 8}), "f16 views, MQA A 4 G 1, D 16, dropout 0.2");
+        check<__half>(compare<80, __half>({33, 1, 1, 0, 0.0f, 0, 1}), "f16 views, D 80");
+    }
+
+    void tensor_core_kernels_on_16bit_views() {
+        // 16-bit tiles loaded directly (128-bit copies of 8 values) into bf16 or f16 fragments.
+        check_bf16<__nv_bfloat16>(compare<64, __nv_bfloat16, __nv_bfloat16>({130, 1, 2, 0, 0.0f, 0, 2}), "bf16 views, tensor cores, D 64");
+        check_bf16<__nv_bfloat16>(compare<16, __nv_bfloat16, __nv_bfloat16>({70, 2, 4, 1, 0.25f, 4, 8}),
+                   "bf16 views, tensor cores, MQA A 4 G 1, D 16, dropout 0.25");
+        check_bf16<__nv_bfloat16>(compare<128, __nv_bfloat16, __nv_bfloat16>({65, 1, 2, 1, 0.1f, 0, 2}),
+                   "bf16 views, tensor cores, MQA A 2 G 1, D 128, dropout 0.1");
+        check_bf16<__half>(compare<64, __half, __half>({100, 1, 4, 2}), "f16 views, tensor cores, GQA A 4 G 2, D 64");
+        check_bf16<__half>(compare<80, __half, __half>({33, 1, 1, 0, 0.1f, 0, 1}), "f16 views, tensor cores, D 80, dropout 0.1");
+        check_bf16<__half>(compare<160, __half, __half>({64, 1, 1, 0, 0.0f, 0, 1}), "f16 views, tensor cores, D 160");
     }
 
     void grouped_query_attention_matches_the_expanded_cpu_op() {
@@ -240,8 +333,8 @@ private slots:
         check(compare<32>({70, 2, 4, 2}), "GQA A 4 G 2, D 32");
         check(compare<16>({65, 1, 4, 1, 0.2f, 2, 8}), "MQA A 4 G 1, D 16, dropout 0.2, heads 2-5 of 8");
         check(compare<64>({33, 1, 3, 1}), "MQA A 3 G 1, D 64");
-        check_bf16(compare<64>({100, 1, 4, 2}, true), "tensor cores, GQA A 4 G 2, D 64");
-        check_bf16(compare<16>({70, 2, 4, 1, 0.25f, 4, 8}, true), "tensor cores, MQA A 4 G 1, D 16, dropout 0.25");
+        check_bf16(compare<64, float, __nv_bfloat16>({100, 1, 4, 2}), "tensor cores, GQA A 4 G 2, D 64");
+        check_bf16(compare<16, float, __nv_bfloat16>({70, 2, 4, 1, 0.25f, 4, 8}), "tensor cores, MQA A 4 G 1, D 16, dropout 0.25");
     }
 
     void tensor_core_shared_memory_is_conflict_free_and_fits() {
@@ -279,28 +372,46 @@ private slots:
               att::TcBackwardSmem<64>::bytes, att::TcBackwardSmem<128>::bytes, att::TcBackwardSmem<160>::bytes);
     }
 
-    void cudnn_staging_maps_every_column_to_the_kernels_layout() {
-        // ops_attention_cudnn.cu regroups each qkv row as [all q | all k | all v] for cuDNN: every
-        // staged column is the column the own kernels read for that head (q_column, k_column,
-        // v_column), and the map is one-to-one (a permutation of the row).
+    void cudnn_views_address_the_kernels_layout() {
+        // cuDNN binds the packed grouped qkv in place (cudnn_sdpa_plan.h: B·G sequences of A/G query
+        // heads sharing one key/value head): every element of the plan's Q, K, V and O views is the
+        // element the own kernels read for that head (q_column, k_column, v_column, out_column), and
+        // Q, K and V together cover each qkv row exactly once.
         for (const auto& [A, G] : {std::pair{4, 4}, std::pair{8, 2}, std::pair{4, 1}, std::pair{6, 3}}) {
             AttentionParams p;
             p.num_heads = A;
             p.num_query_groups = G;
             p.batch = 2;
-            const int64_t D = 8, W = (A + 2 * G) * D;
-            const att::Geometry g = att::make_geometry(5, D, p);
-            std::vector<int> hits(static_cast<std::size_t>(W), 0);
-            for (int64_t c = 0; c < W; ++c) ++hits[static_cast<std::size_t>(att::staged_to_our_column(c, A, G, D))];
-            QVERIFY(std::all_of(hits.begin(), hits.end(), [](int n) { return n == 1; }));
-            for (int64_t b = 0; b < 2; ++b) {
-                for (int64_t h = 0; h < A; ++h)
-                    QCOMPARE(b * W + att::staged_to_our_column(h * D + 3, A, G, D), att::q_column(g, b, h) + 3);
-                for (int64_t k = 0; k < G; ++k) {
-                    QCOMPARE(b * W + att::staged_to_our_column((A + k) * D, A, G, D), att::k_column(g, b, k));
-                    QCOMPARE(b * W + att::staged_to_our_column((A + G + k) * D + 7, A, G, D), att::v_column(g, b, k) + 7);
-                }
-            }
+            const int64_t S = 3, D = 8, W = (A + 2 * G) * D, n = A / G;
+            const att::Geometry g = att::make_geometry(S, D, p);
+            const cudnn_sdpa::Shape shape{p.batch, A, G, S, D, 1.0f, 0.0f, cudnn_sdpa::Type::BF16};
+            const auto qs = cudnn_sdpa::qkv_strides(shape), os = cudnn_sdpa::out_strides(shape);
+            const auto qd = cudnn_sdpa::qkv_dims(shape, false), kd = cudnn_sdpa::qkv_dims(shape, true);
+            QCOMPARE(qd[0], p.batch * G);
+            QCOMPARE(qd[1], n);
+            QCOMPARE(kd[1], int64_t{1});
+            std::vector<int> hits(static_cast<std::size_t>(S * p.batch * W), 0);
+            const auto at = [](const std::array<int64_t, 4>& st, int64_t i0, int64_t i1, int64_t s, int64_t d) {
+                return i0 * st[0] + i1 * st[1] + s * st[2] + d * st[3];
+            };
+            for (int64_t bg = 0; bg < qd[0]; ++bg)
+                for (int64_t s = 0; s < S; ++s)
+                    for (int64_t d = 0; d < D; ++d) {
+                        const int64_t b = bg / G, grp = bg % G;
+                        for (int64_t j = 0; j < n; ++j) {
+                            const int64_t h = grp * n + j, q = at(qs, bg, j, s, d);
+                            QCOMPARE(q, s * g.ld_qkv + att::q_column(g, b, h) + d);
+                            QCOMPARE(at(os, bg, j, s, d), s * g.ld_out + att::out_column(g, b, h) + d);
+                            ++hits[static_cast<std::size_t>(q)];
+                        }
+                        const int64_t k = cudnn_sdpa::k_offset(shape) + at(qs, bg, 0, s, d);
+                        const int64_t v = cudnn_sdpa::v_offset(shape) + at(qs, bg, 0, s, d);
+                        QCOMPARE(k, s * g.ld_qkv + att::k_column(g, b, grp) + d);
+                        QCOMPARE(v, s * g.ld_qkv + att::v_column(g, b, grp) + d);
+                        ++hits[static_cast<std::size_t>(k)];
+                        ++hits[static_cast<std::size_t>(v)];
+                    }
+            QVERIFY(std::all_of(hits.begin(), hits.end(), [](int c) { return c == 1; }));
         }
     }
 

@@ -207,8 +207,9 @@ std::vector<Case> cases(Store& s) {
     add("attention_forward", {s.f({kS, kB, kCtx}), s.f({saved}), s.f({kS, kB, kQkv}), s.f({ws}, kAnyDtype)},
         [ap](OpContext& x, V a) { ops::attention_forward(x, a[0], a[1], a[2], a[3], ap); });
     add("attention_backward",
-        {s.f({kS, kB, kQkv}), s.f({kS, kB, kCtx}), s.f({kS, kB, kQkv}), s.f({saved}), s.f({ws}, kAnyDtype)},
-        [ap](OpContext& x, V a) { ops::attention_backward(x, a[0], a[1], a[2], a[3], a[4], ap); });
+        {s.f({kS, kB, kQkv}), s.f({kS, kB, kCtx}), s.f({kS, kB, kQkv}), s.f({kS, kB, kCtx}), s.f({saved}),
+         s.f({ws}, kAnyDtype)},
+        [ap](OpContext& x, V a) { ops::attention_backward(x, a[0], a[1], a[2], a[3], a[4], a[5], ap); });
     // one new token (row 0, position 0) against a cache of R = 1 row, L = 2 positions
     add("cached_attention_forward",
         {s.f({1, kCtx}), s.f({1, 2, 2, 4}), s.f({1, 2, 2, 4}), s.f({1, kQkv}), s.i(1), s.i(1)},

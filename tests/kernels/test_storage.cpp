@@ -302,21 +302,25 @@ private slots:
 
         std::vector<float> dout = random_floats(S * B * A * D, 22), dq_e(S * B * W), dq_s(S * B * W);
         ops::attention_backward(ctx, view_f32(dq_e.data(), {S, B, W}), view_f32(dout.data(), {S, B, A * D}),
-                                view_f32(qkv.f32.data(), {S, B, W}), view_f32(probs_e.data(), {saved}), wsv, p);
+                                view_f32(qkv.f32.data(), {S, B, W}), view_f32(out_e.data(), {S, B, A * D}),
+                                view_f32(probs_e.data(), {saved}), wsv, p);
         ops::attention_backward(ctx, view_f32(dq_s.data(), {S, B, W}), view_f32(dout.data(), {S, B, A * D}),
-                                view16(qkv.bits, dt, {S, B, W}), view_f32(probs_s.data(), {saved}), wsv, p);
+                                view16(qkv.bits, dt, {S, B, W}), view16(out16, dt, {S, B, A * D}),
+                                view_f32(probs_s.data(), {saved}), wsv, p);
         QCOMPARE_BITS(dq_s, dq_e);
         // 16-bit dout and dqkv (the context's and qkv's gradients), then RoPE's backward on it in place.
         Stored dout16 = stored(dt, dout);
         std::vector<float> dq_e2(S * B * W);
         ops::attention_backward(ctx, view_f32(dq_e2.data(), {S, B, W}), view_f32(dout16.f32.data(), {S, B, A * D}),
-                                view_f32(qkv.f32.data(), {S, B, W}), view_f32(probs_e.data(), {saved}), wsv, p);
+                                view_f32(qkv.f32.data(), {S, B, W}), view_f32(out_e.data(), {S, B, A * D}),
+                                view_f32(probs_e.data(), {saved}), wsv, p);
         ops::round_to(ctx, view_f32(dq_e2.data(), {S * B * W}), dt);
         ops::rope_backward(ctx, view_f32(dq_e2.data(), {S, B, W}), cv, sv, p, int(R), interleaved, 0);
         ops::round_to(ctx, view_f32(dq_e2.data(), {S * B * W}), dt);
         std::vector<uint16_t> dq16(S * B * W);
         ops::attention_backward(ctx, view16(dq16, dt, {S, B, W}), view16(dout16.bits, dt, {S, B, A * D}),
-                                view16(qkv.bits, dt, {S, B, W}), view_f32(probs_s.data(), {saved}), wsv, p);
+                                view16(qkv.bits, dt, {S, B, W}), view16(out16, dt, {S, B, A * D}),
+                                view_f32(probs_s.data(), {saved}), wsv, p);
         ops::rope_backward(ctx, view16(dq16, dt, {S, B, W}), cv, sv, p, int(R), interleaved, 0);
         QCOMPARE_BITS(decoded(dt, dq16), dq_e2);
     }

@@ -624,6 +624,118 @@ AttentionParams attn_params(const AttnCase& a) {
     return p;
 }
 
+/// A device tensor stored in 16 bits (bf16 or f16) holding `values` rounded to it.
+class Device16 {
+public:
+    Device16(DType dtype, const std::vector<float>& values, std::initializer_list<int64_t> shape)
+        : dtype_(dtype), n_(static_cast<int64_t>(values.size())), shape_(shape) {
+        std::vector<uint16_t> bits;
+        for (float x : values) bits.push_back(dtype == DType::F16 ? fp16_bits(x) : bf16_bits(x));
+        dev_ = device::cuda_malloc(std::max<int64_t>(n_ * 2, 4));
+        device::copy_to_device(dev_, bits.data(), n_ * 2);
+    }
+    Device16(const Device16&) = delete;
+    Device16& operator=(const Device16&) = delete;
+    ~Device16() { device::cuda_free(dev_); }
+    TensorView gpu() const {
+        TensorView v;
+        v.data = dev_;
+        v.dtype = dtype_;
+        v.device = Device::CUDA;
+        v.ndim = static_cast<int>(shape_.size());
+        for (int i = 0; i < v.ndim; ++i) v.shape[i] = shape_[static_cast<size_t>(i)];
+        return v;
+    }
+    /// The device contents, decoded.
+    std::vector<float> values() const {
+        std::vector<uint16_t> bits(static_cast<size_t>(n_));
+        device::copy_to_host(bits.data(), dev_, n_ * 2);
+        std::vector<float> out;
+        for (uint16_t h : bits) out.push_back(dtype_ == DType::F16 ? from_fp16_bits(h) : from_bf16_bits(h));
+        return out;
+    }
+
+private:
+    DType dtype_;
+    int64_t n_;
+    std::vector<int64_t> shape_;
+    void* dev_ = nullptr;
+};
+
+/// x rounded to `dtype` (bf16 or f16) element by element: the CPU op's results on 16-bit views.
+std::vector<float> rounded(std::vector<float> x, DType dtype) {
+    for (float& v : x) v = dtype == DType::F16 ? round_to_fp16(v) : round_to_bf16(v);
+    return x;
+}
+
+/// One attention case with qkv, out, dout and dqkv stored in 16 bits (`stored`) on the GPU: the own
+/// kernels (tensor cores: E = the storage type) or cuDNN bound in place, against the CPU op in fp32 on
+/// the same 16-bit values (the GPU's one rounding of each output is part of its error).
+void attention_case_16bit(Compare& cmp, const AttnCase& a, DType stored, bool cudnn = false) {
+    AttentionParams p = attn_params(a);
+    if (cudnn) {
+        p.backend = AttentionBackend::Cudnn;
+        p.head_dim = static_cast<int>(a.D);
+    }
+    const int64_t row = (a.A + 2 * a.groups()) * a.D, qkv_n = a.S * a.B * row, out_n = a.S * a.B * a.A * a.D;
+    Twin qkv(rounded(random_floats(qkv_n, 100, -2, 2), stored), {a.S, a.B, row});
+    Twin out(std::vector<float>(out_n), {a.S, a.B, a.A * a.D});
+    Twin dout(rounded(random_floats(out_n, 101), stored), {a.S, a.B, a.A * a.D});
+    Twin dqkv(std::vector<float>(qkv_n), {a.S, a.B, row});
+    Device16 qkv16(stored, qkv.host(), {a.S, a.B, row}), out16(stored, out.host(), {a.S, a.B, a.A * a.D});
+    Device16 dout16(stored, dout.host(), {a.S, a.B, a.A * a.D}), dqkv16(stored, dqkv.host(), {a.S, a.B, row});
+    std::vector<float> probs(static_cast<size_t>(ops::attention_saved_elements(Device::CPU, p, a.S)));
+    std::vector<float> ws(static_cast<size_t>(ops::attention_workspace_bytes(Device::CPU, p, a.S, ops::num_threads()) / 4 + 1));
+    const int64_t lse_n = ops::attention_saved_elements(Device::CUDA, p, a.S);
+    const int64_t dws_n = ops::attention_workspace_bytes(Device::CUDA, p, a.S, 1) / 4;
+    Twin lse(std::vector<float>(lse_n), {lse_n}), dws(std::vector<float>(dws_n), {dws_n});
+    auto c = cpu_ctx(), g = gpu_ctx();
+    g.gemm_inputs = stored;
+    if (cudnn) g.attention = AttentionBackend::Cudnn;
+    const TensorView vp = view_f32(probs.data(), {static_cast<int64_t>(probs.size())});
+    const TensorView vw = view_f32(ws.data(), {static_cast<int64_t>(ws.size())});
+    ops::attention_forward(c, out.cpu(), vp, qkv.cpu(), vw, p);
+    ops::attention_forward(g, out16.gpu(), lse.gpu(), qkv16.gpu(), dws.gpu(), p);
+    ops::attention_backward(c, dqkv.cpu(), dout.cpu(), qkv.cpu(), out.cpu(), vp, vw, p);
+    ops::attention_backward(g, dqkv16.gpu(), dout16.gpu(), qkv16.gpu(), out16.gpu(), lse.gpu(), dws.gpu(), p);
+    const std::string tag = fmt::format(" S={} B={} A={} G={} D={} p={} ({} storage{})", a.S, a.B, a.A, a.groups(), a.D,
+                                        a.p, dtype_name(stored), cudnn ? ", cuDNN" : ", tensor cores");
+    cmp.values("attention out" + tag, out16.values(), out.host());
+    cmp.values("attention dqkv" + tag, dqkv16.values(), dqkv.host());
+}
+
+Compare check_attention_16bit() {
+    // bf16 and f16 tensors: the tensor-core kernels load the 16-bit tiles directly (fp16: half
+    // fragments); P and dS rounded to the storage type for their products, then one rounding of
+    // each output: 1e-2, as for bf16 values in fp32 arrays.
+    Compare cmp;
+    for (DType t : {DType::BF16, DType::F16}) {
+        attention_case_16bit(cmp, {130, 1, 2, 64, 0.0f, 0, 2}, t);
+        attention_case_16bit(cmp, {257, 2, 8, 128, 0.1f, 0, 8, 2}, t);  // GQA, dropout
+        attention_case_16bit(cmp, {70, 1, 4, 16, 0.25f, 4, 8, 1}, t);   // MQA, heads 4..7 of 8
+        attention_case_16bit(cmp, {65, 1, 1, 80, 0.0f, 0, 1}, t);
+    }
+    return cmp;
+}
+
+/// cuDNN on bf16 and f16 tensors bound in place (strided views of the packed grouped qkv, O read
+/// from the stored output), multi-head, grouped-query and multi-query.
+Compare check_attention_cudnn_16bit() {
+    Compare cmp;
+    if (const AttentionBackendChoice c = resolve_attention_backend("cudnn", false, true); c.backend != AttentionBackend::Cudnn) {
+        cmp.values("cuDNN does not run: " + c.reason, {1.0f}, {0.0f});
+        return cmp;
+    }
+    for (DType t : {DType::BF16, DType::F16}) {
+        attention_case_16bit(cmp, {130, 1, 2, 64, 0.0f, 0, 2}, t, true);
+        attention_case_16bit(cmp, {257, 2, 8, 128, 0.0f, 0, 8, 2}, t, true);
+        attention_case_16bit(cmp, {70, 1, 4, 64, 0.0f, 0, 4, 1}, t, true);
+    }
+    if (const std::string refused = cudnn_attention_refusals(); !refused.empty())
+        cmp.values("cuDNN refused: " + refused, {1.0f}, {0.0f});
+    return cmp;
+}
+
 /// Forward and backward of one attention case on both devices; returns the comparison. With
 /// `tensor_cores` the GPU runs as in a bf16 run (gemm_inputs BF16: the tensor-core kernels) on
 /// bf16-valued inputs.
@@ -660,8 +772,8 @@ void attention_case(Compare& cmp, const AttnCase& a, bool backward, bool tensor_
                                         cudnn ? " (cuDNN)" : tensor_cores ? " (tensor cores)" : "");
     cmp.twin("attention out" + tag, out);
     if (!backward) return;
-    ops::attention_backward(c, dqkv.cpu(), dout.cpu(), qkv.cpu(), vp, vw, p);
-    ops::attention_backward(g, dqkv.gpu(), dout.gpu(), qkv.gpu(), lse.gpu(), dws.gpu(), p);
+    ops::attention_backward(c, dqkv.cpu(), dout.cpu(), qkv.cpu(), out.cpu(), vp, vw, p);
+    ops::attention_backward(g, dqkv.gpu(), dout.gpu(), qkv.gpu(), out.gpu(), lse.gpu(), dws.gpu(), p);
     cmp.twin("attention dqkv" + tag, dqkv);
 }
 
@@ -894,7 +1006,7 @@ Compare check_deterministic() {
         Twin lse(std::vector<float>(lse_n), {lse_n}), ws(std::vector<float>(lse_n), {lse_n});
         auto g = gpu_ctx();
         ops::attention_forward(g, out.gpu(), lse.gpu(), qkv.gpu(), ws.gpu(), p);
-        ops::attention_backward(g, dqkv.gpu(), dout.gpu(), qkv.gpu(), lse.gpu(), ws.gpu(), p);
+        ops::attention_backward(g, dqkv.gpu(), dout.gpu(), qkv.gpu(), out.gpu(), lse.gpu(), ws.gpu(), p);
         outs.push_back(out.device_values());
         outs.push_back(dqkv.device_values());
         {  // grouped-query attention: dk/dv summed over a group's heads, in order
@@ -906,7 +1018,7 @@ Compare check_deterministic() {
             const int64_t ln = ops::attention_saved_elements(Device::CUDA, pq, q.S);
             Twin glse(std::vector<float>(ln), {ln}), gws(std::vector<float>(ln), {ln});
             ops::attention_forward(g, gout.gpu(), glse.gpu(), gqkv.gpu(), gws.gpu(), pq);
-            ops::attention_backward(g, gdqkv.gpu(), gdout.gpu(), gqkv.gpu(), glse.gpu(), gws.gpu(), pq);
+            ops::attention_backward(g, gdqkv.gpu(), gdout.gpu(), gqkv.gpu(), gout.gpu(), glse.gpu(), gws.gpu(), pq);
             outs.push_back(gout.device_values());
             outs.push_back(gdqkv.device_values());
         }
@@ -963,6 +1075,8 @@ const std::vector<std::pair<std::string, CheckDef>>& registry() {
         {"attention_gqa", {check_attention_gqa, 5e-5}},
         {"attention_gqa_tensor_cores", {check_attention_gqa_tensor_cores, 1e-2}},
         {"attention_cudnn", {check_attention_cudnn, 1e-2}},
+        {"attention_16bit", {check_attention_16bit, 1e-2}},
+        {"attention_cudnn_16bit", {check_attention_cudnn_16bit, 1e-2}},
         {"cached_attention", {check_cached_attention, 1e-5}},
         {"cross_entropy", {check_cross_entropy, 1e-5}},
         {"adamw", {check_adamw, 1e-5}},

@@ -53,8 +53,8 @@ struct AttentionParams {
     float softmax_scale = 1;   ///< usually 1/sqrt(D)
     float dropout_p = 0;       ///< attention dropout on the probabilities
     RngStream rng;
-    /// CUDA: the kernels (a run's resolve_attention_backend; never asked again per call). With Cudnn,
-    /// `probs` also holds a bf16 copy of the output, sized from head_dim (D; 0 = not given).
+    /// CUDA: the kernels (a run's resolve_attention_backend; never asked again per call). head_dim:
+    /// D when given (0 = not given; checked against qkv's).
     AttentionBackend backend = AttentionBackend::Own;
     int head_dim = 0;
 

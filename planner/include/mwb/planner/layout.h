@@ -62,6 +62,9 @@ struct Precision {
     int statistic = 4;    ///< norm mean/rstd and loss statistics (always fp32)
     bool master = false;  ///< fp32 master weights in the optimizer (bf16/fp16 runs)
     bool half = false;    ///< a bf16/fp16 run (the 16-bit peak FLOP/s applies)
+    /// Attention saves one fp32 log-sum-exp per score row (CUDA, own kernels and cuDNN alike), not the
+    /// CPU op's fp32 probabilities (ops::attention_saved_elements).
+    bool attention_row_stats = false;
     static Precision from(const TrainingConfig& training, const DeviceSpec& device);
 };
 
