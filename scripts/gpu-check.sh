@@ -13,7 +13,8 @@
 #   scripts/gpu-check.sh [run] [--quick] [--dry-run]   on the device machine: the CUDA op checks
 #       (each in a process of its own: `scripts/gpu-check.sh checks BIN`), the attention
 #       micro-benchmark (4×16×2048×128 bf16, and Llama-3.2-1B's grouped 4×32×2048×64 with 8 groups)
-#       in mwb-gpu-bench and PyTorch SDPA, then GPT-2 124M (seq 1024), a 1.3B GPT (24 layers, hidden
+#       in mwb-gpu-bench (the own kernels; the multi-head shape also on cuDNN, --backend cudnn) and
+#       PyTorch SDPA, then GPT-2 124M (seq 1024), a 1.3B GPT (24 layers, hidden
 #       2048, seq 2048) and Llama-3.2-1B (its preset, seq 2048), bf16, in mwb-gpu-bench and PyTorch
 #       (benchmarks/gpu/torch_gpt_gpu.py), given the same mwb-train flags. Every step is time-boxed;
 #       the limits, the fallback build's included, add up to at most GPU_CHECK_BUDGET seconds (default
@@ -320,9 +321,14 @@ run_all() {
     for shape in "${shapes[@]}"; do
         read -r name shape <<<"$shape"
         # shellcheck disable=SC2086
-        [ -n "$bench" ] && run_step "mwb-$name" 12 "${lib[@]}" "$bench" attention $shape
+        [ -n "$bench" ] && run_step "mwb-$name" 10 "${lib[@]}" "$bench" attention $shape
+        # cuDNN's fused attention beside the own kernels, on the multi-head shape (bf16 tensors; the
+        # JSON line says which kernels ran, and why, if cuDNN could not)
         # shellcheck disable=SC2086
-        run_step "torch-$name" 18 "$py" "$here/benchmarks/gpu/torch_attention_gpu.py" $shape
+        [ -n "$bench" ] && [ "$name" = attention-mha ] &&
+            run_step "mwb-$name-cudnn" 10 "${lib[@]}" "$bench" attention $shape --backend cudnn
+        # shellcheck disable=SC2086
+        run_step "torch-$name" 15 "$py" "$here/benchmarks/gpu/torch_attention_gpu.py" $shape
     done
 
     # name, limit-mwb, limit-torch, then the model as both programs take it (mwb-train's flags; the
@@ -388,7 +394,9 @@ def figures(r):
 def what(step, r):
     if r and r.get("label") == "attention":
         g = f" (G {r['groups']})" if r["groups"] != r["heads"] else ""
-        return f"attention {r['batch']}×{r['heads']}{g}×{r['seq']}×{r['head_dim']}"
+        k = r.get("kernels", "")
+        ran = "" if r.get("engine") != "mwb" else " (cuDNN)" if k.startswith("cuDNN") else " (own kernels)"
+        return f"attention {r['batch']}×{r['heads']}{g}×{r['seq']}×{r['head_dim']}{ran}"
     return step.split("-", 1)[1] if "-" in step else step
 
 

@@ -15,11 +15,13 @@
 // bf16/f16 storage, or fp32 arrays of a bf16 run — go to the tensor-core kernels of
 // attention_tc_kernels.cuh instead (same contract), or to cuDNN's fused attention when the run chose
 // it (AttentionParams::backend, ops_attention_cudnn.cu; its backward reads O from `out`).
-#include "attention_kernels.cuh"
-#include "attention_tc_kernels.cuh"
+#include "attention_launch.h"
 #include "cuda_ops.h"
 #include "ops_attention_cudnn.h"
 #include "runtime.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 namespace mwb::cuda {
 
@@ -35,25 +37,8 @@ Geometry geometry(const char* op, const TensorView& qkv, const AttentionParams& 
     return g;
 }
 
-/// Blocks of `rows` positions per (sequence, query head): forward and dq; per (sequence, key/value
-/// group) with `per_group`: dk/dv.
-dim3 grid_of(const Geometry& g, int rows, bool per_group = false) {
-    return dim3(static_cast<unsigned>((g.S + rows - 1) / rows), static_cast<unsigned>(g.B * (per_group ? g.G : g.A)));
-}
-
-/// The opt-in shared memory a block may use on this device.
-int max_block_smem() {
-    static const int bytes = [] {
-        int device = 0, value = 0;
-        MWB_CUDA_CHECK(cudaGetDevice(&device));
-        MWB_CUDA_CHECK(cudaDeviceGetAttribute(&value, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-        return value;
-    }();
-    return bytes;
-}
-
 /// Calls f(T{}, E{}) for the storage element T of `stored` and the tensor cores' input E: T's own
-/// type for 16-bit storage, bf16 for fp32 arrays of a bf16 run (they hold bf16 values), void when the
+/// type for 16-bit storage, bf16 for fp32 arrays of a bf16 run (they hold bf16 values), int when the
 /// fp32 kernels run (fp32 runs; fp16 runs on fp32 arrays keep them, as before 16-bit storage).
 template <class F>
 void with_elements(DType stored, DType gemm_inputs, F&& f) {
@@ -63,68 +48,6 @@ void with_elements(DType stored, DType gemm_inputs, F&& f) {
     default:
         if (gemm_inputs == DType::BF16) f(float{}, __nv_bfloat16{});
         else f(float{}, 0);  // E = int: no tensor cores
-    }
-}
-
-/// Tensor cores when the inputs are 16-bit values and the tiles fit in shared memory (128.5 KiB at
-/// most: every sm_80/sm_90 part).
-template <int D, class E>
-bool use_tensor_cores() {
-    return !std::is_same_v<E, int> && TcBackwardSmem<D>::bytes <= max_block_smem();
-}
-
-/// Lets `kernel` use `bytes` of dynamic shared memory (above the default 48 KiB), once per kernel.
-template <class Kernel>
-void allow_smem(Kernel kernel, int bytes) {
-    MWB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-}
-
-template <int D, class T, class E>
-void forward_d(const OpContext& ctx, T* out, float* lse, const T* qkv, const Geometry& g) {
-    const cudaStream_t s = stream_of(ctx);
-    if constexpr (!std::is_same_v<E, int>) {
-        if (use_tensor_cores<D, E>()) {
-            constexpr int bytes = TcForwardSmem<D>::bytes;
-            static const bool allowed = (allow_smem(k_attn_fwd_tc<D, T, E>, bytes), true);
-            (void)allowed;
-            k_attn_fwd_tc<D, T, E><<<grid_of(g, kTcRows), kTcThreads, bytes, s>>>(out, lse, qkv, g);
-            return;
-        }
-    }
-    k_attn_fwd<D, T><<<grid_of(g, kRows), kRows, 0, s>>>(out, lse, qkv, g);
-}
-
-template <int D, class T, class E>
-void backward_d(const OpContext& ctx, T* dqkv, float* delta, const T* dout, const T* qkv, const float* lse,
-                const Geometry& g) {
-    const cudaStream_t s = stream_of(ctx);
-    if constexpr (!std::is_same_v<E, int>) {
-        if (use_tensor_cores<D, E>()) {
-            constexpr int bytes = TcBackwardSmem<D>::bytes;
-            static const bool allowed =
-                (allow_smem(k_attn_bwd_dq_tc<D, T, E>, bytes), allow_smem(k_attn_bwd_dkv_tc<D, T, E>, bytes), true);
-            (void)allowed;
-            k_attn_bwd_dq_tc<D, T, E><<<grid_of(g, kTcRows), kTcThreads, bytes, s>>>(dqkv, delta, dout, qkv, lse, g);
-            k_attn_bwd_dkv_tc<D, T, E><<<grid_of(g, kTcRows, true), kTcThreads, bytes, s>>>(dqkv, delta, dout, qkv,
-                                                                                             lse, g);
-            return;
-        }
-    }
-    k_attn_bwd_dq<D, T><<<grid_of(g, kRows), kRows, 0, s>>>(dqkv, delta, dout, qkv, lse, g);
-    k_attn_bwd_dkv<D, T><<<grid_of(g, kRows, true), kRows, 0, s>>>(dqkv, delta, dout, qkv, lse, g);
-}
-
-/// f(std::integral_constant<int, D>{}) for the head dim D (geometry() checked it has kernels).
-template <class F>
-void with_head_dim(int64_t D, F&& f) {
-    switch (D) {
-    case 16: f(std::integral_constant<int, 16>{}); break;
-    case 32: f(std::integral_constant<int, 32>{}); break;
-    case 64: f(std::integral_constant<int, 64>{}); break;
-    case 80: f(std::integral_constant<int, 80>{}); break;
-    case 96: f(std::integral_constant<int, 96>{}); break;
-    case 128: f(std::integral_constant<int, 128>{}); break;
-    default: f(std::integral_constant<int, 160>{}); break;
     }
 }
 
@@ -142,10 +65,7 @@ void attention_forward(OpContext& ctx, TensorView out, TensorView probs, TensorV
     if (cudnn_attention_forward(ctx, out, l, qkv, g, p)) return;
     with_elements(qkv.dtype, ctx.gemm_inputs, [&](auto t, auto e) {
         using T = decltype(t);
-        with_head_dim(g.D, [&](auto d) {
-            forward_d<decltype(d)::value, T, decltype(e)>(ctx, static_cast<T*>(out.data), l,
-                                                          static_cast<const T*>(qkv.data), g);
-        });
+        launch_forward<T, decltype(e)>(ctx, static_cast<T*>(out.data), l, static_cast<const T*>(qkv.data), g);
     });
     check_launch("attention_forward");
 }
@@ -159,11 +79,8 @@ void attention_backward(OpContext& ctx, TensorView dqkv, TensorView dout, Tensor
     if (cudnn_attention_backward(ctx, dqkv, dout, qkv, out, l, g, p)) return;
     with_elements(qkv.dtype, ctx.gemm_inputs, [&](auto t, auto e) {
         using T = decltype(t);
-        with_head_dim(g.D, [&](auto d) {
-            backward_d<decltype(d)::value, T, decltype(e)>(ctx, static_cast<T*>(dqkv.data), delta,
-                                                           static_cast<const T*>(dout.data),
-                                                           static_cast<const T*>(qkv.data), l, g);
-        });
+        launch_backward<T, decltype(e)>(ctx, static_cast<T*>(dqkv.data), delta, static_cast<const T*>(dout.data),
+                                        static_cast<const T*>(qkv.data), l, g);
     });
     check_launch("attention_backward");
 }

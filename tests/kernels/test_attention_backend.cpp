@@ -3,7 +3,8 @@
 //     own kernels with the reason; own and deterministic runs always do;
 //   - the forward and backward SDPA plans (kernels/src/cudnn_sdpa_plan.h) for multi-head, grouped-
 //     query and multi-query attention, with and without dropout: consistent (check), and every bound
-//     tensor's dims and strides address exactly the elements of the staged layout the op binds.
+//     tensor's dims and strides address exactly the elements of the packed qkv, the output and the
+//     log-sum-exps the op binds in place (bf16 and fp16 graphs).
 // What cuDNN itself says of the descriptors: test_kernels_cudnn_descriptors (CUDA builds with the
 // library). Whether the graphs run and match the CPU op: mwb-gpu-check attention_cudnn (a GPU).
 #include "mwb/kernels/attention_backend.h"
@@ -72,7 +73,7 @@ private slots:
         QCOMPARE(std::string(attention_backend_name(AttentionBackend::Own)), std::string("own"));
     }
 
-    void plans_are_consistent_and_bind_the_staged_layout() {
+    void plans_are_consistent_and_bind_the_packed_layout_in_place() {
         struct Case {
             int64_t B, A, G, S, D;
             float dropout;
@@ -86,14 +87,18 @@ private slots:
             QVERIFY2(sdpa::check(fwd).empty(), qPrintable(tag + ": forward: " + QString::fromStdString(sdpa::check(fwd))));
             QVERIFY2(sdpa::check(bwd).empty(), qPrintable(tag + ": backward: " + QString::fromStdString(sdpa::check(bwd))));
 
-            // The staged qkv rows (s·B + b) of W = (A + 2G)·D: Q is the first A·D columns of every row,
-            // K (from offset A·D) the next G·D, V (from (A + G)·D) the last G·D; dQ, dK, dV the same.
-            const int64_t W = (c.A + 2 * c.G) * c.D, rows = c.S * c.B;
+            // The packed grouped qkv in place: rows s·B + b of W = (A + 2G)·D, group g's n = A/G query
+            // heads at columns g·(n + 2)·D + [0, n·D); its K at g·(n + 2)·D + n·D + [0, D) and V one head
+            // further (K's and V's addresses are relative to their binding offsets); dQ, dK, dV the same.
+            const int64_t W = (c.A + 2 * c.G) * c.D, rows = c.S * c.B, n = c.A / c.G;
             std::set<int64_t> q, kv;
             for (int64_t r = 0; r < rows; ++r)
-                for (int64_t e = 0; e < c.A * c.D; ++e) q.insert(r * W + e);
-            for (int64_t r = 0; r < rows; ++r)
-                for (int64_t e = 0; e < c.G * c.D; ++e) kv.insert(r * W + e);
+                for (int64_t g = 0; g < c.G; ++g) {
+                    for (int64_t e = 0; e < n * c.D; ++e) q.insert(r * W + g * (n + 2) * c.D + e);
+                    for (int64_t e = 0; e < c.D; ++e) kv.insert(r * W + g * (n + 2) * c.D + e);
+                }
+            QCOMPARE(sdpa::k_offset(s), n * c.D);
+            QCOMPARE(sdpa::v_offset(s), (n + 1) * c.D);
             for (const sdpa::Plan* p : {&fwd, &bwd}) {
                 QCOMPARE(addressed(*p->find(sdpa::kQ)), q);
                 QCOMPARE(addressed(*p->find(sdpa::kK)), kv);
@@ -104,11 +109,14 @@ private slots:
                 for (int64_t e = 0; e < c.B * c.A * c.S; ++e) stats.insert(e);
                 QCOMPARE(addressed(*p->find(sdpa::kO)), o);
                 QCOMPARE(addressed(*p->find(sdpa::kStats)), stats);
-                // Element (b, h, s, d) of Q sits at row s·B + b, column h·D + d.
+                // Element (b·G + g, j, s, d) of Q sits at row s·B + b, column (g·(n + 2) + j)·D + d.
                 const sdpa::Tensor& qt = *p->find(sdpa::kQ);
-                QCOMPARE(1 * qt.strides[0] + 2 * qt.strides[1] + 3 * qt.strides[2] + 5 * qt.strides[3],
-                         (3 * c.B + 1) * W + 2 * c.D + 5);
-                // K enters as Kᵀ: dims (B, G, D, S).
+                QCOMPARE(qt.dims[0], c.B * c.G);
+                QCOMPARE(qt.dims[1], n);
+                const int64_t j = n - 1;
+                QCOMPARE(1 * qt.strides[0] + j * qt.strides[1] + 3 * qt.strides[2] + 5 * qt.strides[3],
+                         3 * c.B * W + (1 / c.G) * W + ((1 % c.G) * (n + 2) + j) * c.D + 5);
+                // K enters as Kᵀ: dims (B·G, 1, D, S).
                 QCOMPARE(p->find(sdpa::kK)->dims[2], c.D);
                 QCOMPARE(p->find(sdpa::kK)->dims[3], c.S);
                 QCOMPARE(p->find(sdpa::kSeed) != nullptr, c.dropout > 0);
@@ -123,6 +131,14 @@ private slots:
             QCOMPARE(count(fwd, sdpa::Op::Matmul), 2);
             QCOMPARE(count(bwd, sdpa::Op::Matmul), 5);  // S, dP, dV, dK, dQ: FlashAttention-2's five products
             QCOMPARE(bwd.find(sdpa::kDQAccum)->type, sdpa::Type::F32);  // dQ accumulates in f32
+            // fp16 graphs: the same plan with every 16-bit tensor f16.
+            sdpa::Shape s16 = s;
+            s16.io = sdpa::Type::F16;
+            const sdpa::Plan fwd16 = sdpa::forward_plan(s16), bwd16 = sdpa::backward_plan(s16);
+            QVERIFY(sdpa::check(fwd16).empty() && sdpa::check(bwd16).empty());
+            for (const int64_t uid : {sdpa::kQ, sdpa::kK, sdpa::kV, sdpa::kO}) QCOMPARE(fwd16.find(uid)->type, sdpa::Type::F16);
+            for (const int64_t uid : {sdpa::kDO, sdpa::kDQ, sdpa::kDK, sdpa::kDV}) QCOMPARE(bwd16.find(uid)->type, sdpa::Type::F16);
+            QCOMPARE(bwd16.find(sdpa::kStats)->type, sdpa::Type::F32);
         }
     }
 

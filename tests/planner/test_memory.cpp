@@ -3,6 +3,7 @@
 #include "published.h"
 
 #include "mwb/ipc/schema.h"
+#include "mwb/kernels/ops.h"
 #include "mwb/planner/plan.h"
 #include "mwb/planner/report.h"
 
@@ -164,10 +165,11 @@ private slots:
 
     // Activations kept per micro-batch on a TP rank (engine accounting, bf16 on a GPU, N = s·b = 32 rows):
     // replicated input, norm outputs, residual: 4·N·h·2 bytes; norm statistics 4·N·4; sharded QKV, context
-    // and MLP: (3h + h + 2f)/t·N·2; probabilities (a/t)·s²·b·2. With SP the replicated part is /t.
+    // and MLP: (3h + h + 2f)/t·N·2; attention's saved state, one fp32 log-sum-exp per score row on a
+    // GPU, (a/t)·s·b·4. With SP the replicated part is /t.
     void tp2_pp2_activations_kept_per_microbatch() {
         const int64_t N = 32, h = 32, f = 128, t = 2, s = 16, b = 2, a = 4;
-        const int64_t sharded = (3 * h + h + 2 * f) / t * N * 2 + (a / t) * s * s * b * 2;
+        const int64_t sharded = (3 * h + h + 2 * f) / t * N * 2 + (a / t) * s * b * 4;
         for (const bool sp : {false, true}) {
             Config c = tiny(2, 2, false, true);
             c.parallel.sequence_parallel = sp;
@@ -205,6 +207,28 @@ private slots:
 
     // The planner's categories are the wire's: a prediction's by_category names each category as
     // mwb-train's mem.by_category does (ipc's list), so predicted and measured compare key by key.
+    void attention_saved_state_is_what_the_op_saves() {
+        // The engine accounting's attention core is the op's `probs` (fp32): on a GPU one log-sum-exp
+        // per score row (own kernels and cuDNN alike), on the CPU the S×S probabilities.
+        for (const bool bf16 : {false, true}) {
+            Config c = tiny(2, 1, false, bf16);
+            for (const char* device : {"A100-80GB", "cpu"}) {
+                const bool gpu = std::string(device) != "cpu";
+                const Cluster cluster = make_cluster(find_device(device_catalogue(), device), 2, 1);
+                const Plan p = plan(c, cluster, PlanOptions{});
+                const LayerBytes b = layer_bytes(p.model, p.layout, p.precision, Accounting::Engine);
+                AttentionParams ap;
+                ap.num_heads = static_cast<int>(p.model.a / p.layout.tp);
+                ap.batch = static_cast<int>(p.model.b);
+                for (const AttentionBackend backend : {AttentionBackend::Own, AttentionBackend::Cudnn}) {
+                    ap.backend = backend;
+                    const int64_t saved = ops::attention_saved_elements(gpu ? Device::CUDA : Device::CPU, ap, p.model.s);
+                    QCOMPARE(b.probs, saved * 4);
+                }
+            }
+        }
+    }
+
     void categories_are_the_wires() {
         StageMemory s;
         for (int c = 0; c < kMemCategories; ++c) {

@@ -17,8 +17,13 @@ class TestCudnnDescriptors : public QObject {
 private slots:
     void every_descriptor_of_the_plans_finalizes() {
         qInfo("cuDNN %lld", static_cast<long long>(mwb::cuda::cudnn::version()));
-        for (const sdpa::Shape s : {sdpa::Shape{2, 4, 4, 33, 64, 0.125f, 0.0f}, sdpa::Shape{1, 8, 2, 17, 128, 0.088f, 0.1f},
-                                    sdpa::Shape{2, 4, 1, 9, 64, 0.125f, 0.0f}}) {
+        // bf16 and fp16 graphs over the packed qkv in place (strided views: batch B·G with stride
+        // (A/G + 2)·D inside the sequence stride), multi-head, grouped-query and multi-query.
+        const sdpa::Type bf16 = sdpa::Type::BF16, f16 = sdpa::Type::F16;
+        for (const sdpa::Shape s :
+             {sdpa::Shape{2, 4, 4, 33, 64, 0.125f, 0.0f, bf16}, sdpa::Shape{1, 8, 2, 17, 128, 0.088f, 0.1f, bf16},
+              sdpa::Shape{2, 4, 1, 9, 64, 0.125f, 0.0f, bf16}, sdpa::Shape{2, 4, 4, 33, 64, 0.125f, 0.0f, f16},
+              sdpa::Shape{1, 8, 2, 17, 128, 0.088f, 0.1f, f16}, sdpa::Shape{2, 4, 1, 9, 64, 0.125f, 0.0f, f16}}) {
             const std::string f = mwb::cuda::cudnn::finalize_nodes(sdpa::forward_plan(s));
             QVERIFY2(f.empty(), f.c_str());
             const std::string b = mwb::cuda::cudnn::finalize_nodes(sdpa::backward_plan(s));

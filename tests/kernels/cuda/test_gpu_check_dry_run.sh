@@ -14,13 +14,14 @@ OUT="$out/run" MWB_GPU_CHECK=$2 MWB_GPU_BENCH=$3 GPU_CHECK_BUDGET=360 "$root/scr
 rc=$?
 fail() { echo "FAIL: $*"; cat "$log"; exit 1; }
 [ "$rc" = 0 ] || fail "exit status $rc"
-steps="unpack fallback-build op-checks mwb-attention-mha torch-attention-mha mwb-attention-gqa torch-attention-gqa \
+steps="unpack fallback-build op-checks mwb-attention-mha mwb-attention-mha-cudnn torch-attention-mha mwb-attention-gqa \
+torch-attention-gqa \
 mwb-gpt2-124m torch-gpt2-124m mwb-gpt-1.3b torch-gpt-1.3b mwb-llama-3.2-1b torch-llama-3.2-1b"
 for step in $steps; do
     grep -q "^== $step (limit [0-9]*s" "$log" || fail "step $step not walked"
     grep -q "^$step dry-run$" "$out/run/status.txt" || fail "step $step missing from status.txt"
 done
-for check in swiglu rope attention_gqa attention_gqa_tensor_cores deterministic model; do
+for check in swiglu rope attention_gqa attention_gqa_tensor_cores attention_16bit attention_cudnn_16bit deterministic model; do
     grep -q "^checks (.*--list):.* $check " "$log" || fail "check $check not listed"
 done
 # mwb programs get the bundle's libraries, PyTorch never does.
@@ -30,6 +31,8 @@ for side in "mwb-attention-mha .*attention" "torch-attention-mha .*torch_attenti
     grep -q "^== $side --batch 4 --heads 16 --seq 2048 --head-dim 128$" "$log" ||
         fail "the attention micro-benchmark ($side) is not 4×16×2048×128"
 done
+grep -q "^== mwb-attention-mha-cudnn .*attention --batch 4 --heads 16 --seq 2048 --head-dim 128 --backend cudnn$" "$log" ||
+    fail "the cuDNN attention step is not 4×16×2048×128 with --backend cudnn"
 # The same Llama-3.2-1B on both sides: the preset file both programs read, bf16.
 for side in mwb torch; do
     grep -q "^== $side-llama-3.2-1b .*--preset llama-3.2-1b --seq-length 2048 --micro-batch-size 4 .*--bf16" "$log" ||
