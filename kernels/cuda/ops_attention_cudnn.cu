@@ -14,8 +14,6 @@
 #include "cudnn_sdpa.h"
 #include "runtime.h"
 
-#include <cuda_bf16.h>
-
 #include <cstdio>
 #include <mutex>
 #include <set>
@@ -25,15 +23,6 @@ namespace mwb::cuda {
 namespace {
 
 using attention::Geometry;
-using bf16 = __nv_bfloat16;
-
-/// dst[e] = src[e] converted (f32 <-> the 16-bit type), grid-stride.
-template <class To, class From>
-__global__ void k_convert(To* dst, const From* src, int64_t n) {
-    for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
-         e += static_cast<int64_t>(gridDim.x) * blockDim.x)
-        dst[e] = attention::store_value<To>(attention::load_value(src[e]));
-}
 
 __global__ void k_seed(int64_t* dst, int64_t seed, int64_t offset) {
     dst[0] = seed;
@@ -101,19 +90,23 @@ void* seed_buffer(void* at, const AttentionParams& p, cudaStream_t st) {
 
 using Pointers = std::vector<std::pair<int64_t, void*>>;
 
-/// t's data as the graph's 16-bit type: t itself when 16-bit, else (fp32) converted into `at`.
-void* sixteen_bit(const TensorView& t, void* at, cudaStream_t st) {
+/// t's data as the graph's 16-bit type: t itself when 16-bit, else (fp32) converted to bf16 into `at`.
+void* sixteen_bit(OpContext& ctx, const TensorView& t, void* at) {
     if (t.dtype != DType::F32) return t.data;
-    const int64_t n = t.numel();
-    k_convert<<<blocks_for(n), kElementwiseThreads, 0, st>>>(static_cast<bf16*>(at), static_cast<const float*>(t.data), n);
+    TensorView staged = t;
+    staged.data = at;
+    staged.dtype = DType::BF16;
+    cuda::copy(ctx, staged, t);
     return at;
 }
 
-/// Stores the graph's 16-bit result `at` into t when t is fp32 (nothing when cuDNN wrote t itself).
-void widen_into(const TensorView& t, const void* at, cudaStream_t st) {
+/// Stores the graph's bf16 result `at` into t when t is fp32 (nothing when cuDNN wrote t itself).
+void widen_into(OpContext& ctx, const TensorView& t, void* at) {
     if (t.dtype != DType::F32) return;
-    const int64_t n = t.numel();
-    k_convert<<<blocks_for(n), kElementwiseThreads, 0, st>>>(static_cast<float*>(t.data), static_cast<const bf16*>(at), n);
+    TensorView staged = t;
+    staged.data = at;
+    staged.dtype = DType::BF16;
+    cuda::copy(ctx, t, staged);
 }
 
 /// Binds Q, K and V in place in the 16-bit qkv `x` (uids q, k, v: the inputs or their gradients).
@@ -124,11 +117,12 @@ void bind_heads(Pointers& ptrs, void* x, const cudnn_sdpa::Shape& s, int64_t q, 
 
 /// Binds qkv (16-bit: in place, else converted into slot 2) and the dropout seed and offset (written
 /// at `seed_at`) when the call has dropout.
-Pointers bind_inputs(cudaStream_t st, const TensorView& qkv, const cudnn_sdpa::Shape& s, const AttentionParams& p,
+Pointers bind_inputs(OpContext& ctx, const TensorView& qkv, const cudnn_sdpa::Shape& s, const AttentionParams& p,
                      void* seed_at) {
+    const cudaStream_t st = stream_of(ctx);
     const int64_t bytes = qkv.dtype == DType::F32 ? qkv.numel() * 2 : 0;
     Pointers ptrs;
-    bind_heads(ptrs, sixteen_bit(qkv, bytes ? scratch(kQkvSlot, bytes, st) : nullptr, st), s, cudnn_sdpa::kQ,
+    bind_heads(ptrs, sixteen_bit(ctx, qkv, bytes ? scratch(kQkvSlot, bytes, st) : nullptr), s, cudnn_sdpa::kQ,
                cudnn_sdpa::kK, cudnn_sdpa::kV);
     if (p.dropout_p > 0) {
         auto* seed = static_cast<int64_t*>(seed_buffer(seed_at, p, st));
@@ -154,21 +148,21 @@ std::string mwb::cudnn_attention_refusals() {
 
 namespace mwb::cuda {
 
-bool cudnn_attention_forward(const OpContext& ctx, const TensorView& out, float* lse, const TensorView& qkv,
+bool cudnn_attention_forward(OpContext& ctx, const TensorView& out, float* lse, const TensorView& qkv,
                              const Geometry& g, const AttentionParams& p) {
     if (!usable(g, p, ctx, qkv.dtype)) return false;
     const cudaStream_t st = stream_of(ctx);
     const cudnn_sdpa::Shape s = shape_of(g, p, qkv.dtype);
-    Pointers ptrs = bind_inputs(st, qkv, s, p, scratch(kBackwardSlot, 256, st));
+    Pointers ptrs = bind_inputs(ctx, qkv, s, p, scratch(kBackwardSlot, 256, st));
     void* o = out.dtype == DType::F32 ? scratch(kOutSlot, out.numel() * 2, st) : out.data;
     ptrs.insert(ptrs.end(), {{cudnn_sdpa::kO, o}, {cudnn_sdpa::kStats, lse}});
     run("forward", s, ptrs, st);
-    widen_into(out, o, st);
+    widen_into(ctx, out, o);
     check_launch("attention_forward (cuDNN)");
     return true;
 }
 
-bool cudnn_attention_backward(const OpContext& ctx, const TensorView& dqkv, const TensorView& dout,
+bool cudnn_attention_backward(OpContext& ctx, const TensorView& dqkv, const TensorView& dout,
                               const TensorView& qkv, const TensorView& out, const float* lse, const Geometry& g,
                               const AttentionParams& p) {
     if (!usable(g, p, ctx, qkv.dtype)) return false;
@@ -189,16 +183,16 @@ bool cudnn_attention_backward(const OpContext& ctx, const TensorView& dqkv, cons
     // cuDNN before 9.6 accumulates into dQ_accum without clearing it first (as cudnn-frontend notes).
     if (cudnn::version() < 90600)
         MWB_CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, static_cast<size_t>(g.B * g.A * g.S * g.D) * sizeof(float), st));
-    Pointers ptrs = bind_inputs(st, qkv, s, p, base);
-    void* dout16 = sixteen_bit(dout, wide ? scratch(kOutSlot, dout.numel() * 2, st) : nullptr, st);
-    ptrs.insert(ptrs.end(), {{cudnn_sdpa::kO, sixteen_bit(out, o16, st)},
+    Pointers ptrs = bind_inputs(ctx, qkv, s, p, base);
+    void* dout16 = sixteen_bit(ctx, dout, wide ? scratch(kOutSlot, dout.numel() * 2, st) : nullptr);
+    ptrs.insert(ptrs.end(), {{cudnn_sdpa::kO, sixteen_bit(ctx, out, o16)},
                              {cudnn_sdpa::kDO, dout16},
                              {cudnn_sdpa::kStats, const_cast<float*>(lse)},
                              {cudnn_sdpa::kSoftmaxSum, softmax_sum},
                              {cudnn_sdpa::kDQAccum, dq_accum}});
     bind_heads(ptrs, d16, s, cudnn_sdpa::kDQ, cudnn_sdpa::kDK, cudnn_sdpa::kDV);
     run("backward", s, ptrs, st);
-    widen_into(dqkv, d16, st);
+    widen_into(ctx, dqkv, d16);
     check_launch("attention_backward (cuDNN)");
     return true;
 }

@@ -6,9 +6,9 @@
 
 namespace mwb::cuda {
 
-bool cudnn_attention_forward(const OpContext& ctx, const TensorView& out, float* lse, const TensorView& qkv,
+bool cudnn_attention_forward(OpContext& ctx, const TensorView& out, float* lse, const TensorView& qkv,
                              const attention::Geometry& g, const AttentionParams& p);
-bool cudnn_attention_backward(const OpContext& ctx, const TensorView& dqkv, const TensorView& dout,
+bool cudnn_attention_backward(OpContext& ctx, const TensorView& dqkv, const TensorView& dout,
                               const TensorView& qkv, const TensorView& out, const float* lse,
                               const attention::Geometry& g, const AttentionParams& p);
 
