@@ -21,6 +21,20 @@ const float* widened_block(const typename Storage<T>::type* row, int64_t c0, int
     return widened_row<T>(row + c0, c1 - c0, buf) - c0;
 }
 
+/// A backward pass's per-thread f32 rows of x, dout and dx (empty where those are f32 already).
+template <DType X, DType O>
+struct BackwardRows {
+    std::vector<float> x, d, dx;
+    int64_t h;
+    explicit BackwardRows(int64_t cols)
+        : x(X == DType::F32 ? 0 : cols), d(O == DType::F32 ? 0 : cols), dx(X == DType::F32 ? 0 : cols), h(cols) {}
+    /// The row to compute dx in: a 16-bit dx is accumulated in f32 (its current values widened) and
+    /// rounded once by stored_row (the residual gradient's one rounding).
+    float* dx_row(typename Storage<X>::type* row, bool accumulate) {
+        return accumulate ? const_cast<float*>(widened_row<X>(row, h, dx.data())) : computed_row<X>(row, dx.data());
+    }
+};
+
 /// X: storage of x (and dx), O: of out (forward) or dout (backward).
 template <DType X, DType O>
 void layernorm_forward_as(TensorView out, TensorView mean, TensorView rstd, TensorView x, TensorView w, TensorView b,
@@ -88,12 +102,11 @@ void layernorm_backward_as(TensorView dx, TensorView dw, TensorView db, TensorVi
 
 #pragma omp parallel
     {
-        const bool wide = X == DType::F32 && O == DType::F32;
-        std::vector<float> xbuf(wide ? 0 : h), dbuf(wide ? 0 : h), gbuf(wide ? 0 : h);
+        BackwardRows<X, O> buf(h);
 #pragma omp for schedule(static)
         for (int64_t r = 0; r < rows; ++r) {
-            const float* xr = widened_row<X>(px + r * h, h, xbuf.data());
-            const float* dr = widened_row<O>(pd + r * h, h, dbuf.data());
+            const float* xr = widened_row<X>(px + r * h, h, buf.x.data());
+            const float* dr = widened_row<O>(pd + r * h, h, buf.d.data());
             const float mu = pm[r], rs = pr[r];
             float mean_g = 0, mean_gx = 0;
 #pragma omp simd reduction(+ : mean_g, mean_gx)
@@ -104,9 +117,7 @@ void layernorm_backward_as(TensorView dx, TensorView dw, TensorView db, TensorVi
             }
             mean_g /= static_cast<float>(h);
             mean_gx /= static_cast<float>(h);
-            // A 16-bit dx is accumulated in f32 and rounded once (the residual gradient's one rounding).
-            float* dxr = accumulate_dx ? const_cast<float*>(widened_row<X>(pdx + r * h, h, gbuf.data()))
-                                       : computed_row<X>(pdx + r * h, gbuf.data());
+            float* dxr = buf.dx_row(pdx + r * h, accumulate_dx);
             if (accumulate_dx) {
 #pragma omp simd
                 for (int64_t c = 0; c < h; ++c) dxr[c] += rs * (dr[c] * pw[c] - mean_g - (xr[c] - mu) * rs * mean_gx);
@@ -172,19 +183,17 @@ void rmsnorm_backward_as(TensorView dx, TensorView dw, TensorView dout, TensorVi
 
 #pragma omp parallel
     {
-        const bool wide = X == DType::F32 && O == DType::F32;
-        std::vector<float> xbuf(wide ? 0 : h), dbuf(wide ? 0 : h), gbuf(wide ? 0 : h);
+        BackwardRows<X, O> buf(h);
 #pragma omp for schedule(static)
         for (int64_t r = 0; r < rows; ++r) {
-            const float* xr = widened_row<X>(px + r * h, h, xbuf.data());
-            const float* dr = widened_row<O>(pd + r * h, h, dbuf.data());
+            const float* xr = widened_row<X>(px + r * h, h, buf.x.data());
+            const float* dr = widened_row<O>(pd + r * h, h, buf.d.data());
             const float rs = pr[r];
             float mean_gx = 0;
 #pragma omp simd reduction(+ : mean_gx)
             for (int64_t c = 0; c < h; ++c) mean_gx += dr[c] * pw[c] * xr[c] * rs;
             mean_gx /= static_cast<float>(h);
-            float* dxr = accumulate_dx ? const_cast<float*>(widened_row<X>(pdx + r * h, h, gbuf.data()))
-                                       : computed_row<X>(pdx + r * h, gbuf.data());
+            float* dxr = buf.dx_row(pdx + r * h, accumulate_dx);
             if (accumulate_dx) {
 #pragma omp simd
                 for (int64_t c = 0; c < h; ++c) dxr[c] += rs * (dr[c] * pw[c] - xr[c] * rs * mean_gx);
