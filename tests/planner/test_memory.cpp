@@ -205,8 +205,6 @@ private slots:
             it->message.c_str());
     }
 
-    // The planner's categories are the wire's: a prediction's by_category names each category as
-    // mwb-train's mem.by_category does (ipc's list), so predicted and measured compare key by key.
     void attention_saved_state_is_what_the_op_saves() {
         // The engine accounting's attention core is the op's `probs` (fp32): on a GPU one log-sum-exp
         // per score row (own kernels and cuDNN alike), on the CPU the S×S probabilities.
@@ -229,6 +227,8 @@ private slots:
         }
     }
 
+    // The planner's categories are the wire's: a prediction's by_category names each category as
+    // mwb-train's mem.by_category does (ipc's list), so predicted and measured compare key by key.
     void categories_are_the_wires() {
         StageMemory s;
         for (int c = 0; c < kMemCategories; ++c) {
