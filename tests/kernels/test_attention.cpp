@@ -8,6 +8,7 @@
 #include "support/reference.h"
 #include "support/threads.h"
 
+#include "mwb/kernels/device.h"
 #include "mwb/kernels/error.h"
 #include "mwb/kernels/ops.h"
 #include "mwb/kernels/philox.h"
@@ -340,6 +341,35 @@ private slots:
         QVERIFY_THROWS_EXCEPTION(mwb::Error,
                                  ops::attention_backward(ctx, view_f32(big.data(), {8, 2, 25}), out_v, qkv_v, out_v,
                                                          probs_v, view_f32(ws.data(), {int64_t(ws.size())}), ap));
+    }
+
+    void cuda_checks_take_16bit_views_of_one_dtype() {
+        // CUDA's kernels are templated on the storage dtype: bf16/f16 views pass the dispatcher's
+        // checks, a mix of dtypes is refused by name (before any backend runs: no GPU needed).
+        const Shape s{8, 1, 1, 4};
+        AttentionParams ap = s.params();
+        uint16_t qkv[96] = {}, out[32] = {};
+        float out32[32] = {}, lse[8] = {}, ws[8] = {};
+        OpContext ctx{Device::CUDA, nullptr};
+        const auto on_gpu = [](void* d, DType t, std::initializer_list<int64_t> shape) {
+            return make_view(d, t, shape, Device::CUDA);
+        };
+        const TensorView probs_v = on_gpu(lse, DType::F32, {8}), ws_v = on_gpu(ws, DType::F32, {8});
+        try {
+            ops::attention_forward(ctx, on_gpu(out32, DType::F32, {8, 1, 4}), probs_v,
+                                   on_gpu(qkv, DType::BF16, {8, 1, 12}), ws_v, ap);
+            QFAIL("no error");
+        } catch (const mwb::Error& e) {
+            QVERIFY2(QString(e.what()).contains("attention_forward: out must be of qkv's dtype bf16"), e.what());
+        }
+        if (probe_devices().cuda_devices > 0) return;  // the views are host memory: never launch on them
+        for (const DType t : {DType::BF16, DType::F16}) {
+            try {  // valid 16-bit views: only the missing device (or build) can stop the call now
+                ops::attention_forward(ctx, on_gpu(out, t, {8, 1, 4}), probs_v, on_gpu(qkv, t, {8, 1, 12}), ws_v, ap);
+            } catch (const mwb::Error& e) {
+                QVERIFY2(!QString(e.what()).contains("must be"), e.what());
+            }
+        }
     }
 
     void too_small_workspace_throws() {
