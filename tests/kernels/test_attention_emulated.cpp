@@ -305,26 +305,25 @@ private slots:
 
     void cuda_core_kernels_on_16bit_views() {
         // bf16 and f16 qkv/out/dout/dqkv: the fp32 kernels' arithmetic on the 16-bit values, each
-        // output rounded once (the fp32 tolerance plus that rounding).
+        // output rounded once (the fp32 tolerance plus that rounding). Small shapes: the fp32 cases
+        // above cover the tiling.
         check<__nv_bfloat16>(compare<64, __nv_bfloat16>({70, 1, 2, 0, 0.0f, 0, 2}), "bf16 views, D 64");
         check<__nv_bfloat16>(compare<16, __nv_bfloat16>({65, 2, 2, 0, 0.25f, 2, 6}),
-                               "bf16 views, D 16, dropout 0.25, heads 2-3 of 6");
-        check<__nv_bfloat16>(compare<32, __nv_bfloat16>({70, 2, 4, 2}), "bf16 views, GQA A 4 G 2, D 32");
-        check<__half>(compare<64, __half>({70, 1, 2, 0, 0.1f, 0, 2}), "f16 views, D 64, dropout 0.1");
+                             "bf16 views, D 16, dropout 0.25, heads 2-3 of 6");
+        check<__half>(compare<64, __half>({40, 1, 1, 0, 0.1f, 0, 1}), "f16 views, D 64, dropout 0.1");
         check<__half>(compare<16, __half>({65, 1, 4, 1, 0.2f, 2, 8}), "f16 views, MQA A 4 G 1, D 16, dropout 0.2");
-        check<__half>(compare<80, __half>({33, 1, 1, 0, 0.0f, 0, 1}), "f16 views, D 80");
     }
 
     void tensor_core_kernels_on_16bit_views() {
         // 16-bit tiles loaded directly (128-bit copies of 8 values) into bf16 or f16 fragments.
-        check_bf16<__nv_bfloat16>(compare<64, __nv_bfloat16, __nv_bfloat16>({130, 1, 2, 0, 0.0f, 0, 2}), "bf16 views, tensor cores, D 64");
-        check_bf16<__nv_bfloat16>(compare<16, __nv_bfloat16, __nv_bfloat16>({70, 2, 4, 1, 0.25f, 4, 8}),
-                   "bf16 views, tensor cores, MQA A 4 G 1, D 16, dropout 0.25");
-        check_bf16<__nv_bfloat16>(compare<128, __nv_bfloat16, __nv_bfloat16>({65, 1, 2, 1, 0.1f, 0, 2}),
-                   "bf16 views, tensor cores, MQA A 2 G 1, D 128, dropout 0.1");
-        check_bf16<__half>(compare<64, __half, __half>({100, 1, 4, 2}), "f16 views, tensor cores, GQA A 4 G 2, D 64");
+        check_bf16<__nv_bfloat16>(compare<64, __nv_bfloat16, __nv_bfloat16>({70, 1, 1, 0, 0.0f, 0, 1}),
+                                  "bf16 views, tensor cores, D 64");
+        check_bf16<__nv_bfloat16>(compare<16, __nv_bfloat16, __nv_bfloat16>({65, 1, 4, 1, 0.25f, 4, 8}),
+                                  "bf16 views, tensor cores, MQA A 4 G 1, D 16, dropout 0.25");
+        check_bf16<__nv_bfloat16>(compare<128, __nv_bfloat16, __nv_bfloat16>({33, 1, 2, 1, 0.1f, 0, 2}),
+                                  "bf16 views, tensor cores, MQA A 2 G 1, D 128, dropout 0.1");
+        check_bf16<__half>(compare<64, __half, __half>({65, 1, 4, 2}), "f16 views, tensor cores, GQA A 4 G 2, D 64");
         check_bf16<__half>(compare<80, __half, __half>({33, 1, 1, 0, 0.1f, 0, 1}), "f16 views, tensor cores, D 80, dropout 0.1");
-        check_bf16<__half>(compare<160, __half, __half>({64, 1, 1, 0, 0.0f, 0, 1}), "f16 views, tensor cores, D 160");
     }
 
     void grouped_query_attention_matches_the_expanded_cpu_op() {
