@@ -83,8 +83,8 @@ private slots:
         // Vocabulary-parallel statistics reduced chunk by chunk (5 rows of 128 words a rank).
         QTest::newRow("tp2_sp logits in chunks of 5 rows")
             << 2 << QStringList{T, "2", "--sequence-parallel", "--logits-chunk-bytes", "2560"};
-        // 16-bit runs: gathered norm outputs and pipeline messages 16-bit, tensor-parallel sums fp32.
-        QTest::newRow("tp2_bf16") << 2 << QStringList{T, "2", "--bf16"};
+        // 16-bit runs: gathered norm outputs and pipeline messages 16-bit, tensor-parallel sums fp32 (the
+        // single-process bf16/fp16 rows, Llama's included, are in test_planner_measured).
         QTest::newRow("tp2_sp_fp16") << 2 << QStringList{T, "2", "--sequence-parallel", "--fp16"};
         QTest::newRow("pp2_bf16") << 2 << QStringList{P, "2", "--bf16"};
         QTest::newRow("dp2") << 2 << QStringList{};
@@ -125,8 +125,6 @@ private slots:
         // TP rank holds one key/value head; the same collectives, no position table.
         const QStringList llama = test::llama_flags();
         QTest::newRow("llama_tp2_sp") << 2 << llama + QStringList{T, "2", "--sequence-parallel"};
-        QTest::newRow("llama_tp2_sp_bf16_selective")
-            << 2 << llama + QStringList{T, "2", "--sequence-parallel", "--bf16", "--recompute-granularity", "selective"};
         QTest::newRow("llama_tp2_pp2_dp2_sp_distopt_selective")
             << 8 << llama + QStringList{T,
                                         "2",
