@@ -6,8 +6,10 @@
 #include "mwb/kernels/error.h"
 
 #include <cblas.h>
-#include <immintrin.h>
 #include <omp.h>
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
 #if MWB_WITH_ONEDNN
 #include <oneapi/dnnl/dnnl.h>
 #endif
@@ -50,7 +52,15 @@ int64_t machine_max_chunks() {
 /// The most partial-product scratch a depth split may use (bytes): beyond it, rows or columns.
 constexpr int64_t kMaxDepthScratch = int64_t{64} << 20;
 
-GemmSplit plan_gemm_split(int64_t m, int64_t n, int64_t k) {
+/// An x·Wᵀ product whose op(A) (m × k) is larger than this (bytes) is cut by rows: OpenBLAS sweeps its
+/// packed copy of op(A) once per block of W, and beyond about half a core's L2 (2 MB on this machine)
+/// a column chunk reads that panel from L3 on every sweep while a row chunk's half stays in L2. At
+/// config S (1024 tokens × 384 = 1.5 MB) rows win although each re-packs W: the LM head forward
+/// ~7 % and fc1's forward ~5 % of their CPU time (docs/performance.md, sixth round). Measured for the
+/// forward only: for fc2's dW (op(A) = dyᵀ, also 1.5 MB) columns stay faster.
+constexpr int64_t kForwardPanelBytes = int64_t{1} << 20;
+
+GemmSplit plan_gemm_split(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k) {
     constexpr double kFlopsPerChunk = 128.0 * 1024 * 1024;  // below this a chunk is not worth a thread
     constexpr int64_t kMinChunk = 64;                       // rows/columns per chunk, a multiple of any unroll
     constexpr int64_t kMinDepthChunk = 512;                 // inner-dimension slice: several packing blocks
@@ -64,6 +74,9 @@ GemmSplit plan_gemm_split(int64_t m, int64_t n, int64_t k) {
     const double depth_cost = 2.0 * static_cast<double>(m) * n;
     if (8 * depth_cost <= std::min(rows_cost, cols_cost) && k >= 2 * kMinDepthChunk)
         s.axis = GemmSplit::Axis::Depth;
+    else if (!trans_a && trans_b && m * k * static_cast<int64_t>(sizeof(float)) > kForwardPanelBytes &&
+             m >= 2 * kMinChunk)
+        s.axis = GemmSplit::Axis::Rows;
     else if (rows_cost <= cols_cost ? m >= 2 * kMinChunk : !(n >= 2 * kMinChunk))
         s.axis = GemmSplit::Axis::Rows;
     else
@@ -74,7 +87,7 @@ GemmSplit plan_gemm_split(int64_t m, int64_t n, int64_t k) {
     const int64_t max_chunks = machine_max_chunks();
     while (s.chunks < max_chunks && flops / static_cast<double>(2 * s.chunks) >= kFlopsPerChunk &&
            dim / (2 * s.chunks) >= min_chunk &&
-           (!depth || 2 * s.chunks * m * n * static_cast<int64_t>(sizeof(float)) <= kMaxDepthScratch))
+           (!depth || (2 * s.chunks - 1) * m * n * static_cast<int64_t>(sizeof(float)) <= kMaxDepthScratch))
         s.chunks *= 2;
     return s;
 }
@@ -90,8 +103,8 @@ float* depth_scratch(int64_t elements) {
 /// A β = 0 product's C at least this large (bytes) is zeroed here with streaming stores and computed with
 /// β = 1: cblas zeroes C for β = 0 in a pass of ordinary stores (each line read for ownership first, then
 /// evicted long before the kernel comes back to it at this size). The same bits: the kernel adds onto
-/// +0 either way. Config S's LM head forward (two 65 MB column chunks of the logits): −5 ms of ~111 per
-/// chunk, single-threaded (docs/performance.md, sixth round).
+/// +0 either way. Config S's LM head forward (two 65 MB chunks of the logits): 2–11 CPU ms less per chunk
+/// of 110–195 (docs/performance.md, sixth round).
 constexpr int64_t kStreamZeroBytes = int64_t{16} << 20;
 
 /// C (rows × cols, leading dimension ld) = 0 with non-temporal stores where the CPU has them.
@@ -133,13 +146,14 @@ void add_column_sums(float* out, const float* m, int64_t rows, int64_t cols) {
 
 }  // namespace
 
-void blas_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-                const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+void blas_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
 #if MWB_WITH_ONEDNN
     // oneDNN's sgemm was faster at config S's y = x·Wᵀ (NT) and at dx = dy·W with an output no wider
     // than its inner dimension; OpenBLAS at dW = dyᵀ·x (TN) and the wide dx (mwb-bench-blas).
     if (!trans_a && (trans_b || n <= k)) {
-        const dnnl_status_t status = dnnl_sgemm('N', trans_b ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        const dnnl_status_t status = dnnl_sgemm('N', trans_b ? 'T' : 'N', m, n, k, alpha, a, lda, b,
+                                                ldb, beta, c, ldc);
         MWB_CHECK(status == dnnl_success, "matmul: oneDNN's sgemm failed (status {}) at m={} n={} k={}",
                   static_cast<int>(status), m, n, k);
         return;
@@ -153,38 +167,34 @@ void blas_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, flo
 void split_sgemm(SgemmFn sgemm, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                  const float* pa, int64_t lda, const float* pb, int64_t ldb, float beta, float* pc, int64_t ldc) {
     if (m == 0 || n == 0) return;
-    const GemmSplit split = plan_gemm_split(m, n, k);
+    const GemmSplit split = plan_gemm_split(trans_a, trans_b, m, n, k);
     const bool depth = split.axis == GemmSplit::Axis::Depth, rows = split.axis == GemmSplit::Axis::Rows;
     const int64_t dim = depth ? k : rows ? m : n;
     const int64_t chunk = (dim + split.chunks - 1) / split.chunks;
-    float* partial = depth && split.chunks > 1 ? depth_scratch(split.chunks * m * n) : nullptr;
-    const auto call = [&](const float* ca, const float* cb, float* cc, int64_t cm, int64_t cn) {
-        float cbeta = beta;
-        if (beta == 0.0f && cm * cn * static_cast<int64_t>(sizeof(float)) >= kStreamZeroBytes) {
-            stream_zero(cc, cm, cn, ldc);
+    float* partial = depth && split.chunks > 1 ? depth_scratch((split.chunks - 1) * m * n) : nullptr;
+    const auto run = [&](int64_t i, int64_t first, int64_t count) {
+        // A chunk of rows of C is a chunk of rows of op(A); a chunk of columns, one of op(B); a depth
+        // chunk, columns of op(A) and rows of op(B). Depth chunk 0 applies beta to C, the others write
+        // their own partial product (leading dimension n).
+        const float* ca = rows ? (trans_a ? pa + first : pa + first * lda)
+                               : depth ? (trans_a ? pa + first * lda : pa + first) : pa;
+        const float* cb = rows ? pb : (trans_b ? pb + first * ldb : pb + first);
+        if (depth) cb = trans_b ? pb + first : pb + first * ldb;
+        const bool own_partial = depth && i > 0;
+        float* cc = rows ? pc + first * ldc : depth ? (i == 0 ? pc : partial + (i - 1) * m * n) : pc + first;
+        const int64_t cm = rows ? count : m, cn = rows || depth ? n : count, ck = depth ? count : k;
+        float cbeta = own_partial ? 0.0f : beta;
+        if (cbeta == 0.0f && cm * cn * static_cast<int64_t>(sizeof(float)) >= kStreamZeroBytes) {
+            stream_zero(cc, cm, cn, own_partial ? n : ldc);
             cbeta = 1.0f;
         }
-        sgemm(trans_a, trans_b, cm, cn, k, alpha, ca, lda, cb, ldb, cbeta, cc, ldc);
-    };
-    const auto run = [&](int64_t i, int64_t first, int64_t count) {
-        if (depth) {
-            // Depth chunk i (columns of op(A), rows of op(B)) writes its partial product transposed,
-            // Pᵢᵀ (n × m) = op(B)ᵀ·op(A)ᵀ: at the LM head's dx (1024 × 384 from 16000 words per chunk)
-            // OpenBLAS is ~5 % faster that way round than computing Pᵢ, the transpose below included.
-            const float* ca = trans_a ? pa + first * lda : pa + first;
-            const float* cb = trans_b ? pb + first : pb + first * ldb;
-            sgemm(!trans_b, !trans_a, n, m, count, alpha, cb, ldb, ca, lda, 0.0f, partial + i * m * n, m);
-        } else if (rows) {  // a chunk of rows of C is one of op(A): each re-packs op(B)
-            call(trans_a ? pa + first : pa + first * lda, pb, pc + first * ldc, count, n);
-        } else {  // a chunk of columns of C is one of op(B): each re-packs op(A)
-            call(pa, trans_b ? pb + first * ldb : pb + first, pc + first, m, count);
-        }
+        sgemm(trans_a, trans_b, cm, cn, ck, alpha, ca, lda, cb, ldb, cbeta, cc, own_partial ? n : ldc);
     };
     if (split.chunks == 1) {
         // OpenBLAS (OpenMP build) follows omp_get_max_threads() outside parallel regions: make it 1.
         const int threads = omp_get_max_threads();
         omp_set_num_threads(1);
-        call(pa, pb, pc, m, n);
+        run(0, 0, dim);
         omp_set_num_threads(threads);
         return;
     }
@@ -196,42 +206,23 @@ void split_sgemm(SgemmFn sgemm, bool trans_a, bool trans_b, int64_t m, int64_t n
             if (first < dim) run(i, first, std::min(chunk, dim - first));
         }
         if (depth) {
-            // C = β·C + (P₀ + P₁ + …)ᵀ, partials summed in chunk order: the same bits for any thread
-            // count. Square tiles: the partials are summed along their rows, then written across C's.
-            // β = 0 never reads C (it may hold NaN).
-            constexpr int64_t kTile = 16;
-            const int64_t used = (dim + chunk - 1) / chunk, row_tiles = (m + kTile - 1) / kTile;
+            // C += Σ partials in chunk order, row by row: the same sums for any thread count.
+            const int64_t used = (dim + chunk - 1) / chunk;
 #pragma omp for schedule(static)
-            for (int64_t t = 0; t < row_tiles; ++t) {
-                const int64_t r0 = t * kTile, r1 = std::min(m, r0 + kTile);
-                float tile[kTile][kTile];
-                for (int64_t j0 = 0; j0 < n; j0 += kTile) {
-                    const int64_t j1 = std::min(n, j0 + kTile);
-                    for (int64_t j = j0; j < j1; ++j) {
-                        float* tj = tile[j - j0];
-                        const float* p0 = partial + j * m;
+            for (int64_t r = 0; r < m; ++r) {
+                float* cr = pc + r * ldc;
+                for (int64_t i = 1; i < used; ++i) {
+                    const float* pr = partial + (i - 1) * m * n + r * n;
 #pragma omp simd
-                        for (int64_t r = r0; r < r1; ++r) tj[r - r0] = p0[r];
-                        for (int64_t i = 1; i < used; ++i) {
-                            const float* pi = partial + i * m * n + j * m;
-#pragma omp simd
-                            for (int64_t r = r0; r < r1; ++r) tj[r - r0] += pi[r];
-                        }
-                    }
-                    for (int64_t r = r0; r < r1; ++r) {
-                        float* cr = pc + r * ldc;
-                        if (beta == 0.0f)
-                            for (int64_t j = j0; j < j1; ++j) cr[j] = tile[j - j0][r - r0];
-                        else
-                            for (int64_t j = j0; j < j1; ++j) cr[j] = beta * cr[j] + tile[j - j0][r - r0];
-                    }
+                    for (int64_t j = 0; j < n; ++j) cr[j] += pr[j];
                 }
             }
         }
     }
 }
 
-void matmul(OpContext&, TensorView c, TensorView a, TensorView b, bool trans_a, bool trans_b, float alpha, float beta) {
+void matmul(OpContext&, TensorView c, TensorView a, TensorView b, bool trans_a, bool trans_b, float alpha,
+            float beta) {
     // Shapes and dtypes were checked by the dispatcher (this is also linear_*'s GEMM). 16-bit operands
     // are widened into fp32 scratch for sgemm and a 16-bit c is computed in fp32 and rounded once.
     const TensorView a32 = widened(a, Scratch::A), b32 = widened(b, Scratch::B);
@@ -301,7 +292,8 @@ void linear_backward_gelu(OpContext& ctx, TensorView dpre, TensorView dpre_bias,
     round_f32(ctx, dpre, storage);
     gelu_backward(ctx, dpre, dpre, pre);
     round_f32(ctx, dpre, storage);
-    if (!dpre_bias.empty()) add_column_sums(dpre_bias.f32(), widened(dpre, Scratch::Out).f32(), x.rows(), x.cols());
+    if (!dpre_bias.empty())
+        add_column_sums(dpre_bias.f32(), widened(dpre, Scratch::Out).f32(), x.rows(), x.cols());
 }
 
 }  // namespace mwb::cpu

@@ -136,6 +136,26 @@ private slots:
         QVERIFY2(normwise_error(c, ref) < 1e-6, qPrintable(QString::number(normwise_error(c, ref))));
     }
 
+    void matmul_forward_cut_by_rows() {
+        // y = x·Wᵀ with x's panel (m × k) beyond half an L2 is cut by rows (tokens), as the LM head's and
+        // fc1's forward: against float64, and the same bits for any thread count.
+        const int64_t m = 1024, n = 352, k = 384;
+        auto x = random_floats(m * k, 9), w = random_floats(n * k, 10);
+        const auto ref = linear_ref(to_double(x), to_double(w), {}, m, k, n);
+        const auto run = [&](int threads) {
+            mwb::test::ScopedThreads t(threads);
+            std::vector<float> y(m * n, std::numeric_limits<float>::quiet_NaN());
+            OpContext ctx;
+            ops::matmul(ctx, view_f32(y.data(), {m, n}), view_f32(x.data(), {m, k}), view_f32(w.data(), {n, k}),
+                        false, true, 1.0f, 0.0f);
+            return y;
+        };
+        const auto one = run(1);
+        QVERIFY2(normwise_error(one, ref) < 1e-6, qPrintable(QString::number(normwise_error(one, ref))));
+        MWB_VERIFY_BITWISE(run(2), one);
+        MWB_VERIFY_BITWISE(run(3), one);
+    }
+
     void matmul_beta_zero_large_output() {
         // A β = 0 product whose C (16.9 MB) is zeroed with streaming stores and then accumulated (β = 1):
         // the same bits as cblas's own β = 0 call, and C's old contents (NaN) never read.
