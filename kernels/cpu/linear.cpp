@@ -7,6 +7,9 @@
 
 #include <cblas.h>
 #include <omp.h>
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
 #if MWB_WITH_ONEDNN
 #include <oneapi/dnnl/dnnl.h>
 #endif
@@ -49,7 +52,15 @@ int64_t machine_max_chunks() {
 /// The most partial-product scratch a depth split may use (bytes): beyond it, rows or columns.
 constexpr int64_t kMaxDepthScratch = int64_t{64} << 20;
 
-GemmSplit plan_gemm_split(int64_t m, int64_t n, int64_t k) {
+/// An x·Wᵀ product whose op(A) (m × k) is larger than this (bytes) is cut by rows: OpenBLAS sweeps its
+/// packed copy of op(A) once per block of W, and beyond about half a core's L2 (2 MB on this machine)
+/// a column chunk reads that panel from L3 on every sweep while a row chunk's half stays in L2. At
+/// config S (1024 tokens × 384 = 1.5 MB) rows win although each re-packs W: the LM head forward
+/// ~7 % and fc1's forward ~5 % of their CPU time (docs/performance.md, sixth round). Measured for the
+/// forward only: for fc2's dW (op(A) = dyᵀ, also 1.5 MB) columns stay faster.
+constexpr int64_t kForwardPanelBytes = int64_t{1} << 20;
+
+GemmSplit plan_gemm_split(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k) {
     constexpr double kFlopsPerChunk = 128.0 * 1024 * 1024;  // below this a chunk is not worth a thread
     constexpr int64_t kMinChunk = 64;                       // rows/columns per chunk, a multiple of any unroll
     constexpr int64_t kMinDepthChunk = 512;                 // inner-dimension slice: several packing blocks
@@ -63,6 +74,9 @@ GemmSplit plan_gemm_split(int64_t m, int64_t n, int64_t k) {
     const double depth_cost = 2.0 * static_cast<double>(m) * n;
     if (8 * depth_cost <= std::min(rows_cost, cols_cost) && k >= 2 * kMinDepthChunk)
         s.axis = GemmSplit::Axis::Depth;
+    else if (!trans_a && trans_b && m * k * static_cast<int64_t>(sizeof(float)) > kForwardPanelBytes &&
+             m >= 2 * kMinChunk)
+        s.axis = GemmSplit::Axis::Rows;
     else if (rows_cost <= cols_cost ? m >= 2 * kMinChunk : !(n >= 2 * kMinChunk))
         s.axis = GemmSplit::Axis::Rows;
     else
@@ -84,6 +98,32 @@ float* depth_scratch(int64_t elements) {
     thread_local std::vector<float> scratch;
     if (static_cast<int64_t>(scratch.size()) < elements) scratch.resize(static_cast<std::size_t>(elements));
     return scratch.data();
+}
+
+/// A β = 0 product's C at least this large (bytes) is zeroed here with streaming stores and computed with
+/// β = 1: cblas zeroes C for β = 0 in a pass of ordinary stores (each line read for ownership first, then
+/// evicted long before the kernel comes back to it at this size). The same bits: the kernel adds onto
+/// +0 either way. Config S's LM head forward (two 65 MB chunks of the logits): 2–11 CPU ms less per chunk
+/// of 110–195 (docs/performance.md, sixth round).
+constexpr int64_t kStreamZeroBytes = int64_t{16} << 20;
+
+/// C (rows × cols, leading dimension ld) = 0 with non-temporal stores where the CPU has them.
+void stream_zero(float* c, int64_t rows, int64_t cols, int64_t ld) {
+    for (int64_t r = 0; r < rows; ++r) {
+        float* row = c + r * ld;
+        int64_t j = 0;
+#if defined(__AVX512F__)
+        for (; j < cols && reinterpret_cast<uintptr_t>(row + j) % 64 != 0; ++j) row[j] = 0.0f;
+        for (; j + 16 <= cols; j += 16) _mm512_stream_ps(row + j, _mm512_setzero_ps());
+#elif defined(__AVX__)
+        for (; j < cols && reinterpret_cast<uintptr_t>(row + j) % 32 != 0; ++j) row[j] = 0.0f;
+        for (; j + 8 <= cols; j += 8) _mm256_stream_ps(row + j, _mm256_setzero_ps());
+#endif
+        for (; j < cols; ++j) row[j] = 0.0f;
+    }
+#if defined(__AVX__)
+    _mm_sfence();  // the streaming stores are ordered before the kernel's loads of C
+#endif
 }
 
 /// Σ over rows of a row-major (rows, cols) matrix, added to out (cols). Columns are split across
@@ -127,7 +167,7 @@ void blas_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, flo
 void split_sgemm(SgemmFn sgemm, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                  const float* pa, int64_t lda, const float* pb, int64_t ldb, float beta, float* pc, int64_t ldc) {
     if (m == 0 || n == 0) return;
-    const GemmSplit split = plan_gemm_split(m, n, k);
+    const GemmSplit split = plan_gemm_split(trans_a, trans_b, m, n, k);
     const bool depth = split.axis == GemmSplit::Axis::Depth, rows = split.axis == GemmSplit::Axis::Rows;
     const int64_t dim = depth ? k : rows ? m : n;
     const int64_t chunk = (dim + split.chunks - 1) / split.chunks;
@@ -143,8 +183,12 @@ void split_sgemm(SgemmFn sgemm, bool trans_a, bool trans_b, int64_t m, int64_t n
         const bool own_partial = depth && i > 0;
         float* cc = rows ? pc + first * ldc : depth ? (i == 0 ? pc : partial + (i - 1) * m * n) : pc + first;
         const int64_t cm = rows ? count : m, cn = rows || depth ? n : count, ck = depth ? count : k;
-        sgemm(trans_a, trans_b, cm, cn, ck, alpha, ca, lda, cb, ldb, own_partial ? 0.0f : beta, cc,
-              own_partial ? n : ldc);
+        float cbeta = own_partial ? 0.0f : beta;
+        if (cbeta == 0.0f && cm * cn * static_cast<int64_t>(sizeof(float)) >= kStreamZeroBytes) {
+            stream_zero(cc, cm, cn, own_partial ? n : ldc);
+            cbeta = 1.0f;
+        }
+        sgemm(trans_a, trans_b, cm, cn, ck, alpha, ca, lda, cb, ldb, cbeta, cc, own_partial ? n : ldc);
     };
     if (split.chunks == 1) {
         // OpenBLAS (OpenMP build) follows omp_get_max_threads() outside parallel regions: make it 1.

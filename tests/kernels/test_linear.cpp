@@ -9,7 +9,10 @@
 
 #include <QtTest>
 
+#include <cblas.h>
+
 #include <cmath>
+#include <limits>
 
 using namespace mwb;
 using mwb::test::finite_difference;
@@ -121,6 +124,61 @@ private slots:
         QVERIFY2(normwise_error(one, ref) < 1e-6, qPrintable(QString::number(normwise_error(one, ref))));
         MWB_VERIFY_BITWISE(run(2), one);
         MWB_VERIFY_BITWISE(run(3), one);
+        // β = 0 (the head's dx): C's old contents are never read, NaN included.
+        std::vector<float> c(m * n, std::numeric_limits<float>::quiet_NaN());
+        OpContext ctx;
+        ops::matmul(
+            ctx, view_f32(c.data(), {m, n}),
+            view_f32(a.data(), ta ? std::initializer_list<int64_t>{k, m} : std::initializer_list<int64_t>{m, k}),
+            view_f32(b.data(), tb ? std::initializer_list<int64_t>{n, k} : std::initializer_list<int64_t>{k, n}), ta,
+            tb, 0.5f, 0.0f);
+        for (int64_t i = 0; i < m * n; ++i) ref[i] -= 2.0 * c0[i];
+        QVERIFY2(normwise_error(c, ref) < 1e-6, qPrintable(QString::number(normwise_error(c, ref))));
+    }
+
+    void matmul_forward_cut_by_rows() {
+        // y = x·Wᵀ with x's panel (m × k) beyond half an L2 is cut by rows (tokens), as the LM head's and
+        // fc1's forward: against float64, and the same bits for any thread count.
+        const int64_t m = 1024, n = 352, k = 384;
+        auto x = random_floats(m * k, 9), w = random_floats(n * k, 10);
+        const auto ref = linear_ref(to_double(x), to_double(w), {}, m, k, n);
+        const auto run = [&](int threads) {
+            mwb::test::ScopedThreads t(threads);
+            std::vector<float> y(m * n, std::numeric_limits<float>::quiet_NaN());
+            OpContext ctx;
+            ops::matmul(ctx, view_f32(y.data(), {m, n}), view_f32(x.data(), {m, k}), view_f32(w.data(), {n, k}),
+                        false, true, 1.0f, 0.0f);
+            return y;
+        };
+        const auto one = run(1);
+        QVERIFY2(normwise_error(one, ref) < 1e-6, qPrintable(QString::number(normwise_error(one, ref))));
+        MWB_VERIFY_BITWISE(run(2), one);
+        MWB_VERIFY_BITWISE(run(3), one);
+    }
+
+    void matmul_beta_zero_large_output() {
+        // A β = 0 product whose C (16.9 MB) is zeroed with streaming stores and then accumulated (β = 1):
+        // the same bits as cblas's own β = 0 call, and C's old contents (NaN) never read.
+        const int64_t m = 64, n = 66000, k = 24;
+        auto a = random_floats(m * k, 7), b = random_floats(n * k, 8);
+        std::vector<float> c(m * n, std::numeric_limits<float>::quiet_NaN()), expect = c;
+        OpContext ctx;
+        ops::matmul(ctx, view_f32(c.data(), {m, n}), view_f32(a.data(), {m, k}), view_f32(b.data(), {n, k}), false,
+                    true, 1.0f, 0.0f);
+        {
+            mwb::test::ScopedThreads t(1);  // one call, as the product's single chunk is
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, a.data(), k, b.data(), k, 0.0f,
+                        expect.data(), n);
+        }
+        MWB_VERIFY_BITWISE(c, expect);
+        std::vector<double> ref(m * n);
+        for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+                double s = 0;
+                for (int64_t p = 0; p < k; ++p) s += double(a[i * k + p]) * b[j * k + p];
+                ref[i * n + j] = s;
+            }
+        QVERIFY2(normwise_error(c, ref) < 1e-6, qPrintable(QString::number(normwise_error(c, ref))));
     }
 
     void matmul_rejects_mismatched_shapes() {
