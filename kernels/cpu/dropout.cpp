@@ -1,6 +1,7 @@
 // Dropout (mask regenerated from Philox, never stored) and the dropout + residual add.
 #include "cpu_ops.h"
 #include "dropout_mask.h"
+#include "storage.h"
 
 namespace mwb::cpu {
 
@@ -51,7 +52,8 @@ void dropout_add_forward(OpContext&, TensorView out, TensorView residual, Tensor
 void bias_dropout_add_forward(OpContext&, TensorView out, TensorView residual, TensorView x, TensorView bias,
                               float p, RngStream rng, int64_t element_offset) {
     const int64_t cols = x.cols(), rows = x.rows();
-    const float *px = x.f32(), *pr = residual.f32(), *pb = bias.f32();
+    // A 16-bit bias (the weights' working copy in bf16/fp16 runs) is widened once (exact).
+    const float *px = x.f32(), *pr = residual.f32(), *pb = widened(bias, Scratch::Bias).f32();
     float* po = out.f32();
     const DropoutDraw draw(rng, p);
 #pragma omp parallel for schedule(static)

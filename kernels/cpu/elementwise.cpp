@@ -1,5 +1,6 @@
 // Elementwise ops, storage rounding and the deterministic sum of squares.
 #include "cpu_ops.h"
+#include "storage.h"
 
 #include "mwb/kernels/error.h"
 #include "mwb/kernels/precision.h"
@@ -13,21 +14,27 @@
 namespace mwb::cpu {
 
 void fill(OpContext&, TensorView x, float value) {
-    float* p = x.f32();
-    const int64_t n = x.numel();
+    with_storage(x.dtype, [&](auto tag) {  // 16-bit: the value rounded once
+        const auto v = Storage<decltype(tag)::value>::store(value);
+        auto* p = elements<decltype(tag)::value>(x);
+        const int64_t n = x.numel();
 #pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; ++i) p[i] = value;
+        for (int64_t i = 0; i < n; ++i) p[i] = v;
+    });
 }
 
 void copy(OpContext&, TensorView dst, TensorView src) {
-    // 16-bit storage is emulated in f32 on the CPU: there is nothing else to copy or convert.
-    MWB_CHECK(dst.dtype == DType::F32 && src.dtype == DType::F32, "copy: the CPU copies f32 tensors, got {} from {}",
-              dst.describe(), src.describe());
-    float* d = dst.f32();
-    const float* s = src.f32();
-    const int64_t n = dst.numel();
+    // Between any two storage dtypes: widening is exact, narrowing rounds to nearest even (the
+    // weights' 16-bit working copy and its fp32 master).
+    with_storages(dst.dtype, src.dtype, [&](auto td, auto ts) {
+        using D = Storage<decltype(td)::value>;
+        using S = Storage<decltype(ts)::value>;
+        auto* d = elements<decltype(td)::value>(dst);
+        const auto* s = elements<decltype(ts)::value>(src);
+        const int64_t n = dst.numel();
 #pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; ++i) d[i] = s[i];
+        for (int64_t i = 0; i < n; ++i) d[i] = D::store(S::load(s[i]));
+    });
 }
 
 void scale(OpContext&, TensorView x, float alpha) {

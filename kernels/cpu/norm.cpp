@@ -1,6 +1,9 @@
 // LayerNorm and RMSNorm, forward and backward. Row statistics in float; parameter gradients are summed
-// column-block-wise over rows in order (deterministic for any thread count).
+// column-block-wise over rows in order (deterministic for any thread count). 16-bit gamma/beta (the
+// weights' working copy in bf16/fp16 runs) are widened once per call (H values, exact), so the row
+// loops are the fp32 ones.
 #include "cpu_ops.h"
+#include "storage.h"
 
 #include <cmath>
 
@@ -15,7 +18,7 @@ constexpr int64_t kColBlock = 64;
 void layernorm_forward(OpContext&, TensorView out, TensorView mean, TensorView rstd, TensorView x, TensorView w,
                        TensorView b, float eps) {
     const int64_t rows = x.rows(), h = x.cols();
-    const float *px = x.f32(), *pw = w.f32(), *pb = b.f32();
+    const float *px = x.f32(), *pw = widened(w, Scratch::Weight).f32(), *pb = widened(b, Scratch::Bias).f32();
     float *po = out.f32(), *pm = mean.f32(), *pr = rstd.f32();
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
@@ -39,7 +42,8 @@ void layernorm_forward(OpContext&, TensorView out, TensorView mean, TensorView r
 void layernorm_backward(OpContext&, TensorView dx, TensorView dw, TensorView db, TensorView dout, TensorView x,
                         TensorView mean, TensorView rstd, TensorView w, bool accumulate_dx) {
     const int64_t rows = x.rows(), h = x.cols();
-    const float *px = x.f32(), *pd = dout.f32(), *pw = w.f32(), *pm = mean.f32(), *pr = rstd.f32();
+    const float *px = x.f32(), *pd = dout.f32(), *pw = widened(w, Scratch::Weight).f32(), *pm = mean.f32(),
+                *pr = rstd.f32();
     float *pdx = dx.f32(), *pdw = dw.f32(), *pdb = db.f32();
 
     // Parameter gradients first (dx may alias dout).
@@ -89,7 +93,7 @@ void layernorm_backward(OpContext&, TensorView dx, TensorView dw, TensorView db,
 
 void rmsnorm_forward(OpContext&, TensorView out, TensorView rstd, TensorView x, TensorView w, float eps) {
     const int64_t rows = x.rows(), h = x.cols();
-    const float *px = x.f32(), *pw = w.f32();
+    const float *px = x.f32(), *pw = widened(w, Scratch::Weight).f32();
     float *po = out.f32(), *pr = rstd.f32();
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
@@ -108,7 +112,7 @@ void rmsnorm_forward(OpContext&, TensorView out, TensorView rstd, TensorView x, 
 void rmsnorm_backward(OpContext&, TensorView dx, TensorView dw, TensorView dout, TensorView x, TensorView rstd,
                       TensorView w, bool accumulate_dx) {
     const int64_t rows = x.rows(), h = x.cols();
-    const float *px = x.f32(), *pd = dout.f32(), *pw = w.f32(), *pr = rstd.f32();
+    const float *px = x.f32(), *pd = dout.f32(), *pw = widened(w, Scratch::Weight).f32(), *pr = rstd.f32();
     float *pdx = dx.f32(), *pdw = dw.f32();
 
     const int64_t blocks = (h + kColBlock - 1) / kColBlock;

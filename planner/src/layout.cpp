@@ -62,11 +62,14 @@ Precision Precision::from(const TrainingConfig& t, const DeviceSpec& device) {
     p.master = p.half;
     if (!p.half) return p;  // every buffer is fp32
     p.layer_stored = 2;
-    if (device.emulated_16bit) return p;  // the CPU: every other buffer is fp32 holding 16-bit values
+    // The weights' working copy is a 16-bit arena on every device (the CPU's kernels take 16-bit weights).
     p.weight = 2;
+    // Main grads are fp32 always: the engine accumulates in fp32 and, for plain fp16 without
+    // accumulate_allreduce_grads_in_fp32, rounds the accumulated arena to fp16 values in place, where
+    // Megatron-LM would keep 2-byte grads (docs/numerics.md, "Gradients"; docs/memory.md).
+    p.gradient = 4;
+    if (device.emulated_16bit) return p;  // the CPU: the other activations are fp32 holding 16-bit values
     p.activation = 2;
-    // Megatron-LM keeps fp32 main grads when asked to (bf16 always asks); plain fp16 accumulates in fp16.
-    p.gradient = t.accumulate_allreduce_grads_in_fp32 ? 4 : 2;
     return p;
 }
 

@@ -85,6 +85,10 @@ private slots:
             "--fp16", "--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", "1"};
         QTest::newRow("untied RMSNorm") << QStringList{"--untie-embeddings-and-output-weights", "--normalization",
                                                        "RMSNorm"};
+        // 16-bit weights (2 bytes a parameter) with an untied output layer, and fp16 with its fp32 grads.
+        QTest::newRow("bf16 untied") << QStringList{"--bf16", "--untie-embeddings-and-output-weights"};
+        QTest::newRow("fp16 grads accumulated in fp32")
+            << QStringList{"--fp16", "--accumulate-allreduce-grads-in-fp32"};
         QTest::newRow("micro 1 global 3") << QStringList{"--micro-batch-size", "1", "--global-batch-size", "3"};
         QTest::newRow("micro 3 global 6 bf16 selective") << QStringList{
             "--micro-batch-size", "3", "--global-batch-size", "6", "--bf16", "--recompute-granularity", "selective"};
@@ -113,6 +117,7 @@ private slots:
         QTest::newRow("llama bf16 full block 2")
             << llama + QStringList{"--bf16", "--recompute-granularity", "full", "--recompute-method",
                                    "block",  "--recompute-num-layers",  "2"};
+        QTest::newRow("llama fp16 selective") << llama + QStringList{"--fp16", "--recompute-granularity", "selective"};
         QTest::newRow("llama MQA qkv bias rope scaling half rotary") << llama + QStringList{"--num-query-groups",
                                                                                             "1",
                                                                                             "--add-qkv-bias",
