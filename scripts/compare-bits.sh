@@ -52,14 +52,14 @@ import json, sys
 for line in open(sys.argv[1]):
     r = json.loads(line)
     if r.get("topic") == "step":
-        print(r["iteration"], repr(r["lm_loss"]), repr(r["grad_norm"]), r["skipped_iterations"])
+        print("iteration", r["iteration"], repr(r["lm_loss"]), repr(r["grad_norm"]), r["skipped_iterations"])
 EOF
   (cd "$1/ckpt" && find . -name '*.bin' | sort | xargs sha256sum)
 }
 
 compare() {  # name
   if diff "$work/$1.old.txt" "$work/$1.new.txt" >/dev/null; then
-    echo "identical  $1 ($(grep -c '^[0-9]' "$work/$1.new.txt") iterations, $(grep -c '\.bin$' "$work/$1.new.txt") checkpoint files)"
+    echo "identical  $1 ($(grep -c '^iteration' "$work/$1.new.txt") iterations, $(grep -c '\.bin$' "$work/$1.new.txt") checkpoint files)"
   else
     echo "DIFFERENT  $1"
     diff "$work/$1.old.txt" "$work/$1.new.txt" | head -5
