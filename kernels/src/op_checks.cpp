@@ -158,33 +158,33 @@ void copy(OpContext& ctx, TensorView dst, TensorView src) {
                 device_name(ctx.device), ctx.device == Device::CPU ? "" : " or the host");
     }
     same_size(c, "dst", dst, "src", src);
-    // Same dtype, or conversions between storage dtypes (the CPU: f32, bf16, f16; CUDA: f32 <-> bf16);
-    // a mismatch blames the side that is neither.
+    // Same dtype, or a conversion between storage dtypes (CPU: f32, bf16, f16; CUDA: f32 <-> bf16); a
+    // mismatch blames the side that is neither.
     const bool cpu = ctx.device == Device::CPU;
-    const auto convertible = [&](DType t) { return t == DType::F32 || t == DType::BF16 || (cpu && t == DType::F16); };
+    const auto convertible = [cpu](DType t) { return cpu ? storage_dtype(t) : t == DType::F32 || t == DType::BF16; };
     if (dst.dtype != src.dtype && !(convertible(dst.dtype) && convertible(src.dtype))) {
         const bool blame_dst = !convertible(dst.dtype);
         const TensorView& other = blame_dst ? src : dst;
         c.shape(false, blame_dst ? "dst" : "src", blame_dst ? dst : src, "of {}'s dtype {} (or {})",
-                blame_dst ? "src" : "dst", dtype_name(other.dtype), cpu ? "f32, bf16, f16" : "f32 <-> bf16");
+                blame_dst ? "src" : "dst", dtype_name(other.dtype), cpu ? "f32, bf16 or f16" : "f32 <-> bf16");
     }
     if (cpu) c.shape(storage_dtype(dst.dtype), "dst", dst, "of dtype f32, bf16 or f16 on the CPU");
 }
 
 void scale(OpContext& ctx, TensorView x, float) {
-    Args("scale", ctx).tensor("x", x, F32);
+    Args("scale", ctx).stored("x", x);
 }
 
 void add(OpContext& ctx, TensorView out, TensorView a, TensorView b) {
     const Args c("add", ctx);
-    c.tensor("out", out, F32).tensor("a", a, F32).tensor("b", b, F32);
+    c.stored("out", out).tensor("a", a, out.dtype).tensor("b", b, out.dtype);
     same_size(c, "a", a, "out", out);
     same_size(c, "b", b, "out", out);
 }
 
 void round_to(OpContext& ctx, TensorView x, DType dtype) {
     const Args c("round_to", ctx);
-    c.tensor("x", x, F32);
+    c.stored("x", x);
     c.value(storage_dtype(dtype), "dtype", dtype_name(dtype), "f32, bf16 or f16");
 }
 
@@ -295,7 +295,7 @@ namespace {
 /// `weights`: the table is the model's weights (16-bit on the CPU in 16-bit runs), else their fp32 gradient.
 void embedding(const Args& c, const char* rows_arg, const TensorView& rows, const TensorView& ids,
                const char* table_arg, const TensorView& table, bool weights) {
-    c.tensor(rows_arg, rows, F32).tensor("ids", ids, I32);
+    c.stored(rows_arg, rows).tensor("ids", ids, I32);
     if (weights)
         c.stored(table_arg, table);
     else
@@ -307,7 +307,7 @@ void embedding(const Args& c, const char* rows_arg, const TensorView& rows, cons
 
 void position_embedding(const Args& c, const char* rows_arg, const TensorView& rows, const char* table_arg,
                         const TensorView& table, int64_t position_offset, bool weights) {
-    c.tensor(rows_arg, rows, F32);
+    c.stored(rows_arg, rows);
     if (weights)
         c.stored(table_arg, table);
     else
@@ -339,11 +339,12 @@ void position_embedding_backward(OpContext& ctx, TensorView dwpe, TensorView dou
 // ---- normalisation -----------------------------------------------------------------------------------
 
 namespace {
-/// x (N, H), a tensor of x's size, w (H: a weight, 16-bit on the CPU in 16-bit runs) and a per-row
-/// statistic (N).
+/// x (N, H), a tensor of x's size, w (H) and a per-row statistic (N). x, out, dout and dx are
+/// stored activations (the residual stream, norm outputs and their gradients); w is a weight (16-bit on
+/// the CPU in 16-bit runs).
 void norm(const Args& c, const TensorView& x, const char* like_x_arg, const TensorView& like_x, const TensorView& w,
           const char* stat_arg, const TensorView& stat) {
-    c.tensor("x", x, F32).tensor(like_x_arg, like_x, F32).stored("w", w).tensor(stat_arg, stat, F32);
+    c.stored("x", x).stored(like_x_arg, like_x).stored("w", w).tensor(stat_arg, stat, F32);
     same_size(c, like_x_arg, like_x, "x", x);
     elements(c, "w", w, x.cols(), "one per column of x");
     elements(c, stat_arg, stat, x.rows(), "one per row of x");
@@ -363,7 +364,7 @@ void layernorm_backward(OpContext& ctx, TensorView dx, TensorView dw, TensorView
                         TensorView mean, TensorView rstd, TensorView w, bool) {
     const Args c("layernorm_backward", ctx);
     norm(c, x, "dout", dout, w, "rstd", rstd);
-    c.tensor("dx", dx, F32).tensor("dw", dw, F32).tensor("db", db, F32).tensor("mean", mean, F32);
+    c.tensor("dx", dx, x.dtype).tensor("dw", dw, F32).tensor("db", db, F32).tensor("mean", mean, F32);
     same_size(c, "dx", dx, "x", x);
     same_size(c, "dw", dw, "w", w);
     same_size(c, "db", db, "w", w);
@@ -378,7 +379,7 @@ void rmsnorm_backward(OpContext& ctx, TensorView dx, TensorView dw, TensorView d
                       TensorView w, bool) {
     const Args c("rmsnorm_backward", ctx);
     norm(c, x, "dout", dout, w, "rstd", rstd);
-    c.tensor("dx", dx, F32).tensor("dw", dw, F32);
+    c.tensor("dx", dx, x.dtype).tensor("dw", dw, F32);
     same_size(c, "dx", dx, "x", x);
     same_size(c, "dw", dw, "w", w);
 }
@@ -438,7 +439,7 @@ void rope_backward(OpContext& ctx, TensorView dqkv, TensorView cos, TensorView s
 
 void dropout_forward(OpContext& ctx, TensorView out, TensorView x, float p, RngStream, int64_t element_offset) {
     const Args c("dropout_forward", ctx);
-    c.tensor("out", out, F32).tensor("x", x, F32);
+    c.stored("out", out).stored("x", x);
     same_size(c, "out", out, "x", x);
     dropout_p(c, p);
     dropout_offset(c, element_offset);
@@ -446,7 +447,7 @@ void dropout_forward(OpContext& ctx, TensorView out, TensorView x, float p, RngS
 
 void dropout_backward(OpContext& ctx, TensorView dx, TensorView dout, float p, RngStream, int64_t element_offset) {
     const Args c("dropout_backward", ctx);
-    c.tensor("dx", dx, F32).tensor("dout", dout, F32);
+    c.stored("dx", dx).stored("dout", dout);
     same_size(c, "dx", dx, "dout", dout);
     dropout_p(c, p);
     dropout_offset(c, element_offset);
@@ -455,7 +456,7 @@ void dropout_backward(OpContext& ctx, TensorView dx, TensorView dout, float p, R
 void dropout_add_forward(OpContext& ctx, TensorView out, TensorView residual, TensorView x, float p, RngStream,
                          int64_t element_offset) {
     const Args c("dropout_add_forward", ctx);
-    c.tensor("out", out, F32).tensor("residual", residual, F32).tensor("x", x, F32);
+    c.stored("out", out).tensor("residual", residual, out.dtype).stored("x", x);
     same_size(c, "out", out, "x", x);
     same_size(c, "residual", residual, "x", x);
     dropout_p(c, p);
@@ -465,7 +466,7 @@ void dropout_add_forward(OpContext& ctx, TensorView out, TensorView residual, Te
 void bias_dropout_add_forward(OpContext& ctx, TensorView out, TensorView residual, TensorView x, TensorView bias,
                               float p, RngStream, int64_t element_offset) {
     const Args c("bias_dropout_add_forward", ctx);
-    c.tensor("out", out, F32).tensor("residual", residual, F32).tensor("x", x, F32).stored("bias", bias);
+    c.stored("out", out).tensor("residual", residual, out.dtype).stored("x", x).stored("bias", bias);
     same_size(c, "out", out, "x", x);
     same_size(c, "residual", residual, "x", x);
     elements(c, "bias", bias, x.cols(), "one per column of x");

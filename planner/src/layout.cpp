@@ -62,14 +62,17 @@ Precision Precision::from(const TrainingConfig& t, const DeviceSpec& device) {
     p.master = p.half;
     if (!p.half) return p;  // every buffer is fp32
     p.layer_stored = 2;
+    p.activation = 2;
     // The weights' working copy is a 16-bit arena on every device (the CPU's kernels take 16-bit weights).
     p.weight = 2;
     // Main grads are fp32 always: the engine accumulates in fp32 and, for plain fp16 without
     // accumulate_allreduce_grads_in_fp32, rounds the accumulated arena to fp16 values in place, where
     // Megatron-LM would keep 2-byte grads (docs/numerics.md, "Gradients"; docs/memory.md).
     p.gradient = 4;
-    if (device.emulated_16bit) return p;  // the CPU: the other activations are fp32 holding 16-bit values
-    p.activation = 2;
+    if (device.emulated_16bit) return p;  // the CPU: probabilities, logits and sums stay fp32
+    p.probs = 2;
+    p.logits = 2;
+    p.partial_sum = 2;
     return p;
 }
 

@@ -85,8 +85,14 @@ private slots:
             "--fp16", "--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", "1"};
         QTest::newRow("untied RMSNorm") << QStringList{"--untie-embeddings-and-output-weights", "--normalization",
                                                        "RMSNorm"};
-        // 16-bit weights (2 bytes a parameter) with an untied output layer, and fp16 with its fp32 grads.
-        QTest::newRow("bf16 untied") << QStringList{"--bf16", "--untie-embeddings-and-output-weights"};
+        // 16-bit activations (residual stream, norm outputs, their gradients) next to fp32 probabilities,
+        // logits and partial sums: every category byte for byte.
+        QTest::newRow("bf16 dropout untied RMSNorm")
+            << QStringList{"--bf16", "--hidden-dropout", "0.1", "--attention-dropout", "0.1",
+                           "--untie-embeddings-and-output-weights", "--normalization", "RMSNorm"};
+        QTest::newRow("fp16 selective") << QStringList{"--fp16", "--recompute-granularity", "selective"};
+        QTest::newRow("bf16 logits in chunks of 7 rows") << QStringList{"--bf16", "--logits-chunk-bytes", "3584"};
+        // fp16 with its main grads accumulated in fp32 (the engine's grads are fp32 in every run).
         QTest::newRow("fp16 grads accumulated in fp32")
             << QStringList{"--fp16", "--accumulate-allreduce-grads-in-fp32"};
         QTest::newRow("micro 1 global 3") << QStringList{"--micro-batch-size", "1", "--global-batch-size", "3"};
@@ -114,10 +120,11 @@ private slots:
         QTest::newRow("llama full uniform 1")
             << llama + QStringList{"--recompute-granularity", "full", "--recompute-method", "uniform",
                                    "--recompute-num-layers",  "1"};
+        QTest::newRow("llama fp16") << llama + QStringList{"--fp16"};
+        QTest::newRow("llama bf16 selective") << llama + QStringList{"--bf16", "--recompute-granularity", "selective"};
         QTest::newRow("llama bf16 full block 2")
             << llama + QStringList{"--bf16", "--recompute-granularity", "full", "--recompute-method",
                                    "block",  "--recompute-num-layers",  "2"};
-        QTest::newRow("llama fp16 selective") << llama + QStringList{"--fp16", "--recompute-granularity", "selective"};
         QTest::newRow("llama MQA qkv bias rope scaling half rotary") << llama + QStringList{"--num-query-groups",
                                                                                             "1",
                                                                                             "--add-qkv-bias",
