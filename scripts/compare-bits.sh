@@ -12,6 +12,8 @@ old="$1"
 new="$2"
 work="${3:-$(mktemp -d)}"
 mkdir -p "$work"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 \
+  OMPI_MCA_btl_vader_single_copy_mechanism=none
 
 base=(--mock-data --tokenizer-type NullTokenizer --vocab-size 128 --num-layers 4 --hidden-size 64
   --num-attention-heads 4 --seq-length 32 --micro-batch-size 2 --global-batch-size 8 --lr 1e-3
