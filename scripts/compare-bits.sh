@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # Runs the same small CPU trainings with two mwb-train binaries and compares them bit for bit: every
 # iteration's loss, gradient norm and loss scale (metrics.jsonl, as printed by the JSON writer) and the
-# sha256 of every checkpoint shard. For changes that must not move a single bit (storage layout,
-# kernel dispatch), e.g. a 16-bit tensor that replaces an fp32 array holding the same 16-bit values.
-#   scripts/compare-bits.sh OLD_MWB_TRAIN NEW_MWB_TRAIN [WORK_DIR]
-# Exit status 0 when every config matches, 1 otherwise. Needs mpirun for the TP/PP configs.
+# sha256 of every checkpoint shard, and the text samples drawn during training where a config asks for
+# them; then a resume from a checkpoint saved by either binary and loaded by either. For changes that
+# must not move a single bit (storage layout, kernel dispatch), e.g. a 16-bit tensor that replaces an
+# fp32 array holding the same 16-bit values.
+#   [ONLY=regex] scripts/compare-bits.sh OLD_MWB_TRAIN NEW_MWB_TRAIN [WORK_DIR]
+# Exit status 0 when every config matches, 1 otherwise. Needs mpirun for the TP/PP/DP configs.
 set -euo pipefail
 old="$1"
 new="$2"
 work="${3:-$(mktemp -d)}"
 mkdir -p "$work"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 \
+  OMPI_MCA_btl_vader_single_copy_mechanism=none
 
 base=(--mock-data --tokenizer-type NullTokenizer --vocab-size 128 --num-layers 4 --hidden-size 64
   --num-attention-heads 4 --seq-length 32 --micro-batch-size 2 --global-batch-size 8 --lr 1e-3
@@ -20,10 +24,14 @@ llama=(--group-query-attention --num-query-groups 2 --swiglu --ffn-hidden-size 1
   --untie-embeddings-and-output-weights)
 dropout=(--hidden-dropout 0.1 --attention-dropout 0.1)  # Megatron-LM's defaults, spelled out
 no_dropout=(--hidden-dropout 0 --attention-dropout 0)
+printf '5 6 7\n40 41\n' >"$work/prompts.txt"
+samples="--sample-interval 3 --sample-prompts $work/prompts.txt --sample-max-new-tokens 8"
 
 # name | ranks | flags
 configs=(
-  "gpt_bf16|1|--bf16"
+  "gpt_bf16_samples|1|--bf16 $samples"
+  "gpt_fp32|1|${dropout[*]}"
+  "gpt_fp16_fp32_grads|1|--fp16 --accumulate-allreduce-grads-in-fp32 ${dropout[*]}"
   "gpt_fp16_no_dropout|1|--fp16 ${no_dropout[*]}"
   "gpt_fp16_selective_dropout|1|--fp16 --recompute-granularity selective ${dropout[*]}"
   "gpt_bf16_full_uniform_dropout|1|--bf16 --recompute-granularity full --recompute-method uniform --recompute-num-layers 2 ${dropout[*]}"
@@ -35,6 +43,8 @@ configs=(
   "llama_fp16_tp2|2|--fp16 ${llama[*]} --tensor-model-parallel-size 2"
   "gpt_bf16_pp2|2|--bf16 --pipeline-model-parallel-size 2 ${dropout[*]}"
   "llama_fp16_pp2_interleaved|2|--fp16 ${llama[*]} --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1"
+  "gpt_bf16_dp2_distopt_samples|2|--bf16 --use-distributed-optimizer ${dropout[*]} $samples"
+  "llama_fp16_dp2_distopt|2|--fp16 ${llama[*]} --use-distributed-optimizer"
 )
 
 run() {  # binary dir ranks flags...
@@ -46,8 +56,20 @@ run() {  # binary dir ranks flags...
   "${cmd[@]}" >"$dir.log" 2>&1 || { echo "FAILED to run: ${cmd[*]} (log $dir.log)"; return 1; }
 }
 
-steps() {  # the per-iteration numbers as the JSON writer printed them
+steps() {  # the per-iteration numbers as the JSON writer printed them, and the samples' completions
   grep '"topic":"step"' "$1/run/metrics.jsonl" | grep -o '"\(iteration\|lm_loss\|grad_norm\|loss_scale\)":[^,]*' | tr '\n' ' '
+  if [ -f "$1/run/samples.jsonl" ]; then grep -o '"completion":"[^"]*"' "$1/run/samples.jsonl" | tr '\n' ' '; fi
+}
+
+same() {  # name old_dir new_dir
+  if [ "$(steps "$2")" == "$(steps "$3")" ] && [ "$(shards "$2")" == "$(shards "$3")" ]; then
+    local n=0
+    [ -f "$3/run/samples.jsonl" ] && n=$(grep -c '"completion"' "$3/run/samples.jsonl")
+    echo "same bits  $1: $(grep -c '"topic":"step"' "$3/run/metrics.jsonl") iterations, $n samples, $(shards "$3" | wc -l) shards, last $(steps "$3" | grep -o '"lm_loss":[^ ]*' | tail -1)"
+  else
+    echo "DIFFERENT  $1 (runs in $2 and $3)"
+    status=1
+  fi
 }
 
 shards() {
@@ -57,16 +79,30 @@ shards() {
 status=0
 for entry in "${configs[@]}"; do
   IFS='|' read -r name ranks flags <<<"$entry"
+  [[ "$name" =~ ${ONLY:-.} ]] || continue
   # shellcheck disable=SC2086
   run "$old" "$work/$name.old" "$ranks" $flags || { status=1; continue; }
   # shellcheck disable=SC2086
   run "$new" "$work/$name.new" "$ranks" $flags || { status=1; continue; }
-  if [ "$(steps "$work/$name.old")" == "$(steps "$work/$name.new")" ] &&
-    [ "$(shards "$work/$name.old")" == "$(shards "$work/$name.new")" ]; then
-    echo "same bits  $name: $(grep -c '"topic":"step"' "$work/$name.new/run/metrics.jsonl") iterations, $(shards "$work/$name.new" | wc -l) shards, last $(steps "$work/$name.new" | grep -o '"lm_loss":[^ ]*' | tail -1)"
-  else
-    echo "DIFFERENT  $name (runs in $work/$name.old and .new)"
-    status=1
-  fi
+  same "$name" "$work/$name.old" "$work/$name.new"
 done
+
+# Resume: 3 iterations saved, then 3 more loaded from that checkpoint, each binary from its own and from
+# the other's (the checkpoint format must load in both directions; both must equal old-from-old).
+if [[ "resume" =~ ${ONLY:-.} ]]; then
+  resume=(--bf16 "${dropout[@]}")
+  for who in old new; do
+    bin="$old"
+    [ "$who" = new ] && bin="$new"
+    run "$bin" "$work/resume.$who" 1 "${resume[@]}" --train-iters 3 || status=1
+  done
+  same resume_saved "$work/resume.old" "$work/resume.new"
+  for pair in "old old" "old new" "new old" "new new"; do
+    read -r saver loader <<<"$pair"
+    bin="$old"
+    [ "$loader" = new ] && bin="$new"
+    run "$bin" "$work/resumed.$saver.$loader" 1 "${resume[@]}" --load "$work/resume.$saver/ckpt" || status=1
+  done
+  for pair in old.new new.old new.new; do same "resume_$pair" "$work/resumed.old.old" "$work/resumed.$pair"; done
+fi
 exit $status

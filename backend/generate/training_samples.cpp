@@ -32,13 +32,17 @@ TrainingSamples::TrainingSamples(const Config& config, const GptModel& model, De
         return;
     }
     TensorView weights = model.params();
-    if (weights.device != Device::CPU) {
+    if (weights.device != Device::CPU || weights.dtype != DType::F32) {
         // A GPU run decodes on the CPU from a host copy of this rank's fp32 weights, refreshed at each
         // sampling point: the GPU keeps only the training's memory, and every layout works as on CPU runs.
-        device_params_ = weights;
+        // A CPU run's 16-bit working copy is widened into such a copy (exact: the same values).
+        MWB_CHECK(weights.device == Device::CPU || weights.dtype == DType::F32,
+                  "text samples: a GPU run's weights are downloaded as fp32, got {}", weights.describe());
+        model_params_ = weights;
         // not value-initialised: the pages are first touched by the first sampling point's copy
         host_params_.reset(new float[static_cast<std::size_t>(weights.numel())]);
         weights.data = host_params_.get();
+        weights.dtype = DType::F32;
         weights.device = Device::CPU;
     }
     prompts_ = read_sample_prompts(l.sample_prompts);
@@ -84,10 +88,13 @@ void TrainingSamples::after_iteration(int64_t iteration, int64_t consumed_tokens
 
 void TrainingSamples::sample(int64_t iteration, int64_t consumed_tokens) {
     last_sampled_ = iteration;
-    if (host_params_) {  // a GPU run: this iteration's weights (the copy waits for the update)
+    if (host_params_ && model_params_.device != Device::CPU) {  // this iteration's weights (after the update)
         device::synchronize();
-        device::copy_to_host(host_params_.get(), device_params_.data,
-                             device_params_.numel() * static_cast<int64_t>(sizeof(float)));
+        device::copy_to_host(host_params_.get(), model_params_.data,
+                             model_params_.numel() * static_cast<int64_t>(sizeof(float)));
+    } else if (host_params_) {
+        OpContext cpu;
+        ops::copy(cpu, make_view(host_params_.get(), DType::F32, {model_params_.numel()}), model_params_);
     }
     const auto out = complete(*decoder_, ids_, options_);
     const SamplingParams& s = options_.sampling;

@@ -51,8 +51,10 @@ private:
     Publish publish_;
     std::unique_ptr<data::Tokenizer> tokenizer_;
     std::unique_ptr<Decoder> decoder_;
-    TensorView device_params_;        ///< a GPU run's fp32 weights (host_params_ copies them at each sample)
-    std::unique_ptr<float[]> host_params_;  ///< null on CPU runs, which read their weights in place
+    /// The model's weights when the decoder cannot read them in place: a GPU run's, or a CPU run's 16-bit
+    /// working copy (host_params_ copies or widens them at each sample).
+    TensorView model_params_;
+    std::unique_ptr<float[]> host_params_;  ///< null on fp32 CPU runs, which read their weights in place
     std::vector<std::string> prompts_;
     std::vector<std::vector<int32_t>> ids_;
     GenerateOptions options_;

@@ -89,7 +89,9 @@ void GptModel::build(int64_t arena_shards, bool gradients) {
     }
 
     if (arena_shards > 1) layout_.pad_to_shards(arena_shards);
-    params_ = Buffer(alloc_, MemCategory::Weights, layout_.arena_elements());
+    // The weights' working copy is stored as the activations are: 16-bit in bf16/fp16 runs where the
+    // device's kernels take 16-bit tensors (the CPU); the optimizer keeps the fp32 masters.
+    params_ = Buffer(alloc_, MemCategory::Weights, layout_.arena_elements(), mwb::stored_dtype(ctx_.device, storage_));
     if (gradients) grads_ = Buffer(alloc_, MemCategory::Gradients, layout_.arena_elements());
     ops::fill(ctx_, params_.view(), 0.0f);
     if (gradients) ops::fill(ctx_, grads_.view(), 0.0f);
@@ -138,6 +140,7 @@ void GptModel::build_rope_tables() {
 
 void GptModel::init_weights(uint64_t seed) {
     const float out_std = d_.init_std / std::sqrt(2.0f * static_cast<float>(d_.layers));
+    std::vector<float> host;
     for (std::size_t i = 0; i < layout_.size(); ++i) {
         const ParamInfo& p = layout_[i];
         const TensorView v = layout_.view(params_.view(), i);
@@ -146,21 +149,22 @@ void GptModel::init_weights(uint64_t seed) {
         } else if (p.role == ParamRole::NormWeight) {
             ops::fill(ctx_, v, 1.0f);
         } else {
-            const bool output_proj = role_is_output_projection(p.role);
-            if (v.device == Device::CPU) {
-                normal_init_slice(v, p, seed, output_proj ? out_std : d_.init_std);
-            } else {
-                // Drawn on the host (the same Philox values), then uploaded.
-                std::vector<float> host(static_cast<std::size_t>(v.numel()));
-                TensorView hv = v;
-                hv.data = host.data();
-                hv.device = Device::CPU;
-                normal_init_slice(hv, p, seed, output_proj ? out_std : d_.init_std);
-                device::copy_to_device(v.data, host.data(), v.numel() * 4);
-            }
+            // Drawn in fp32 on the host (the same Philox values on every device), then stored: rounded
+            // into a 16-bit arena, uploaded to a GPU.
+            host.resize(static_cast<std::size_t>(v.numel()));
+            TensorView hv = v;
+            hv.data = host.data();
+            hv.dtype = DType::F32;
+            hv.device = Device::CPU;
+            normal_init_slice(hv, p, seed, role_is_output_projection(p.role) ? out_std : d_.init_std);
+            if (v.device == Device::CPU)
+                ops::copy(ctx_, v, hv);
+            else
+                device::copy_to_device(v.data, host.data(), v.numel() * 4);  // an f32 arena on CUDA
         }
     }
-    ops::round_to(ctx_, params_.view(), storage_);
+    // An f32 arena holds the 16-bit rounding of the draws (a 16-bit one was rounded by the copy).
+    if (weight_dtype() == DType::F32) ops::round_to(ctx_, params_.view(), storage_);
 }
 
 void GptModel::zero_grads() {

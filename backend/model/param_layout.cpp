@@ -89,7 +89,8 @@ bool ParamLayout::contains(const std::string& name) const {
 TensorView ParamLayout::view(const TensorView& arena, std::size_t i) const {
     const ParamInfo& p = params_[i];
     MWB_CHECK(arena.numel() >= total_, "arena {} is smaller than the layout ({} elements)", arena.describe(), total_);
-    float* base = static_cast<float*>(arena.data) + p.offset;
+    // The arena may be 16-bit (the weights' working copy in bf16/fp16 runs): offsets are in elements.
+    void* base = static_cast<char*>(arena.data) + p.offset * static_cast<int64_t>(dtype_size(arena.dtype));
     return p.shape.size() == 1 ? make_view(base, arena.dtype, {p.shape[0]}, arena.device)
                                : make_view(base, arena.dtype, {p.shape[0], p.shape[1]}, arena.device);
 }

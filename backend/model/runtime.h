@@ -24,7 +24,8 @@ inline uint64_t micro_batch_stream(int64_t iteration, int64_t micro_batch) {
     return mix64(mix64(static_cast<uint64_t>(iteration)) ^ static_cast<uint64_t>(micro_batch));
 }
 
-/// What stored activations are held as on `device` in a run of storage dtype `storage` (ModelRuntime).
+/// What stored activations, and the weights' working copy (GptModel::weight_dtype), are held as on
+/// `device` in a run of storage dtype `storage` (ModelRuntime).
 inline DType stored_dtype(Device device, DType storage) {
     return device == Device::CPU ? storage : DType::F32;
 }

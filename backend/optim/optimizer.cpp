@@ -18,7 +18,8 @@ Optimizer::Optimizer(const ParamLayout& layout, TensorView params, TensorView gr
       weight_decay_(static_cast<float>(t.weight_decay)), clip_grad_(t.clip_grad), ctx_(ctx), par_(par), shard_(shard) {
     const int64_t n = shard_.size();
     if (storage_ != DType::F32) {
-        // As in Megatron-LM, the master copy starts from the (already rounded) 16-bit weights.
+        // As in Megatron-LM, the master copy starts from the (already rounded) 16-bit weights, widened
+        // exactly from the model's working copy (a 16-bit arena, or f32 holding 16-bit values on CUDA).
         master_ = Buffer(alloc, MemCategory::Optimizer, n);
         ops::copy(ctx_, master_.view(), slice_1d(params_, shard_.begin, n));
     }
@@ -115,15 +116,18 @@ StepResult Optimizer::step(double lr, double loss_scale, bool zero_grads) {
 }
 
 void Optimizer::all_gather_params() {
-    // Every rank updated its shard of the weights; the data-parallel group exchanges them.
-    par_->dp().all_gather(params_.f32() + shard_.begin, params_.f32(), shard_.size());
+    // Every rank updated its shard of the weights; the data-parallel group exchanges them in the
+    // arena's dtype (2 bytes an element for a 16-bit working copy).
+    const auto bytes = static_cast<int64_t>(dtype_size(params_.dtype));
+    char* arena = static_cast<char*>(params_.data);
+    par_->dp().all_gather_elements(arena + shard_.begin * bytes, arena, shard_.size(), bytes);
 }
 
 void Optimizer::sync_params_from_master() {
     if (!master_.empty()) {
         const TensorView mine = slice_1d(params_, shard_.begin, shard_.size());
-        ops::copy(ctx_, mine, master_.view());
-        ops::round_to(ctx_, mine, storage_);
+        ops::copy(ctx_, mine, master_.view());  // a 16-bit arena: rounded by the copy
+        if (mine.dtype == DType::F32) ops::round_to(ctx_, mine, storage_);
     }
     if (distributed()) all_gather_params();
 }

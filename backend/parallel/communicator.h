@@ -2,6 +2,8 @@
 // A process group and its collectives: on host buffers (MPI, or a group of one) or on device buffers
 // (NCCL) behind the same interface. Every call counts the bytes this rank
 // sends by the ring algorithm's volume (the planner predicts exactly these numbers) and the time spent.
+#include "mwb/kernels/error.h"
+
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -54,6 +56,13 @@ public:
     virtual void all_reduce_max(float* data, int64_t n) = 0;
     /// out (size()·n) = the n-element inputs of every rank, in rank order.
     virtual void all_gather(const float* in, float* out, int64_t n) = 0;
+    /// The same for elements of `element_bytes` each (the 16-bit weights' working copy): moved as
+    /// opaque 4-byte words, so n·element_bytes must be a multiple of 4; traffic counts their bytes.
+    void all_gather_elements(const void* in, void* out, int64_t n, int64_t element_bytes) {
+        MWB_CHECK(n * element_bytes % 4 == 0, "all-gather over {}: {} elements of {} bytes are not whole 4-byte words",
+                  name(), n, element_bytes);
+        all_gather(static_cast<const float*>(in), static_cast<float*>(out), n * element_bytes / 4);
+    }
     /// out (n) = Σ over ranks of the rank()-th n-element block of in (size()·n). With out == in it
     /// works in place and the result lands in the first n elements.
     virtual void reduce_scatter_sum(const float* in, float* out, int64_t n) = 0;

@@ -59,7 +59,7 @@ void bias_dropout_add_as(const TensorView& out, const TensorView& residual, cons
     const auto* px = elements<X>(x);
     const auto* pr = elements<O>(residual);
     auto* po = elements<O>(out);
-    const float* pb = bias.f32();
+    const float* pb = widened(bias, Scratch::Bias).f32();  // a 16-bit bias (bf16/fp16 runs): widened once
     using SO = Storage<O>;
     using SX = Storage<X>;
     const DropoutDraw draw(rng, p);

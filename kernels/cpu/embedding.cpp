@@ -8,11 +8,13 @@ namespace mwb::cpu {
 
 namespace {
 
-template <DType O>
+/// O: storage of out; W: of the table (the weights' working copy: 16-bit in bf16/fp16 runs, widened
+/// element by element as its rows are gathered).
+template <DType O, DType W>
 void embedding_forward_as(const TensorView& out, const TensorView& ids, const TensorView& table, int64_t vocab_start) {
     const int64_t rows = ids.numel(), h = table.dim(1), v = table.dim(0);
     const int32_t* id = ids.i32();
-    const float* t = table.f32();
+    const auto* t = elements<W>(table);
     auto* o = elements<O>(out);
     const auto zero = Storage<O>::store(0.0f);
 #pragma omp parallel for schedule(static)
@@ -20,9 +22,9 @@ void embedding_forward_as(const TensorView& out, const TensorView& ids, const Te
         const int64_t local = static_cast<int64_t>(id[r]) - vocab_start;
         auto* dst = o + r * h;
         if (local >= 0 && local < v) {
-            const float* src = t + local * h;
+            const auto* src = t + local * h;
 #pragma omp simd
-            for (int64_t c = 0; c < h; ++c) dst[c] = Storage<O>::store(src[c]);
+            for (int64_t c = 0; c < h; ++c) dst[c] = Storage<O>::store(Storage<W>::load(src[c]));
         } else {
 #pragma omp simd
             for (int64_t c = 0; c < h; ++c) dst[c] = zero;
@@ -54,18 +56,19 @@ void embedding_backward_as(const TensorView& dtable, const TensorView& dout, con
     }
 }
 
-template <DType O>
+template <DType O, DType W>
 void position_embedding_forward_as(const TensorView& out, const TensorView& wpe, int64_t position_offset) {
     const int64_t s_len = out.dim(0), b_len = out.dim(1), h = out.dim(2);
     auto* o = elements<O>(out);
-    const float* w = wpe.f32();
+    const auto* w = elements<W>(wpe);
 #pragma omp parallel for schedule(static)
     for (int64_t s = 0; s < s_len; ++s) {
-        const float* src = w + (s + position_offset) * h;
+        const auto* src = w + (s + position_offset) * h;
         for (int64_t b = 0; b < b_len; ++b) {
             auto* dst = o + (s * b_len + b) * h;
 #pragma omp simd
-            for (int64_t c = 0; c < h; ++c) dst[c] = Storage<O>::store(Storage<O>::load(dst[c]) + src[c]);
+            for (int64_t c = 0; c < h; ++c)
+                dst[c] = Storage<O>::store(Storage<O>::load(dst[c]) + Storage<W>::load(src[c]));
         }
     }
 }
@@ -89,7 +92,9 @@ void position_embedding_backward_as(const TensorView& dwpe, const TensorView& do
 }  // namespace
 
 void embedding_forward(OpContext&, TensorView out, TensorView ids, TensorView table, int64_t vocab_start) {
-    with_storage(out.dtype, [&](auto t) { embedding_forward_as<decltype(t)::value>(out, ids, table, vocab_start); });
+    with_storages(out.dtype, table.dtype, [&](auto o, auto w) {
+        embedding_forward_as<decltype(o)::value, decltype(w)::value>(out, ids, table, vocab_start);
+    });
 }
 
 void embedding_backward(OpContext&, TensorView dtable, TensorView dout, TensorView ids, int64_t vocab_start) {
@@ -98,7 +103,9 @@ void embedding_backward(OpContext&, TensorView dtable, TensorView dout, TensorVi
 }
 
 void position_embedding_forward(OpContext&, TensorView out, TensorView wpe, int64_t position_offset) {
-    with_storage(out.dtype, [&](auto t) { position_embedding_forward_as<decltype(t)::value>(out, wpe, position_offset); });
+    with_storages(out.dtype, wpe.dtype, [&](auto o, auto w) {
+        position_embedding_forward_as<decltype(o)::value, decltype(w)::value>(out, wpe, position_offset);
+    });
 }
 
 void position_embedding_backward(OpContext&, TensorView dwpe, TensorView dout, int64_t position_offset) {

@@ -241,8 +241,9 @@ void linear_forward(OpContext& ctx, TensorView y, TensorView x, TensorView w, Te
     const TensorView y32 = f32_target(reshaped(y, {rows, out}), Scratch::Out, false);
     if (!bias.empty()) {
         // Start from the bias and let the GEMM accumulate onto it: one pass over y instead of two.
+        // A 16-bit bias (the weights' working copy in bf16/fp16 runs) is widened once (exact).
         float* py = y32.f32();
-        const float* pb = bias.f32();
+        const float* pb = widened(bias, Scratch::Bias).f32();
 #pragma omp parallel for schedule(static)
         for (int64_t r = 0; r < rows; ++r) {
 #pragma omp simd

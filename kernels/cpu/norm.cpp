@@ -2,7 +2,8 @@
 // column-block-wise over rows in order (deterministic for any thread count). x, out and their
 // gradients may be 16-bit (the residual stream and norm outputs of a 16-bit run): each op is a template
 // on their storage, rows are widened into f32 scratch and the f32 arithmetic runs unchanged, the output
-// rounded once (storage.h).
+// rounded once (storage.h). 16-bit gamma/beta (the weights' working copy in bf16/fp16 runs) are widened
+// once per call (H values, exact).
 #include "cpu_ops.h"
 #include "storage.h"
 
@@ -42,7 +43,7 @@ void layernorm_forward_as(TensorView out, TensorView mean, TensorView rstd, Tens
     const int64_t rows = x.rows(), h = x.cols();
     const auto* px = elements<X>(x);
     auto* po = elements<O>(out);
-    const float *pw = w.f32(), *pb = b.f32();
+    const float *pw = widened(w, Scratch::Weight).f32(), *pb = widened(b, Scratch::Bias).f32();
     float *pm = mean.f32(), *pr = rstd.f32();
 #pragma omp parallel
     {
@@ -75,7 +76,7 @@ void layernorm_backward_as(TensorView dx, TensorView dw, TensorView db, TensorVi
     const auto* px = elements<X>(x);
     const auto* pd = elements<O>(dout);
     auto* pdx = elements<X>(dx);
-    const float *pw = w.f32(), *pm = mean.f32(), *pr = rstd.f32();
+    const float *pw = widened(w, Scratch::Weight).f32(), *pm = mean.f32(), *pr = rstd.f32();
     float *pdw = dw.f32(), *pdb = db.f32();
 
     // Parameter gradients first (dx may alias dout).
@@ -135,7 +136,7 @@ void rmsnorm_forward_as(TensorView out, TensorView rstd, TensorView x, TensorVie
     const int64_t rows = x.rows(), h = x.cols();
     const auto* px = elements<X>(x);
     auto* po = elements<O>(out);
-    const float* pw = w.f32();
+    const float* pw = widened(w, Scratch::Weight).f32();
     float* pr = rstd.f32();
 #pragma omp parallel
     {
@@ -163,7 +164,7 @@ void rmsnorm_backward_as(TensorView dx, TensorView dw, TensorView dout, TensorVi
     const auto* px = elements<X>(x);
     const auto* pd = elements<O>(dout);
     auto* pdx = elements<X>(dx);
-    const float *pw = w.f32(), *pr = rstd.f32();
+    const float *pw = widened(w, Scratch::Weight).f32(), *pr = rstd.f32();
     float* pdw = dw.f32();
 
     const int64_t blocks = (h + kColBlock - 1) / kColBlock;

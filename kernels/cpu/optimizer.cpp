@@ -1,5 +1,7 @@
-// AdamW on fp32 master weights, with the optional rounded copy for 16-bit model weights.
+// AdamW on fp32 master weights, with the optional rounded copy for 16-bit model weights (written
+// into the 16-bit arena directly, or as f32 values).
 #include "cpu_ops.h"
+#include "storage.h"
 
 #include "mwb/kernels/precision.h"
 
@@ -13,7 +15,6 @@ void adamw_update(OpContext&, TensorView param, TensorView grad, TensorView exp_
     if (!scale.empty() && scale.f32()[1] != 0.0f) return;
     const int64_t n = param.numel();
     float *w = param.f32(), *m = exp_avg.f32(), *v = exp_avg_sq.f32(), *g = grad.f32();
-    float* out = param_copy.empty() ? nullptr : param_copy.f32();
     const float b1 = p.beta1, b2 = p.beta2;
     const float bc1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(b1), static_cast<double>(p.step)));
     const float bc2 = 1.0f - static_cast<float>(std::pow(static_cast<double>(b2), static_cast<double>(p.step)));
@@ -40,18 +41,27 @@ void adamw_update(OpContext&, TensorView param, TensorView grad, TensorView exp_
         update.template operator()<true>();
     else
         update.template operator()<false>();
-    if (out) {
-        if (copy_dtype == DType::BF16) {
+    if (param_copy.empty()) return;
+    // The model's working copy: the 16-bit arena itself (bf16/fp16 runs), or f32 holding the rounding.
+    with_storage(param_copy.dtype, [&](auto tag) {
+        auto* out = elements<decltype(tag)::value>(param_copy);
+        if constexpr (decltype(tag)::value == DType::F32) {
+            if (copy_dtype == DType::BF16) {
 #pragma omp parallel for simd schedule(static)
-            for (int64_t i = 0; i < n; ++i) out[i] = round_to_bf16(w[i]);
-        } else if (copy_dtype == DType::F16) {
+                for (int64_t i = 0; i < n; ++i) out[i] = round_to_bf16(w[i]);
+            } else if (copy_dtype == DType::F16) {
 #pragma omp parallel for simd schedule(static)
-            for (int64_t i = 0; i < n; ++i) out[i] = round_to_fp16(w[i]);
+                for (int64_t i = 0; i < n; ++i) out[i] = round_to_fp16(w[i]);
+            } else {
+#pragma omp parallel for simd schedule(static)
+                for (int64_t i = 0; i < n; ++i) out[i] = w[i];
+            }
         } else {
+            using S = Storage<decltype(tag)::value>;
 #pragma omp parallel for simd schedule(static)
-            for (int64_t i = 0; i < n; ++i) out[i] = w[i];
+            for (int64_t i = 0; i < n; ++i) out[i] = S::store(w[i]);
         }
-    }
+    });
 }
 
 }  // namespace mwb::cpu

@@ -34,7 +34,7 @@ TensorView as_f32(const TensorView& t, float* data) {
 }  // namespace
 
 float* f32_scratch(Scratch slot, int64_t elements) {
-    thread_local std::array<std::vector<float>, 4> scratch;
+    thread_local std::array<std::vector<float>, kScratchSlots> scratch;
     auto& s = scratch[static_cast<std::size_t>(slot)];
     if (static_cast<int64_t>(s.size()) < elements) s.resize(static_cast<std::size_t>(elements));
     return s.data();

@@ -79,7 +79,8 @@ decltype(auto) with_storage(DType dtype, F&& f) {
         case DType::F32:
             break;
         case DType::I32:
-            MWB_FAIL("a stored tensor must be f32, bf16 or f16, got i32");
+        case DType::F64:
+            MWB_FAIL("a stored tensor must be f32, bf16 or f16, got {}", dtype_name(dtype));
     }
     return f(std::integral_constant<DType, DType::F32>{});
 }
@@ -90,8 +91,10 @@ decltype(auto) with_storages(DType a, DType b, F&& f) {
     return with_storage(a, [&](auto ta) { return with_storage(b, [&](auto tb) { return f(ta, tb); }); });
 }
 
-/// Scratch slots of the widened GEMM operands (an op uses several at once).
-enum class Scratch : int { A = 0, B = 1, C = 2, Out = 3 };
+/// Scratch slots of the widened GEMM operands (an op uses several at once), and of an op's 16-bit
+/// weight vectors (norm gamma/beta, biases: one row each, widened once per call).
+enum class Scratch : int { A = 0, B = 1, C = 2, Out = 3, Weight = 4, Bias = 5 };
+constexpr int kScratchSlots = 6;
 /// `elements` floats of this thread's scratch `slot`, grown as needed and kept (a step's shapes repeat).
 /// Not counted by the tracking allocator (docs/memory.md: at most one fp32 copy per operand of the
 /// largest 16-bit GEMM of a step).

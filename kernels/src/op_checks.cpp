@@ -179,6 +179,7 @@ void copy(OpContext& ctx, TensorView dst, TensorView src) {
         c.shape(false, blame_dst ? "dst" : "src", blame_dst ? dst : src, "of {}'s dtype {} (or {})",
                 blame_dst ? "src" : "dst", dtype_name(other.dtype), cpu ? "f32, bf16 or f16" : "f32 <-> bf16");
     }
+    if (cpu) c.shape(storage_dtype(dst.dtype), "dst", dst, "of dtype f32, bf16 or f16 on the CPU");
 }
 
 void scale(OpContext& ctx, TensorView x, float) {
@@ -252,7 +253,8 @@ int64_t linear_weight(const Args& c, const TensorView& x, const TensorView& w) {
 void linear_forward(OpContext& ctx, TensorView y, TensorView x, TensorView w, TensorView bias) {
     const Args c("linear_forward", ctx);
     const int64_t out = linear_weight(c, x, w);
-    c.gemm_operand("y", y).optional("bias", bias, F32);
+    c.gemm_operand("y", y);
+    if (!bias.empty()) c.stored("bias", bias);  // a weight: 16-bit on the CPU in 16-bit runs
     c.shape(y.rows() == x.rows() && y.cols() == out, "y", y, "(N={}, out={})", x.rows(), out);
     if (!bias.empty()) elements(c, "bias", bias, out, "one per output");
 }
@@ -275,7 +277,8 @@ void linear_gelu_forward(OpContext& ctx, TensorView act, TensorView pre, TensorV
                          DType storage) {
     const Args c("linear_gelu_forward", ctx);
     const int64_t out = linear_weight(c, x, w);
-    c.stored("pre", pre).stored("act", act).optional("bias", bias, F32);
+    c.stored("pre", pre).stored("act", act);
+    if (!bias.empty()) c.stored("bias", bias);
     c.shape(pre.rows() == x.rows() && pre.cols() == out, "pre", pre, "(N={}, out={})", x.rows(), out);
     same_size(c, "act", act, "pre", pre);
     if (!bias.empty()) elements(c, "bias", bias, out, "one per output");
@@ -300,16 +303,27 @@ void linear_backward_gelu(OpContext& ctx, TensorView dpre, TensorView dpre_bias,
 // ---- embeddings --------------------------------------------------------------------------------------
 
 namespace {
+/// `weights`: the table is the model's weights (16-bit on the CPU in 16-bit runs), else their fp32 gradient.
 void embedding(const Args& c, const char* rows_arg, const TensorView& rows, const TensorView& ids,
-               const char* table_arg, const TensorView& table) {
-    c.stored(rows_arg, rows).tensor("ids", ids, I32).tensor(table_arg, table, F32).dims(table_arg, table, 2);
+               const char* table_arg, const TensorView& table, bool weights) {
+    c.stored(rows_arg, rows).tensor("ids", ids, I32);
+    if (weights)
+        c.stored(table_arg, table);
+    else
+        c.tensor(table_arg, table, F32);
+    c.dims(table_arg, table, 2);
     c.shape(rows.rows() == ids.numel() && rows.cols() == table.dim(1), rows_arg, rows, "(N={} ids, H={})", ids.numel(),
             table.dim(1));
 }
 
 void position_embedding(const Args& c, const char* rows_arg, const TensorView& rows, const char* table_arg,
-                        const TensorView& table, int64_t position_offset) {
-    c.stored(rows_arg, rows).tensor(table_arg, table, F32).dims(rows_arg, rows, 3).dims(table_arg, table, 2);
+                        const TensorView& table, int64_t position_offset, bool weights) {
+    c.stored(rows_arg, rows);
+    if (weights)
+        c.stored(table_arg, table);
+    else
+        c.tensor(table_arg, table, F32);
+    c.dims(rows_arg, rows, 3).dims(table_arg, table, 2);
     c.shape(table.dim(1) == rows.dim(2), table_arg, table, "(P, H={})", rows.dim(2));
     c.value(position_offset >= 0 && position_offset + rows.dim(0) <= table.dim(0), "position_offset", position_offset,
             ">= 0 with positions [offset, offset + S={}) inside the {} rows of {}", rows.dim(0), table.dim(0),
@@ -318,29 +332,30 @@ void position_embedding(const Args& c, const char* rows_arg, const TensorView& r
 }  // namespace
 
 void embedding_forward(OpContext& ctx, TensorView out, TensorView ids, TensorView table, int64_t) {
-    embedding(Args("embedding_forward", ctx), "out", out, ids, "table", table);
+    embedding(Args("embedding_forward", ctx), "out", out, ids, "table", table, true);
 }
 
 void embedding_backward(OpContext& ctx, TensorView dtable, TensorView dout, TensorView ids, int64_t) {
-    embedding(Args("embedding_backward", ctx), "dout", dout, ids, "dtable", dtable);
+    embedding(Args("embedding_backward", ctx), "dout", dout, ids, "dtable", dtable, false);
 }
 
 void position_embedding_forward(OpContext& ctx, TensorView out, TensorView wpe, int64_t position_offset) {
-    position_embedding(Args("position_embedding_forward", ctx), "out", out, "wpe", wpe, position_offset);
+    position_embedding(Args("position_embedding_forward", ctx), "out", out, "wpe", wpe, position_offset, true);
 }
 
 void position_embedding_backward(OpContext& ctx, TensorView dwpe, TensorView dout, int64_t position_offset) {
-    position_embedding(Args("position_embedding_backward", ctx), "dout", dout, "dwpe", dwpe, position_offset);
+    position_embedding(Args("position_embedding_backward", ctx), "dout", dout, "dwpe", dwpe, position_offset, false);
 }
 
 // ---- normalisation -----------------------------------------------------------------------------------
 
 namespace {
 /// x (N, H), a tensor of x's size, w (H) and a per-row statistic (N). x, out, dout and dx are
-/// stored activations (the residual stream, norm outputs and their gradients).
+/// stored activations (the residual stream, norm outputs and their gradients); w is a weight (16-bit on
+/// the CPU in 16-bit runs).
 void norm(const Args& c, const TensorView& x, const char* like_x_arg, const TensorView& like_x, const TensorView& w,
           const char* stat_arg, const TensorView& stat) {
-    c.stored("x", x).stored(like_x_arg, like_x).tensor("w", w, F32).tensor(stat_arg, stat, F32);
+    c.stored("x", x).stored(like_x_arg, like_x).stored("w", w).tensor(stat_arg, stat, F32);
     same_size(c, like_x_arg, like_x, "x", x);
     elements(c, "w", w, x.cols(), "one per column of x");
     elements(c, stat_arg, stat, x.rows(), "one per row of x");
@@ -351,7 +366,7 @@ void layernorm_forward(OpContext& ctx, TensorView out, TensorView mean, TensorVi
                        TensorView b, float) {
     const Args c("layernorm_forward", ctx);
     norm(c, x, "out", out, w, "rstd", rstd);
-    c.tensor("mean", mean, F32).tensor("b", b, F32);
+    c.tensor("mean", mean, F32).stored("b", b);
     elements(c, "mean", mean, x.rows(), "one per row of x");
     elements(c, "b", b, x.cols(), "one per column of x");
 }
@@ -462,7 +477,7 @@ void dropout_add_forward(OpContext& ctx, TensorView out, TensorView residual, Te
 void bias_dropout_add_forward(OpContext& ctx, TensorView out, TensorView residual, TensorView x, TensorView bias,
                               float p, RngStream, int64_t element_offset) {
     const Args c("bias_dropout_add_forward", ctx);
-    c.stored("out", out).tensor("residual", residual, out.dtype).stored("x", x).tensor("bias", bias, F32);
+    c.stored("out", out).tensor("residual", residual, out.dtype).stored("x", x).stored("bias", bias);
     same_size(c, "out", out, "x", x);
     same_size(c, "residual", residual, "x", x);
     elements(c, "bias", bias, x.cols(), "one per column of x");
@@ -583,9 +598,14 @@ void adamw_update(OpContext& ctx, TensorView param, TensorView grad, TensorView 
         c.tensor(arg, t, F32);
         same_size(c, arg, t, "param", param);
     }
-    c.optional("param_copy", param_copy, F32);
-    if (!param_copy.empty()) same_size(c, "param_copy", param_copy, "param", param);
     c.value(storage_dtype(copy_dtype), "copy_dtype", dtype_name(copy_dtype), "f32, bf16 or f16");
+    if (!param_copy.empty()) {
+        // The model's working copy: f32 holding the rounding, or (the CPU) the 16-bit arena itself.
+        c.stored("param_copy", param_copy);
+        c.shape(param_copy.dtype == DType::F32 || param_copy.dtype == copy_dtype, "param_copy", param_copy,
+                "f32 or of copy_dtype {}", dtype_name(copy_dtype));
+        same_size(c, "param_copy", param_copy, "param", param);
+    }
     c.value(p.step >= 1, "p.step", p.step, ">= 1 (1-based, for the bias correction)");
     c.optional("scale", scale, F32);
     if (!scale.empty()) elements(c, "scale", scale, 2, "gradient_scale's multiplier and found_inf");

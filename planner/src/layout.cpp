@@ -64,12 +64,16 @@ Precision Precision::from(const TrainingConfig& t, const DeviceSpec& device) {
     if (!p.half) return p;  // every buffer is fp32
     p.layer_stored = 2;
     p.activation = 2;
-    if (device.emulated_16bit) return p;  // the CPU: weights, probabilities, logits and sums stay fp32
-    p.weight = 2;  // probs stays 4: attention's saved log-sum-exps are fp32 on a GPU too
+    // The weights' working copy is a 16-bit arena on every device (the CPU's kernels take 16-bit weights).
+    p.weight = 2;
+    // Main grads are fp32 always: the engine accumulates in fp32 and, for plain fp16 without
+    // accumulate_allreduce_grads_in_fp32, rounds the accumulated arena to fp16 values in place, where
+    // Megatron-LM would keep 2-byte grads (docs/numerics.md, "Gradients"; docs/memory.md).
+    p.gradient = 4;
+    // probs stays 4 on every device: attention's saved log-sum-exps are fp32 on a GPU too.
+    if (device.emulated_16bit) return p;  // the CPU: logits and sums stay fp32
     p.logits = 2;
     p.partial_sum = 2;
-    // Megatron-LM keeps fp32 main grads when asked to (bf16 always asks); plain fp16 accumulates in fp16.
-    p.gradient = t.accumulate_allreduce_grads_in_fp32 ? 4 : 2;
     return p;
 }
 

@@ -59,15 +59,16 @@ inline Case make_case(const nlohmann::json& c) {
 }
 
 /// The fixture's initial weights in a model of `storage` precision; in 16-bit runs the model's weights
-/// are the fp32 master weights rounded to 16 bits (as the optimizer's copy makes them).
+/// are the fp32 master weights rounded to 16 bits (as the optimizer's copy makes them): the copy into a
+/// 16-bit arena rounds, an f32 arena is rounded after.
 inline void load_initial(const nlohmann::json& fx, GptModel& model, OpContext& ctx, DType storage) {
     const ParamLayout& layout = model.layout();
     for (const auto& t : fx["tensors"]) {
-        const auto values = decode_array<float>(t["initial_f32"]);
+        auto values = decode_array<float>(t["initial_f32"]);
         const TensorView v = layout.view(model.params(), layout.index_of(t["name"]));
-        std::copy(values.begin(), values.end(), v.f32());
+        ops::copy(ctx, v, make_view(values.data(), DType::F32, {static_cast<int64_t>(values.size())}));
     }
-    if (storage != DType::F32) ops::round_to(ctx, model.params(), storage);
+    if (storage != DType::F32 && model.weight_dtype() == DType::F32) ops::round_to(ctx, model.params(), storage);
 }
 
 /// The iteration's loss (mean of the micro-batches') with the gradients accumulated, each scaled by

@@ -21,6 +21,13 @@ using namespace mwb;
 
 namespace {
 
+/// The model's weights (its working copy: 16-bit in bf16/fp16 runs on the CPU) as fp32 values.
+std::vector<float> weights_f32(const GptModel& model, OpContext& ctx) {
+    std::vector<float> w(static_cast<std::size_t>(model.params().numel()));
+    ops::copy(ctx, make_view(w.data(), DType::F32, {model.params().numel()}), model.params());
+    return w;
+}
+
 GptDims small_dims(int64_t micro_batch) {
     GptDims d;
     d.layers = 2;
@@ -167,12 +174,13 @@ private slots:
         t.fp16 = true;
         t.lr = 1e-3;
         Optimizer opt(model.layout(), model.params(), model.grads(), t, DType::F16, ctx, alloc);
-        const std::vector<float> before(model.params().f32(), model.params().f32() + model.params().numel());
+        QCOMPARE(model.params().dtype, DType::F16);  // the working copy is the fp16 arena itself
+        const std::vector<float> before = weights_f32(model, ctx);
         model.grads().f32()[5] = std::numeric_limits<float>::infinity();
         const StepResult r = opt.step(1e-3, 1024.0);
         QVERIFY(r.skipped);
         QCOMPARE(opt.steps(), int64_t{0});
-        QVERIFY(std::equal(before.begin(), before.end(), model.params().f32()));
+        QVERIFY(weights_f32(model, ctx) == before);
     }
 
     void a_step_can_zero_the_gradients_it_reads() {
@@ -249,10 +257,12 @@ private slots:
         GptModel bf16(d, RecomputePolicy{}, DType::BF16, ctx, alloc);
         fp32.init_weights(11);
         bf16.init_weights(11);
-        for (int64_t i = 0; i < bf16.params().numel(); ++i) {
-            const float w = bf16.params().f32()[i];
-            QCOMPARE(round_to_bf16(w), w);
-        }
+        QCOMPARE(bf16.params().dtype, DType::BF16);  // 2 bytes a weight
+        QCOMPARE(alloc.stats().of(MemCategory::Weights),
+                 fp32.params().numel() * 4 + bf16.params().numel() * 2);
+        const std::vector<float> drawn = weights_f32(fp32, ctx), init = weights_f32(bf16, ctx);
+        for (int64_t i = 0; i < bf16.params().numel(); ++i)
+            QCOMPARE(init[i], round_to_bf16(drawn[i]));  // the fp32 draws, rounded into the arena
         TrainingConfig t;
         t.bf16 = true;
         t.lr = 1e-3;
@@ -261,11 +271,9 @@ private slots:
         const double l16 = bf16.forward_backward(tokens.data(), 1.0f, 11, 1);
         QVERIFY2(std::abs(l32 - l16) < 2e-2 * std::abs(l32), qPrintable(QString("%1 vs %2").arg(l32).arg(l16)));
         QVERIFY(!opt.step(1e-3, 1.0).skipped);
-        for (int64_t i = 0; i < bf16.params().numel(); ++i) {
-            const float w = bf16.params().f32()[i];
-            QCOMPARE(round_to_bf16(w), w);                      // model weights stay bf16
-            QCOMPARE(round_to_bf16(opt.master().f32()[i]), w);  // and are the rounded master weights
-        }
+        const std::vector<float> after = weights_f32(bf16, ctx);
+        for (int64_t i = 0; i < bf16.params().numel(); ++i)
+            QCOMPARE(round_to_bf16(opt.master().f32()[i]), after[i]);  // the rounded master weights
     }
 
     void gradient_accumulation_equals_one_big_batch() {

@@ -92,6 +92,9 @@ private slots:
                            "--untie-embeddings-and-output-weights", "--normalization", "RMSNorm"};
         QTest::newRow("fp16 selective") << QStringList{"--fp16", "--recompute-granularity", "selective"};
         QTest::newRow("bf16 logits in chunks of 7 rows") << QStringList{"--bf16", "--logits-chunk-bytes", "3584"};
+        // fp16 with its main grads accumulated in fp32 (the engine's grads are fp32 in every run).
+        QTest::newRow("fp16 grads accumulated in fp32")
+            << QStringList{"--fp16", "--accumulate-allreduce-grads-in-fp32"};
         QTest::newRow("micro 1 global 3") << QStringList{"--micro-batch-size", "1", "--global-batch-size", "3"};
         QTest::newRow("micro 3 global 6 bf16 selective") << QStringList{
             "--micro-batch-size", "3", "--global-batch-size", "6", "--bf16", "--recompute-granularity", "selective"};

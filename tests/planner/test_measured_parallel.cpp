@@ -89,6 +89,12 @@ private slots:
         QTest::newRow("pp2_bf16") << 2 << QStringList{P, "2", "--bf16"};
         QTest::newRow("dp2") << 2 << QStringList{};
         QTest::newRow("dp2_distopt_bf16") << 2 << QStringList{"--use-distributed-optimizer", "--bf16"};
+        // The 16-bit weights' all-gather (2 bytes an element) and arena beside fp32 grads and masters.
+        QTest::newRow("dp2_distopt_fp16") << 2 << QStringList{"--use-distributed-optimizer", "--fp16"};
+        QTest::newRow("tp2_dp2_sp_distopt_bf16_untied")
+            << 4
+            << QStringList{T, "2", "--sequence-parallel", "--use-distributed-optimizer", "--bf16",
+                           "--untie-embeddings-and-output-weights"};
         QTest::newRow("tp2_dp2_sp_selective_untied") << 4 << QStringList{T,
                                                                          "2",
                                                                          "--sequence-parallel",

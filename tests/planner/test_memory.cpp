@@ -156,11 +156,22 @@ private slots:
         const Plan f = plan_on(tiny(2, 2, false, false), 8);
         QCOMPARE(f.memory[0].peak[W], 17920 * 4);
         QCOMPARE(f.memory[0].peak[O], 17920 * 8);
-        // The CPU backend stores 16-bit values in fp32 buffers.
+        // The CPU backend's weights are a 16-bit arena too (its activations outside the layers' stored
+        // intermediates are fp32 buffers holding 16-bit values); main grads fp32.
         const auto& cpu = find_device(device_catalogue(), "cpu");
         const Plan c = plan(tiny(2, 2, false, true), make_cluster(cpu, 8, 1));
-        QCOMPARE(c.memory[0].peak[W], 17920 * 4);
+        QCOMPARE(c.memory[0].peak[W], 17920 * 2);
+        QCOMPARE(c.memory[0].peak[G], 17920 * 4);
         QCOMPARE(c.memory[0].peak[O], 17920 * 12);
+        // Plain fp16 (no fp32 accumulation asked): fp32 main grads, as the engine allocates (where
+        // Megatron-LM keeps 2-byte grads).
+        Config fp16 = tiny(2, 2, false, true);
+        fp16.training.bf16 = false;
+        fp16.training.fp16 = true;
+        fp16.training.accumulate_allreduce_grads_in_fp32 = false;
+        const Plan h = plan_on(fp16, 8);
+        QCOMPARE(h.memory[0].peak[W], 17920 * 2);
+        QCOMPARE(h.memory[0].peak[G], 17920 * 4);
     }
 
     // Activations kept per micro-batch on a TP rank (engine accounting, bf16 on a GPU, N = s·b = 32 rows):
