@@ -6,6 +6,7 @@
 #include "mwb/kernels/error.h"
 
 #include <algorithm>
+#include <string_view>
 
 namespace mwb::ops::check {
 
@@ -53,11 +54,54 @@ const Args& Args::gemm_operand(const char* arg, const TensorView& t) const {
     return *this;
 }
 
+namespace {
+/// The ops whose kernels read and write 16-bit (bf16/f16) stored activations, per device: their
+/// Args::stored arguments take f32, bf16 or f16 there, every other op's f32 only. One row per op.
+struct SixteenBit {
+    const char* op;
+    bool cpu, cuda;
+};
+constexpr SixteenBit kSixteenBitOps[] = {
+    // op                          cpu    cuda
+    {"fill", false, true},
+    {"scale", false, true},
+    {"add", false, true},
+    {"linear_gelu_forward", true, true},
+    {"linear_backward_gelu", true, true},
+    {"embedding_forward", false, true},
+    {"embedding_backward", false, true},
+    {"position_embedding_forward", false, true},
+    {"position_embedding_backward", false, true},
+    {"layernorm_forward", false, true},
+    {"layernorm_backward", false, true},
+    {"rmsnorm_forward", false, true},
+    {"rmsnorm_backward", false, true},
+    {"gelu_forward", true, true},
+    {"gelu_backward", true, true},
+    {"swiglu_forward", true, true},
+    {"swiglu_backward", true, true},
+    {"rope_forward", true, true},
+    {"rope_backward", true, true},
+    {"dropout_forward", false, true},
+    {"dropout_backward", false, true},
+    {"dropout_add_forward", false, true},
+    {"bias_dropout_add_forward", false, true},
+    {"attention_forward", true, false},
+    {"attention_backward", true, false},
+};
+
+bool takes_16bit(const char* op, Device device) {
+    for (const SixteenBit& row : kSixteenBitOps)
+        if (std::string_view(row.op) == op) return device == Device::CPU ? row.cpu : row.cuda;
+    return false;
+}
+}  // namespace
+
 const Args& Args::stored(const char* arg, const TensorView& t) const {
-    const bool cpu = device_ == Device::CPU;
-    const char* dtypes = cpu ? "f32, bf16 or f16" : "f32";
+    const bool sixteen = takes_16bit(op_, device_);
+    const char* dtypes = sixteen ? "f32, bf16 or f16" : "f32";
     placed(arg, t, dtypes);
-    if (!(t.dtype == DType::F32 || (cpu && (t.dtype == DType::BF16 || t.dtype == DType::F16)))) [[unlikely]]
+    if (!(t.dtype == DType::F32 || (sixteen && (t.dtype == DType::BF16 || t.dtype == DType::F16)))) [[unlikely]]
         reject_tensor(arg, t, dtypes, false);
     return *this;
 }
@@ -146,7 +190,7 @@ int64_t attention(const Args& c, const char* out_arg, const TensorView& out, con
 // ---- elementwise and reductions -------------------------------------------------------------------
 
 void fill(OpContext& ctx, TensorView x, float) {
-    Args("fill", ctx).tensor("x", x, F32);
+    Args("fill", ctx).stored("x", x);
 }
 
 void copy(OpContext& ctx, TensorView dst, TensorView src) {
@@ -158,23 +202,27 @@ void copy(OpContext& ctx, TensorView dst, TensorView src) {
                 device_name(ctx.device), ctx.device == Device::CPU ? "" : " or the host");
     }
     same_size(c, "dst", dst, "src", src);
-    // Same dtype, or the f32 <-> bf16 conversions; a mismatch blames the side that is neither.
-    const auto convertible = [](DType t) { return t == DType::F32 || t == DType::BF16; };
+    // Same dtype, or conversions between f32 and bf16 (and f16 on CUDA, whose kernels convert any pair
+    // of the three); a mismatch blames the side that is neither.
+    const bool cuda = ctx.device == Device::CUDA;
+    const auto convertible = [cuda](DType t) {
+        return t == DType::F32 || t == DType::BF16 || (cuda && t == DType::F16);
+    };
     if (dst.dtype != src.dtype && !(convertible(dst.dtype) && convertible(src.dtype))) {
         const bool blame_dst = !convertible(dst.dtype);
         const TensorView& other = blame_dst ? src : dst;
-        c.shape(false, blame_dst ? "dst" : "src", blame_dst ? dst : src, "of {}'s dtype {} (or f32 <-> bf16)",
-                blame_dst ? "src" : "dst", dtype_name(other.dtype));
+        c.shape(false, blame_dst ? "dst" : "src", blame_dst ? dst : src, "of {}'s dtype {} (or a conversion between f32 and bf16{})",
+                blame_dst ? "src" : "dst", dtype_name(other.dtype), cuda ? " or f16" : "");
     }
 }
 
 void scale(OpContext& ctx, TensorView x, float) {
-    Args("scale", ctx).tensor("x", x, F32);
+    Args("scale", ctx).stored("x", x);
 }
 
 void add(OpContext& ctx, TensorView out, TensorView a, TensorView b) {
     const Args c("add", ctx);
-    c.tensor("out", out, F32).tensor("a", a, F32).tensor("b", b, F32);
+    c.stored("out", out).stored("a", a).stored("b", b);
     same_size(c, "a", a, "out", out);
     same_size(c, "b", b, "out", out);
 }
@@ -273,7 +321,7 @@ void linear_backward_gelu(OpContext& ctx, TensorView dpre, TensorView dpre_bias,
                           TensorView dy, TensorView x, TensorView w, TensorView pre, DType storage) {
     const Args c("linear_backward_gelu", ctx);
     const int64_t out = linear_weight(c, x, w);
-    c.stored("dpre", dpre).stored("pre", pre).tensor("dy", dy, F32).gemm_operand("dw", dw);
+    c.stored("dpre", dpre).stored("pre", pre).gemm_operand("dy", dy).gemm_operand("dw", dw);
     c.optional("dbias", dbias, F32).optional("dpre_bias", dpre_bias, F32);
     c.shape(dy.rows() == x.rows() && dy.cols() == out, "dy", dy, "(N={}, out={})", x.rows(), out);
     c.shape(same_shape(dw, w), "dw", dw, "w's shape {}", w.describe());
@@ -289,14 +337,14 @@ void linear_backward_gelu(OpContext& ctx, TensorView dpre, TensorView dpre_bias,
 namespace {
 void embedding(const Args& c, const char* rows_arg, const TensorView& rows, const TensorView& ids,
                const char* table_arg, const TensorView& table) {
-    c.tensor(rows_arg, rows, F32).tensor("ids", ids, I32).tensor(table_arg, table, F32).dims(table_arg, table, 2);
+    c.stored(rows_arg, rows).tensor("ids", ids, I32).tensor(table_arg, table, F32).dims(table_arg, table, 2);
     c.shape(rows.rows() == ids.numel() && rows.cols() == table.dim(1), rows_arg, rows, "(N={} ids, H={})", ids.numel(),
             table.dim(1));
 }
 
 void position_embedding(const Args& c, const char* rows_arg, const TensorView& rows, const char* table_arg,
                         const TensorView& table, int64_t position_offset) {
-    c.tensor(rows_arg, rows, F32).tensor(table_arg, table, F32).dims(rows_arg, rows, 3).dims(table_arg, table, 2);
+    c.stored(rows_arg, rows).tensor(table_arg, table, F32).dims(rows_arg, rows, 3).dims(table_arg, table, 2);
     c.shape(table.dim(1) == rows.dim(2), table_arg, table, "(P, H={})", rows.dim(2));
     c.value(position_offset >= 0 && position_offset + rows.dim(0) <= table.dim(0), "position_offset", position_offset,
             ">= 0 with positions [offset, offset + S={}) inside the {} rows of {}", rows.dim(0), table.dim(0),
@@ -326,7 +374,7 @@ namespace {
 /// x (N, H), a tensor of x's size, w (H) and a per-row statistic (N).
 void norm(const Args& c, const TensorView& x, const char* like_x_arg, const TensorView& like_x, const TensorView& w,
           const char* stat_arg, const TensorView& stat) {
-    c.tensor("x", x, F32).tensor(like_x_arg, like_x, F32).tensor("w", w, F32).tensor(stat_arg, stat, F32);
+    c.stored("x", x).stored(like_x_arg, like_x).tensor("w", w, F32).tensor(stat_arg, stat, F32);
     same_size(c, like_x_arg, like_x, "x", x);
     elements(c, "w", w, x.cols(), "one per column of x");
     elements(c, stat_arg, stat, x.rows(), "one per row of x");
@@ -346,7 +394,7 @@ void layernorm_backward(OpContext& ctx, TensorView dx, TensorView dw, TensorView
                         TensorView mean, TensorView rstd, TensorView w, bool) {
     const Args c("layernorm_backward", ctx);
     norm(c, x, "dout", dout, w, "rstd", rstd);
-    c.tensor("dx", dx, F32).tensor("dw", dw, F32).tensor("db", db, F32).tensor("mean", mean, F32);
+    c.stored("dx", dx).tensor("dw", dw, F32).tensor("db", db, F32).tensor("mean", mean, F32);
     same_size(c, "dx", dx, "x", x);
     same_size(c, "dw", dw, "w", w);
     same_size(c, "db", db, "w", w);
@@ -361,7 +409,7 @@ void rmsnorm_backward(OpContext& ctx, TensorView dx, TensorView dw, TensorView d
                       TensorView w, bool) {
     const Args c("rmsnorm_backward", ctx);
     norm(c, x, "dout", dout, w, "rstd", rstd);
-    c.tensor("dx", dx, F32).tensor("dw", dw, F32);
+    c.stored("dx", dx).tensor("dw", dw, F32);
     same_size(c, "dx", dx, "x", x);
     same_size(c, "dw", dw, "w", w);
 }
@@ -421,7 +469,7 @@ void rope_backward(OpContext& ctx, TensorView dqkv, TensorView cos, TensorView s
 
 void dropout_forward(OpContext& ctx, TensorView out, TensorView x, float p, RngStream, int64_t element_offset) {
     const Args c("dropout_forward", ctx);
-    c.tensor("out", out, F32).tensor("x", x, F32);
+    c.stored("out", out).stored("x", x);
     same_size(c, "out", out, "x", x);
     dropout_p(c, p);
     dropout_offset(c, element_offset);
@@ -429,7 +477,7 @@ void dropout_forward(OpContext& ctx, TensorView out, TensorView x, float p, RngS
 
 void dropout_backward(OpContext& ctx, TensorView dx, TensorView dout, float p, RngStream, int64_t element_offset) {
     const Args c("dropout_backward", ctx);
-    c.tensor("dx", dx, F32).tensor("dout", dout, F32);
+    c.stored("dx", dx).stored("dout", dout);
     same_size(c, "dx", dx, "dout", dout);
     dropout_p(c, p);
     dropout_offset(c, element_offset);
@@ -438,7 +486,7 @@ void dropout_backward(OpContext& ctx, TensorView dx, TensorView dout, float p, R
 void dropout_add_forward(OpContext& ctx, TensorView out, TensorView residual, TensorView x, float p, RngStream,
                          int64_t element_offset) {
     const Args c("dropout_add_forward", ctx);
-    c.tensor("out", out, F32).tensor("residual", residual, F32).tensor("x", x, F32);
+    c.stored("out", out).stored("residual", residual).stored("x", x);
     same_size(c, "out", out, "x", x);
     same_size(c, "residual", residual, "x", x);
     dropout_p(c, p);
@@ -448,7 +496,7 @@ void dropout_add_forward(OpContext& ctx, TensorView out, TensorView residual, Te
 void bias_dropout_add_forward(OpContext& ctx, TensorView out, TensorView residual, TensorView x, TensorView bias,
                               float p, RngStream, int64_t element_offset) {
     const Args c("bias_dropout_add_forward", ctx);
-    c.tensor("out", out, F32).tensor("residual", residual, F32).tensor("x", x, F32).tensor("bias", bias, F32);
+    c.stored("out", out).stored("residual", residual).stored("x", x).tensor("bias", bias, F32);
     same_size(c, "out", out, "x", x);
     same_size(c, "residual", residual, "x", x);
     elements(c, "bias", bias, x.cols(), "one per column of x");
