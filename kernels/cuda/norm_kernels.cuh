@@ -33,10 +33,12 @@ __global__ void k_column_partials(const typename S::type* x, int64_t rows, int64
     partial[blockIdx.y * cols + c] = s;
 }
 
-/// out[c] += Σ_k partial[k, c] for the `chunks` partials in order.
-__global__ void k_sum_partials(float* out, const float* partial, int64_t chunks, int64_t cols) {
+/// out[c] += Σ_k partial[k, c] for the `chunks` partials in order (T = float; a template so that
+/// tests can include this header beside the library's instance).
+template <class T>
+__global__ void k_sum_partials(T* out, const T* partial, int64_t chunks, int64_t cols) {
     for (int64_t c = first_index<int64_t>(); c < cols; c += grid_stride<int64_t>()) {
-        float s = 0;
+        T s = 0;
         for (int64_t k = 0; k < chunks; ++k) s += partial[k * cols + c];
         out[c] += s;
     }
