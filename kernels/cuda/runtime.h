@@ -40,8 +40,9 @@ void check_launch(const char* op);
 
 /// Scratch of at least `bytes` on the current device for work queued on `stream`, valid until the
 /// next call with the same slot (ops are stream-ordered, so reuse by the next op on the stream is
-/// safe). Slot 0: reductions' partials; slot 1: cuBLASLt workspace; slots 2 and 3: bf16 copies of
-/// GEMM inputs (and of the cuDNN attention's inputs); slot 4: cuDNN's workspace; slot 5: the cuDNN
+/// safe). Slot 0: reductions' partials (and the f32 staging of a 16-bit GEMM result before its one
+/// rounding); slot 1: cuBLASLt workspace; slots 2 and 3: converted GEMM operands (and the cuDNN
+/// attention's bf16 inputs); slot 4: cuDNN's workspace; slot 5: the cuDNN
 /// attention backward's; slot 6: the range table of sum_squares_ranges (kept between calls). Grows
 /// by reallocation, which happens only while shapes grow: stream-ordered (cudaFreeAsync of the old
 /// area and cudaMallocAsync of the new one on `stream`, no host wait) when the slot's last user was
