@@ -134,11 +134,6 @@ std::pair<TensorView, TensorView> gemm_operands(const OpContext& ctx, const Tens
     return {as(a, DType::F32, slot_a), as(b, DType::F32, slot_b)};
 }
 
-/// Rounds an f32 result to the run's storage dtype; a 16-bit one was rounded by its store.
-void store_rounded(OpContext& ctx, const TensorView& t, DType storage) {
-    if (t.dtype == DType::F32) round_to(ctx, t, storage);
-}
-
 /// y = x·wᵀ + bias on GEMM operands already converted: cuBLASLt's BIAS epilogue, else GEMM + bias kernel
 /// (a 16-bit y through f32 scratch, so that it is rounded once, after the bias).
 void linear_forward_operands(cudaStream_t s, const TensorView& y, const TensorView& x, const TensorView& w,
@@ -214,12 +209,12 @@ void linear_gelu_forward(OpContext& ctx, TensorView act, TensorView pre, TensorV
     if (bias.empty() || fuse_bias) {
         const LtEpilogue e = bias.empty() ? LtEpilogue::GeluAux : LtEpilogue::GeluAuxBias;
         if (gemm_lt_rowmajor(s, act, x, w, false, true, 0.0f, e, bias.data, pre)) {
-            store_rounded(ctx, pre, storage);
+            round_to(ctx, pre, storage);
             return;
         }
     }
     linear_forward_operands(s, pre, x, w, bias);
-    store_rounded(ctx, pre, storage);
+    round_to(ctx, pre, storage);
     gelu_forward(ctx, act, pre);
 }
 
@@ -240,12 +235,12 @@ void linear_backward_gelu(OpContext& ctx, TensorView dpre, TensorView dpre_bias,
         if (fused) column_sums_add(s, static_cast<float*>(dpre_bias.data), partial, 1, dpre_bias.numel());
     }
     if (fused) {
-        store_rounded(ctx, dpre, storage);
+        round_to(ctx, dpre, storage);
     } else {
         gemm_rowmajor(s, "linear_backward_gelu (dx)", dpre, dy_op, w_op, false, false, 1.0f, 0.0f);
-        store_rounded(ctx, dpre, storage);
+        round_to(ctx, dpre, storage);
         gelu_backward(ctx, dpre, dpre, pre);
-        store_rounded(ctx, dpre, storage);
+        round_to(ctx, dpre, storage);
         if (!dpre_bias.empty()) bias_gradient(s, dpre_bias, dpre);
     }
     weight_gradients(ctx, dw, dbias, dy, x);

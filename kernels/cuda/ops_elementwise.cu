@@ -189,12 +189,15 @@ void add(OpContext& ctx, TensorView out, TensorView a, TensorView b) {
 }
 
 void round_to(OpContext& ctx, TensorView x, DType dtype) {
-    if (dtype == DType::F32 || x.numel() == 0) return;
-    using storage::F32;
-    if (dtype == DType::BF16)
-        map<F32, F32, F32>(stream_of(ctx), mf(x), cf(x), nullptr, x.numel(), elementwise::RoundBf16{});
-    else
-        map<F32, F32, F32>(stream_of(ctx), mf(x), cf(x), nullptr, x.numel(), elementwise::RoundFp16{});
+    // A 16-bit view already holds values of its own precision: rounding to it (or to f32) keeps them.
+    if (dtype == DType::F32 || dtype == x.dtype || x.numel() == 0) return;
+    with_storage(x.dtype, [&](auto sx) {
+        using S = decltype(sx);
+        if (dtype == DType::BF16)
+            map<S, S, S>(stream_of(ctx), elements<S>(x), elements<S>(x), nullptr, x.numel(), elementwise::RoundBf16{});
+        else
+            map<S, S, S>(stream_of(ctx), elements<S>(x), elements<S>(x), nullptr, x.numel(), elementwise::RoundFp16{});
+    });
     launched("round_to");
 }
 

@@ -63,29 +63,30 @@ struct SixteenBit {
 };
 constexpr SixteenBit kSixteenBitOps[] = {
     // op                          cpu    cuda
-    {"fill", false, true},
-    {"scale", false, true},
-    {"add", false, true},
+    {"fill", true, true},
+    {"scale", true, true},
+    {"add", true, true},
+    {"round_to", true, true},
     {"linear_gelu_forward", true, true},
     {"linear_backward_gelu", true, true},
-    {"embedding_forward", false, true},
-    {"embedding_backward", false, true},
-    {"position_embedding_forward", false, true},
-    {"position_embedding_backward", false, true},
-    {"layernorm_forward", false, true},
-    {"layernorm_backward", false, true},
-    {"rmsnorm_forward", false, true},
-    {"rmsnorm_backward", false, true},
+    {"embedding_forward", true, true},
+    {"embedding_backward", true, true},
+    {"position_embedding_forward", true, true},
+    {"position_embedding_backward", true, true},
+    {"layernorm_forward", true, true},
+    {"layernorm_backward", true, true},
+    {"rmsnorm_forward", true, true},
+    {"rmsnorm_backward", true, true},
     {"gelu_forward", true, true},
     {"gelu_backward", true, true},
     {"swiglu_forward", true, true},
     {"swiglu_backward", true, true},
     {"rope_forward", true, true},
     {"rope_backward", true, true},
-    {"dropout_forward", false, true},
-    {"dropout_backward", false, true},
-    {"dropout_add_forward", false, true},
-    {"bias_dropout_add_forward", false, true},
+    {"dropout_forward", true, true},
+    {"dropout_backward", true, true},
+    {"dropout_add_forward", true, true},
+    {"bias_dropout_add_forward", true, true},
     {"attention_forward", true, false},
     {"attention_backward", true, false},
 };
@@ -202,17 +203,13 @@ void copy(OpContext& ctx, TensorView dst, TensorView src) {
                 device_name(ctx.device), ctx.device == Device::CPU ? "" : " or the host");
     }
     same_size(c, "dst", dst, "src", src);
-    // Same dtype, or conversions between f32 and bf16 (and f16 on CUDA, whose kernels convert any pair
-    // of the three); a mismatch blames the side that is neither.
-    const bool cuda = ctx.device == Device::CUDA;
-    const auto convertible = [cuda](DType t) {
-        return t == DType::F32 || t == DType::BF16 || (cuda && t == DType::F16);
-    };
-    if (dst.dtype != src.dtype && !(convertible(dst.dtype) && convertible(src.dtype))) {
-        const bool blame_dst = !convertible(dst.dtype);
+    // Same dtype, or a conversion between the storage dtypes f32, bf16 and f16 (narrowing rounds once; the
+    // CUDA kernels convert any pair too); a mismatch blames the side that is neither.
+    if (dst.dtype != src.dtype && !(storage_dtype(dst.dtype) && storage_dtype(src.dtype))) {
+        const bool blame_dst = !storage_dtype(dst.dtype);
         const TensorView& other = blame_dst ? src : dst;
-        c.shape(false, blame_dst ? "dst" : "src", blame_dst ? dst : src, "of {}'s dtype {} (or a conversion between f32 and bf16{})",
-                blame_dst ? "src" : "dst", dtype_name(other.dtype), cuda ? " or f16" : "");
+        c.shape(false, blame_dst ? "dst" : "src", blame_dst ? dst : src, "of {}'s dtype {} (or f32, bf16 or f16)",
+                blame_dst ? "src" : "dst", dtype_name(other.dtype));
     }
 }
 
@@ -222,14 +219,14 @@ void scale(OpContext& ctx, TensorView x, float) {
 
 void add(OpContext& ctx, TensorView out, TensorView a, TensorView b) {
     const Args c("add", ctx);
-    c.stored("out", out).stored("a", a).stored("b", b);
+    c.stored("out", out).tensor("a", a, out.dtype).tensor("b", b, out.dtype);
     same_size(c, "a", a, "out", out);
     same_size(c, "b", b, "out", out);
 }
 
 void round_to(OpContext& ctx, TensorView x, DType dtype) {
     const Args c("round_to", ctx);
-    c.tensor("x", x, F32);
+    c.stored("x", x);
     c.value(storage_dtype(dtype), "dtype", dtype_name(dtype), "f32, bf16 or f16");
 }
 
@@ -371,7 +368,8 @@ void position_embedding_backward(OpContext& ctx, TensorView dwpe, TensorView dou
 // ---- normalisation -----------------------------------------------------------------------------------
 
 namespace {
-/// x (N, H), a tensor of x's size, w (H) and a per-row statistic (N).
+/// x (N, H), a tensor of x's size, w (H) and a per-row statistic (N). x, out, dout and dx are
+/// stored activations (the residual stream, norm outputs and their gradients).
 void norm(const Args& c, const TensorView& x, const char* like_x_arg, const TensorView& like_x, const TensorView& w,
           const char* stat_arg, const TensorView& stat) {
     c.stored("x", x).stored(like_x_arg, like_x).tensor("w", w, F32).tensor(stat_arg, stat, F32);
@@ -394,7 +392,7 @@ void layernorm_backward(OpContext& ctx, TensorView dx, TensorView dw, TensorView
                         TensorView mean, TensorView rstd, TensorView w, bool) {
     const Args c("layernorm_backward", ctx);
     norm(c, x, "dout", dout, w, "rstd", rstd);
-    c.stored("dx", dx).tensor("dw", dw, F32).tensor("db", db, F32).tensor("mean", mean, F32);
+    c.tensor("dx", dx, x.dtype).tensor("dw", dw, F32).tensor("db", db, F32).tensor("mean", mean, F32);
     same_size(c, "dx", dx, "x", x);
     same_size(c, "dw", dw, "w", w);
     same_size(c, "db", db, "w", w);
@@ -409,7 +407,7 @@ void rmsnorm_backward(OpContext& ctx, TensorView dx, TensorView dw, TensorView d
                       TensorView w, bool) {
     const Args c("rmsnorm_backward", ctx);
     norm(c, x, "dout", dout, w, "rstd", rstd);
-    c.stored("dx", dx).tensor("dw", dw, F32);
+    c.tensor("dx", dx, x.dtype).tensor("dw", dw, F32);
     same_size(c, "dx", dx, "x", x);
     same_size(c, "dw", dw, "w", w);
 }
@@ -486,7 +484,7 @@ void dropout_backward(OpContext& ctx, TensorView dx, TensorView dout, float p, R
 void dropout_add_forward(OpContext& ctx, TensorView out, TensorView residual, TensorView x, float p, RngStream,
                          int64_t element_offset) {
     const Args c("dropout_add_forward", ctx);
-    c.stored("out", out).stored("residual", residual).stored("x", x);
+    c.stored("out", out).tensor("residual", residual, out.dtype).stored("x", x);
     same_size(c, "out", out, "x", x);
     same_size(c, "residual", residual, "x", x);
     dropout_p(c, p);
@@ -496,7 +494,7 @@ void dropout_add_forward(OpContext& ctx, TensorView out, TensorView residual, Te
 void bias_dropout_add_forward(OpContext& ctx, TensorView out, TensorView residual, TensorView x, TensorView bias,
                               float p, RngStream, int64_t element_offset) {
     const Args c("bias_dropout_add_forward", ctx);
-    c.stored("out", out).stored("residual", residual).stored("x", x).tensor("bias", bias, F32);
+    c.stored("out", out).tensor("residual", residual, out.dtype).stored("x", x).tensor("bias", bias, F32);
     same_size(c, "out", out, "x", x);
     same_size(c, "residual", residual, "x", x);
     elements(c, "bias", bias, x.cols(), "one per column of x");
