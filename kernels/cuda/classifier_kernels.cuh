@@ -8,6 +8,7 @@
 // tree (kernel_common.cuh). No atomics anywhere: every result is bit-identical run to run. Plain CUDA
 // C++ without runtime calls, so test_kernels_classifier_emulated runs this source on CPU threads.
 #include "kernel_common.cuh"
+#include "storage.cuh"
 
 #include <cmath>
 #include <cstdint>
@@ -158,9 +159,10 @@ constexpr int64_t kEmbeddingRowsPerBlock = 64;
 /// in row order (staged through shared memory) and adds the rows that fall in its range, so each
 /// dtable element has one writer and sums its rows in row order — the CPU's order, bit for bit —
 /// while the grid covers vocabulary × columns instead of one thread per column.
-template <int V>
-__global__ void k_embedding_bwd(float* dtable, const float* dout, const int32_t* ids, int64_t rows, int64_t h,
-                                int64_t vocab, int64_t vocab_start) {
+/// dout in storage S (an activation gradient, widened), dtable fp32 (the main gradient).
+template <int V, class S = storage::F32>
+__global__ void k_embedding_bwd(float* dtable, const typename S::type* dout, const int32_t* ids, int64_t rows,
+                                int64_t h, int64_t vocab, int64_t vocab_start) {
     constexpr int kStage = 1024;
     __shared__ int32_t staged[kStage];
     const int64_t v0 = static_cast<int64_t>(blockIdx.y) * kEmbeddingRowsPerBlock;
@@ -180,11 +182,47 @@ __global__ void k_embedding_bwd(float* dtable, const float* dout, const int32_t*
             if (k < 0) continue;
             float* dst = dtable + (v0 + k) * h + c;
             Floats<V> acc = load<V>(dst);
-            const Floats<V> d = load<V>(dout + (r0 + i) * h + c);
+            const Floats<V> d = storage::load_n<S, V>(dout + (r0 + i) * h + c);
 #pragma unroll
             for (int j = 0; j < V; ++j) acc.v[j] += d.v[j];
             store<V>(dst, acc);
         }
+    }
+}
+
+// ---- embedding forward and the learned position embedding ----------------------------------------------
+
+/// out (rows, h) = table[ids[r] − vocab_start] (0 outside [0, vocab): another shard's row); out in
+/// storage SO, the table in ST.
+template <class SO, class ST>
+__global__ void k_embedding_fwd(typename SO::type* out, const int32_t* ids, const typename ST::type* table,
+                                int64_t rows, int64_t h, int64_t vocab, int64_t vocab_start) {
+    for (int64_t i = kernel::first_index<int64_t>(); i < rows * h; i += kernel::grid_stride<int64_t>()) {
+        const int64_t r = i / h, c = i % h;
+        const int64_t local = static_cast<int64_t>(ids[r]) - vocab_start;
+        out[i] = SO::store((local >= 0 && local < vocab) ? ST::load(table[local * h + c]) : 0.0f);
+    }
+}
+
+/// out (S, B, h) += wpe[s + offset] (rounded once); out in SO, wpe in ST.
+template <class SO, class ST>
+__global__ void k_pos_fwd(typename SO::type* out, const typename ST::type* wpe, int64_t s_len, int64_t b_len,
+                          int64_t h, int64_t offset) {
+    for (int64_t i = kernel::first_index<int64_t>(); i < s_len * b_len * h; i += kernel::grid_stride<int64_t>()) {
+        const int64_t s = i / (b_len * h), c = i % h;
+        out[i] = SO::store(SO::load(out[i]) + ST::load(wpe[(s + offset) * h + c]));
+    }
+}
+
+/// dwpe[s + offset] (fp32) += Σ_b dout[s, b] in b order; dout in S.
+template <class S>
+__global__ void k_pos_bwd(float* dwpe, const typename S::type* dout, int64_t s_len, int64_t b_len, int64_t h,
+                          int64_t offset) {
+    for (int64_t i = kernel::first_index<int64_t>(); i < s_len * h; i += kernel::grid_stride<int64_t>()) {
+        const int64_t s = i / h, c = i % h;
+        float acc = dwpe[(s + offset) * h + c];
+        for (int64_t b = 0; b < b_len; ++b) acc += S::load(dout[(s * b_len + b) * h + c]);
+        dwpe[(s + offset) * h + c] = acc;
     }
 }
 

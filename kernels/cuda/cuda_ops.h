@@ -3,9 +3,10 @@
 // contracts). Tensors live in device memory (TensorView::device == CUDA); ctx.stream is the
 // cudaStream_t. The dispatcher (src/ops.cpp) has checked every argument's shape, dtype and device
 // before these run: they only check what is CUDA's own limit (GEMM dtypes, head dims, launch sizes).
-// Elementwise ops take F32; GEMMs also take BF16 inputs (fp32 accumulation); copy converts
-// F32 <-> BF16. Every reduction runs in a fixed order with no atomics: results are bit-identical
-// run to run.
+// Ops take the 16-bit (BF16/F16) stored tensors op_checks.cpp's table lists for CUDA, loaded and
+// rounded by storage.cuh's accessor (fp32 arithmetic); GEMMs read and write BF16/F16 directly (fp32
+// accumulation); copy converts between F32, BF16 and F16. Every reduction runs in a fixed order with
+// no atomics: results are bit-identical run to run.
 #include "mwb/kernels/ops.h"
 
 namespace mwb::cuda {

@@ -1,13 +1,17 @@
 // GEMMs on cuBLAS (row-major views mapped onto column-major calls) and the linear layers, whose bias,
 // GELU, GELU derivative and bias gradients run in cuBLASLt epilogues where they apply (plans cached per
 // shape: gemm_lt.cpp), else as the unfused GEMM + kernel sequence. fp32 inputs compute in fp32 (TF32
-// only when allowed and not deterministic), bf16 inputs accumulate in fp32.
+// only when allowed and not deterministic), bf16/f16 inputs accumulate in fp32. 16-bit operands and
+// results are read and written directly (cublasGemmEx / cuBLASLt with 16-bit A, B, C/D): a 16-bit
+// result is rounded once, where the CPU's narrow() rounds (after the bias, before GELU's input is
+// stored); weight gradients stay fp32 (beta = 1 into the main gradient).
 #include "cuda_ops.h"
 #include "gemm_lt.h"
 #include "runtime.h"
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 
 namespace mwb::cuda {
 
@@ -30,13 +34,25 @@ cublasComputeType_t compute_type(const TensorView& a, const TensorView& b) {
 }
 
 /// C (M, N) = alpha·op(A)·op(B) + beta·C, row-major: the column-major call computes Cᵀ = op(B)ᵀ·op(A)ᵀ.
+/// A and B share a dtype (gemm_operands'); C is f32 or their 16-bit dtype (cuBLAS's combinations with
+/// fp32 compute). A 16-bit C of an f32 product is computed in f32 scratch and rounded once into C.
 void gemm_rowmajor(cudaStream_t stream, const char* op, TensorView c, TensorView a, TensorView b, bool trans_a,
                    bool trans_b, float alpha, float beta) {
     const int64_t M = trans_a ? a.cols() : a.rows(), K = trans_a ? a.rows() : a.cols();
     const int64_t N = trans_b ? b.rows() : b.cols();  // shapes: checked by the dispatcher
-    // After gemm_input's bf16 conversions both operands must share a dtype (cuBLAS's limit).
     MWB_CHECK(a.dtype == b.dtype, "{}: a={} and b={} must have one dtype", op, a.describe(), b.describe());
     if (M == 0 || N == 0) return;
+    if (c.dtype != DType::F32 && a.dtype == DType::F32) {
+        TensorView staged = c;
+        staged.dtype = DType::F32;
+        staged.data = scratch(0, M * N * static_cast<int64_t>(sizeof(float)), stream);
+        if (beta != 0.0f) convert(stream, DType::F32, staged.data, c.dtype, c.data, M * N);
+        gemm_rowmajor(stream, op, staged, a, b, trans_a, trans_b, alpha, beta);
+        convert(stream, c.dtype, c.data, DType::F32, staged.data, M * N);
+        return;
+    }
+    MWB_CHECK(c.dtype == DType::F32 || c.dtype == a.dtype, "{}: c={} must be f32 or the operands' {} on CUDA", op,
+              c.describe(), dtype_name(a.dtype));
     // cuBLAS wants leading dimensions >= 1 even when K == 0 (then C = beta·C, as on the CPU).
     const auto ld = [](int64_t cols) { return static_cast<int>(std::max<int64_t>(cols, 1)); };
     MWB_CUBLAS_CHECK(cublasGemmEx(cublas_handle(stream), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
@@ -56,8 +72,10 @@ bool try_gemm_lt(cudaStream_t stream, const TensorView& d, const TensorView& a, 
     const int64_t N = trans_b ? b.rows() : b.cols();
     if (M == 0 || N == 0 || K == 0 || a.dtype != b.dtype) return false;
     // The epilogues read the bias with vector loads, and the aux matrix's leading dimension (N) must be
-    // a multiple of 8 (cuBLASLt's rule); aux has D's dtype (the default cuBLASLt assumes).
+    // a multiple of 8 (cuBLASLt's rule); aux has D's dtype (the default cuBLASLt assumes), and so has
+    // the bias or bias gradient (cublasLt.h: "the same type as the elements of the output matrix").
     if (lt_reads_bias(epilogue) && lt_alignment(reinterpret_cast<uintptr_t>(bias)) < 16) return false;
+    if (d.dtype != DType::F32 && a.dtype != d.dtype) return false;
     if (lt_uses_aux(epilogue) &&
         (aux.dtype != d.dtype || N % 8 != 0 || lt_alignment(reinterpret_cast<uintptr_t>(aux.data)) < 16))
         return false;
@@ -71,7 +89,7 @@ bool try_gemm_lt(cudaStream_t stream, const TensorView& d, const TensorView& a, 
     key.type_a = blas_type("cuBLASLt GEMM", b);
     key.type_b = blas_type("cuBLASLt GEMM", a);
     key.type_d = blas_type("cuBLASLt GEMM", d);
-    key.type_bias = CUDA_R_32F;
+    key.type_bias = blas_type("cuBLASLt GEMM", d);
     key.compute = compute_type(a, b);
     key.epilogue = epilogue;
     key.align_a = lt_alignment(reinterpret_cast<uintptr_t>(b.data));
@@ -89,28 +107,51 @@ bool gemm_lt_rowmajor(cudaStream_t stream, const TensorView& d, const TensorView
     return fused;
 }
 
-/// The GEMM operand the context asks for: with gemm_inputs = BF16, an f32 tensor's bf16 copy in
-/// scratch `slot` (same shape), else the tensor itself.
-TensorView gemm_input(const OpContext& ctx, const TensorView& t, int slot) {
-    if (ctx.gemm_inputs != DType::BF16 || t.dtype != DType::F32 || t.empty()) return t;
-    TensorView v = t;
-    v.dtype = DType::BF16;
-    v.data = scratch(slot, t.numel() * 2, stream_of(ctx));
-    convert_to_bf16(stream_of(ctx), v.data, static_cast<const float*>(t.data), t.numel());
-    return v;
+/// dbias (f32) += Σ_rows dy, dy f32 or 16-bit (widened).
+void bias_gradient(cudaStream_t s, const TensorView& dbias, const TensorView& dy) {
+    require("linear_backward", "dbias", dbias, DType::F32);
+    column_sums_add(s, static_cast<float*>(dbias.data), dy.dtype, dy.data, dy.rows(), dy.cols());
 }
 
-/// y = x·wᵀ + bias on GEMM operands already converted: cuBLASLt's BIAS epilogue, else GEMM + bias kernel.
+/// The GEMM operands of a and b, of one dtype (scratch slots `slot_a`, `slot_b` for conversions): with
+/// gemm_inputs = BF16, each f32 tensor's bf16 copy; else a 16-bit tensor beside an f32 one widened
+/// (exactly) to f32, as the CPU does at its BLAS call; else the tensors themselves.
+std::pair<TensorView, TensorView> gemm_operands(const OpContext& ctx, const TensorView& a, const TensorView& b,
+                                                int slot_a, int slot_b) {
+    const auto as = [&](const TensorView& t, DType dtype, int slot) {
+        if (t.dtype == dtype || t.empty()) return t;
+        TensorView v = t;
+        v.dtype = dtype;
+        v.data = scratch(slot, t.numel() * static_cast<int64_t>(dtype_size(dtype)), stream_of(ctx));
+        convert(stream_of(ctx), dtype, v.data, t.dtype, t.data, t.numel());
+        return v;
+    };
+    if (ctx.gemm_inputs == DType::BF16) {
+        const auto bf16 = [](const TensorView& t) { return t.dtype == DType::F32 ? DType::BF16 : t.dtype; };
+        return {as(a, bf16(a), slot_a), as(b, bf16(b), slot_b)};
+    }
+    if (a.dtype == b.dtype) return {a, b};
+    return {as(a, DType::F32, slot_a), as(b, DType::F32, slot_b)};
+}
+
+/// y = x·wᵀ + bias on GEMM operands already converted: cuBLASLt's BIAS epilogue, else GEMM + bias kernel
+/// (a 16-bit y through f32 scratch, so that it is rounded once, after the bias).
 void linear_forward_operands(cudaStream_t s, const TensorView& y, const TensorView& x, const TensorView& w,
                              const TensorView& bias) {
-    if (!bias.empty() && bias.dtype == DType::F32 &&
+    if (!bias.empty() && bias.dtype == y.dtype &&
         gemm_lt_rowmajor(s, y, x, w, false, true, 0.0f, LtEpilogue::Bias, bias.data))
         return;
-    gemm_rowmajor(s, "linear_forward", y, x, w, false, true, 1.0f, 0.0f);
-    if (!bias.empty()) {
-        require("linear_forward", "y (with a bias, when cuBLASLt cannot fuse it)", y, DType::F32);
-        add_bias_rows(s, static_cast<float*>(y.data), static_cast<const float*>(bias.data), y.rows(), y.cols());
+    if (bias.empty()) {
+        gemm_rowmajor(s, "linear_forward", y, x, w, false, true, 1.0f, 0.0f);
+        return;
     }
+    TensorView acc = y;
+    if (y.dtype != DType::F32) {
+        acc.dtype = DType::F32;
+        acc.data = scratch(0, y.numel() * static_cast<int64_t>(sizeof(float)), s);
+    }
+    gemm_rowmajor(s, "linear_forward", acc, x, w, false, true, 1.0f, 0.0f);
+    add_bias_rows(s, y, static_cast<const float*>(acc.data), bias);
 }
 
 /// dw += dyᵀ·x and dbias += Σ_rows dy: one GEMM with cuBLASLt's BGRADB epilogue (the bias gradient of
@@ -118,7 +159,7 @@ void linear_forward_operands(cudaStream_t s, const TensorView& y, const TensorVi
 void weight_gradients(const OpContext& ctx, const TensorView& dw, const TensorView& dbias, const TensorView& dy,
                       const TensorView& x) {
     const cudaStream_t s = stream_of(ctx);
-    const TensorView dy_op = gemm_input(ctx, dy, 2), x_op = gemm_input(ctx, x, 3);
+    const auto [dy_op, x_op] = gemm_operands(ctx, dy, x, 2, 3);
     if (!dbias.empty() && dbias.dtype == DType::F32 && dw.dtype == DType::F32) {
         float* partial = lt_bias_gradient_scratch(s, dbias.numel());
         if (gemm_lt_rowmajor(s, dw, dy_op, x_op, true, false, 1.0f, LtEpilogue::BGradB, partial)) {
@@ -127,46 +168,44 @@ void weight_gradients(const OpContext& ctx, const TensorView& dw, const TensorVi
         }
     }
     gemm_rowmajor(s, "linear_backward (dw)", dw, dy_op, x_op, true, false, 1.0f, 1.0f);
-    if (!dbias.empty()) {
-        require("linear_backward", "dy (for dbias)", dy, DType::F32);
-        column_sums_add(s, static_cast<float*>(dbias.data), static_cast<const float*>(dy.data), dy.rows(), dy.cols());
-    }
+    if (!dbias.empty()) bias_gradient(s, dbias, dy);
 }
 
 }  // namespace
 
 void matmul(OpContext& ctx, TensorView c, TensorView a, TensorView b, bool trans_a, bool trans_b, float alpha,
             float beta) {
-    gemm_rowmajor(stream_of(ctx), "matmul", c, gemm_input(ctx, a, 2), gemm_input(ctx, b, 3), trans_a, trans_b, alpha,
-                  beta);
+    const auto [a_op, b_op] = gemm_operands(ctx, a, b, 2, 3);
+    gemm_rowmajor(stream_of(ctx), "matmul", c, a_op, b_op, trans_a, trans_b, alpha, beta);
 }
 
 void linear_forward(OpContext& ctx, TensorView y, TensorView x_in, TensorView w_in, TensorView bias) {
-    linear_forward_operands(stream_of(ctx), y, gemm_input(ctx, x_in, 2), gemm_input(ctx, w_in, 3), bias);
+    const auto [x, w] = gemm_operands(ctx, x_in, w_in, 2, 3);
+    linear_forward_operands(stream_of(ctx), y, x, w, bias);
 }
 
 void linear_backward(OpContext& ctx, TensorView dx, TensorView dw, TensorView dbias, TensorView dy, TensorView x,
                      TensorView w, bool accumulate_dx) {
-    // With bf16 GEMM inputs, dy is converted once per GEMM (slot 2), w and x in turn (slot 3): the
-    // conversions are queued after the GEMM that read the slot before.
-    if (!dx.empty())
-        gemm_rowmajor(stream_of(ctx), "linear_backward (dx)", dx, gemm_input(ctx, dy, 2), gemm_input(ctx, w, 3), false,
-                      false, 1.0f, accumulate_dx ? 1.0f : 0.0f);
+    // Converted operands use slots 2 and 3, each conversion queued after the GEMM that read the slot before.
+    if (!dx.empty()) {
+        const auto [dy_op, w_op] = gemm_operands(ctx, dy, w, 2, 3);
+        gemm_rowmajor(stream_of(ctx), "linear_backward (dx)", dx, dy_op, w_op, false, false, 1.0f,
+                      accumulate_dx ? 1.0f : 0.0f);
+    }
     if (!dw.empty()) {
         weight_gradients(ctx, dw, dbias, dy, x);
     } else if (!dbias.empty()) {
-        require("linear_backward", "dy (for dbias)", dy, DType::F32);
-        column_sums_add(stream_of(ctx), static_cast<float*>(dbias.data), static_cast<const float*>(dy.data), dy.rows(),
-                        dy.cols());
+        bias_gradient(stream_of(ctx), dbias, dy);
     }
 }
 
 void linear_gelu_forward(OpContext& ctx, TensorView act, TensorView pre, TensorView x_in, TensorView w_in,
                          TensorView bias, DType storage) {
     const cudaStream_t s = stream_of(ctx);
-    const TensorView x = gemm_input(ctx, x_in, 2), w = gemm_input(ctx, w_in, 3);
-    const bool fuse_bias = !bias.empty() && bias.dtype == DType::F32;
-    // act = gelu(x·wᵀ + b) with the pre-activation as the aux output: one pass over (N, out).
+    const auto [x, w] = gemm_operands(ctx, x_in, w_in, 2, 3);
+    const bool fuse_bias = !bias.empty() && bias.dtype == act.dtype;
+    // act = gelu(x·wᵀ + b) with the pre-activation as the aux output: one pass over (N, out); with
+    // 16-bit act and pre, both are rounded once from the epilogue's fp32 values.
     if (bias.empty() || fuse_bias) {
         const LtEpilogue e = bias.empty() ? LtEpilogue::GeluAux : LtEpilogue::GeluAuxBias;
         if (gemm_lt_rowmajor(s, act, x, w, false, true, 0.0f, e, bias.data, pre)) {
@@ -182,12 +221,15 @@ void linear_gelu_forward(OpContext& ctx, TensorView act, TensorView pre, TensorV
 void linear_backward_gelu(OpContext& ctx, TensorView dpre, TensorView dpre_bias, TensorView dw, TensorView dbias,
                           TensorView dy, TensorView x, TensorView w, TensorView pre, DType storage) {
     const cudaStream_t s = stream_of(ctx);
-    const TensorView dy_op = gemm_input(ctx, dy, 2), w_op = gemm_input(ctx, w, 3);
-    // dpre = (dy·w)·gelu'(pre) in the GEMM's epilogue, with fc1's bias gradient (DGELU_BGRAD) into scratch.
+    const auto [dy_op, w_op] = gemm_operands(ctx, dy, w, 2, 3);
+    // dpre = (dy·w)·gelu'(pre) in the GEMM's epilogue, with fc1's bias gradient (DGELU_BGRAD) into
+    // scratch when dpre is f32; a 16-bit dpre's bias gradient is summed from its rounded values (the
+    // epilogue would round the sum itself to 16 bits).
     bool fused = false;
-    if (dpre_bias.empty()) {
+    if (dpre_bias.empty() || dpre.dtype != DType::F32) {
         fused = gemm_lt_rowmajor(s, dpre, dy_op, w_op, false, false, 0.0f, LtEpilogue::DGelu, nullptr, pre);
-    } else if (dpre.dtype == DType::F32) {
+        if (fused && !dpre_bias.empty()) bias_gradient(s, dpre_bias, dpre);
+    } else {
         float* partial = lt_bias_gradient_scratch(s, dpre_bias.numel());
         fused = gemm_lt_rowmajor(s, dpre, dy_op, w_op, false, false, 0.0f, LtEpilogue::DGeluBGrad, partial, pre);
         if (fused) column_sums_add(s, static_cast<float*>(dpre_bias.data), partial, 1, dpre_bias.numel());
@@ -199,9 +241,7 @@ void linear_backward_gelu(OpContext& ctx, TensorView dpre, TensorView dpre_bias,
         round_to(ctx, dpre, storage);
         gelu_backward(ctx, dpre, dpre, pre);
         round_to(ctx, dpre, storage);
-        if (!dpre_bias.empty())
-            column_sums_add(s, static_cast<float*>(dpre_bias.data), static_cast<const float*>(dpre.data), dpre.rows(),
-                            dpre.cols());
+        if (!dpre_bias.empty()) bias_gradient(s, dpre_bias, dpre);
     }
     weight_gradients(ctx, dw, dbias, dy, x);
 }

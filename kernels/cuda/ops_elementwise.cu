@@ -7,6 +7,8 @@
 #include "elementwise_kernels.cuh"
 #include "grad_norm_kernels.cuh"
 #include "kernel_common.cuh"
+#include "norm_kernels.cuh"
+#include "storage.cuh"
 #include "runtime.h"
 
 #include "mwb/kernels/philox.h"
@@ -35,213 +37,36 @@ const int32_t* ci(const TensorView& t) { return static_cast<const int32_t*>(t.da
 using kernel::block_max;
 using kernel::block_sum;
 
-constexpr int64_t kRowChunk = 256;  // rows per partial of a column reduction
-
-// ---- storage rounding (bit-exact twins of precision.h) ----------------------------------------------
-
-__device__ __forceinline__ float dev_round_to_bf16(float x) {
-    const uint32_t b = __float_as_uint(x);
-    const bool is_nan = (b & 0x7FFFFFFFu) > 0x7F800000u;
-    const uint32_t lsb = (b >> 16) & 1u;
-    const uint32_t rounded = (b + 0x7FFFu + lsb) & 0xFFFF0000u;
-    return __uint_as_float(is_nan ? ((b | 0x00400000u) & 0xFFFF0000u) : rounded);
-}
-
-__device__ __forceinline__ float dev_round_to_fp16(float x) {
-    const uint32_t b = __float_as_uint(x);
-    const uint32_t sign = b & 0x80000000u;
-    const uint32_t mag = b & 0x7FFFFFFFu;
-    const uint32_t lsb = (mag >> 13) & 1u;
-    const uint32_t normal = (mag + 0xFFFu + lsb) & ~0x1FFFu;
-    const float sub = __fsub_rn(__fadd_rn(__uint_as_float(mag), 0.5f), 0.5f);
-    uint32_t out = mag < 0x38800000u ? __float_as_uint(sub) : normal;
-    out = mag >= 0x477FF000u ? 0x7F800000u : out;
-    out = mag > 0x7F800000u ? ((mag | 0x00400000u) & ~0x1FFFu) : out;
-    return __uint_as_float(out | sign);
-}
+using norm::kNormThreads;
+using norm::kRowChunk;
 
 // ---- elementwise kernels ----------------------------------------------------------------------------
 
-/// out = f(a, b) elementwise (elementwise_kernels.cuh): the 16-byte aligned bulk 4 floats at a time,
-/// the tail (or everything, unaligned) one at a time.
-template <class F>
-void map(cudaStream_t s, float* out, const float* a, const float* b, int64_t n, F f) {
-    const bool wide = kernel::aligned16(out) && (!a || kernel::aligned16(a)) && (!b || kernel::aligned16(b));
-    const int64_t bulk = wide ? n / 4 * 4 : 0;
-    const auto run = [&](auto vector, float* o, const float* x, const float* y, int64_t count) {
-        constexpr int V = decltype(vector)::value;
-        const int64_t items = count / V;
+/// out = f(a, b) elementwise (elementwise_kernels.cuh), out, a and b in storages SO, SA and SB (b null:
+/// pass SB = SA): the 16-byte aligned bulk V at a time (8 when a tensor is 16-bit, so each moves 16
+/// bytes per access, else 4), the tail (or everything, unaligned) one element at a time.
+template <class SO, class SA, class SB, class F>
+void map(cudaStream_t s, typename SO::type* out, const typename SA::type* a, const typename SB::type* b, int64_t n,
+         F f) {
+    constexpr int V = storage::any_16bit<SO, SA, SB> ? 8 : 4;
+    const bool wide = storage::aligned_to(16, out, a, b);
+    const int64_t bulk = wide ? n / V * V : 0;
+    const auto run = [&](auto vector, typename SO::type* o, const typename SA::type* x, const typename SB::type* y,
+                         int64_t count) {
+        constexpr int W = decltype(vector)::value;
+        const int64_t items = count / W;
         if (kernel::narrow(items))
-            elementwise::k_map<V, uint32_t><<<blocks_for(items), kThreads, 0, s>>>(o, x, y, count, f);
+            elementwise::k_map<W, uint32_t, SO, SA, SB><<<blocks_for(items), kThreads, 0, s>>>(o, x, y, count, f);
         else
-            elementwise::k_map<V, int64_t><<<blocks_for(items), kThreads, 0, s>>>(o, x, y, count, f);
+            elementwise::k_map<W, int64_t, SO, SA, SB><<<blocks_for(items), kThreads, 0, s>>>(o, x, y, count, f);
     };
-    if (bulk > 0) run(std::integral_constant<int, 4>{}, out, a, b, bulk);
+    if (bulk > 0) run(std::integral_constant<int, V>{}, out, a, b, bulk);
     if (n > bulk) run(std::integral_constant<int, 1>{}, out + bulk, a ? a + bulk : nullptr, b ? b + bulk : nullptr, n - bulk);
 }
 
-__global__ void k_f32_to_bf16(__nv_bfloat16* o, const float* x, int64_t n) {
-    MWB_GRID_STRIDE(i, n) o[i] = __float2bfloat16_rn(x[i]);
-}
-__global__ void k_bf16_to_f32(float* o, const __nv_bfloat16* x, int64_t n) {
-    MWB_GRID_STRIDE(i, n) o[i] = __bfloat162float(x[i]);
-}
-__global__ void k_round(float* x, int64_t n, int bf16) {
-    MWB_GRID_STRIDE(i, n) x[i] = bf16 ? dev_round_to_bf16(x[i]) : dev_round_to_fp16(x[i]);
-}
-
-__global__ void k_column_partials(const float* x, int64_t rows, int64_t cols, float* partial) {
-    const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-    if (c >= cols) return;
-    const int64_t r0 = blockIdx.y * kRowChunk, r1 = min(rows, r0 + kRowChunk);
-    float s = 0;
-    for (int64_t r = r0; r < r1; ++r) s += x[r * cols + c];
-    partial[blockIdx.y * cols + c] = s;
-}
-
-/// out[c] += Σ_k partial[k, c] for k in order (partials of `parts` chunks per output).
-__global__ void k_sum_partials(float* out, const float* partial, int64_t chunks, int64_t cols) {
-    MWB_GRID_STRIDE(c, cols) {
-        float s = 0;
-        for (int64_t k = 0; k < chunks; ++k) s += partial[k * cols + c];
-        out[c] += s;
-    }
-}
-
-__global__ void k_add_bias_rows(float* y, const float* bias, int64_t rows, int64_t cols) {
-    MWB_GRID_STRIDE(i, rows * cols) y[i] += bias[i % cols];
-}
-
-// ---- embeddings ---------------------------------------------------------------------------------------
-
-__global__ void k_embedding_fwd(float* out, const int32_t* ids, const float* table, int64_t rows, int64_t h,
-                                int64_t vocab, int64_t vocab_start) {
-    MWB_GRID_STRIDE(i, rows * h) {
-        const int64_t r = i / h, c = i % h;
-        const int64_t local = static_cast<int64_t>(ids[r]) - vocab_start;
-        out[i] = (local >= 0 && local < vocab) ? table[local * h + c] : 0.0f;
-    }
-}
-
-__global__ void k_pos_fwd(float* out, const float* wpe, int64_t s_len, int64_t b_len, int64_t h, int64_t offset) {
-    MWB_GRID_STRIDE(i, s_len * b_len * h) {
-        const int64_t s = i / (b_len * h), c = i % h;
-        out[i] += wpe[(s + offset) * h + c];
-    }
-}
-
-__global__ void k_pos_bwd(float* dwpe, const float* dout, int64_t s_len, int64_t b_len, int64_t h, int64_t offset) {
-    MWB_GRID_STRIDE(i, s_len * h) {
-        const int64_t s = i / h, c = i % h;
-        float acc = dwpe[(s + offset) * h + c];
-        for (int64_t b = 0; b < b_len; ++b) acc += dout[(s * b_len + b) * h + c];
-        dwpe[(s + offset) * h + c] = acc;
-    }
-}
-
-// ---- normalisation --------------------------------------------------------------------------------------
-
-constexpr int kNormThreads = 256;
-
-__global__ void k_layernorm_fwd(float* out, float* mean, float* rstd, const float* x, const float* w, const float* b,
-                                int64_t h, float eps) {
-    __shared__ float sh[32];
-    const int64_t r = blockIdx.x;
-    const float* xr = x + r * h;
-    float s = 0;
-    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) s += xr[c];
-    const float mu = block_sum(s, sh) / static_cast<float>(h);
-    float v = 0;
-    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) v += (xr[c] - mu) * (xr[c] - mu);
-    const float rs = 1.0f / sqrtf(block_sum(v, sh) / static_cast<float>(h) + eps);
-    float* orow = out + r * h;
-    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) orow[c] = (xr[c] - mu) * rs * w[c] + b[c];
-    if (threadIdx.x == 0) {
-        mean[r] = mu;
-        rstd[r] = rs;
-    }
-}
-
-/// dx of LayerNorm (mean == nullptr: RMSNorm), one block per row.
-__global__ void k_norm_bwd_dx(float* dx, const float* dout, const float* x, const float* mean, const float* rstd,
-                              const float* w, int64_t h, int accumulate) {
-    __shared__ float sh[32];
-    const int64_t r = blockIdx.x;
-    const float *xr = x + r * h, *dr = dout + r * h;
-    const float mu = mean ? mean[r] : 0.0f, rs = rstd[r];
-    float sg = 0, sgx = 0;
-    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) {
-        const float g = dr[c] * w[c];
-        sg += g;
-        sgx += g * (xr[c] - mu) * rs;
-    }
-    const float mean_g = mean ? block_sum(sg, sh) / static_cast<float>(h) : 0.0f;
-    const float mean_gx = block_sum(sgx, sh) / static_cast<float>(h);
-    float* dxr = dx + r * h;
-    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) {
-        const float v = rs * (dr[c] * w[c] - mean_g - (xr[c] - mu) * rs * mean_gx);
-        dxr[c] = accumulate ? dxr[c] + v : v;
-    }
-}
-
-/// Partials of dw (Σ dout·x̂) and db (Σ dout) over one chunk of rows; mean == nullptr: RMSNorm.
-__global__ void k_norm_bwd_partials(float* pw, float* pb, const float* dout, const float* x, const float* mean,
-                                    const float* rstd, int64_t rows, int64_t h) {
-    const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-    if (c >= h) return;
-    const int64_t r0 = blockIdx.y * kRowChunk, r1 = min(rows, r0 + kRowChunk);
-    float gw = 0, gb = 0;
-    for (int64_t r = r0; r < r1; ++r) {
-        const float d = dout[r * h + c];
-        gw += d * (x[r * h + c] - (mean ? mean[r] : 0.0f)) * rstd[r];
-        gb += d;
-    }
-    pw[blockIdx.y * h + c] = gw;
-    if (pb) pb[blockIdx.y * h + c] = gb;
-}
-
-__global__ void k_rmsnorm_fwd(float* out, float* rstd, const float* x, const float* w, int64_t h, float eps) {
-    __shared__ float sh[32];
-    const int64_t r = blockIdx.x;
-    const float* xr = x + r * h;
-    float s = 0;
-    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) s += xr[c] * xr[c];
-    const float rs = 1.0f / sqrtf(block_sum(s, sh) / static_cast<float>(h) + eps);
-    float* orow = out + r * h;
-    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) orow[c] = xr[c] * rs * w[c];
-    if (threadIdx.x == 0) rstd[r] = rs;
-}
-
-// ---- dropout: one Philox draw per group of four global indices, as the CPU ------------------------------
-
-struct DropoutArgs {
-    RngStream rng;
-    uint32_t threshold;
-    float scale;
-    int64_t offset;  ///< global index of element 0
-    int64_t n;
-    int enabled;
-};
-
-/// out[i] = base[i] + (x[i] + bias[i % cols])·mult(offset + i); base/bias may be null.
-__global__ void k_dropout(float* out, const float* base, const float* x, const float* bias, int64_t cols,
-                          DropoutArgs a) {
-    const int64_t first_group = a.offset >> 2, last_group = (a.offset + a.n - 1) >> 2;
-    MWB_GRID_STRIDE(t, last_group - first_group + 1) {
-        const int64_t g = first_group + t;
-        Philox4 d{{0, 0, 0, 0}};
-        if (a.enabled) d = philox_draw(a.rng, static_cast<uint64_t>(g));
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            const int64_t i = 4 * g + k - a.offset;
-            if (i < 0 || i >= a.n) continue;
-            const float m = a.enabled ? (d.v[k] < a.threshold ? a.scale : 0.0f) : 1.0f;
-            float v = x[i];
-            if (bias) v += bias[i % cols];
-            out[i] = (base ? base[i] : 0.0f) + v * m;
-        }
-    }
-}
+using storage::elements;
+using storage::with_storage;
+using storage::with_storages;
 
 // ---- AdamW ------------------------------------------------------------------------------------------------
 
@@ -263,7 +88,7 @@ __global__ void k_adamw(float* w, float* g, float* m, float* v, float* copy, int
         v[i] = vi;
         const float wi = w[i] * a.decay - a.step_size * mi / (sqrtf(vi) * a.inv_sqrt_bc2 + a.eps);
         w[i] = wi;
-        if (copy) copy[i] = copy_kind == 1 ? dev_round_to_bf16(wi) : copy_kind == 2 ? dev_round_to_fp16(wi) : wi;
+        if (copy) copy[i] = copy_kind == 1 ? storage::round_to_bf16(wi) : copy_kind == 2 ? storage::round_to_fp16(wi) : wi;
         if (a.zero_grad) g[i] = 0.0f;
     }
 }
@@ -275,31 +100,56 @@ void launched(const char* op) { check_launch(op); }
 // ---- host entry points ------------------------------------------------------------------------------
 
 void column_sums_add(cudaStream_t stream, float* out, const float* x, int64_t rows, int64_t cols) {
+    column_sums_add(stream, out, DType::F32, x, rows, cols);
+}
+
+void column_sums_add(cudaStream_t stream, float* out, DType x_dtype, const void* x, int64_t rows, int64_t cols) {
     if (rows == 0 || cols == 0) return;
     const int64_t chunks = (rows + kRowChunk - 1) / kRowChunk;
     MWB_CHECK(chunks <= 65535, "column sums: {} rows exceed the {} a launch covers", rows, 65535 * kRowChunk);
     float* partial = static_cast<float*>(scratch(0, chunks * cols * static_cast<int64_t>(sizeof(float)), stream));
     const dim3 grid(static_cast<unsigned>((cols + 127) / 128), static_cast<unsigned>(chunks));
-    k_column_partials<<<grid, 128, 0, stream>>>(x, rows, cols, partial);
-    k_sum_partials<<<blocks_for(cols), kThreads, 0, stream>>>(out, partial, chunks, cols);
+    with_storage(x_dtype, [&](auto sx) {
+        using S = decltype(sx);
+        norm::k_column_partials<S><<<grid, 128, 0, stream>>>(static_cast<const typename S::type*>(x), rows, cols, partial);
+    });
+    norm::k_sum_partials<<<blocks_for(cols), kThreads, 0, stream>>>(out, partial, chunks, cols);
     launched("column sums");
 }
 
 void convert_to_bf16(cudaStream_t stream, void* dst, const float* src, int64_t n) {
-    if (n == 0) return;
-    k_f32_to_bf16<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(dst), src, n);
-    launched("bf16 conversion");
+    convert(stream, DType::BF16, dst, DType::F32, src, n);
 }
 
-void add_bias_rows(cudaStream_t stream, float* y, const float* bias, int64_t rows, int64_t cols) {
+void convert(cudaStream_t stream, DType dst_dtype, void* dst, DType src_dtype, const void* src, int64_t n) {
+    if (n == 0) return;
+    with_storages(dst_dtype, src_dtype, [&](auto so, auto si) {
+        using SO = decltype(so);
+        using SI = decltype(si);
+        map<SO, SI, SI>(stream, static_cast<typename SO::type*>(dst), static_cast<const typename SI::type*>(src),
+                        nullptr, n, elementwise::Copy{});
+    });
+    launched("dtype conversion");
+}
+
+void add_bias_rows(cudaStream_t stream, const TensorView& y, const float* in, const TensorView& bias) {
+    const int64_t rows = y.rows(), cols = y.cols();
     if (rows * cols == 0) return;
-    k_add_bias_rows<<<blocks_for(rows * cols), kThreads, 0, stream>>>(y, bias, rows, cols);
+    with_storages(y.dtype, bias.dtype, [&](auto so, auto sw) {
+        using SO = decltype(so);
+        using W = decltype(sw);
+        norm::k_add_bias_rows<SO, storage::F32, W><<<blocks_for(rows * cols), kThreads, 0, stream>>>(
+            elements<SO>(y), in, elements<W>(bias), rows, cols);
+    });
     launched("bias add");
 }
 
 void fill(OpContext& ctx, TensorView x, float value) {
     if (x.numel() == 0) return;
-    map(stream_of(ctx), mf(x), nullptr, nullptr, x.numel(), elementwise::Fill{value});
+    with_storage(x.dtype, [&](auto st) {
+        using S = decltype(st);
+        map<S, S, S>(stream_of(ctx), elements<S>(x), nullptr, nullptr, x.numel(), elementwise::Fill{value});
+    });
     launched("fill");
 }
 
@@ -314,31 +164,40 @@ void copy(OpContext& ctx, TensorView dst, TensorView src) {
     }
     MWB_CHECK(dst.device == Device::CUDA && src.device == Device::CUDA,
               "copy: dtype conversion {} from {} only between CUDA tensors", dst.describe(), src.describe());
-    if (dst.dtype == DType::BF16 && src.dtype == DType::F32) {
-        k_f32_to_bf16<<<blocks_for(n), kThreads, 0, stream_of(ctx)>>>(static_cast<__nv_bfloat16*>(dst.data), cf(src), n);
-    } else if (dst.dtype == DType::F32 && src.dtype == DType::BF16) {
-        k_bf16_to_f32<<<blocks_for(n), kThreads, 0, stream_of(ctx)>>>(mf(dst), static_cast<const __nv_bfloat16*>(src.data), n);
-    } else {
-        MWB_FAIL("copy: no conversion from {} to {}", src.describe(), dst.describe());
-    }
-    launched("copy");
+    convert(stream_of(ctx), dst.dtype, dst.data, src.dtype, src.data, n);
 }
 
 void scale(OpContext& ctx, TensorView x, float alpha) {
     if (x.numel() == 0) return;
-    map(stream_of(ctx), mf(x), cf(x), nullptr, x.numel(), elementwise::Scale{alpha});
+    with_storage(x.dtype, [&](auto st) {
+        using S = decltype(st);
+        map<S, S, S>(stream_of(ctx), elements<S>(x), elements<S>(x), nullptr, x.numel(), elementwise::Scale{alpha});
+    });
     launched("scale");
 }
 
 void add(OpContext& ctx, TensorView out, TensorView a, TensorView b) {
     if (out.numel() == 0) return;
-    map(stream_of(ctx), mf(out), cf(a), cf(b), out.numel(), elementwise::Add{});
+    MWB_CHECK(a.dtype == b.dtype, "add: a={} and b={} must share a dtype on CUDA", a.describe(), b.describe());
+    with_storages(out.dtype, a.dtype, [&](auto so, auto si) {
+        using SO = decltype(so);
+        using SI = decltype(si);
+        map<SO, SI, SI>(stream_of(ctx), elements<SO>(out), elements<SI>(a), elements<SI>(b), out.numel(),
+                        elementwise::Add{});
+    });
     launched("add");
 }
 
 void round_to(OpContext& ctx, TensorView x, DType dtype) {
-    if (dtype == DType::F32 || x.numel() == 0) return;
-    k_round<<<blocks_for(x.numel()), kThreads, 0, stream_of(ctx)>>>(mf(x), x.numel(), dtype == DType::BF16);
+    // A 16-bit view already holds values of its own precision: rounding to it (or to f32) keeps them.
+    if (dtype == DType::F32 || dtype == x.dtype || x.numel() == 0) return;
+    with_storage(x.dtype, [&](auto sx) {
+        using S = decltype(sx);
+        if (dtype == DType::BF16)
+            map<S, S, S>(stream_of(ctx), elements<S>(x), elements<S>(x), nullptr, x.numel(), elementwise::RoundBf16{});
+        else
+            map<S, S, S>(stream_of(ctx), elements<S>(x), elements<S>(x), nullptr, x.numel(), elementwise::RoundFp16{});
+    });
     launched("round_to");
 }
 
@@ -411,8 +270,12 @@ void gradient_scale(OpContext& ctx, TensorView scale, TensorView sumsq, double l
 void embedding_forward(OpContext& ctx, TensorView out, TensorView ids, TensorView table, int64_t vocab_start) {
     const int64_t rows = ids.numel(), h = table.dim(1);
     if (rows * h == 0) return;
-    k_embedding_fwd<<<blocks_for(rows * h), kThreads, 0, stream_of(ctx)>>>(mf(out), ci(ids), cf(table), rows, h,
-                                                                           table.dim(0), vocab_start);
+    with_storages(out.dtype, table.dtype, [&](auto so, auto st) {
+        using SO = decltype(so);
+        using ST = decltype(st);
+        classifier::k_embedding_fwd<SO, ST><<<blocks_for(rows * h), kThreads, 0, stream_of(ctx)>>>(
+            elements<SO>(out), ci(ids), elements<ST>(table), rows, h, table.dim(0), vocab_start);
+    });
     launched("embedding_forward");
 }
 
@@ -422,123 +285,206 @@ void embedding_backward(OpContext& ctx, TensorView dtable, TensorView dout, Tens
     const int64_t vocab_blocks = (vocab + classifier::kEmbeddingRowsPerBlock - 1) / classifier::kEmbeddingRowsPerBlock;
     MWB_CHECK(vocab_blocks <= 65535, "embedding_backward: a vocabulary of {} rows exceeds the {} a launch covers",
               vocab, 65535 * classifier::kEmbeddingRowsPerBlock);
-    const bool wide = h % 4 == 0 && kernel::aligned16(dtable.data) && kernel::aligned16(dout.data);
-    const int per_thread = wide ? 4 : 1;
-    const dim3 grid(static_cast<unsigned>((h + kThreads * per_thread - 1) / (kThreads * per_thread)),
-                    static_cast<unsigned>(vocab_blocks));
-    if (wide)
-        classifier::k_embedding_bwd<4>
-            <<<grid, kThreads, 0, stream_of(ctx)>>>(mf(dtable), cf(dout), ci(ids), rows, h, vocab, vocab_start);
-    else
-        classifier::k_embedding_bwd<1>
-            <<<grid, kThreads, 0, stream_of(ctx)>>>(mf(dtable), cf(dout), ci(ids), rows, h, vocab, vocab_start);
+    with_storage(dout.dtype, [&](auto sd) {
+        using S = decltype(sd);
+        // 4 columns per thread: 16 bytes of the fp32 dtable, 16 or 8 of dout.
+        const bool wide = h % 4 == 0 && kernel::aligned16(dtable.data) &&
+                          storage::aligned_to(4 * static_cast<int64_t>(sizeof(typename S::type)), dout.data);
+        const int per_thread = wide ? 4 : 1;
+        const dim3 grid(static_cast<unsigned>((h + kThreads * per_thread - 1) / (kThreads * per_thread)),
+                        static_cast<unsigned>(vocab_blocks));
+        if (wide)
+            classifier::k_embedding_bwd<4, S><<<grid, kThreads, 0, stream_of(ctx)>>>(mf(dtable), elements<S>(dout),
+                                                                                  ci(ids), rows, h, vocab, vocab_start);
+        else
+            classifier::k_embedding_bwd<1, S><<<grid, kThreads, 0, stream_of(ctx)>>>(mf(dtable), elements<S>(dout),
+                                                                                  ci(ids), rows, h, vocab, vocab_start);
+    });
     launched("embedding_backward");
 }
 
 void position_embedding_forward(OpContext& ctx, TensorView out, TensorView wpe, int64_t position_offset) {
     if (out.numel() == 0) return;
-    k_pos_fwd<<<blocks_for(out.numel()), kThreads, 0, stream_of(ctx)>>>(mf(out), cf(wpe), out.dim(0), out.dim(1),
-                                                                        out.dim(2), position_offset);
+    with_storages(out.dtype, wpe.dtype, [&](auto so, auto st) {
+        using SO = decltype(so);
+        using ST = decltype(st);
+        classifier::k_pos_fwd<SO, ST><<<blocks_for(out.numel()), kThreads, 0, stream_of(ctx)>>>(
+            elements<SO>(out), elements<ST>(wpe), out.dim(0), out.dim(1), out.dim(2), position_offset);
+    });
     launched("position_embedding_forward");
 }
 
 void position_embedding_backward(OpContext& ctx, TensorView dwpe, TensorView dout, int64_t position_offset) {
     if (dout.numel() == 0) return;
-    k_pos_bwd<<<blocks_for(dout.dim(0) * dout.dim(2)), kThreads, 0, stream_of(ctx)>>>(
-        mf(dwpe), cf(dout), dout.dim(0), dout.dim(1), dout.dim(2), position_offset);
+    with_storage(dout.dtype, [&](auto sd) {
+        using S = decltype(sd);
+        classifier::k_pos_bwd<S><<<blocks_for(dout.dim(0) * dout.dim(2)), kThreads, 0, stream_of(ctx)>>>(
+            mf(dwpe), elements<S>(dout), dout.dim(0), dout.dim(1), dout.dim(2), position_offset);
+    });
     launched("position_embedding_backward");
 }
 
 namespace {
 
+/// The storages of a norm: its activations (x, out or dx, dout) share one, its weights (w, b) another.
+template <class F>
+void with_norm_storages(const char* op, const TensorView& x, const TensorView& like_x, const TensorView& w,
+                        const TensorView& b, F&& f) {
+    MWB_CHECK(like_x.dtype == x.dtype, "{}: {} and x={} must share a dtype on CUDA", op, like_x.describe(),
+              x.describe());
+    MWB_CHECK(b.empty() || b.dtype == w.dtype, "{}: b={} and w={} must share a dtype on CUDA", op, b.describe(),
+              w.describe());
+    with_storages(x.dtype, w.dtype, f);
+}
+
 /// dw (+ db when given) += Σ over rows of the norm's parameter gradient, in fixed row chunks.
-void norm_param_grads(cudaStream_t s, float* dw, float* db, const float* dout, const float* x, const float* mean,
-                      const float* rstd, int64_t rows, int64_t h) {
+template <class S>
+void norm_param_grads(cudaStream_t s, float* dw, float* db, const typename S::type* dout, const typename S::type* x,
+                      const float* mean, const float* rstd, int64_t rows, int64_t h) {
     const int64_t chunks = (rows + kRowChunk - 1) / kRowChunk;
     MWB_CHECK(chunks <= 65535, "norm backward: {} rows exceed the {} a launch covers", rows, 65535 * kRowChunk);
     float* pw = static_cast<float*>(scratch(0, 2 * chunks * h * static_cast<int64_t>(sizeof(float)), s));
     float* pb = db ? pw + chunks * h : nullptr;
     const dim3 grid(static_cast<unsigned>((h + 127) / 128), static_cast<unsigned>(chunks));
-    k_norm_bwd_partials<<<grid, 128, 0, s>>>(pw, pb, dout, x, mean, rstd, rows, h);
-    k_sum_partials<<<blocks_for(h), kThreads, 0, s>>>(dw, pw, chunks, h);
-    if (db) k_sum_partials<<<blocks_for(h), kThreads, 0, s>>>(db, pb, chunks, h);
+    norm::k_norm_bwd_partials<S><<<grid, 128, 0, s>>>(pw, pb, dout, x, mean, rstd, rows, h);
+    norm::k_sum_partials<<<blocks_for(h), kThreads, 0, s>>>(dw, pw, chunks, h);
+    if (db) norm::k_sum_partials<<<blocks_for(h), kThreads, 0, s>>>(db, pb, chunks, h);
 }
 }  // namespace
 
 void layernorm_forward(OpContext& ctx, TensorView out, TensorView mean, TensorView rstd, TensorView x, TensorView w,
                        TensorView b, float eps) {
     if (x.rows() == 0) return;
-    k_layernorm_fwd<<<static_cast<unsigned>(x.rows()), kNormThreads, 0, stream_of(ctx)>>>(
-        mf(out), mf(mean), mf(rstd), cf(x), cf(w), cf(b), x.cols(), eps);
+    with_norm_storages("layernorm_forward", x, out, w, b, [&](auto sx, auto sw) {
+        using S = decltype(sx);
+        using W = decltype(sw);
+        norm::k_layernorm_fwd<S, W><<<static_cast<unsigned>(x.rows()), kNormThreads, 0, stream_of(ctx)>>>(
+            elements<S>(out), mf(mean), mf(rstd), elements<S>(x), elements<W>(w), elements<W>(b), x.cols(), eps);
+    });
     launched("layernorm_forward");
 }
 
 void layernorm_backward(OpContext& ctx, TensorView dx, TensorView dw, TensorView db, TensorView dout, TensorView x,
                         TensorView mean, TensorView rstd, TensorView w, bool accumulate_dx) {
     if (x.rows() == 0) return;
-    // Parameter gradients first (dx may alias dout).
-    norm_param_grads(stream_of(ctx), mf(dw), mf(db), cf(dout), cf(x), cf(mean), cf(rstd), x.rows(), x.cols());
-    k_norm_bwd_dx<<<static_cast<unsigned>(x.rows()), kNormThreads, 0, stream_of(ctx)>>>(
-        mf(dx), cf(dout), cf(x), cf(mean), cf(rstd), cf(w), x.cols(), accumulate_dx ? 1 : 0);
+    MWB_CHECK(dout.dtype == x.dtype, "layernorm_backward: dout={} and x={} must share a dtype on CUDA",
+              dout.describe(), x.describe());
+    with_norm_storages("layernorm_backward", x, dx, w, {}, [&](auto sx, auto sw) {
+        using S = decltype(sx);
+        using W = decltype(sw);
+        // Parameter gradients first (dx may alias dout).
+        norm_param_grads<S>(stream_of(ctx), mf(dw), mf(db), elements<S>(dout), elements<S>(x), cf(mean), cf(rstd),
+                            x.rows(), x.cols());
+        norm::k_norm_bwd_dx<S, W><<<static_cast<unsigned>(x.rows()), kNormThreads, 0, stream_of(ctx)>>>(
+            elements<S>(dx), elements<S>(dout), elements<S>(x), cf(mean), cf(rstd), elements<W>(w), x.cols(),
+            accumulate_dx ? 1 : 0);
+    });
     launched("layernorm_backward");
 }
 
 void rmsnorm_forward(OpContext& ctx, TensorView out, TensorView rstd, TensorView x, TensorView w, float eps) {
     if (x.rows() == 0) return;
-    k_rmsnorm_fwd<<<static_cast<unsigned>(x.rows()), kNormThreads, 0, stream_of(ctx)>>>(mf(out), mf(rstd), cf(x),
-                                                                                        cf(w), x.cols(), eps);
+    with_norm_storages("rmsnorm_forward", x, out, w, {}, [&](auto sx, auto sw) {
+        using S = decltype(sx);
+        using W = decltype(sw);
+        norm::k_rmsnorm_fwd<S, W><<<static_cast<unsigned>(x.rows()), kNormThreads, 0, stream_of(ctx)>>>(
+            elements<S>(out), mf(rstd), elements<S>(x), elements<W>(w), x.cols(), eps);
+    });
     launched("rmsnorm_forward");
 }
 
 void rmsnorm_backward(OpContext& ctx, TensorView dx, TensorView dw, TensorView dout, TensorView x, TensorView rstd,
                       TensorView w, bool accumulate_dx) {
     if (x.rows() == 0) return;
-    norm_param_grads(stream_of(ctx), mf(dw), nullptr, cf(dout), cf(x), nullptr, cf(rstd), x.rows(), x.cols());
-    k_norm_bwd_dx<<<static_cast<unsigned>(x.rows()), kNormThreads, 0, stream_of(ctx)>>>(
-        mf(dx), cf(dout), cf(x), nullptr, cf(rstd), cf(w), x.cols(), accumulate_dx ? 1 : 0);
+    MWB_CHECK(dout.dtype == x.dtype, "rmsnorm_backward: dout={} and x={} must share a dtype on CUDA",
+              dout.describe(), x.describe());
+    with_norm_storages("rmsnorm_backward", x, dx, w, {}, [&](auto sx, auto sw) {
+        using S = decltype(sx);
+        using W = decltype(sw);
+        norm_param_grads<S>(stream_of(ctx), mf(dw), nullptr, elements<S>(dout), elements<S>(x), nullptr, cf(rstd),
+                            x.rows(), x.cols());
+        norm::k_norm_bwd_dx<S, W><<<static_cast<unsigned>(x.rows()), kNormThreads, 0, stream_of(ctx)>>>(
+            elements<S>(dx), elements<S>(dout), elements<S>(x), nullptr, cf(rstd), elements<W>(w), x.cols(),
+            accumulate_dx ? 1 : 0);
+    });
     launched("rmsnorm_backward");
 }
 
 void gelu_forward(OpContext& ctx, TensorView out, TensorView x) {
     if (x.numel() == 0) return;
-    map(stream_of(ctx), mf(out), cf(x), nullptr, x.numel(), elementwise::GeluForward{});
+    with_storages(out.dtype, x.dtype, [&](auto so, auto sx) {
+        using SO = decltype(so);
+        using SX = decltype(sx);
+        map<SO, SX, SX>(stream_of(ctx), elements<SO>(out), elements<SX>(x), nullptr, x.numel(),
+                        elementwise::GeluForward{});
+    });
     launched("gelu_forward");
 }
 
 void gelu_backward(OpContext& ctx, TensorView dx, TensorView dout, TensorView x) {
     if (x.numel() == 0) return;
-    map(stream_of(ctx), mf(dx), cf(dout), cf(x), x.numel(), elementwise::GeluBackward{});
+    // dx and dout share a dtype (the checks): the gradient of fc1's output, stored like it.
+    with_storages(dx.dtype, x.dtype, [&](auto sg, auto sx) {
+        using SG = decltype(sg);
+        using SX = decltype(sx);
+        map<SG, SG, SX>(stream_of(ctx), elements<SG>(dx), elements<SG>(dout), elements<SX>(x), x.numel(),
+                        elementwise::GeluBackward{});
+    });
     launched("gelu_backward");
 }
 
 namespace {
-void run_dropout(OpContext& ctx, const char* op, TensorView out, const float* base, TensorView x, const float* bias,
-                 int64_t cols, float p, RngStream rng, int64_t element_offset) {
+/// The dropout family: out = base + (x + bias)·mask, out, base and x of one storage (an activation),
+/// the bias (a weight) f32 or of that storage.
+void run_dropout(OpContext& ctx, const char* op, TensorView out, TensorView base, TensorView x, TensorView bias,
+                 float p, RngStream rng, int64_t element_offset) {
     const int64_t n = x.numel();
     if (n == 0) return;
-    DropoutArgs a{rng, dropout_keep_threshold(p), p < 1.0f ? 1.0f / (1.0f - p) : 0.0f, element_offset, n, p > 0.0f};
+    MWB_CHECK(out.dtype == x.dtype && (base.empty() || base.dtype == x.dtype), "{}: out={}{}{} and x={} must share a dtype on CUDA", op,
+              out.describe(), base.empty() ? "" : ", residual=", base.empty() ? std::string() : base.describe(),
+              x.describe());
+    MWB_CHECK(bias.empty() || bias.dtype == DType::F32 || bias.dtype == x.dtype,
+              "{}: bias={} must be f32 or x's dtype ({}) on CUDA", op, bias.describe(), dtype_name(x.dtype));
+    const elementwise::DropoutArgs a{rng, dropout_keep_threshold(p), p < 1.0f ? 1.0f / (1.0f - p) : 0.0f,
+                                     element_offset, n, p > 0.0f};
     const int64_t groups = ((element_offset + n - 1) >> 2) - (element_offset >> 2) + 1;
-    k_dropout<<<blocks_for(groups), kThreads, 0, stream_of(ctx)>>>(mf(out), base, cf(x), bias, cols, a);
+    const int64_t cols = bias.empty() ? 4 : x.cols();
+    const DType bias_dtype = bias.empty() ? x.dtype : bias.dtype;
+    with_storages(x.dtype, bias_dtype, [&](auto sx, auto sw) {
+        using S = decltype(sx);
+        using W = decltype(sw);
+        auto* o = elements<S>(out);
+        const auto* r = base.empty() ? nullptr : elements<S>(base);
+        const auto* in = elements<S>(x);
+        const auto* b = bias.empty() ? nullptr : elements<W>(bias);
+        const int64_t bytes = 4 * static_cast<int64_t>(sizeof(typename S::type));
+        const bool wide = element_offset % 4 == 0 && cols % 4 == 0 && storage::aligned_to(bytes, o, r, in) &&
+                          storage::aligned_to(4 * static_cast<int64_t>(sizeof(typename W::type)), b);
+        if (wide)
+            elementwise::k_dropout<true, S, W><<<blocks_for(groups), kThreads, 0, stream_of(ctx)>>>(o, r, in, b, cols, a);
+        else
+            elementwise::k_dropout<false, S, W><<<blocks_for(groups), kThreads, 0, stream_of(ctx)>>>(o, r, in, b, cols, a);
+    });
     launched(op);
 }
 }  // namespace
 
 void dropout_forward(OpContext& ctx, TensorView out, TensorView x, float p, RngStream rng, int64_t element_offset) {
-    run_dropout(ctx, "dropout_forward", out, nullptr, x, nullptr, 1, p, rng, element_offset);
+    run_dropout(ctx, "dropout_forward", out, {}, x, {}, p, rng, element_offset);
 }
 
 void dropout_backward(OpContext& ctx, TensorView dx, TensorView dout, float p, RngStream rng, int64_t element_offset) {
-    run_dropout(ctx, "dropout_backward", dx, nullptr, dout, nullptr, 1, p, rng, element_offset);
+    run_dropout(ctx, "dropout_backward", dx, {}, dout, {}, p, rng, element_offset);
 }
 
 void dropout_add_forward(OpContext& ctx, TensorView out, TensorView residual, TensorView x, float p, RngStream rng,
                          int64_t element_offset) {
-    run_dropout(ctx, "dropout_add_forward", out, cf(residual), x, nullptr, 1, p, rng, element_offset);
+    run_dropout(ctx, "dropout_add_forward", out, residual, x, {}, p, rng, element_offset);
 }
 
 void bias_dropout_add_forward(OpContext& ctx, TensorView out, TensorView residual, TensorView x, TensorView bias,
                               float p, RngStream rng, int64_t element_offset) {
-    run_dropout(ctx, "bias_dropout_add_forward", out, cf(residual), x, cf(bias), x.cols(), p, rng, element_offset);
+    run_dropout(ctx, "bias_dropout_add_forward", out, residual, x, bias, p, rng, element_offset);
 }
 
 namespace {

@@ -1,10 +1,13 @@
 // SwiGLU and rotary position embedding on CUDA: checked entries and launchers for the kernels of
-// rope_swiglu_kernels.cuh. Tensors are F32 (bf16 runs hold bf16 values in them, as every elementwise
-// op here); rows whose widths are multiples of 4 floats on 16-byte aligned pointers move as 128-bit
-// accesses, any other shape one float at a time. No reductions: results do not depend on the launch.
+// rope_swiglu_kernels.cuh, templated on each tensor's storage (f32, bf16, f16; RoPE's tables f32).
+// Rows whose widths are multiples of 8 (with a 16-bit tensor) or 4 elements on pointers aligned to
+// that many elements move in 16-byte accesses (8 bytes for 4 16-bit elements), any other shape one
+// element at a time. No reductions: results do not depend on the launch.
 #include "cuda_ops.h"
 #include "rope_swiglu_kernels.cuh"
 #include "runtime.h"
+
+#include <numeric>
 
 namespace mwb::cuda {
 
@@ -12,47 +15,29 @@ namespace {
 
 using namespace rope_swiglu;
 
-using kernel::aligned16;
 using kernel::narrow;
+using storage::elements;
 
-template <int V>
-void swiglu_forward_launch(float* out, const float* x, int64_t rows, int64_t F, cudaStream_t s) {
-    const int64_t n = rows * F / V;
-    if (narrow(n))
-        k_swiglu_fwd<V, uint32_t><<<blocks_for(n), kElementwiseThreads, 0, s>>>(out, x, rows, F);
-    else
-        k_swiglu_fwd<V, int64_t><<<blocks_for(n), kElementwiseThreads, 0, s>>>(out, x, rows, F);
+/// Runs launch(integral_constant<int, V>) with the widest V (8, 4 or 1 elements per thread and tensor)
+/// that `width` (every row's and offset's multiple) and every pointer's alignment allow; V = 8 only
+/// with a 16-bit tensor (whose accesses it widens to 16 bytes).
+template <bool Has16Bit, class L, class... P>
+void with_vector(int64_t width, L&& launch, const P*... p) {
+    const auto fits = [&](int v) { return width % v == 0 && ((reinterpret_cast<uintptr_t>(p) % (v * sizeof(P)) == 0) && ...); };
+    if constexpr (Has16Bit) {
+        if (fits(8)) return launch(std::integral_constant<int, 8>{});
+    }
+    if (fits(4)) return launch(std::integral_constant<int, 4>{});
+    launch(std::integral_constant<int, 1>{});
 }
 
-template <int V>
-void swiglu_backward_launch(float* dx, const float* dout, const float* x, int64_t rows, int64_t F, cudaStream_t s) {
-    const int64_t n = rows * F / V;
-    if (narrow(n))
-        k_swiglu_bwd<V, uint32_t><<<blocks_for(n), kElementwiseThreads, 0, s>>>(dx, dout, x, rows, F);
+/// The 32-bit index kernel when the items fit, else the 64-bit one: run(tag of I).
+template <class L>
+void with_index(int64_t items, L&& run) {
+    if (narrow(items))
+        run(uint32_t{});
     else
-        k_swiglu_bwd<V, int64_t><<<blocks_for(n), kElementwiseThreads, 0, s>>>(dx, dout, x, rows, F);
-}
-
-template <int V, bool Interleaved>
-void rope_kernel_launch(float* qkv, const float* cos_t, const float* sin_t, const RopeGeometry& g, cudaStream_t s) {
-    const int64_t n = g.S * g.B * (g.A + g.G) * (g.R / 2) / V;
-    if (narrow(n))
-        k_rope<V, Interleaved, uint32_t><<<blocks_for(n), kElementwiseThreads, 0, s>>>(qkv, cos_t, sin_t, g);
-    else
-        k_rope<V, Interleaved, int64_t><<<blocks_for(n), kElementwiseThreads, 0, s>>>(qkv, cos_t, sin_t, g);
-}
-
-void rope_launch(float* qkv, const float* cos_t, const float* sin_t, const RopeGeometry& g, bool interleaved,
-                 cudaStream_t s) {
-    const bool wide = (g.R / 2) % 4 == 0 && g.D % 4 == 0 && aligned16(qkv) && aligned16(cos_t) && aligned16(sin_t);
-    if (wide && interleaved)
-        rope_kernel_launch<4, true>(qkv, cos_t, sin_t, g, s);
-    else if (wide)
-        rope_kernel_launch<4, false>(qkv, cos_t, sin_t, g, s);
-    else if (interleaved)
-        rope_kernel_launch<1, true>(qkv, cos_t, sin_t, g, s);
-    else
-        rope_kernel_launch<1, false>(qkv, cos_t, sin_t, g, s);
+        run(int64_t{});
 }
 
 void run_rope(OpContext& ctx, const char* op, TensorView qkv, TensorView cos_t, TensorView sin_t,
@@ -68,8 +53,28 @@ void run_rope(OpContext& ctx, const char* op, TensorView qkv, TensorView cos_t, 
     g.position_offset = position_offset;
     g.sign = sign;
     if (qkv.numel() == 0) return;
-    rope_launch(static_cast<float*>(qkv.data), static_cast<const float*>(cos_t.data),
-                static_cast<const float*>(sin_t.data), g, interleaved, stream_of(ctx));
+    const auto* cos_p = static_cast<const float*>(cos_t.data);
+    const auto* sin_p = static_cast<const float*>(sin_t.data);
+    storage::with_storage(qkv.dtype, [&](auto sq) {
+        using S = decltype(sq);
+        auto* q = elements<S>(qkv);
+        // Rows of the tables advance by R/2 and heads by D: V must divide both.
+        const int64_t width = std::gcd(g.R / 2, g.D);
+        with_vector<storage::any_16bit<S>>(
+            width,
+            [&](auto vector) {
+                constexpr int V = decltype(vector)::value;
+                const int64_t n = g.S * g.B * (g.A + g.G) * (g.R / 2) / V;
+                with_index(n, [&](auto index) {
+                    using I = decltype(index);
+                    if (interleaved)
+                        k_rope<V, true, I, S><<<blocks_for(n), kElementwiseThreads, 0, stream_of(ctx)>>>(q, cos_p, sin_p, g);
+                    else
+                        k_rope<V, false, I, S><<<blocks_for(n), kElementwiseThreads, 0, stream_of(ctx)>>>(q, cos_p, sin_p, g);
+                });
+            },
+            q, cos_p, sin_p);
+    });
     check_launch(op);
 }
 
@@ -78,25 +83,48 @@ void run_rope(OpContext& ctx, const char* op, TensorView qkv, TensorView cos_t, 
 void swiglu_forward(OpContext& ctx, TensorView out, TensorView x) {
     const int64_t F = x.cols() / 2;  // x (N, 2F) = [gate | up] per row
     if (out.numel() == 0) return;
-    float* o = static_cast<float*>(out.data);
-    const float* in = static_cast<const float*>(x.data);
-    if (F % 4 == 0 && aligned16(o) && aligned16(in))
-        swiglu_forward_launch<4>(o, in, x.rows(), F, stream_of(ctx));
-    else
-        swiglu_forward_launch<1>(o, in, x.rows(), F, stream_of(ctx));
+    storage::with_storages(x.dtype, out.dtype, [&](auto sx, auto so) {
+        using SX = decltype(sx);
+        using SO = decltype(so);
+        auto* o = elements<SO>(out);
+        const auto* in = elements<SX>(x);
+        with_vector<storage::any_16bit<SX, SO>>(
+            F,
+            [&](auto vector) {
+                constexpr int V = decltype(vector)::value;
+                const int64_t n = x.rows() * F / V;
+                with_index(n, [&](auto index) {
+                    k_swiglu_fwd<V, decltype(index), SX, SO>
+                        <<<blocks_for(n), kElementwiseThreads, 0, stream_of(ctx)>>>(o, in, x.rows(), F);
+                });
+            },
+            o, in);
+    });
     check_launch("swiglu_forward");
 }
 
 void swiglu_backward(OpContext& ctx, TensorView dx, TensorView dout, TensorView x) {
     const int64_t F = x.cols() / 2;
     if (dout.numel() == 0) return;
-    float* d = static_cast<float*>(dx.data);
-    const float* g = static_cast<const float*>(dout.data);
-    const float* in = static_cast<const float*>(x.data);
-    if (F % 4 == 0 && aligned16(d) && aligned16(g) && aligned16(in))
-        swiglu_backward_launch<4>(d, g, in, x.rows(), F, stream_of(ctx));
-    else
-        swiglu_backward_launch<1>(d, g, in, x.rows(), F, stream_of(ctx));
+    // dx and dout share a dtype (the checks): the gradient of fc1's output, stored like it.
+    storage::with_storages(x.dtype, dx.dtype, [&](auto sx, auto sg) {
+        using SX = decltype(sx);
+        using SG = decltype(sg);
+        auto* d = elements<SG>(dx);
+        const auto* g = elements<SG>(dout);
+        const auto* in = elements<SX>(x);
+        with_vector<storage::any_16bit<SX, SG>>(
+            F,
+            [&](auto vector) {
+                constexpr int V = decltype(vector)::value;
+                const int64_t n = x.rows() * F / V;
+                with_index(n, [&](auto index) {
+                    k_swiglu_bwd<V, decltype(index), SX, SG>
+                        <<<blocks_for(n), kElementwiseThreads, 0, stream_of(ctx)>>>(d, g, in, x.rows(), F);
+                });
+            },
+            d, g, in);
+    });
     check_launch("swiglu_backward");
 }
 

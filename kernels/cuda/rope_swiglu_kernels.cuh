@@ -1,10 +1,13 @@
 #pragma once
 // The SwiGLU and rotary-position-embedding kernels of ops_rope_swiglu.cu (contracts: ops.h). Both are
-// memory-bound and elementwise: grid-stride loops, each thread moving V floats per tensor with one
-// load and one store (128-bit for V = 4 when rows and pointers allow), fp32 arithmetic. Plain CUDA C++
+// memory-bound and elementwise: grid-stride loops, each thread moving V elements per tensor, each
+// tensor in its storage (storage.cuh: f32, bf16 or f16, widened on load, rounded once on store), in
+// 16-byte accesses (V = 8 with a 16-bit tensor, 4 with f32 ones, when rows and pointers allow; V = 1
+// otherwise), fp32 arithmetic. Plain CUDA C++
 // without runtime calls, so that test_kernels_rope_swiglu_emulated runs this source on CPU threads
 // (tests/kernels/cuda_emulation.h) against float64 references, in CI, where there is no GPU.
 #include "kernel_common.cuh"
+#include "storage.cuh"
 
 #include <cstdint>
 
@@ -13,8 +16,8 @@ namespace mwb::cuda::rope_swiglu {
 using kernel::first_index;
 using kernel::Floats;
 using kernel::grid_stride;
-using kernel::load;
-using kernel::store;
+using storage::load_n;
+using storage::store_n;
 
 __device__ __forceinline__ float sigmoid(float x) {
     return 1.0f / (1.0f + expf(-x));
@@ -23,28 +26,29 @@ __device__ __forceinline__ float sigmoid(float x) {
 // ---- SwiGLU: x (rows, 2F) = [gate | up] per row ---------------------------------------------------------
 
 /// out (rows, F) = silu(gate)·up, silu(g) = g·sigmoid(g); a thread per V columns of a row.
-template <int V, class I>
-__global__ void k_swiglu_fwd(float* out, const float* x, int64_t rows, int64_t F) {
+template <int V, class I, class SX = storage::F32, class SO = SX>
+__global__ void k_swiglu_fwd(typename SO::type* out, const typename SX::type* x, int64_t rows, int64_t F) {
     const I per_row = static_cast<I>(F / V), n = static_cast<I>(rows) * per_row;
     for (I t = first_index<I>(); t < n; t += grid_stride<I>()) {
         const int64_t r = t / per_row, c = static_cast<int64_t>(t % per_row) * V;
-        const Floats<V> gate = load<V>(x + r * 2 * F + c), up = load<V>(x + r * 2 * F + F + c);
+        const Floats<V> gate = load_n<SX, V>(x + r * 2 * F + c), up = load_n<SX, V>(x + r * 2 * F + F + c);
         Floats<V> o;
 #pragma unroll
         for (int k = 0; k < V; ++k) o.v[k] = gate.v[k] * sigmoid(gate.v[k]) * up.v[k];
-        store<V>(out + r * F + c, o);
+        store_n<SO, V>(out + r * F + c, o);
     }
 }
 
 /// dx (rows, 2F) = [dout·up·silu'(gate) | dout·silu(gate)], silu'(g) = σ(g)·(1 + g·(1 − σ(g))). Each
 /// thread reads its gate and up before it writes, so dx may alias x.
-template <int V, class I>
-__global__ void k_swiglu_bwd(float* dx, const float* dout, const float* x, int64_t rows, int64_t F) {
+template <int V, class I, class SX = storage::F32, class SG = SX>
+__global__ void k_swiglu_bwd(typename SG::type* dx, const typename SG::type* dout, const typename SX::type* x,
+                             int64_t rows, int64_t F) {
     const I per_row = static_cast<I>(F / V), n = static_cast<I>(rows) * per_row;
     for (I t = first_index<I>(); t < n; t += grid_stride<I>()) {
         const int64_t r = t / per_row, c = static_cast<int64_t>(t % per_row) * V;
-        const Floats<V> gate = load<V>(x + r * 2 * F + c), up = load<V>(x + r * 2 * F + F + c);
-        const Floats<V> d = load<V>(dout + r * F + c);
+        const Floats<V> gate = load_n<SX, V>(x + r * 2 * F + c), up = load_n<SX, V>(x + r * 2 * F + F + c);
+        const Floats<V> d = load_n<SG, V>(dout + r * F + c);
         Floats<V> dgate, dup;
 #pragma unroll
         for (int k = 0; k < V; ++k) {
@@ -52,8 +56,8 @@ __global__ void k_swiglu_bwd(float* dx, const float* dout, const float* x, int64
             dgate.v[k] = d.v[k] * up.v[k] * s * (1.0f + g * (1.0f - s));
             dup.v[k] = d.v[k] * g * s;
         }
-        store<V>(dx + r * 2 * F + c, dgate);
-        store<V>(dx + r * 2 * F + F + c, dup);
+        store_n<SG, V>(dx + r * 2 * F + c, dgate);
+        store_n<SG, V>(dx + r * 2 * F + F + c, dup);
     }
 }
 
@@ -71,8 +75,10 @@ struct RopeGeometry {
 /// Rotates V consecutive pairs (i0 … i0 + V − 1) of one query or key head per thread; value heads are
 /// skipped. Pairs: (i, i + R/2) (rotate-half) or (2i, 2i + 1) (`Interleaved`, GPT-J):
 /// (a, b) -> (a·cos − sign·b·sin, b·cos + sign·a·sin).
-template <int V, bool Interleaved, class I>
-__global__ void k_rope(float* qkv, const float* cos_table, const float* sin_table, RopeGeometry g) {
+/// qkv in storage S (rounded once per rotated element; unrotated elements are not written), the
+/// tables f32.
+template <int V, bool Interleaved, class I, class S = storage::F32>
+__global__ void k_rope(typename S::type* qkv, const float* cos_table, const float* sin_table, RopeGeometry g) {
     const int64_t half = g.R / 2;
     // Per position and sequence: every query head and every key head, R/(2V) threads each.
     const I per_head = static_cast<I>(half / V), per_group = static_cast<I>(g.A / g.G),
@@ -82,11 +88,11 @@ __global__ void k_rope(float* qkv, const float* cos_table, const float* sin_tabl
         const I u = (t / per_head) % rotated, sb = t / (per_head * rotated);
         const I grp = u / (per_group + 1), slot = u % (per_group + 1);  // slot A/G: the group's key
         const int64_t i0 = static_cast<int64_t>(t % per_head) * V, s = sb / static_cast<I>(g.B);
-        float* head = qkv + (static_cast<int64_t>(sb) * (g.A + 2 * g.G) + grp * (per_group + 2) + slot) * g.D;
+        typename S::type* head = qkv + (static_cast<int64_t>(sb) * (g.A + 2 * g.G) + grp * (per_group + 2) + slot) * g.D;
         const int64_t row = (s + g.position_offset) * half + i0;
-        const Floats<V> c = load<V>(cos_table + row), sn = load<V>(sin_table + row);
+        const Floats<V> c = load_n<storage::F32, V>(cos_table + row), sn = load_n<storage::F32, V>(sin_table + row);
         if constexpr (Interleaved) {
-            const Floats<V> lo = load<V>(head + 2 * i0), hi = load<V>(head + 2 * i0 + V);
+            const Floats<V> lo = load_n<S, V>(head + 2 * i0), hi = load_n<S, V>(head + 2 * i0 + V);
             float x[2 * V];
 #pragma unroll
             for (int k = 0; k < V; ++k) {
@@ -105,18 +111,18 @@ __global__ void k_rope(float* qkv, const float* cos_table, const float* sin_tabl
                 out_lo.v[k] = x[k];
                 out_hi.v[k] = x[V + k];
             }
-            store<V>(head + 2 * i0, out_lo);
-            store<V>(head + 2 * i0 + V, out_hi);
+            store_n<S, V>(head + 2 * i0, out_lo);
+            store_n<S, V>(head + 2 * i0 + V, out_hi);
         } else {
-            const Floats<V> a = load<V>(head + i0), b = load<V>(head + half + i0);
+            const Floats<V> a = load_n<S, V>(head + i0), b = load_n<S, V>(head + half + i0);
             Floats<V> ra, rb;
 #pragma unroll
             for (int k = 0; k < V; ++k) {
                 ra.v[k] = a.v[k] * c.v[k] - g.sign * b.v[k] * sn.v[k];
                 rb.v[k] = b.v[k] * c.v[k] + g.sign * a.v[k] * sn.v[k];
             }
-            store<V>(head + i0, ra);
-            store<V>(head + half + i0, rb);
+            store_n<S, V>(head + i0, ra);
+            store_n<S, V>(head + half + i0, rb);
         }
     }
 }

@@ -40,8 +40,9 @@ void check_launch(const char* op);
 
 /// Scratch of at least `bytes` on the current device for work queued on `stream`, valid until the
 /// next call with the same slot (ops are stream-ordered, so reuse by the next op on the stream is
-/// safe). Slot 0: reductions' partials; slot 1: cuBLASLt workspace; slots 2 and 3: bf16 copies of
-/// GEMM inputs (and of the cuDNN attention's inputs); slot 4: cuDNN's workspace; slot 5: the cuDNN
+/// safe). Slot 0: reductions' partials (and the f32 staging of a 16-bit GEMM result before its one
+/// rounding); slot 1: cuBLASLt workspace; slots 2 and 3: converted GEMM operands (and the cuDNN
+/// attention's bf16 inputs); slot 4: cuDNN's workspace; slot 5: the cuDNN
 /// attention backward's; slot 6: the range table of sum_squares_ranges (kept between calls). Grows
 /// by reallocation, which happens only while shapes grow: stream-ordered (cudaFreeAsync of the old
 /// area and cudaMallocAsync of the new one on `stream`, no host wait) when the slot's last user was
@@ -61,10 +62,15 @@ void require(const char* op, const char* name, const TensorView& t, DType dtype,
 }  // namespace mwb::cuda
 
 namespace mwb::cuda {
-/// out[c] += Σ_r x[r, c], summed over fixed 256-row chunks and then the chunks in order (no atomics).
+/// out[c] += Σ_r x[r, c], summed over fixed 256-row chunks and then the chunks in order (no atomics);
+/// x f32, or of `x_dtype` (f32, bf16, f16: widened).
 void column_sums_add(cudaStream_t stream, float* out, const float* x, int64_t rows, int64_t cols);
-/// y[r, c] += bias[c] for row-major y (rows, cols).
-void add_bias_rows(cudaStream_t stream, float* y, const float* bias, int64_t rows, int64_t cols);
+void column_sums_add(cudaStream_t stream, float* out, DType x_dtype, const void* x, int64_t rows, int64_t cols);
+/// y[r, c] = in[r, c] + bias[c] for row-major y (rows, cols) of f32, bf16 or f16 (rounded once): `in`
+/// holds the f32 GEMM result (y itself when y is f32); the bias f32 or of y's dtype.
+void add_bias_rows(cudaStream_t stream, const TensorView& y, const float* in, const TensorView& bias);
 /// dst[i] = bf16(src[i]) (round to nearest even).
 void convert_to_bf16(cudaStream_t stream, void* dst, const float* src, int64_t n);
+/// dst[i] = src[i] converted between f32, bf16 and f16 (widening exact, narrowing to nearest even).
+void convert(cudaStream_t stream, DType dst_dtype, void* dst, DType src_dtype, const void* src, int64_t n);
 }  // namespace mwb::cuda

@@ -6,6 +6,7 @@
 #include "mwb/kernels/error.h"
 
 #include <algorithm>
+#include <string_view>
 
 namespace mwb::ops::check {
 
@@ -53,11 +54,55 @@ const Args& Args::gemm_operand(const char* arg, const TensorView& t) const {
     return *this;
 }
 
+namespace {
+/// The ops whose kernels read and write 16-bit (bf16/f16) stored activations, per device: their
+/// Args::stored arguments take f32, bf16 or f16 there, every other op's f32 only. One row per op.
+struct SixteenBit {
+    const char* op;
+    bool cpu, cuda;
+};
+constexpr SixteenBit kSixteenBitOps[] = {
+    // op                          cpu    cuda
+    {"fill", true, true},
+    {"scale", true, true},
+    {"add", true, true},
+    {"round_to", true, true},
+    {"linear_gelu_forward", true, true},
+    {"linear_backward_gelu", true, true},
+    {"embedding_forward", true, true},
+    {"embedding_backward", true, true},
+    {"position_embedding_forward", true, true},
+    {"position_embedding_backward", true, true},
+    {"layernorm_forward", true, true},
+    {"layernorm_backward", true, true},
+    {"rmsnorm_forward", true, true},
+    {"rmsnorm_backward", true, true},
+    {"gelu_forward", true, true},
+    {"gelu_backward", true, true},
+    {"swiglu_forward", true, true},
+    {"swiglu_backward", true, true},
+    {"rope_forward", true, true},
+    {"rope_backward", true, true},
+    {"dropout_forward", true, true},
+    {"dropout_backward", true, true},
+    {"dropout_add_forward", true, true},
+    {"bias_dropout_add_forward", true, true},
+    {"attention_forward", true, false},
+    {"attention_backward", true, false},
+};
+
+bool takes_16bit(const char* op, Device device) {
+    for (const SixteenBit& row : kSixteenBitOps)
+        if (std::string_view(row.op) == op) return device == Device::CPU ? row.cpu : row.cuda;
+    return false;
+}
+}  // namespace
+
 const Args& Args::stored(const char* arg, const TensorView& t) const {
-    const bool cpu = device_ == Device::CPU;
-    const char* dtypes = cpu ? "f32, bf16 or f16" : "f32";
+    const bool sixteen = takes_16bit(op_, device_);
+    const char* dtypes = sixteen ? "f32, bf16 or f16" : "f32";
     placed(arg, t, dtypes);
-    if (!(t.dtype == DType::F32 || (cpu && (t.dtype == DType::BF16 || t.dtype == DType::F16)))) [[unlikely]]
+    if (!(t.dtype == DType::F32 || (sixteen && (t.dtype == DType::BF16 || t.dtype == DType::F16)))) [[unlikely]]
         reject_tensor(arg, t, dtypes, false);
     return *this;
 }
@@ -169,15 +214,13 @@ void copy(OpContext& ctx, TensorView dst, TensorView src) {
                 device_name(ctx.device), ctx.device == Device::CPU ? "" : " or the host");
     }
     same_size(c, "dst", dst, "src", src);
-    // Same dtype, or a conversion between storage dtypes (CPU: f32, bf16, f16; CUDA: f32 <-> bf16); a
-    // mismatch blames the side that is neither.
-    const bool cpu = ctx.device == Device::CPU;
-    const auto convertible = [cpu](DType t) { return cpu ? storage_dtype(t) : t == DType::F32 || t == DType::BF16; };
-    if (dst.dtype != src.dtype && !(convertible(dst.dtype) && convertible(src.dtype))) {
-        const bool blame_dst = !convertible(dst.dtype);
+    // Same dtype, or a conversion between the storage dtypes f32, bf16 and f16 (narrowing rounds once; the
+    // CUDA kernels convert any pair too); a mismatch blames the side that is neither.
+    if (dst.dtype != src.dtype && !(storage_dtype(dst.dtype) && storage_dtype(src.dtype))) {
+        const bool blame_dst = !storage_dtype(dst.dtype);
         const TensorView& other = blame_dst ? src : dst;
-        c.shape(false, blame_dst ? "dst" : "src", blame_dst ? dst : src, "of {}'s dtype {} (or {})",
-                blame_dst ? "src" : "dst", dtype_name(other.dtype), cpu ? "f32, bf16 or f16" : "f32 <-> bf16");
+        c.shape(false, blame_dst ? "dst" : "src", blame_dst ? dst : src, "of {}'s dtype {} (or f32, bf16 or f16)",
+                blame_dst ? "src" : "dst", dtype_name(other.dtype));
     }
     if (cpu) c.shape(storage_dtype(dst.dtype), "dst", dst, "of dtype f32, bf16 or f16 on the CPU");
 }
@@ -289,7 +332,7 @@ void linear_backward_gelu(OpContext& ctx, TensorView dpre, TensorView dpre_bias,
                           TensorView dy, TensorView x, TensorView w, TensorView pre, DType storage) {
     const Args c("linear_backward_gelu", ctx);
     const int64_t out = linear_weight(c, x, w);
-    c.stored("dpre", dpre).stored("pre", pre).tensor("dy", dy, F32).gemm_operand("dw", dw);
+    c.stored("dpre", dpre).stored("pre", pre).gemm_operand("dy", dy).gemm_operand("dw", dw);
     c.optional("dbias", dbias, F32).optional("dpre_bias", dpre_bias, F32);
     c.shape(dy.rows() == x.rows() && dy.cols() == out, "dy", dy, "(N={}, out={})", x.rows(), out);
     c.shape(same_shape(dw, w), "dw", dw, "w's shape {}", w.describe());

@@ -34,8 +34,9 @@ public:
     const Args& optional(const char* arg, const TensorView& t, DType dtype) const;
     /// A GEMM operand: given, on the context's device, f32, bf16 or f16 (each device says which it runs).
     const Args& gemm_operand(const char* arg, const TensorView& t) const;
-    /// A stored activation of a 16-bit run: given, on the context's device, f32, or bf16/f16 on the CPU
-    /// (its kernels load-convert and store-round them; the CUDA kernels still take f32 there).
+    /// A stored activation of a 16-bit run (or its gradient): given, on the context's device, f32, or
+    /// bf16/f16 where this op's kernels on this device load-convert and store-round them (the table
+    /// kSixteenBitOps in op_checks.cpp).
     const Args& stored(const char* arg, const TensorView& t) const;
     /// Given and on the context's device, of any dtype (scratch).
     const Args& placed(const char* arg, const TensorView& t) const { return placed(arg, t, nullptr); }

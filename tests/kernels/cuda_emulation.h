@@ -1,6 +1,6 @@
 #pragma once
 // The CUDA execution model on host threads, for kernels written as plain CUDA C++ without runtime
-// calls (kernels/cuda/attention_kernels.cuh, attention_tc_kernels.cuh, rope_swiglu_kernels.cuh): each
+// calls (kernels/cuda/attention_kernels.cuh, attention_tc_kernels.cuh, rope_swiglu_kernels.cuh, …): each
 // block runs as blockDim std::threads that meet at a std::barrier for __syncthreads (and a per-warp one
 // for __syncwarp and __shfl_xor_sync), blockDim and gridDim are the launch's,
 // __shared__ arrays become function statics and dynamic shared memory one buffer (blocks run one after
@@ -97,6 +97,11 @@ T __shfl_xor_sync(unsigned mask, T v, int lane_mask) {
     return r;
 }
 inline int64_t min(int64_t a, int64_t b) { return a < b ? a : b; }
+// Bit reinterpretation and IEEE single operations rounded to nearest (the host's float arithmetic).
+inline uint32_t __float_as_uint(float x) { return std::bit_cast<uint32_t>(x); }
+inline float __uint_as_float(uint32_t x) { return std::bit_cast<float>(x); }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
 using std::fmaxf;
 using std::isfinite;
 

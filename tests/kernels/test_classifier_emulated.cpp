@@ -4,10 +4,14 @@
 // ops (the same float formula); the loss sum against a float64 sum; the word embedding's backward bit
 // for bit against the CPU op (both add each vocabulary row's contributions in row order), with ids
 // outside the shard, repeated ids and more rows than one staging pass. Both the 128-bit (V = 4) and
-// the scalar (V = 1) kernels run. No GPU.
+// the scalar (V = 1) kernels run. On 16-bit views (bf16, f16): the embedding backward of a 16-bit
+// dout is the CPU op on its values bit for bit; the embedding and position-embedding forward into a
+// 16-bit out (f32 or 16-bit tables) store each value rounded once, and the position backward sums a
+// 16-bit dout as the CPU op sums its values. No GPU.
 #include "cuda_emulation.h"
 
 #include "classifier_kernels.cuh"
+#include "emulated_storage.h"
 
 #include "mwb/kernels/ops.h"
 #include "support/qt_checks.h"
@@ -17,9 +21,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 namespace cl = mwb::cuda::classifier;
+namespace st = mwb::cuda::storage;
+using mwb::DType;
+using mwb::test::decode16;
+using mwb::test::encode16;
 namespace emu = mwb::emulation;
 using mwb::test::max_rel_error;
 using mwb::test::normwise_error;
@@ -155,7 +164,81 @@ class TestClassifierEmulated : public QObject {
         MWB_VERIFY_BITWISE(got, want);
     }
 
+    /// The embedding backward of a 16-bit dout (storage S): the CPU op on dout's values, bit for bit.
+    template <int V, class S>
+    static void embedding_case_16bit(int64_t rows, int64_t vocab, int64_t h, int64_t vocab_start) {
+        const std::vector<uint16_t> d16 = encode16(S::dtype, random_floats(static_cast<std::size_t>(rows * h), 23, -1, 1));
+        std::vector<float> dout = decode16(S::dtype, d16);
+        std::vector<int32_t> ids(rows);
+        for (int64_t r = 0; r < rows; ++r) ids[r] = static_cast<int32_t>((r * 37) % (vocab + 20));
+        std::vector<float> want = random_floats(static_cast<std::size_t>(vocab * h), 24, -1, 1), got = want;
+        mwb::OpContext ctx;
+        mwb::ops::embedding_backward(ctx, mwb::view_f32(want.data(), {vocab, h}), mwb::view_f32(dout.data(), {rows, h}),
+                                     mwb::view_i32(ids.data(), {rows}), vocab_start);
+        const unsigned gx = static_cast<unsigned>((h + kThreads * V - 1) / (kThreads * V));
+        const unsigned gy =
+            static_cast<unsigned>((vocab + cl::kEmbeddingRowsPerBlock - 1) / cl::kEmbeddingRowsPerBlock);
+        emu::launch(gx, gy, kThreads,
+                    [&] { cl::k_embedding_bwd<V, S>(got.data(), d16.data(), ids.data(), rows, h, vocab, vocab_start); });
+        MWB_VERIFY_BITWISE(got, want);
+    }
+
+    /// Embedding and position embedding forward into a 16-bit out (SO) from tables in ST, and the
+    /// position backward of a 16-bit dout, against the CPU ops on the same values.
+    template <class SO, class ST>
+    static void embedding_forward_16bit() {
+        constexpr DType dt = SO::dtype;
+        const int64_t S_len = 6, B = 3, h = 20, vocab = 30, vocab_start = 10, rows = S_len * B, P = 9, offset = 2;
+        std::vector<float> table = random_floats(static_cast<std::size_t>(vocab * h), 25, -2, 2);
+        std::vector<float> wpe = random_floats(static_cast<std::size_t>(P * h), 26, -2, 2);
+        std::vector<typename ST::type> table_s(table.size()), wpe_s(wpe.size());
+        if constexpr (std::is_same_v<ST, st::F32>) {
+            table_s = table;
+            wpe_s = wpe;
+        } else {
+            table_s = encode16(dt, table);
+            wpe_s = encode16(dt, wpe);
+            table = decode16(dt, table_s);
+            wpe = decode16(dt, wpe_s);
+        }
+        std::vector<int32_t> ids(rows);
+        for (int64_t r = 0; r < rows; ++r) ids[r] = static_cast<int32_t>((r * 7) % (vocab + 15));  // some outside
+        std::vector<uint16_t> out(rows * h, 0x7E00);
+        emu::launch(2, 1, kThreads, [&] {
+            cl::k_embedding_fwd<SO, ST>(out.data(), ids.data(), table_s.data(), rows, h, vocab, vocab_start);
+        });
+        emu::launch(2, 1, kThreads, [&] { cl::k_pos_fwd<SO, ST>(out.data(), wpe_s.data(), S_len, B, h, offset); });
+        // The CPU ops on f32 values: each element of out is one sum, rounded once by the 16-bit store.
+        std::vector<float> want(rows * h);
+        mwb::OpContext ctx;
+        mwb::ops::embedding_forward(ctx, mwb::view_f32(want.data(), {rows, h}), mwb::view_i32(ids.data(), {rows}),
+                                    mwb::view_f32(table.data(), {vocab, h}), vocab_start);
+        // ... where the first store rounded the table row already (a 16-bit out holds it rounded).
+        want = mwb::test::rounded16(dt, want);
+        mwb::ops::position_embedding_forward(ctx, mwb::view_f32(want.data(), {S_len, B, h}),
+                                             mwb::view_f32(wpe.data(), {P, h}), offset);
+        QCOMPARE(out, encode16(dt, want));
+        // Backward: dwpe (f32) += Σ_b dout.
+        const std::vector<uint16_t> d16 = encode16(dt, random_floats(static_cast<std::size_t>(rows * h), 27, -1, 1));
+        std::vector<float> dout = decode16(dt, d16), dwpe = random_floats(static_cast<std::size_t>(P * h), 28, -1, 1);
+        std::vector<float> dwpe_cpu = dwpe;
+        emu::launch(2, 1, kThreads, [&] { cl::k_pos_bwd<SO>(dwpe.data(), d16.data(), S_len, B, h, offset); });
+        mwb::ops::position_embedding_backward(ctx, mwb::view_f32(dwpe_cpu.data(), {P, h}),
+                                              mwb::view_f32(dout.data(), {S_len, B, h}), offset);
+        MWB_VERIFY_BITWISE(dwpe, dwpe_cpu);
+    }
+
 private slots:
+    void embeddings_on_16bit_views() {
+        embedding_case_16bit<4, st::BF16>(1500, 150, 40, 0);
+        embedding_case_16bit<1, st::F16>(300, 100, 37, 50);
+        embedding_case_16bit<4, st::F16>(70, 200, 8 * 64 + 4, 20);
+        embedding_forward_16bit<st::BF16, st::F32>();
+        embedding_forward_16bit<st::BF16, st::BF16>();
+        embedding_forward_16bit<st::F16, st::F32>();
+        embedding_forward_16bit<st::F16, st::F16>();
+    }
+
     void fused_matches_float64() {
         fused_case<4>(6, 256);
         fused_case<1>(6, 257);

@@ -322,6 +322,31 @@ void sweep(Device device) {
     }
 }
 
+/// Whether `device`'s checks let op `name` take bf16 views for the arguments at `indices` of its valid
+/// call (given together: an op's 16-bit arguments share a dtype): false when they reject one of them
+/// by name. Calls past the checks on the CPU run (the views are zeros); on CUDA they fail inside the
+/// backend (no GPU here), with a message that names no argument.
+bool takes_bf16(Device device, const std::string& name, const std::vector<std::size_t>& indices) {
+    Store store(device);
+    OpContext ctx;
+    ctx.device = device;
+    for (const Case& k : cases(store)) {
+        if (k.op != name) continue;
+        std::vector<TensorView> a;
+        for (const Arg& x : k.args) a.push_back(x.view);
+        for (std::size_t i : indices) a[i].dtype = DType::BF16;
+        const std::vector<Param> params = parse_params(find_op(name)->params);
+        try {
+            k.call(ctx, a);
+        } catch (const Error& e) {
+            for (const Param& p : params)
+                if (std::string(e.what()).rfind(name + ": " + p.name + " must be", 0) == 0) return false;
+        }
+        return true;
+    }
+    return false;
+}
+
 }  // namespace
 
 class TestContract : public QObject {
@@ -350,6 +375,23 @@ private slots:
     /// The same checks on a CUDA context (no GPU needed: every call here must fail in the dispatcher).
     void cuda_context_rejects_each_wrong_argument_by_name() { sweep(Device::CUDA); }
 
+    /// op_checks.cpp's kSixteenBitOps: which ops take 16-bit stored activations on which device.
+    void sixteen_bit_views_follow_the_table() {
+        // On CUDA the kernels of every non-attention op take them, on the CPU every op's (activations
+        // only: weights, statistics and parameter gradients stay f32).
+        QVERIFY(takes_bf16(Device::CUDA, "gelu_forward", {0, 1}));
+        QVERIFY(takes_bf16(Device::CUDA, "layernorm_forward", {0, 3}));
+        QVERIFY(!takes_bf16(Device::CUDA, "layernorm_forward", {4}));  // w
+        QVERIFY(!takes_bf16(Device::CUDA, "layernorm_forward", {1}));  // mean
+        QVERIFY(takes_bf16(Device::CUDA, "dropout_add_forward", {0, 1, 2}));
+        QVERIFY(takes_bf16(Device::CUDA, "rope_forward", {0}));
+        QVERIFY(takes_bf16(Device::CUDA, "embedding_forward", {0}));
+        QVERIFY(!takes_bf16(Device::CUDA, "attention_forward", {2}));  // qkv: h16attn's kernels
+        QVERIFY(takes_bf16(Device::CPU, "gelu_forward", {0, 1}));
+        QVERIFY(takes_bf16(Device::CPU, "attention_forward", {0, 2}));
+        QVERIFY(takes_bf16(Device::CPU, "layernorm_forward", {0, 3}));
+        QVERIFY(!takes_bf16(Device::CPU, "layernorm_forward", {4}));
+    }
     void scalar_arguments_are_named() {
         OpContext ctx;
         std::vector<float> x(12);

@@ -3,10 +3,17 @@
 // accesses (V = 4) and the tail one float at a time. Fill, scale and add bit for bit against their
 // definitions (including in place and sizes that leave a tail); GELU forward against the float64 tanh
 // formula and its backward against central differences of the float64 forward, and both against the
-// CPU ops (another exp: to rounding). Grids small enough that the grid-stride loops wrap. No GPU.
+// CPU ops (another exp: to rounding). Grids small enough that the grid-stride loops wrap.
+// 16-bit views (storage.cuh): the device accessor's conversions against precision.h's bits for every
+// 16-bit pattern and a million float patterns; every map op and conversion on bf16 and f16 views, bulk
+// (8 per access) and tail, aligned and misaligned, bit for bit against the same kernel on f32 values
+// rounded after (an emulated 16-bit run) and against the CPU ops; dropout, dropout + add and bias +
+// dropout + add on 16-bit views (f32 or 16-bit bias; group-wide and element-wise paths, offsets that
+// start mid-group) likewise. No GPU.
 #include "cuda_emulation.h"
 
 #include "elementwise_kernels.cuh"
+#include "emulated_storage.h"
 
 #include "mwb/kernels/ops.h"
 #include "support/qt_checks.h"
@@ -14,11 +21,18 @@
 
 #include <QtTest>
 
+#include <bit>
 #include <cmath>
+#include <random>
 #include <vector>
 
 namespace ew = mwb::cuda::elementwise;
+namespace st = mwb::cuda::storage;
 namespace emu = mwb::emulation;
+using mwb::DType;
+using mwb::test::decode16;
+using mwb::test::encode16;
+using mwb::test::max_ulp16;
 using mwb::test::max_rel_error;
 using mwb::test::random_floats;
 
@@ -34,6 +48,50 @@ void map(float* out, const float* a, const float* b, int64_t n, F f) {
         emu::launch(3, 1, 64, [&] {
             ew::k_map<1, int64_t>(out + bulk, a ? a + bulk : nullptr, b ? b + bulk : nullptr, n - bulk, f);
         });
+}
+
+/// As ops_elementwise.cu's map for storages SO, SA, SB: V = 8 over the bulk when a tensor is 16-bit
+/// (4 when all are f32) if every pointer is 16-byte aligned, V = 1 over the tail (or everything).
+template <class SO, class SA, class SB, class F>
+void map_as(typename SO::type* out, const typename SA::type* a, const typename SB::type* b, int64_t n, F f) {
+    constexpr int V = st::any_16bit<SO, SA, SB> ? 8 : 4;
+    const int64_t bulk = st::aligned_to(16, out, a, b) ? n / V * V : 0;
+    if (bulk > 0) emu::launch(3, 1, 64, [&] { ew::k_map<V, uint32_t, SO, SA, SB>(out, a, b, bulk, f); });
+    if (n > bulk)
+        emu::launch(3, 1, 64, [&] {
+            ew::k_map<1, int64_t, SO, SA, SB>(out + bulk, a ? a + bulk : nullptr, b ? b + bulk : nullptr, n - bulk, f);
+        });
+}
+
+/// f over f32 values (the emulated 16-bit run's kernel), its result rounded to dt.
+template <class F>
+std::vector<uint16_t> f32_then_rounded(DType dt, const std::vector<float>& a, const std::vector<float>& b, F f) {
+    std::vector<float> out(a.size());
+    map_as<st::F32, st::F32, st::F32>(out.data(), a.data(), b.empty() ? nullptr : b.data(),
+                                      static_cast<int64_t>(a.size()), f);
+    return encode16(dt, out);
+}
+
+/// A 16-bit buffer whose element 0 sits `offset` elements past a 16-byte boundary.
+struct Buffer16 {
+    std::vector<uint16_t> storage;
+    int64_t offset;
+    Buffer16(const std::vector<uint16_t>& values, int64_t off) : storage(values.size() + 8), offset(off) {
+        std::copy(values.begin(), values.end(), data());
+    }
+    uint16_t* data() {
+        auto* p = storage.data();
+        while (reinterpret_cast<uintptr_t>(p) % 16 != 0) ++p;  // vectors of uint16_t are 2-aligned only
+        return p + offset;
+    }
+    std::vector<uint16_t> values(std::size_t n) { return {data(), data() + n}; }
+};
+
+std::vector<float> random_bit_patterns(std::size_t n, uint32_t seed) {
+    std::mt19937 gen(seed);
+    std::vector<float> v(n);
+    for (auto& x : v) x = std::bit_cast<float>(static_cast<uint32_t>(gen()));
+    return v;
 }
 
 double gelu64(double v) {
@@ -91,6 +149,210 @@ private slots:
         MWB_VERIFY_ERROR(max_rel_error(y, mwb::test::to_double(y_cpu)), 2e-6);
         MWB_VERIFY_ERROR(max_rel_error(dx, mwb::test::to_double(dx_cpu)), 1e-5);
     }
+
+    void accessor_has_the_cpus_bits() {
+        for (uint32_t h = 0; h <= 0xFFFFu; ++h) {
+            const auto b = static_cast<uint16_t>(h);
+            QCOMPARE(std::bit_cast<uint32_t>(st::from_bf16_bits(b)), std::bit_cast<uint32_t>(mwb::from_bf16_bits(b)));
+            QCOMPARE(std::bit_cast<uint32_t>(st::from_fp16_bits(b)), std::bit_cast<uint32_t>(mwb::from_fp16_bits(b)));
+        }
+        std::vector<float> x = random_bit_patterns(1 << 20, 11);
+        // Halfway cases, the overflow edges and subnormals of both formats, infinities, NaNs.
+        for (float v : {0.0f, -0.0f, 65504.0f, 65519.99f, 65520.0f, 6.0e-8f, 2.98e-8f, 5.96e-8f, 6.1e-5f,
+                        std::bit_cast<float>(0x3F808000u), std::bit_cast<float>(0x3F818000u), 3.4028235e38f,
+                        INFINITY, -INFINITY, NAN, std::bit_cast<float>(0xFFC12345u), std::bit_cast<float>(0x00000001u)})
+            x.push_back(v);
+        int64_t differ = 0;
+        for (float v : x) {
+            differ += st::bf16_bits(v) != mwb::bf16_bits(v);
+            differ += st::fp16_bits(v) != mwb::fp16_bits(v);
+            differ += std::bit_cast<uint32_t>(st::round_to_bf16(v)) != std::bit_cast<uint32_t>(mwb::round_to_bf16(v));
+            differ += std::bit_cast<uint32_t>(st::round_to_fp16(v)) != std::bit_cast<uint32_t>(mwb::round_to_fp16(v));
+        }
+        QCOMPARE(differ, int64_t{0});
+    }
+
+    void map_ops_on_16bit_views_data() {
+        QTest::addColumn<int>("dtype");
+        QTest::newRow("bf16") << static_cast<int>(DType::BF16);
+        QTest::newRow("f16") << static_cast<int>(DType::F16);
+    }
+    void map_ops_on_16bit_views() {
+        QFETCH(int, dtype);
+        if (static_cast<DType>(dtype) == DType::BF16)
+            map_cases<st::BF16>();
+        else
+            map_cases<st::F16>();
+    }
+
+    void conversions_and_round_to() {
+        const int64_t n = 4099;  // a tail of 3 after the 8-wide bulk
+        std::vector<float> x = random_bit_patterns(n, 12);
+        for (int64_t i = 0; i < n; i += 3) x[i] = std::ldexp(static_cast<float>(i % 7) - 3.0f, static_cast<int>(i % 40) - 30);
+        for (int64_t off : {int64_t{0}, int64_t{1}}) {
+            for (DType dt : {DType::BF16, DType::F16}) {
+                const auto to16 = [&](auto s16) {
+                    using S = decltype(s16);
+                    Buffer16 out(std::vector<uint16_t>(n), off);
+                    map_as<S, st::F32, st::F32>(out.data(), x.data() + off, nullptr, n - off, ew::Copy{});
+                    const std::vector<float> src(x.begin() + off, x.end());
+                    QCOMPARE(out.values(n - off), encode16(dt, src));
+                    // Back to f32: exact.
+                    std::vector<float> back(n - off);
+                    map_as<st::F32, S, S>(back.data(), out.data(), nullptr, n - off, ew::Copy{});
+                    MWB_VERIFY_BITWISE(back, decode16(dt, out.values(n - off)));
+                };
+                if (dt == DType::BF16)
+                    to16(st::BF16{});
+                else
+                    to16(st::F16{});
+            }
+            // bf16 -> f16 and back: the widened value rounded once.
+            const std::vector<float> src(x.begin() + off, x.end());
+            Buffer16 b(encode16(DType::BF16, src), off), h(std::vector<uint16_t>(n), off), b2(std::vector<uint16_t>(n), off);
+            map_as<st::F16, st::BF16, st::BF16>(h.data(), b.data(), nullptr, n - off, ew::Copy{});
+            QCOMPARE(h.values(n - off), encode16(DType::F16, decode16(DType::BF16, b.values(n - off))));
+            map_as<st::BF16, st::F16, st::F16>(b2.data(), h.data(), nullptr, n - off, ew::Copy{});
+            QCOMPARE(b2.values(n - off), encode16(DType::BF16, decode16(DType::F16, h.values(n - off))));
+            // round_to on f32 tensors, in place: the CPU op's bits.
+            for (DType dt : {DType::BF16, DType::F16}) {
+                std::vector<float> got = src, want = src;
+                if (dt == DType::BF16)
+                    map_as<st::F32, st::F32, st::F32>(got.data(), got.data(), nullptr, n - off, ew::RoundBf16{});
+                else
+                    map_as<st::F32, st::F32, st::F32>(got.data(), got.data(), nullptr, n - off, ew::RoundFp16{});
+                mwb::OpContext ctx;
+                mwb::ops::round_to(ctx, mwb::view_f32(want.data(), {n - off}), dt);
+                MWB_VERIFY_BITWISE(got, want);
+            }
+        }
+    }
+
+    void dropout_on_16bit_views_data() {
+        QTest::addColumn<int>("dtype");
+        QTest::newRow("bf16") << static_cast<int>(DType::BF16);
+        QTest::newRow("f16") << static_cast<int>(DType::F16);
+    }
+    void dropout_on_16bit_views() {
+        QFETCH(int, dtype);
+        if (static_cast<DType>(dtype) == DType::BF16) {
+            dropout_cases<st::BF16, st::F32>();
+            dropout_cases<st::BF16, st::BF16>();
+        } else {
+            dropout_cases<st::F16, st::F32>();
+            dropout_cases<st::F16, st::F16>();
+        }
+    }
+
+private:
+    template <class S>
+    static void map_cases() {
+        constexpr DType dt = S::dtype;
+        for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{8}, int64_t{9}, int64_t{1029}, int64_t{5003}}) {
+            for (int64_t off : {int64_t{0}, int64_t{3}}) {
+                const std::vector<uint16_t> a16 = encode16(dt, random_floats(n, 21, -8, 8));
+                const std::vector<uint16_t> b16 = encode16(dt, random_floats(n, 22, -8, 8));
+                const std::vector<float> a = decode16(dt, a16), b = decode16(dt, b16);
+                Buffer16 pa(a16, off), pb(b16, off), out(std::vector<uint16_t>(n, 0x7E00), off);
+                map_as<S, S, S>(out.data(), nullptr, nullptr, n, ew::Fill{2.5f});
+                QCOMPARE(out.values(n), std::vector<uint16_t>(n, dt == DType::BF16 ? 0x4020 : 0x4100));
+                Buffer16 x(a16, off);
+                map_as<S, S, S>(x.data(), x.data(), nullptr, n, ew::Scale{-0.75f});  // in place, as ops::scale
+                QCOMPARE(x.values(n), f32_then_rounded(dt, a, {}, ew::Scale{-0.75f}));
+                map_as<S, S, S>(out.data(), pa.data(), pb.data(), n, ew::Add{});
+                QCOMPARE(out.values(n), f32_then_rounded(dt, a, b, ew::Add{}));
+                // The CPU's add and scale on the same values, rounded as its 16-bit store would: the same bits.
+                std::vector<float> cpu(n);
+                mwb::OpContext ctx;
+                mwb::ops::add(ctx, mwb::view_f32(cpu.data(), {n}), mwb::view_f32(const_cast<float*>(a.data()), {n}),
+                              mwb::view_f32(const_cast<float*>(b.data()), {n}));
+                QCOMPARE(out.values(n), encode16(dt, cpu));
+                map_as<S, S, S>(out.data(), pa.data(), nullptr, n, ew::GeluForward{});
+                const std::vector<uint16_t> y16 = out.values(n);
+                QCOMPARE(y16, f32_then_rounded(dt, a, {}, ew::GeluForward{}));
+                map_as<S, S, S>(out.data(), pb.data(), pa.data(), n, ew::GeluBackward{});  // dout = b, x = a
+                const std::vector<uint16_t> dx16 = out.values(n);
+                QCOMPARE(dx16, f32_then_rounded(dt, b, a, ew::GeluBackward{}));
+                // Mixed: f32 out of a 16-bit x (and dx of 16-bit dout, x): the f32 kernel's values themselves.
+                std::vector<float> y32(n), want(n);
+                map_as<st::F32, S, S>(y32.data(), pa.data(), nullptr, n, ew::GeluForward{});
+                map_as<st::F32, st::F32, st::F32>(want.data(), a.data(), nullptr, n, ew::GeluForward{});
+                MWB_VERIFY_BITWISE(y32, want);
+                // Against the CPU ops on the same 16-bit views (exp_approx against expf: at most one step of
+                // the 16-bit format apart).
+                if (off == 0) {
+                    std::vector<uint16_t> xs = a16, ds = b16, cy(n), cdx(n);
+                    const auto v16 = [&](std::vector<uint16_t>& t) { return mwb::make_view(t.data(), dt, {n}); };
+                    mwb::ops::gelu_forward(ctx, v16(cy), v16(xs));
+                    mwb::ops::gelu_backward(ctx, v16(cdx), v16(ds), v16(xs));
+                    QVERIFY2(max_ulp16(y16, cy) <= 1, "gelu_forward: more than one 16-bit step from the CPU op");
+                    QVERIFY2(max_ulp16(dx16, cdx) <= 1, "gelu_backward: more than one 16-bit step from the CPU op");
+                }
+            }
+        }
+    }
+
+    /// The launcher's choice (ops_elementwise.cu's run_dropout) and the kernel on 16-bit views against
+    /// the f32 kernel on their values, rounded after, and against the CPU ops.
+    template <class S, class W>
+    static void dropout_cases() {
+        constexpr DType dt = S::dtype;
+        const float p = 0.3f;
+        const mwb::RngStream rng{1234, 77};
+        for (int64_t offset : {int64_t{8}, int64_t{3}}) {
+            for (bool with_bias : {false, true}) {
+                for (bool with_base : {false, true}) {
+                    if (with_bias && !with_base) continue;  // bias + dropout + add only
+                    const int64_t rows = 7, cols = with_bias ? 12 : 13, n = rows * cols;
+                    const std::vector<uint16_t> x16 = encode16(dt, random_floats(n, 31, -4, 4));
+                    const std::vector<uint16_t> r16 = encode16(dt, random_floats(n, 32, -4, 4));
+                    std::vector<float> bias32 = random_floats(cols, 33, -1, 1);
+                    if (!std::is_same_v<W, st::F32>) bias32 = mwb::test::rounded16(dt, bias32);
+                    const std::vector<float> x = decode16(dt, x16), r = decode16(dt, r16);
+                    std::vector<typename W::type> bias(cols);
+                    for (int64_t c = 0; c < cols; ++c) {
+                        if constexpr (std::is_same_v<W, st::F32>)
+                            bias[c] = bias32[c];
+                        else
+                            bias[c] = encode16(dt, {bias32[c]})[0];
+                    }
+                    const ew::DropoutArgs args{rng, mwb::dropout_keep_threshold(p), 1.0f / (1.0f - p), offset, n, 1};
+                    const int64_t groups = ((offset + n - 1) >> 2) - (offset >> 2) + 1;
+                    Buffer16 px(x16, 0), pr(r16, 0), out(std::vector<uint16_t>(n), 0);
+                    const bool wide = offset % 4 == 0 && cols % 4 == 0;  // the buffers are aligned
+                    const auto* base = with_base ? pr.data() : nullptr;
+                    const auto* b = with_bias ? bias.data() : nullptr;
+                    const int64_t bias_cols = with_bias ? cols : 4;
+                    if (wide)
+                        emu::launch(blocks(groups), 1, 64, [&] { ew::k_dropout<true, S, W>(out.data(), base, px.data(), b, bias_cols, args); });
+                    else
+                        emu::launch(blocks(groups), 1, 64, [&] { ew::k_dropout<false, S, W>(out.data(), base, px.data(), b, bias_cols, args); });
+                    std::vector<float> want(n);
+                    emu::launch(blocks(groups), 1, 64, [&] {
+                        ew::k_dropout<false, st::F32, st::F32>(want.data(), with_base ? r.data() : nullptr, x.data(),
+                                                               with_bias ? bias32.data() : nullptr, bias_cols, args);
+                    });
+                    const std::vector<uint16_t> got = out.values(n);
+                    QCOMPARE(got, encode16(dt, want));
+                    // The CPU op on the same values, rounded after: its masks (Philox, the same draws) and sums.
+                    std::vector<float> cpu(n);
+                    std::vector<float> xs = x, rs = r;
+                    mwb::OpContext ctx;
+                    const auto v = [&](std::vector<float>& t) { return mwb::view_f32(t.data(), {rows, cols}); };
+                    if (with_bias)
+                        mwb::ops::bias_dropout_add_forward(ctx, v(cpu), v(rs), v(xs), mwb::view_f32(bias32.data(), {cols}),
+                                                           p, rng, offset);
+                    else if (with_base)
+                        mwb::ops::dropout_add_forward(ctx, v(cpu), v(rs), v(xs), p, rng, offset);
+                    else
+                        mwb::ops::dropout_forward(ctx, v(cpu), v(xs), p, rng, offset);
+                    QVERIFY2(max_ulp16(got, encode16(dt, cpu)) <= 1, "dropout: more than one 16-bit step from the CPU op");
+                }
+            }
+        }
+    }
+
+    static unsigned blocks(int64_t groups) { return static_cast<unsigned>(std::min<int64_t>(3, (groups + 63) / 64)); }
 };
 
 QTEST_APPLESS_MAIN(TestElementwiseEmulated)

@@ -6,10 +6,17 @@
 // and the unrotated dims left bit for bit; its backward held to the adjoint identity
 // <rope(x), y> = <x, rope_backward(y)>. Both the 128-bit (V = 4) and the scalar (V = 1) kernels run
 // wherever the launcher could pick them, with 32-bit and 64-bit indices, on grids small enough that the
-// grid-stride loops wrap. No GPU.
+// grid-stride loops wrap. On bf16 and f16 views (V = 8, 4 and 1): each kernel's output bits are the
+// same kernel's on the f32 values rounded after (an emulated 16-bit run: one rounding per stored
+// element, unrotated elements untouched), in place for SwiGLU's backward, and within one step of the
+// 16-bit format of the CPU ops on the same views (exp_approx against expf, other operation orders).
+// No GPU.
 #include "cuda_emulation.h"
 
+#include "emulated_storage.h"
 #include "rope_swiglu_kernels.cuh"
+
+#include "mwb/kernels/ops.h"
 
 #include <QtTest>
 
@@ -19,6 +26,11 @@
 #include <vector>
 
 namespace rs = mwb::cuda::rope_swiglu;
+namespace st = mwb::cuda::storage;
+using mwb::DType;
+using mwb::test::decode16;
+using mwb::test::encode16;
+using mwb::test::max_ulp16;
 namespace emu = mwb::emulation;
 
 namespace {
@@ -173,6 +185,73 @@ RopeErrors rope_case(const RopeCase& c) {
     return e;
 }
 
+// ---- 16-bit views ----------------------------------------------------------------------------------------
+
+/// SwiGLU forward and backward with x, out, dout, dx in S (V per thread), against the f32 kernel on the
+/// same values rounded after (bit for bit) and the CPU ops on the same views (one 16-bit step).
+template <class S, int V>
+void swiglu_16bit(int64_t rows, int64_t F) {
+    constexpr DType dt = S::dtype;
+    std::vector<uint16_t> x = encode16(dt, uniform(static_cast<std::size_t>(rows * 2 * F), 41, -8, 8));
+    std::vector<uint16_t> dout = encode16(dt, uniform(static_cast<std::size_t>(rows * F), 42, -1, 1));
+    std::vector<uint16_t> out(dout.size()), dx(x.size());
+    emu::launch(kBlocks, 1, kThreads, [&] { rs::k_swiglu_fwd<V, uint32_t, S, S>(out.data(), x.data(), rows, F); });
+    emu::launch(kBlocks, 1, kThreads,
+                [&] { rs::k_swiglu_bwd<V, uint32_t, S, S>(dx.data(), dout.data(), x.data(), rows, F); });
+    std::vector<float> x32 = decode16(dt, x), d32 = decode16(dt, dout), out32(out.size()), dx32(dx.size());
+    emu::launch(kBlocks, 1, kThreads, [&] { rs::k_swiglu_fwd<1, uint32_t>(out32.data(), x32.data(), rows, F); });
+    emu::launch(kBlocks, 1, kThreads,
+                [&] { rs::k_swiglu_bwd<1, uint32_t>(dx32.data(), d32.data(), x32.data(), rows, F); });
+    QCOMPARE(out, encode16(dt, out32));
+    QCOMPARE(dx, encode16(dt, dx32));
+    std::vector<uint16_t> inplace = x;  // dx aliasing x
+    emu::launch(kBlocks, 1, kThreads,
+                [&] { rs::k_swiglu_bwd<V, uint32_t, S, S>(inplace.data(), dout.data(), inplace.data(), rows, F); });
+    QCOMPARE(inplace, dx);
+    std::vector<uint16_t> cpu_out(out.size()), cpu_dx(dx.size());
+    mwb::OpContext ctx;
+    const auto v = [&](std::vector<uint16_t>& t, int64_t cols) { return mwb::make_view(t.data(), dt, {rows, cols}); };
+    mwb::ops::swiglu_forward(ctx, v(cpu_out, F), v(x, 2 * F));
+    mwb::ops::swiglu_backward(ctx, v(cpu_dx, 2 * F), v(dout, F), v(x, 2 * F));
+    QVERIFY2(max_ulp16(out, cpu_out) <= 1, "swiglu_forward: more than one 16-bit step from the CPU op");
+    QVERIFY2(max_ulp16(dx, cpu_dx) <= 1, "swiglu_backward: more than one 16-bit step from the CPU op");
+}
+
+/// RoPE forward and backward in place on a 16-bit qkv (tables f32), as swiglu_16bit.
+template <class S, int V, bool Interleaved>
+void rope_16bit(const RopeCase& c) {
+    constexpr DType dt = S::dtype;
+    const int64_t n = c.S * c.B * (c.A + 2 * c.G) * c.D;
+    std::vector<float> cos_t, sin_t;
+    tables(c, c.S + c.offset + 3, cos_t, sin_t);
+    const std::vector<uint16_t> x = encode16(dt, uniform(static_cast<std::size_t>(n), 43, -2, 2));
+    mwb::AttentionParams p;
+    p.num_heads = static_cast<int>(c.A);
+    p.num_query_groups = static_cast<int>(c.G);
+    p.batch = static_cast<int>(c.B);
+    p.total_heads = static_cast<int>(c.A);
+    for (float sign : {1.0f, -1.0f}) {
+        rs::RopeGeometry g{c.S, c.B, c.A, c.G, c.D, c.R, c.offset, sign};
+        std::vector<uint16_t> got = x;
+        emu::launch(kBlocks, 1, kThreads,
+                    [&] { rs::k_rope<V, Interleaved, uint32_t, S>(got.data(), cos_t.data(), sin_t.data(), g); });
+        std::vector<float> want = decode16(dt, x);
+        emu::launch(kBlocks, 1, kThreads,
+                    [&] { rs::k_rope<1, Interleaved, uint32_t>(want.data(), cos_t.data(), sin_t.data(), g); });
+        QCOMPARE(got, encode16(dt, want));  // also: what is not rotated keeps its bits
+        std::vector<uint16_t> cpu = x;
+        mwb::OpContext ctx;
+        const mwb::TensorView qkv = mwb::make_view(cpu.data(), dt, {c.S, c.B, (c.A + 2 * c.G) * c.D});
+        const int64_t rows = static_cast<int64_t>(cos_t.size()) / (c.R / 2);
+        const mwb::TensorView ct = mwb::view_f32(cos_t.data(), {rows, c.R / 2}), stt = mwb::view_f32(sin_t.data(), {rows, c.R / 2});
+        if (sign > 0)
+            mwb::ops::rope_forward(ctx, qkv, ct, stt, p, static_cast<int>(c.R), Interleaved, c.offset);
+        else
+            mwb::ops::rope_backward(ctx, qkv, ct, stt, p, static_cast<int>(c.R), Interleaved, c.offset);
+        QVERIFY2(max_ulp16(got, cpu) <= 1, "rope: more than one 16-bit step from the CPU op");
+    }
+}
+
 }  // namespace
 
 class TestRopeSwigluEmulated : public QObject {
@@ -218,6 +297,20 @@ private slots:
         check_rope(rope_case<4>({7, 1, 6, 2, 24, 8, 11, true}), "interleaved V 4, GQA 6/2, R = D/3, offset 11");
         check_rope(rope_case<1>({6, 2, 2, 1, 10, 6, 1, true}), "interleaved V 1, MQA, D 10, R 6, offset 1");
         check_rope(rope_case<1, int64_t>({6, 2, 2, 1, 10, 6, 1, true}), "interleaved V 1, 64-bit indices");
+    }
+
+    void swiglu_on_16bit_views() {
+        swiglu_16bit<st::BF16, 8>(21, 16);
+        swiglu_16bit<st::BF16, 4>(21, 12);
+        swiglu_16bit<st::F16, 8>(21, 16);
+        swiglu_16bit<st::F16, 1>(19, 7);
+    }
+
+    void rope_on_16bit_views() {
+        rope_16bit<st::BF16, 8, false>({7, 2, 4, 2, 32, 16, 5, false});
+        rope_16bit<st::BF16, 4, true>({9, 2, 3, 3, 16, 8, 0, true});
+        rope_16bit<st::F16, 8, true>({7, 2, 4, 2, 32, 16, 5, true});
+        rope_16bit<st::F16, 1, false>({5, 3, 4, 1, 12, 6, 2, false});
     }
 };
 

@@ -2,7 +2,9 @@
 // inputs, Llama's (SwiGLU, RoPE, grouped-query attention) included. Errors are normwise:
 // max|gpu − cpu| / max|cpu| per output tensor. Tolerances: fp32 1e-5 (5e-5 where long sums meet a
 // different exp: attention backward), bf16 GEMM inputs 1e-2 (the cuBLASLt epilogues' too); dropout
-// masks and storage rounding bit for bit; deterministic mode bit-identical across two runs.
+// masks and storage rounding bit for bit; deterministic mode bit-identical across two runs. 16-bit
+// views (bf16, f16): each non-GEMM op on them bit for bit against the same op on f32 views of the same
+// values rounded after (storage_16bit), the GEMMs writing 16-bit results against the CPU (1e-2).
 #include "cuda_op_checks.h"
 
 #include "mwb/kernels/device.h"
@@ -603,6 +605,134 @@ Compare check_dropout_add() {
     return cmp;
 }
 
+/// A 16-bit device tensor holding a Twin's values (converted on the device; the values should be
+/// 16-bit exact), read back widened.
+class Dev16 {
+public:
+    Dev16(Twin& src, DType dtype, std::initializer_list<int64_t> shape) {
+        data_ = device::cuda_malloc(std::max<int64_t>(static_cast<int64_t>(src.host().size()) * 2, 2));
+        view_ = make_view(data_, dtype, shape, Device::CUDA);
+        auto g = gpu_ctx();
+        ops::copy(g, view_, src.gpu());
+    }
+    Dev16(const Dev16&) = delete;
+    Dev16& operator=(const Dev16&) = delete;
+    ~Dev16() { device::cuda_free(data_); }
+    TensorView gpu() const { return view_; }
+    /// The values, widened on the device into `scratch` (a Twin of the same size) and read back.
+    std::vector<float> values(Twin& scratch) const {
+        auto g = gpu_ctx();
+        ops::copy(g, scratch.gpu(), view_);
+        return scratch.device_values();
+    }
+
+private:
+    void* data_ = nullptr;
+    TensorView view_;
+};
+
+std::vector<float> rounded_values(std::vector<float> v, DType dtype) {
+    for (auto& x : v) x = dtype == DType::BF16 ? round_to_bf16(x) : round_to_fp16(x);
+    return v;
+}
+
+/// The 16-bit kernels on the device (storage.cuh) against the same ops on f32 views of the same
+/// values, their results rounded after: an emulated 16-bit run's bits, element for element.
+Compare check_storage_16bit() {
+    Compare cmp;
+    auto g = gpu_ctx();
+    for (DType dt : {DType::BF16, DType::F16}) {
+        const std::string tag = fmt::format(" ({})", dtype_name(dt));
+        const int64_t rows = 67, H = 264, n = rows * H;  // odd rows, a row width of 8·33
+        Twin x(rounded_values(random_floats(n, 150, -3, 3), dt), {rows, H});
+        Twin dout(rounded_values(random_floats(n, 151), dt), {rows, H});
+        Twin res(rounded_values(random_floats(n, 152), dt), {rows, H});
+        Twin w(random_floats(H, 153, 0.5f, 1.5f), {H}), b(random_floats(H, 154), {H});
+        Twin mean(std::vector<float>(rows), {rows}), rstd(std::vector<float>(rows), {rows});
+        Twin mean16(std::vector<float>(rows), {rows}), rstd16(std::vector<float>(rows), {rows});
+        Twin dw(std::vector<float>(H), {H}), db(std::vector<float>(H), {H});
+        Twin dw16(std::vector<float>(H), {H}), db16(std::vector<float>(H), {H});
+        Twin out(std::vector<float>(n), {rows, H}), readback(std::vector<float>(n), {rows, H});
+        Dev16 x16(x, dt, {rows, H}), dout16(dout, dt, {rows, H}), res16(res, dt, {rows, H}), out16(out, dt, {rows, H});
+        const auto same = [&](const std::string& name, const Dev16& got) {
+            ops::round_to(g, out.gpu(), dt);
+            cmp.bits(name + tag, got.values(readback), out.device_values());
+        };
+        ops::gelu_forward(g, out.gpu(), x.gpu());
+        ops::gelu_forward(g, out16.gpu(), x16.gpu());
+        same("gelu forward", out16);
+        ops::gelu_backward(g, out.gpu(), dout.gpu(), x.gpu());
+        ops::gelu_backward(g, out16.gpu(), dout16.gpu(), x16.gpu());
+        same("gelu backward", out16);
+        ops::add(g, out.gpu(), x.gpu(), res.gpu());
+        ops::add(g, out16.gpu(), x16.gpu(), res16.gpu());
+        same("add", out16);
+        ops::bias_dropout_add_forward(g, out.gpu(), res.gpu(), x.gpu(), b.gpu(), 0.2f, RngStream{9, 4}, 8);
+        ops::bias_dropout_add_forward(g, out16.gpu(), res16.gpu(), x16.gpu(), b.gpu(), 0.2f, RngStream{9, 4}, 8);
+        same("bias_dropout_add", out16);
+        ops::dropout_forward(g, out.gpu(), x.gpu(), 0.3f, RngStream{9, 5}, 3);
+        ops::dropout_forward(g, out16.gpu(), x16.gpu(), 0.3f, RngStream{9, 5}, 3);
+        same("dropout (offset 3)", out16);
+        ops::layernorm_forward(g, out.gpu(), mean.gpu(), rstd.gpu(), x.gpu(), w.gpu(), b.gpu(), 1e-5f);
+        ops::layernorm_forward(g, out16.gpu(), mean16.gpu(), rstd16.gpu(), x16.gpu(), w.gpu(), b.gpu(), 1e-5f);
+        same("layernorm out", out16);
+        cmp.bits("layernorm mean" + tag, mean16.device_values(), mean.device_values());
+        cmp.bits("layernorm rstd" + tag, rstd16.device_values(), rstd.device_values());
+        ops::layernorm_backward(g, out.gpu(), dw.gpu(), db.gpu(), dout.gpu(), x.gpu(), mean.gpu(), rstd.gpu(), w.gpu(),
+                                false);
+        ops::layernorm_backward(g, out16.gpu(), dw16.gpu(), db16.gpu(), dout16.gpu(), x16.gpu(), mean.gpu(),
+                                rstd.gpu(), w.gpu(), false);
+        same("layernorm dx", out16);
+        cmp.bits("layernorm dw" + tag, dw16.device_values(), dw.device_values());
+        cmp.bits("layernorm db" + tag, db16.device_values(), db.device_values());
+        ops::rmsnorm_forward(g, out.gpu(), rstd.gpu(), x.gpu(), w.gpu(), 1e-6f);
+        ops::rmsnorm_forward(g, out16.gpu(), rstd16.gpu(), x16.gpu(), w.gpu(), 1e-6f);
+        same("rmsnorm out", out16);
+        // SwiGLU over x as (rows, 2·132).
+        Twin half(std::vector<float>(n / 2), {rows, H / 2}), half_back(std::vector<float>(n / 2), {rows, H / 2});
+        Dev16 half16(half, dt, {rows, H / 2});
+        ops::swiglu_forward(g, half.gpu(), x.gpu());
+        ops::swiglu_forward(g, half16.gpu(), x16.gpu());
+        ops::round_to(g, half.gpu(), dt);
+        cmp.bits("swiglu forward" + tag, half16.values(half_back), half.device_values());
+    }
+    return cmp;
+}
+
+/// GEMMs reading and writing 16-bit tensors directly (no conversion pass): 16-bit x, w, y, dx against
+/// the CPU ops on the same values (the CPU widens them and rounds its results once).
+Compare check_gemm_16bit() {
+    Compare cmp;
+    auto c = cpu_ctx(), g = gpu_ctx();
+    for (DType dt : {DType::BF16, DType::F16}) {
+        const std::string tag = fmt::format(" ({})", dtype_name(dt));
+        const int64_t N = 192, in = 256, out = 160;
+        Twin x(rounded_values(random_floats(N * in, 160), dt), {N, in}), w(rounded_values(random_floats(out * in, 161), dt), {out, in});
+        Twin bias(rounded_values(random_floats(out, 162), dt), {out}), dy(rounded_values(random_floats(N * out, 163), dt), {N, out});
+        Twin y(std::vector<float>(N * out), {N, out}), dx(std::vector<float>(N * in), {N, in});
+        Twin dw(random_floats(out * in, 164), {out, in}), dbias(random_floats(out, 165), {out});
+        Twin y_back(std::vector<float>(N * out), {N, out}), dx_back(std::vector<float>(N * in), {N, in});
+        Dev16 x16(x, dt, {N, in}), w16(w, dt, {out, in}), dy16(dy, dt, {N, out}), y16(y, dt, {N, out}), dx16(dx, dt, {N, in});
+        // CPU: f32 views of the values, results rounded as a 16-bit store (fp32 bias on both).
+        ops::linear_forward(c, y.cpu(), x.cpu(), w.cpu(), bias.cpu());
+        ops::linear_backward(c, dx.cpu(), dw.cpu(), dbias.cpu(), dy.cpu(), x.cpu(), w.cpu(), false);
+        ops::round_to(c, y.cpu(), dt);
+        ops::round_to(c, dx.cpu(), dt);
+        ops::linear_forward(g, y16.gpu(), x16.gpu(), w16.gpu(), bias.gpu());
+        ops::linear_backward(g, dx16.gpu(), dw.gpu(), dbias.gpu(), dy16.gpu(), x16.gpu(), w16.gpu(), false);
+        cmp.values("linear y (16-bit x, w, y; f32 bias)" + tag, y16.values(y_back), y.host());
+        cmp.values("linear dx (16-bit dy, w, dx)" + tag, dx16.values(dx_back), dx.host());
+        cmp.twin("linear dw (fp32 main gradient from 16-bit dy, x)" + tag, dw);
+        cmp.twin("linear dbias (from 16-bit dy)" + tag, dbias);
+        // The classifier's hidden input: 16-bit x times an f32 table (widened at the call), fp32 logits.
+        Twin table(random_floats(out * in, 166), {out, in}), logits(std::vector<float>(N * out), {N, out});
+        ops::matmul(c, logits.cpu(), x.cpu(), table.cpu(), false, true);
+        ops::matmul(g, logits.gpu(), x16.gpu(), table.gpu(), false, true);
+        cmp.twin("logits of a 16-bit hidden input" + tag, logits);
+    }
+    return cmp;
+}
+
 struct AttnCase {
     int64_t S, B, A, D;
     float p;
@@ -1069,6 +1199,8 @@ const std::vector<std::pair<std::string, CheckDef>>& registry() {
         {"rope", {check_rope, 1e-5}},
         {"dropout_masks", {check_dropout_masks, 0.0}},
         {"dropout_add", {check_dropout_add, 1e-6}},
+        {"storage_16bit", {check_storage_16bit, 0.0}},
+        {"gemm_16bit", {check_gemm_16bit, 1e-2}},
         {"attention_forward", {check_attention_forward, 1e-5}},
         {"attention_backward", {check_attention_backward, 5e-5}},
         {"attention_tensor_cores", {check_attention_tensor_cores, 1e-2}},

@@ -1,0 +1,232 @@
+// The CUDA normalisation and column-reduction kernels (kernels/cuda/norm_kernels.cuh) executed on CPU
+// threads by cuda_emulation.h, launched as ops_elementwise.cu launches them. LayerNorm and RMSNorm
+// forward and backward (dx alone and accumulated, dw, db over two row chunks), the column sums and the
+// bias add, with activations in f32, bf16 and f16 and weights in f32 or the activations' dtype: the
+// 16-bit kernels bit for bit against the same kernels on the f32 values, rounded after (an emulated
+// 16-bit run: statistics and parameter gradients equal, each stored element rounded once), and the
+// f32 kernels against the CPU ops (another summation order: to rounding). No GPU.
+#include "cuda_emulation.h"
+
+#include "emulated_storage.h"
+#include "norm_kernels.cuh"
+
+#include "mwb/kernels/ops.h"
+#include "support/qt_checks.h"
+#include "support/reference.h"
+
+#include <QtTest>
+
+#include <cmath>
+#include <type_traits>
+#include <vector>
+
+namespace nk = mwb::cuda::norm;
+namespace st = mwb::cuda::storage;
+namespace emu = mwb::emulation;
+using mwb::DType;
+using mwb::test::decode16;
+using mwb::test::encode16;
+using mwb::test::normwise_error;
+using mwb::test::random_floats;
+
+namespace {
+
+constexpr int kRowThreads = 32;  // one block per row (the device runs 256; any multiple of 32 is valid)
+constexpr int64_t kCols = 200;   // a ragged tail in every row's block loops
+constexpr int64_t kTwoChunks = 260, kOneChunk = 24;  // rows: two row chunks of the column reductions, or one
+
+/// Values in storage S: the raw elements (16-bit bits or floats) and their f32 values.
+template <class S>
+struct Tensor {
+    std::vector<typename S::type> raw;
+    std::vector<float> f32;
+};
+
+template <class S>
+Tensor<S> make(const std::vector<float>& values) {
+    if constexpr (std::is_same_v<S, st::F32>) {
+        return {values, values};
+    } else {
+        std::vector<uint16_t> bits = encode16(S::dtype, values);
+        return {bits, decode16(S::dtype, bits)};
+    }
+}
+
+template <class S>
+std::vector<float> widen(const std::vector<typename S::type>& raw) {
+    if constexpr (std::is_same_v<S, st::F32>)
+        return raw;
+    else
+        return decode16(S::dtype, raw);
+}
+
+/// out of the f32 kernel rounded to S's storage, as raw elements.
+template <class S>
+std::vector<typename S::type> rounded_raw(const std::vector<float>& v) {
+    if constexpr (std::is_same_v<S, st::F32>)
+        return v;
+    else
+        return encode16(S::dtype, v);
+}
+
+/// Everything one norm computes, forward and backward.
+struct NormResults {
+    std::vector<float> out, mean, rstd, dx, dx_acc, dw, db;
+};
+
+/// LayerNorm (layer = true) or RMSNorm through the kernels, x/dout/out/dx in S, w/b in W, as the launcher.
+template <class S, class W>
+NormResults run_norm(int64_t rows, bool layer, const Tensor<S>& x, const Tensor<S>& dout, const Tensor<S>& dx0, const Tensor<W>& w,
+                     const Tensor<W>& b) {
+    const int64_t n = rows * kCols;
+    std::vector<typename S::type> out(n), dx(n), dx_acc = dx0.raw;
+    NormResults r;
+    r.mean.assign(rows, -1.0f);
+    r.rstd.assign(rows, -1.0f);
+    if (layer)
+        emu::launch(rows, 1, kRowThreads, [&] {
+            nk::k_layernorm_fwd<S, W>(out.data(), r.mean.data(), r.rstd.data(), x.raw.data(), w.raw.data(),
+                                      b.raw.data(), kCols, 1e-5f);
+        });
+    else
+        emu::launch(rows, 1, kRowThreads, [&] {
+            nk::k_rmsnorm_fwd<S, W>(out.data(), r.rstd.data(), x.raw.data(), w.raw.data(), kCols, 1e-6f);
+        });
+    const float* mean = layer ? r.mean.data() : nullptr;
+    // Parameter gradients: partials over row chunks, then the chunks in order (grid of 128 threads).
+    const int64_t chunks = (rows + nk::kRowChunk - 1) / nk::kRowChunk;
+    std::vector<float> pw(chunks * kCols), pb(chunks * kCols);
+    emu::launch(static_cast<unsigned>((kCols + 127) / 128), static_cast<unsigned>(chunks), 128, [&] {
+        nk::k_norm_bwd_partials<S>(pw.data(), layer ? pb.data() : nullptr, dout.raw.data(), x.raw.data(), mean,
+                                   r.rstd.data(), rows, kCols);
+    });
+    r.dw.assign(kCols, 0.25f);  // accumulated into
+    r.db.assign(kCols, -0.5f);
+    emu::launch(2, 1, 64, [&] { nk::k_sum_partials(r.dw.data(), pw.data(), chunks, kCols); });
+    if (layer) emu::launch(2, 1, 64, [&] { nk::k_sum_partials(r.db.data(), pb.data(), chunks, kCols); });
+    emu::launch(rows, 1, kRowThreads, [&] {
+        nk::k_norm_bwd_dx<S, W>(dx.data(), dout.raw.data(), x.raw.data(), mean, r.rstd.data(), w.raw.data(), kCols, 0);
+    });
+    emu::launch(rows, 1, kRowThreads, [&] {
+        nk::k_norm_bwd_dx<S, W>(dx_acc.data(), dout.raw.data(), x.raw.data(), mean, r.rstd.data(), w.raw.data(), kCols,
+                                1);
+    });
+    r.out = widen<S>(out);
+    r.dx = widen<S>(dx);
+    r.dx_acc = widen<S>(dx_acc);
+    return r;
+}
+
+}  // namespace
+
+class TestNormEmulated : public QObject {
+    Q_OBJECT
+
+    template <class S, class W>
+    static void sixteen_bit_equals_f32_rounded(bool layer, int64_t rows = kOneChunk) {
+        const int64_t n = rows * kCols;
+        const Tensor<S> x = make<S>(random_floats(n, 1, -3, 5)), dout = make<S>(random_floats(n, 2, -1, 1)),
+                        dx0 = make<S>(random_floats(n, 3, -1, 1));
+        const Tensor<W> w = make<W>(random_floats(kCols, 4, 0.5f, 1.5f)), b = make<W>(random_floats(kCols, 5, -0.5f, 0.5f));
+        const NormResults got = run_norm<S, W>(rows, layer, x, dout, dx0, w, b);
+        const auto f = [](const std::vector<float>& v) { return make<st::F32>(v); };
+        const NormResults ref = run_norm<st::F32, st::F32>(rows, layer, f(x.f32), f(dout.f32), f(dx0.f32), f(w.f32), f(b.f32));
+        // Statistics and parameter gradients are f32 in both: the same bits; stored tensors rounded once.
+        MWB_VERIFY_BITWISE(got.mean, ref.mean);
+        MWB_VERIFY_BITWISE(got.rstd, ref.rstd);
+        MWB_VERIFY_BITWISE(got.dw, ref.dw);
+        MWB_VERIFY_BITWISE(got.db, ref.db);
+        MWB_VERIFY_BITWISE(got.out, widen<S>(rounded_raw<S>(ref.out)));
+        MWB_VERIFY_BITWISE(got.dx, widen<S>(rounded_raw<S>(ref.dx)));
+        MWB_VERIFY_BITWISE(got.dx_acc, widen<S>(rounded_raw<S>(ref.dx_acc)));
+    }
+
+private slots:
+    void layernorm_16bit_is_the_f32_kernel_rounded() {
+        sixteen_bit_equals_f32_rounded<st::BF16, st::F32>(true, kTwoChunks);
+        sixteen_bit_equals_f32_rounded<st::BF16, st::BF16>(true);
+        sixteen_bit_equals_f32_rounded<st::F16, st::F32>(true);
+        sixteen_bit_equals_f32_rounded<st::F16, st::F16>(true);
+    }
+
+    void rmsnorm_16bit_is_the_f32_kernel_rounded() {
+        sixteen_bit_equals_f32_rounded<st::BF16, st::F32>(false);
+        sixteen_bit_equals_f32_rounded<st::BF16, st::BF16>(false);
+        sixteen_bit_equals_f32_rounded<st::F16, st::F32>(false);
+        sixteen_bit_equals_f32_rounded<st::F16, st::F16>(false);
+    }
+
+    void f32_kernels_match_the_cpu_ops() {
+        const int64_t rows = kTwoChunks, n = rows * kCols;
+        std::vector<float> x = random_floats(n, 1, -3, 5), dout = random_floats(n, 2, -1, 1),
+                           dx0 = random_floats(n, 3, -1, 1), w = random_floats(kCols, 4, 0.5f, 1.5f),
+                           b = random_floats(kCols, 5, -0.5f, 0.5f);
+        for (bool layer : {true, false}) {
+            const auto f = [](const std::vector<float>& v) { return make<st::F32>(v); };
+            const NormResults got = run_norm<st::F32, st::F32>(rows, layer, f(x), f(dout), f(dx0), f(w), f(b));
+            mwb::OpContext ctx;
+            const auto m = [&](std::vector<float>& t) { return mwb::view_f32(t.data(), {rows, kCols}); };
+            const auto v = [](std::vector<float>& t) { return mwb::view_f32(t.data(), {int64_t(t.size())}); };
+            std::vector<float> out(n), mean(rows), rstd(rows), dx(n), dw(kCols, 0.25f), db(kCols, -0.5f);
+            if (layer) {
+                mwb::ops::layernorm_forward(ctx, m(out), v(mean), v(rstd), m(x), v(w), v(b), 1e-5f);
+                mwb::ops::layernorm_backward(ctx, m(dx), v(dw), v(db), m(dout), m(x), v(mean), v(rstd), v(w), false);
+                MWB_VERIFY_ERROR(normwise_error(got.mean, mwb::test::to_double(mean)), 1e-5);
+                MWB_VERIFY_ERROR(normwise_error(got.db, mwb::test::to_double(db)), 1e-5);
+            } else {
+                mwb::ops::rmsnorm_forward(ctx, m(out), v(rstd), m(x), v(w), 1e-6f);
+                mwb::ops::rmsnorm_backward(ctx, m(dx), v(dw), m(dout), m(x), v(rstd), v(w), false);
+            }
+            // Sums of 200 and 260 terms in other orders (normwise, as mwb-gpu-check's norms check).
+            MWB_VERIFY_ERROR(normwise_error(got.rstd, mwb::test::to_double(rstd)), 1e-5);
+            MWB_VERIFY_ERROR(normwise_error(got.out, mwb::test::to_double(out)), 1e-5);
+            MWB_VERIFY_ERROR(normwise_error(got.dx, mwb::test::to_double(dx)), 1e-5);
+            MWB_VERIFY_ERROR(normwise_error(got.dw, mwb::test::to_double(dw)), 1e-5);
+        }
+    }
+
+    void column_sums_and_bias_add_on_16bit() {
+        const int64_t rows = kTwoChunks, n = rows * kCols;
+        const std::vector<float> values = random_floats(n, 9, -2, 2), bias = random_floats(kCols, 10, -1, 1);
+        const auto sums = [&](auto s) {
+            using S = decltype(s);
+            const Tensor<S> x = make<S>(values);
+            const int64_t chunks = (rows + nk::kRowChunk - 1) / nk::kRowChunk;
+            std::vector<float> partial(chunks * kCols), out(kCols, 1.0f);
+            emu::launch(static_cast<unsigned>((kCols + 127) / 128), static_cast<unsigned>(chunks), 128,
+                        [&] { nk::k_column_partials<S>(x.raw.data(), rows, kCols, partial.data()); });
+            emu::launch(2, 1, 64, [&] { nk::k_sum_partials(out.data(), partial.data(), chunks, kCols); });
+            return std::pair{out, x.f32};
+        };
+        for (DType dt : {DType::BF16, DType::F16}) {
+            const auto [got, widened] = dt == DType::BF16 ? sums(st::BF16{}) : sums(st::F16{});
+            std::vector<float> want(kCols, 1.0f);
+            {
+                const int64_t chunks = (rows + nk::kRowChunk - 1) / nk::kRowChunk;
+                std::vector<float> partial(chunks * kCols);
+                emu::launch(2, static_cast<unsigned>(chunks), 128,
+                            [&] { nk::k_column_partials<st::F32>(widened.data(), rows, kCols, partial.data()); });
+                emu::launch(2, 1, 64, [&] { nk::k_sum_partials(want.data(), partial.data(), chunks, kCols); });
+            }
+            MWB_VERIFY_BITWISE(got, want);
+            // A 16-bit y = f32 GEMM result + bias, rounded once.
+            std::vector<float> acc = values, sum(n);
+            std::vector<uint16_t> y(n);
+            const auto add = [&](auto s) {
+                using S = decltype(s);
+                emu::launch(3, 1, 64, [&] {
+                    nk::k_add_bias_rows<S, st::F32, st::F32>(y.data(), acc.data(), bias.data(), rows, kCols);
+                });
+            };
+            if (dt == DType::BF16)
+                add(st::BF16{});
+            else
+                add(st::F16{});
+            for (int64_t i = 0; i < n; ++i) sum[i] = acc[i] + bias[i % kCols];
+            QCOMPARE(y, encode16(dt, sum));
+        }
+    }
+};
+
+QTEST_APPLESS_MAIN(TestNormEmulated)
+#include "test_norm_emulated.moc"
