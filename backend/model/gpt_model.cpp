@@ -203,22 +203,21 @@ void GptModel::prepare_inputs(MicroState& st, const int32_t* tokens, bool want_i
 void GptModel::embed(ModelRuntime& rt, const MicroState& st, Buffer& x0) {
     const int64_t N = d_.rows(), R = local_rows_, H = d_.hidden;
     const int64_t s_begin = tp_.seq_begin(d_.seq);
-    x0 = rt.activation(R * H);
+    x0 = rt.stored_activation(R * H);
     const TensorView wte = layout_.view(params_.view(), wte_);
-    if (tp_.size() == 1) {
-        ops::embedding_forward(ctx_, x0.view({N, H}), st.ids.view(), wte, 0);
-    } else {
-        // Vocabulary-parallel: each rank embeds the ids of its vocabulary shard, zeros elsewhere; the
-        // tensor-parallel sum (reduce-scattered along the sequence under SP) is the embedding.
-        Buffer partial = rt.workspace(N * H);
-        ops::embedding_forward(ctx_, partial.view({N, H}), st.ids.view(), wte, vocab_start_);
-        tp_.reduce_rows(partial.view({N, H}), x0.view({R, H}));
-    }
+    // The sum of word and position embedding is kept in f32 and rounded once, by the dropout's store.
+    // Vocabulary-parallel: each rank embeds the ids of its vocabulary shard, zeros elsewhere; the
+    // tensor-parallel sum (reduce-scattered along the sequence under SP) is the embedding.
+    Buffer partial = rt.workspace(N * H);
+    ops::embedding_forward(ctx_, partial.view({N, H}), st.ids.view(), wte, vocab_start_);
+    Buffer local = tp_.sequence_parallel() ? rt.workspace(R * H) : Buffer{};  // else in place (R = N)
+    const TensorView sum = tp_.sequence_parallel() ? local.view({R, H}) : partial.view({R, H});
+    tp_.reduce_rows(partial.view({N, H}), sum);
     if (d_.learned_positions())
-        ops::position_embedding_forward(ctx_, x0.view({R / d_.micro_batch, d_.micro_batch, H}),
+        ops::position_embedding_forward(ctx_, reshaped(sum, {R / d_.micro_batch, d_.micro_batch, H}),
                                         layout_.view(params_.view(), wpe_), s_begin);
     const TensorView x = x0.view({R, H});
-    ops::dropout_forward(ctx_, x, x, rt.dropout(d_.hidden_dropout), rt.rng(-1, DropoutSite::Embedding),
+    ops::dropout_forward(ctx_, x, sum, rt.dropout(d_.hidden_dropout), rt.rng(-1, DropoutSite::Embedding),
                          s_begin * d_.micro_batch * H);
     rt.store(x);
 }
@@ -226,15 +225,17 @@ void GptModel::embed(ModelRuntime& rt, const MicroState& st, Buffer& x0) {
 void GptModel::embed_backward(ModelRuntime& rt, const MicroState& st, const TensorView& d) {
     const int64_t N = d_.rows(), R = local_rows_, H = d_.hidden;
     const int64_t s_begin = tp_.seq_begin(d_.seq);
-    ops::dropout_backward(ctx_, d, d, rt.dropout(d_.hidden_dropout), rt.rng(-1, DropoutSite::Embedding),
+    // d (the embedding sum's gradient) is stored; the dropout's input gradient is f32 (not rounded).
+    Buffer dropped = rt.workspace(R * H);
+    const TensorView g = dropped.view({R, H});
+    ops::dropout_backward(ctx_, g, d, rt.dropout(d_.hidden_dropout), rt.rng(-1, DropoutSite::Embedding),
                           s_begin * d_.micro_batch * H);
     if (d_.learned_positions())
-        ops::position_embedding_backward(
-            ctx_, layout_.view(grads_.view(), wpe_),
-            make_view(d.data, DType::F32, {R / d_.micro_batch, d_.micro_batch, H}, d.device), s_begin);
+        ops::position_embedding_backward(ctx_, layout_.view(grads_.view(), wpe_),
+                                         reshaped(g, {R / d_.micro_batch, d_.micro_batch, H}), s_begin);
     Buffer full = tp_.sequence_parallel() ? rt.workspace(N * H) : Buffer{};
-    const TensorView d_full = tp_.sequence_parallel() ? full.view({N, H}) : d;
-    tp_.gather_rows(d, d_full);
+    const TensorView d_full = tp_.sequence_parallel() ? full.view({N, H}) : g;
+    tp_.gather_rows(g, d_full);
     ops::embedding_backward(ctx_, layout_.view(grads_.view(), wte_), d_full, st.ids.view(), vocab_start_);
 }
 
@@ -257,7 +258,7 @@ void GptModel::head(ModelRuntime& rt, const MicroState& st, const Buffer& final_
     const TensorView x = final_input.view({R, H});
     NormActivations lnf;
     norm_forward(rt, d_, lnf, x, layout_.view(params, lnf_w_), final_norm_bias(params));
-    Buffer lnf_gathered = sp ? rt.workspace(N * H) : Buffer{};
+    Buffer lnf_gathered = sp ? rt.stored_workspace(N * H) : Buffer{};
     const TensorView lnf_full = sp ? lnf_gathered.view({N, H}) : lnf.out.view({N, H});
     tp_.gather_rows(lnf.out.view({R, H}), lnf_full);
     const TensorView out_w = layout_.view(params, out_w_);
@@ -271,7 +272,8 @@ void GptModel::head(ModelRuntime& rt, const MicroState& st, const Buffer& final_
     const TensorView lse = slice_1d(sv, 0, N), sumexp = slice_1d(sv, N, N), target = slice_1d(sv, 2 * N, N),
                      row_scale = slice_1d(sv, 3 * N, N);
     Buffer global_max = vocab_parallel ? rt.workspace(N) : Buffer{};
-    Buffer grad_ln = training ? rt.workspace(N * H) : Buffer{};
+    // The final norm output's gradient, stored like it; f32 partial sums under tensor parallelism.
+    Buffer grad_ln = !training ? Buffer{} : vocab_parallel ? rt.workspace(N * H) : rt.stored_workspace(N * H);
     if (training) ops::fill(ctx_, row_scale, grad_scale / static_cast<float>(N));
 
     // The classifier over chunks of rows (tokens), Liger-kernel style: per chunk the logits, their loss
@@ -345,9 +347,9 @@ ForwardResult GptModel::forward(int chunk, const MicroBatch& mb, Buffer input) {
     if (has_embedding) {
         embed(rt, st, st.acts[0].input);
     } else {
-        MWB_CHECK(input.numel() == local_rows_ * d_.hidden,
-                  "forward: chunk {} needs an input of {} x {}, got {} elements", chunk, local_rows_, d_.hidden,
-                  input.numel());
+        MWB_CHECK(input.numel() == local_rows_ * d_.hidden && input.dtype() == stored_dtype(),
+                  "forward: chunk {} needs an input of {} x {} {}, got {} elements of {}", chunk, local_rows_,
+                  d_.hidden, dtype_name(stored_dtype()), input.numel(), dtype_name(input.dtype()));
         st.acts[0].input = std::move(input);
     }
     // A fully recomputed layer keeps its input only at the start of its recompute chunk; evaluation
@@ -363,7 +365,7 @@ ForwardResult GptModel::forward(int chunk, const MicroBatch& mb, Buffer input) {
 
     ForwardResult result;
     if (has_head) {
-        if (mb.training) st.grad = rt.workspace(local_rows_ * d_.hidden);
+        if (mb.training) st.grad = rt.stored_workspace(local_rows_ * d_.hidden);
         // Without the caller's accumulator the loss comes back at once (evaluation, single-stage use).
         Buffer own = mb.loss_sum.empty() ? Buffer(alloc_, MemCategory::Workspace, 1, DType::F64) : Buffer{};
         head(rt, st, out, mb.grad_scale, mb.training ? st.grad.view({local_rows_, d_.hidden}) : TensorView{},
@@ -387,8 +389,9 @@ Buffer GptModel::backward(int chunk, int64_t id, Buffer grad_output) {
     const int64_t layers = range.end_layer - range.first_layer;
     ModelRuntime rt = runtime(st.seed, st.stream_base, true);
     Buffer grad = has_head ? std::move(st.grad) : std::move(grad_output);
-    MWB_CHECK(grad.numel() == local_rows_ * d_.hidden, "backward: chunk {} needs an output gradient of {} x {}", chunk,
-              local_rows_, d_.hidden);
+    MWB_CHECK(grad.numel() == local_rows_ * d_.hidden && grad.dtype() == stored_dtype(),
+              "backward: chunk {} needs an output gradient of {} x {} {}", chunk, local_rows_, d_.hidden,
+              dtype_name(stored_dtype()));
     const TensorView d = grad.view({local_rows_, d_.hidden});
 
     for (int64_t l = layers - 1; l >= 0; --l) {

@@ -64,6 +64,8 @@ public:
     int num_chunks() const { return static_cast<int>(partition_.chunks.size()); }
     /// Rows of the residual stream this rank holds per micro-batch (S·B, or S·B/t under SP).
     int64_t local_rows() const { return local_rows_; }
+    /// The dtype of the residual stream a chunk takes and returns, and of its gradient (runtime.h).
+    DType stored_dtype() const { return mwb::stored_dtype(ctx_.device, storage_); }
     /// The weights the forward pass uses (rounded to the storage precision in 16-bit runs).
     TensorView params() const { return params_.view(); }
     /// fp32 gradient accumulators ("main grads"), same layout as params().

@@ -5,7 +5,7 @@ namespace mwb {
 void norm_forward(ModelRuntime& rt, const GptDims& d, NormActivations& n, const TensorView& x, const TensorView& w,
                   const TensorView& b) {
     const int64_t rows = x.rows();
-    n.out = rt.activation(x.numel());
+    n.out = rt.stored_activation(x.numel());
     n.rstd = rt.activation(rows);
     const TensorView out = n.out.view({rows, d.hidden});
     if (d.rmsnorm) {

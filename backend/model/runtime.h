@@ -24,6 +24,11 @@ inline uint64_t micro_batch_stream(int64_t iteration, int64_t micro_batch) {
     return mix64(mix64(static_cast<uint64_t>(iteration)) ^ static_cast<uint64_t>(micro_batch));
 }
 
+/// What stored activations are held as on `device` in a run of storage dtype `storage` (ModelRuntime).
+inline DType stored_dtype(Device device, DType storage) {
+    return device == Device::CPU ? storage : DType::F32;
+}
+
 struct ModelRuntime {
     OpContext& ctx;
     Allocator& alloc;
@@ -33,18 +38,22 @@ struct ModelRuntime {
     bool training = true;        ///< false: no dropout
 
     Buffer activation(int64_t numel) const { return Buffer(alloc, MemCategory::Activations, numel); }
-    /// The dtype of a layer's stored intermediates (qkv, context, fc1, activation output): the storage
-    /// dtype on the CPU, whose kernels read and write 16-bit tensors; f32 holding 16-bit values on CUDA,
-    /// whose kernels take f32 there still (docs/numerics.md).
-    DType stored_dtype() const { return ctx.device == Device::CPU ? storage : DType::F32; }
+    /// The dtype of stored activations: a layer's intermediates (qkv, context, fc1, activation output),
+    /// the residual stream (embedding output, each layer's input, x2 and output), the norm outputs and
+    /// the gradients of all of these. The storage dtype on the CPU, whose kernels read and write 16-bit
+    /// tensors; f32 holding 16-bit values on CUDA, whose kernels take f32 there still (docs/numerics.md).
+    DType stored_dtype() const { return mwb::stored_dtype(ctx.device, storage); }
     Buffer stored_activation(int64_t numel) const {
         return Buffer(alloc, MemCategory::Activations, numel, stored_dtype());
     }
-    /// The gradient of a stored intermediate, stored like it (backward's temporaries).
-    Buffer stored_gradient(int64_t numel) const { return Buffer(alloc, MemCategory::Workspace, numel, stored_dtype()); }
+    /// A temporary stored like the activations: the gradient of a stored tensor, a gathered norm output.
+    Buffer stored_workspace(int64_t numel) const {
+        return Buffer(alloc, MemCategory::Workspace, numel, stored_dtype());
+    }
     Buffer workspace(int64_t numel) const { return Buffer(alloc, MemCategory::Workspace, numel); }
     /// Rounds an f32 tensor to the storage precision, as a 16-bit store would (no-op in fp32 runs, and
-    /// for 16-bit tensors, which the op that wrote them has rounded already).
+    /// for 16-bit tensors, which the op that wrote them has rounded already). Still needed where an f32
+    /// array holds a stored value: on CUDA, and the sums kept in f32 for a tensor-parallel reduction.
     void store(const TensorView& v) const {
         if (storage != DType::F32 && v.dtype == DType::F32) ops::round_to(ctx, v, storage);
     }

@@ -31,9 +31,11 @@ public:
     int64_t seq_begin(int64_t seq) const { return sequence_parallel_ ? rank() * (seq / size()) : 0; }
 
     /// full (N, H) partial sums of every rank -> local rows of the sum (N/t rows under SP, else N,
-    /// in place). `local` may alias `full` only without SP.
+    /// in place). `local` may alias `full` only without SP. With more than one rank `full` is f32 (sums
+    /// round once, after the reduction), and so is `local` under SP; otherwise `local` may be 16-bit
+    /// (the copy rounds).
     void reduce_rows(const TensorView& full, const TensorView& local);
-    /// local rows -> full (N, H) rows (SP: all-gather; else a copy unless they alias).
+    /// local rows -> full (N, H) rows of the same dtype (SP: all-gather; else a copy unless they alias).
     void gather_rows(const TensorView& local, const TensorView& full);
     /// Sum (max) over the tensor-parallel ranks, in place, of an F32 tensor on the model's device (the
     /// vocabulary-parallel loss statistics): no host copy on a GPU.

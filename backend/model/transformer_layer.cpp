@@ -132,8 +132,9 @@ void TransformerLayer::forward(ModelRuntime& rt, TensorParallel& tp, const Layer
     const float p_hidden = rt.dropout(d_.hidden_dropout);
     const TensorView x = a.input.view({R, H});
     const bool sp = tp.sequence_parallel();
-    Buffer gathered = sp ? rt.workspace(N * H) : Buffer{};  // a norm output gathered to all N rows
-    Buffer branch = rt.workspace(N * H);                    // row-parallel output before the reduction
+    Buffer gathered = sp ? rt.stored_workspace(N * H) : Buffer{};  // a norm output gathered to all N rows
+    // Row-parallel output before the reduction: f32, rounded once after the bias and residual add.
+    Buffer branch = rt.workspace(N * H);
     const TensorView br = branch.view({N, H});
 
     // Attention block.
@@ -163,7 +164,7 @@ void TransformerLayer::forward(ModelRuntime& rt, TensorParallel& tp, const Layer
     Buffer reduced_buffer = sp ? rt.workspace(R * H) : Buffer{};  // without SP the reduction is in place
     const TensorView reduced = sp ? reduced_buffer.view({R, H}) : br;
     tp.reduce_rows(br, reduced);
-    a.residual2 = rt.activation(R * H);
+    a.residual2 = rt.stored_activation(R * H);
     const TensorView x2 = a.residual2.view({R, H});
     residual_add(rt, x2, x, reduced, w.proj_b, p_hidden, rt.rng(index_, DropoutSite::AttentionOutput));
     rt.store(x2);
@@ -187,7 +188,7 @@ void TransformerLayer::forward(ModelRuntime& rt, TensorParallel& tp, const Layer
     rt.store(act);
     ops::linear_forward(rt.ctx, br, act, w.fc2_w, {});
     tp.reduce_rows(br, reduced);
-    out = rt.activation(R * H);
+    out = rt.stored_activation(R * H);
     const TensorView y = out.view({R, H});
     residual_add(rt, y, x2, reduced, w.fc2_b, p_hidden, rt.rng(index_, DropoutSite::MlpOutput));
     rt.store(y);
@@ -200,12 +201,14 @@ void TransformerLayer::backward(ModelRuntime& rt, TensorParallel& tp, const Laye
     const int64_t N = rows_, R = local_rows_, H = d_.hidden, S = d_.seq, B = d_.micro_batch;
     const float p_hidden = rt.dropout(d_.hidden_dropout);
     const bool sp = tp.sequence_parallel();
-    Buffer branch_local = rt.workspace(R * H);  // gradient of a row-parallel output, local rows
+    Buffer branch_local = rt.workspace(R * H);  // gradient of a row-parallel output, local rows (never rounded)
     Buffer branch_full = sp ? rt.workspace(N * H) : Buffer{};
-    Buffer gathered = sp ? rt.workspace(N * H) : Buffer{};  // a norm output gathered again
-    // Gradient of a column-parallel input, partial; also holds the unused output of a selective recompute
-    // (N, A·D/t), which exceeds N·H only when kv_channels makes A·D > t·H.
-    Buffer grad_h = rt.workspace(N * std::max(H, width_));
+    Buffer gathered = sp ? rt.stored_workspace(N * H) : Buffer{};  // a norm output gathered again
+    // Gradient of a column-parallel input (a norm output's gradient), stored like it; f32 partial sums
+    // under tensor parallelism, rounded after their reduction. Also holds the unused output of a
+    // selective recompute (N, A·D/t), which exceeds N·H only when kv_channels makes A·D > t·H.
+    const int64_t grad_h_elements = N * std::max(H, width_);
+    Buffer grad_h = tp_size_ == 1 ? rt.stored_workspace(grad_h_elements) : rt.workspace(grad_h_elements);
     Buffer grad_local = sp ? rt.workspace(R * H) : Buffer{};  // ... reduced to local rows (in place without SP)
     const TensorView dbl = branch_local.view({R, H});
     const TensorView dbr = sp ? branch_full.view({N, H}) : dbl;
@@ -220,7 +223,7 @@ void TransformerLayer::backward(ModelRuntime& rt, TensorParallel& tp, const Laye
     ops::dropout_backward(rt.ctx, dbl, d, p_hidden, rt.rng(index_, DropoutSite::MlpOutput), residual_offset());
     tp.gather_rows(dbl, dbr);
     {
-        Buffer grad_f = rt.stored_gradient(N * ffn_);
+        Buffer grad_f = rt.stored_workspace(N * ffn_);
         const TensorView df = grad_f.view({N, ffn_});
         if (d_.swiglu) {
             ops::linear_backward(rt.ctx, df, g.fc2_w, g.fc2_b, dbr, a.act.view({N, ffn_}), w.fc2_w);
@@ -229,7 +232,7 @@ void TransformerLayer::backward(ModelRuntime& rt, TensorParallel& tp, const Laye
             ops::linear_backward_gelu(rt.ctx, df, g.fc1_b, g.fc2_w, g.fc2_b, dbr, a.act.view({N, ffn_}), w.fc2_w,
                                       a.fc1.view({N, ffn_}), rt.storage);
         }
-        Buffer grad_fc1 = d_.swiglu ? rt.stored_gradient(N * fc1_width_) : Buffer{};  // GELU: in place
+        Buffer grad_fc1 = d_.swiglu ? rt.stored_workspace(N * fc1_width_) : Buffer{};  // GELU: in place
         const TensorView dfc1 = d_.swiglu ? grad_fc1.view({N, fc1_width_}) : df;
         if (d_.swiglu) {
             ops::swiglu_backward(rt.ctx, dfc1, df, a.fc1.view({N, fc1_width_}));
@@ -248,7 +251,7 @@ void TransformerLayer::backward(ModelRuntime& rt, TensorParallel& tp, const Laye
     // Attention block: x2 = x + dropout(proj(attention(qkv(ln1(x)))) + b).
     ops::dropout_backward(rt.ctx, dbl, d, p_hidden, rt.rng(index_, DropoutSite::AttentionOutput), residual_offset());
     tp.gather_rows(dbl, dbr);
-    Buffer grad_ctx = rt.stored_gradient(N * width_);
+    Buffer grad_ctx = rt.stored_workspace(N * width_);
     const TensorView dctx = grad_ctx.view({N, width_});
     ops::linear_backward(rt.ctx, dctx, g.proj_w, g.proj_b, dbr, a.context.view({N, width_}), w.proj_w);
     rt.store(dctx);
@@ -264,7 +267,7 @@ void TransformerLayer::backward(ModelRuntime& rt, TensorParallel& tp, const Laye
                                saved_view(rt, a.probs), qkv, attention_workspace, ap);
     }
     {
-        Buffer grad_qkv = rt.stored_gradient(N * qkv_width_);
+        Buffer grad_qkv = rt.stored_workspace(N * qkv_width_);
         const TensorView dqkv = grad_qkv.view({S, B, qkv_width_});
         ops::attention_backward(rt.ctx, dqkv, reshaped(dctx, {S, B, width_}), qkv, saved_view(rt, a.probs),
                                 attention_workspace, ap);

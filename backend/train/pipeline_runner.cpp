@@ -26,6 +26,13 @@ PipelineResult PipelineRunner::run(int64_t micro_batches, bool training,
     const int p = par_.pp_size(), r = par_.coord().pp, v = model_.num_chunks();
     const int64_t last_stage = static_cast<int64_t>(p) * v - 1;
     const int64_t rows = model_.local_rows(), hidden = model_.dims().hidden;
+    // Activations and their gradients travel as stored (16-bit on the CPU in 16-bit runs), as 4-byte words.
+    const DType stored = model_.stored_dtype();
+    const int64_t bytes = rows * hidden * static_cast<int64_t>(dtype_size(stored));
+    MWB_CHECK(bytes % 4 == 0, "pipeline: a {} x {} {} activation is not a whole number of 4-byte words", rows, hidden,
+              dtype_name(stored));
+    const int64_t words = bytes / 4;
+    const auto words_of = [](const Buffer& b) { return static_cast<float*>(b.data()); };
     const int next = (r + 1) % p, previous = (r - 1 + p) % p;
     Communicator& pp = par_.pp();
     // Message tags name (micro-batch, virtual stage, direction) so receives match their sends.
@@ -62,11 +69,11 @@ PipelineResult PipelineRunner::run(int64_t micro_batches, bool training,
             const int64_t stage = stage_of(a);
             Buffer& in = inputs[i - first];
             if (a.kind == PipelineAction::Kind::Forward && stage > 0) {
-                in = Buffer(model_.allocator(), MemCategory::Activations, rows * hidden);
-                recvs.push_back({in.f32(), rows * hidden, previous, tag(a.micro, stage - 1, 0)});
+                in = Buffer(model_.allocator(), MemCategory::Activations, rows * hidden, stored);
+                recvs.push_back({words_of(in), words, previous, tag(a.micro, stage - 1, 0)});
             } else if (a.kind == PipelineAction::Kind::Backward && stage < last_stage) {
-                in = Buffer(model_.allocator(), MemCategory::Workspace, rows * hidden);
-                recvs.push_back({in.f32(), rows * hidden, next, tag(a.micro, stage, 1)});
+                in = Buffer(model_.allocator(), MemCategory::Workspace, rows * hidden, stored);
+                recvs.push_back({words_of(in), words, next, tag(a.micro, stage, 1)});
             }
         }
         exchange(recvs);
@@ -87,7 +94,7 @@ PipelineResult PipelineRunner::run(int64_t micro_batches, bool training,
                 ForwardResult out = model_.forward(a.chunk, mb, std::move(inputs[i - first]));
                 result.forward_seconds += seconds_since(t0);
                 if (stage < last_stage) {
-                    out_messages.push_back({out.output.f32(), rows * hidden, next, tag(a.micro, stage, 0)});
+                    out_messages.push_back({words_of(out.output), words, next, tag(a.micro, stage, 0)});
                     out_buffers.push_back(std::move(out.output));
                 }
             } else {
@@ -95,7 +102,7 @@ PipelineResult PipelineRunner::run(int64_t micro_batches, bool training,
                 Buffer grad_in = model_.backward(a.chunk, a.micro, std::move(inputs[i - first]));
                 result.backward_seconds += seconds_since(t0);
                 if (stage > 0) {
-                    out_messages.push_back({grad_in.f32(), rows * hidden, previous, tag(a.micro, stage - 1, 1)});
+                    out_messages.push_back({words_of(grad_in), words, previous, tag(a.micro, stage - 1, 1)});
                     out_buffers.push_back(std::move(grad_in));
                 }
             }

@@ -1,6 +1,9 @@
-// Dropout (mask regenerated from Philox, never stored) and the dropout + residual add.
+// Dropout (mask regenerated from Philox, never stored) and the dropout + residual add. The residual
+// stream (out, residual) and a dropout's input or output may be 16-bit: each op is a template on the
+// storage of out (and residual) and of x, loads widen, out is rounded once (storage.h).
 #include "cpu_ops.h"
 #include "dropout_mask.h"
+#include "storage.h"
 
 namespace mwb::cpu {
 
@@ -9,11 +12,19 @@ namespace {
 constexpr int64_t kChunk = 1024;
 
 /// out[i] = base[i] + x[i]·mask[i] (base may be null: no residual), over fixed chunks of elements.
-void apply_dropout(float* out, const float* base, const float* x, int64_t n, float p, RngStream rng,
+/// O: storage of out and base, X: of x.
+template <DType O, DType X>
+void apply_dropout(const TensorView& out_v, const TensorView* base_v, const TensorView& x_v, float p, RngStream rng,
                    int64_t element_offset) {
+    auto* out = elements<O>(out_v);
+    const auto* base = base_v ? elements<O>(*base_v) : nullptr;
+    const auto* x = elements<X>(x_v);
+    const int64_t n = x_v.numel();
+    using SO = Storage<O>;
+    using SX = Storage<X>;
     if (p <= 0.0f) {
 #pragma omp parallel for simd schedule(static)
-        for (int64_t i = 0; i < n; ++i) out[i] = (base ? base[i] : 0.0f) + x[i];
+        for (int64_t i = 0; i < n; ++i) out[i] = SO::store((base ? SO::load(base[i]) : 0.0f) + SX::load(x[i]));
         return;
     }
     const DropoutDraw draw(rng, p);
@@ -25,41 +36,39 @@ void apply_dropout(float* out, const float* base, const float* x, int64_t n, flo
         draw.multipliers(static_cast<uint64_t>(element_offset + i0), len, mult);
         if (base) {
 #pragma omp simd
-            for (int64_t k = 0; k < len; ++k) out[i0 + k] = base[i0 + k] + x[i0 + k] * mult[k];
+            for (int64_t k = 0; k < len; ++k)
+                out[i0 + k] = SO::store(SO::load(base[i0 + k]) + SX::load(x[i0 + k]) * mult[k]);
         } else {
 #pragma omp simd
-            for (int64_t k = 0; k < len; ++k) out[i0 + k] = x[i0 + k] * mult[k];
+            for (int64_t k = 0; k < len; ++k) out[i0 + k] = SO::store(SX::load(x[i0 + k]) * mult[k]);
         }
     }
 }
 
-}  // namespace
-
-void dropout_forward(OpContext&, TensorView out, TensorView x, float p, RngStream rng, int64_t element_offset) {
-    apply_dropout(out.f32(), nullptr, x.f32(), x.numel(), p, rng, element_offset);
+void dropout_into(const TensorView& out, const TensorView* base, const TensorView& x, float p, RngStream rng,
+                  int64_t element_offset) {
+    with_storages(out.dtype, x.dtype, [&](auto ot, auto xt) {
+        apply_dropout<decltype(ot)::value, decltype(xt)::value>(out, base, x, p, rng, element_offset);
+    });
 }
 
-void dropout_backward(OpContext&, TensorView dx, TensorView dout, float p, RngStream rng, int64_t element_offset) {
-    apply_dropout(dx.f32(), nullptr, dout.f32(), dout.numel(), p, rng, element_offset);
-}
-
-void dropout_add_forward(OpContext&, TensorView out, TensorView residual, TensorView x, float p, RngStream rng,
-                         int64_t element_offset) {
-    apply_dropout(out.f32(), residual.f32(), x.f32(), x.numel(), p, rng, element_offset);
-}
-
-void bias_dropout_add_forward(OpContext&, TensorView out, TensorView residual, TensorView x, TensorView bias,
-                              float p, RngStream rng, int64_t element_offset) {
+template <DType O, DType X>
+void bias_dropout_add_as(const TensorView& out, const TensorView& residual, const TensorView& x, const TensorView& bias,
+                         float p, RngStream rng, int64_t element_offset) {
     const int64_t cols = x.cols(), rows = x.rows();
-    const float *px = x.f32(), *pr = residual.f32(), *pb = bias.f32();
-    float* po = out.f32();
+    const auto* px = elements<X>(x);
+    const auto* pr = elements<O>(residual);
+    auto* po = elements<O>(out);
+    const float* pb = bias.f32();
+    using SO = Storage<O>;
+    using SX = Storage<X>;
     const DropoutDraw draw(rng, p);
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
         float mult[kChunk];
-        const float* xr = px + r * cols;
-        const float* rr = pr + r * cols;
-        float* orow = po + r * cols;
+        const auto* xr = px + r * cols;
+        const auto* rr = pr + r * cols;
+        auto* orow = po + r * cols;
         for (int64_t c0 = 0; c0 < cols; c0 += kChunk) {
             const int64_t len = std::min(kChunk, cols - c0);
             if (p > 0.0f) {
@@ -68,9 +77,32 @@ void bias_dropout_add_forward(OpContext&, TensorView out, TensorView residual, T
                 for (int64_t k = 0; k < len; ++k) mult[k] = 1.0f;
             }
 #pragma omp simd
-            for (int64_t k = 0; k < len; ++k) orow[c0 + k] = rr[c0 + k] + (xr[c0 + k] + pb[c0 + k]) * mult[k];
+            for (int64_t k = 0; k < len; ++k)
+                orow[c0 + k] = SO::store(SO::load(rr[c0 + k]) + (SX::load(xr[c0 + k]) + pb[c0 + k]) * mult[k]);
         }
     }
+}
+
+}  // namespace
+
+void dropout_forward(OpContext&, TensorView out, TensorView x, float p, RngStream rng, int64_t element_offset) {
+    dropout_into(out, nullptr, x, p, rng, element_offset);
+}
+
+void dropout_backward(OpContext&, TensorView dx, TensorView dout, float p, RngStream rng, int64_t element_offset) {
+    dropout_into(dx, nullptr, dout, p, rng, element_offset);
+}
+
+void dropout_add_forward(OpContext&, TensorView out, TensorView residual, TensorView x, float p, RngStream rng,
+                         int64_t element_offset) {
+    dropout_into(out, &residual, x, p, rng, element_offset);
+}
+
+void bias_dropout_add_forward(OpContext&, TensorView out, TensorView residual, TensorView x, TensorView bias,
+                              float p, RngStream rng, int64_t element_offset) {
+    with_storages(out.dtype, x.dtype, [&](auto ot, auto xt) {
+        bias_dropout_add_as<decltype(ot)::value, decltype(xt)::value>(out, residual, x, bias, p, rng, element_offset);
+    });
 }
 
 }  // namespace mwb::cpu

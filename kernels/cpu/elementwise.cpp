@@ -3,6 +3,7 @@
 
 #include "mwb/kernels/error.h"
 #include "mwb/kernels/precision.h"
+#include "storage.h"
 
 #include <omp.h>
 
@@ -12,57 +13,83 @@
 
 namespace mwb::cpu {
 
-void fill(OpContext&, TensorView x, float value) {
-    float* p = x.f32();
+// fill, copy, scale, add and round_to on f32 or 16-bit views (the residual stream of a 16-bit run is
+// 16-bit): one dispatch on the storage, loads widen, every store rounds once.
+namespace {
+template <DType T>
+void fill_as(const TensorView& x, float value) {
+    auto* p = elements<T>(x);
+    const auto v = Storage<T>::store(value);
     const int64_t n = x.numel();
 #pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; ++i) p[i] = value;
+    for (int64_t i = 0; i < n; ++i) p[i] = v;
+}
+
+template <DType D, DType S>
+void copy_as(const TensorView& dst, const TensorView& src) {
+    auto* d = elements<D>(dst);
+    const auto* s = elements<S>(src);
+    const int64_t n = dst.numel();
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) d[i] = Storage<D>::store(Storage<S>::load(s[i]));
+}
+
+template <DType T>
+void scale_as(const TensorView& x, float alpha) {
+    auto* p = elements<T>(x);
+    const int64_t n = x.numel();
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) p[i] = Storage<T>::store(Storage<T>::load(p[i]) * alpha);
+}
+
+template <DType T>
+void add_as(const TensorView& out, const TensorView& a, const TensorView& b) {
+    auto* o = elements<T>(out);
+    const auto* pa = elements<T>(a);
+    const auto* pb = elements<T>(b);
+    const int64_t n = out.numel();
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) o[i] = Storage<T>::store(Storage<T>::load(pa[i]) + Storage<T>::load(pb[i]));
+}
+
+/// x's values rounded to R's precision, kept in x's storage T.
+template <DType T, class Round>
+void round_as(const TensorView& x, Round round) {
+    auto* p = elements<T>(x);
+    const int64_t n = x.numel();
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) p[i] = Storage<T>::store(round(Storage<T>::load(p[i])));
+}
+}  // namespace
+
+void fill(OpContext&, TensorView x, float value) {
+    with_storage(x.dtype, [&](auto t) { fill_as<decltype(t)::value>(x, value); });
 }
 
 void copy(OpContext&, TensorView dst, TensorView src) {
-    // 16-bit storage is emulated in f32 on the CPU: there is nothing else to copy or convert.
-    MWB_CHECK(dst.dtype == DType::F32 && src.dtype == DType::F32, "copy: the CPU copies f32 tensors, got {} from {}",
-              dst.describe(), src.describe());
-    float* d = dst.f32();
-    const float* s = src.f32();
-    const int64_t n = dst.numel();
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; ++i) d[i] = s[i];
+    // Between f32 and 16-bit views the copy converts: widening is exact, narrowing rounds once.
+    with_storages(dst.dtype, src.dtype,
+                  [&](auto dt, auto st) { copy_as<decltype(dt)::value, decltype(st)::value>(dst, src); });
 }
 
 void scale(OpContext&, TensorView x, float alpha) {
-    float* p = x.f32();
-    const int64_t n = x.numel();
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; ++i) p[i] *= alpha;
+    with_storage(x.dtype, [&](auto t) { scale_as<decltype(t)::value>(x, alpha); });
 }
 
 void add(OpContext&, TensorView out, TensorView a, TensorView b) {
-    float* o = out.f32();
-    const float* pa = a.f32();
-    const float* pb = b.f32();
-    const int64_t n = out.numel();
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; ++i) o[i] = pa[i] + pb[i];
+    with_storage(out.dtype, [&](auto t) { add_as<decltype(t)::value>(out, a, b); });
 }
 
 void round_to(OpContext&, TensorView x, DType dtype) {
-    float* p = x.f32();
-    const int64_t n = x.numel();
-    switch (dtype) {
-    case DType::F32: return;
-    case DType::BF16:
-#pragma omp parallel for simd schedule(static)
-        for (int64_t i = 0; i < n; ++i) p[i] = round_to_bf16(p[i]);
-        return;
-    case DType::F16:
-#pragma omp parallel for simd schedule(static)
-        for (int64_t i = 0; i < n; ++i) p[i] = round_to_fp16(p[i]);
-        return;
-    case DType::I32:
-    case DType::F64: break;
-    }
-    MWB_FAIL("round_to: cannot round to {}", dtype_name(dtype));
+    // A 16-bit view already holds values of its own precision: rounding to it (or to f32) keeps them.
+    if (dtype == DType::F32 || dtype == x.dtype) return;
+    with_storage(x.dtype, [&](auto t) {
+        constexpr DType T = decltype(t)::value;
+        if (dtype == DType::BF16)
+            round_as<T>(x, [](float v) { return round_to_bf16(v); });
+        else
+            round_as<T>(x, [](float v) { return round_to_fp16(v); });
+    });
 }
 
 namespace {

@@ -1,32 +1,41 @@
-// Token (vocab-parallel) and learned position embeddings.
+// Token (vocab-parallel) and learned position embeddings. The rows they write (out) or read (dout)
+// may be 16-bit views (a 16-bit run's embedding output and its gradient): a template on their storage,
+// loads widen, stores round once (storage.h); the tables are f32.
 #include "cpu_ops.h"
+#include "storage.h"
 
 namespace mwb::cpu {
 
-void embedding_forward(OpContext&, TensorView out, TensorView ids, TensorView table, int64_t vocab_start) {
+namespace {
+
+template <DType O>
+void embedding_forward_as(const TensorView& out, const TensorView& ids, const TensorView& table, int64_t vocab_start) {
     const int64_t rows = ids.numel(), h = table.dim(1), v = table.dim(0);
     const int32_t* id = ids.i32();
     const float* t = table.f32();
-    float* o = out.f32();
+    auto* o = elements<O>(out);
+    const auto zero = Storage<O>::store(0.0f);
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
         const int64_t local = static_cast<int64_t>(id[r]) - vocab_start;
-        float* dst = o + r * h;
+        auto* dst = o + r * h;
         if (local >= 0 && local < v) {
             const float* src = t + local * h;
 #pragma omp simd
-            for (int64_t c = 0; c < h; ++c) dst[c] = src[c];
+            for (int64_t c = 0; c < h; ++c) dst[c] = Storage<O>::store(src[c]);
         } else {
 #pragma omp simd
-            for (int64_t c = 0; c < h; ++c) dst[c] = 0.0f;
+            for (int64_t c = 0; c < h; ++c) dst[c] = zero;
         }
     }
 }
 
-void embedding_backward(OpContext&, TensorView dtable, TensorView dout, TensorView ids, int64_t vocab_start) {
+template <DType D>
+void embedding_backward_as(const TensorView& dtable, const TensorView& dout, const TensorView& ids,
+                           int64_t vocab_start) {
     const int64_t rows = ids.numel(), h = dtable.dim(1), v = dtable.dim(0);
     const int32_t* id = ids.i32();
-    const float* d = dout.f32();
+    const auto* d = elements<D>(dout);
     float* g = dtable.f32();
     // Threads own column ranges and walk the rows in order: no races, and a fixed summation order.
     constexpr int64_t kBlock = 64;
@@ -38,41 +47,63 @@ void embedding_backward(OpContext&, TensorView dtable, TensorView dout, TensorVi
             const int64_t local = static_cast<int64_t>(id[r]) - vocab_start;
             if (local < 0 || local >= v) continue;
             float* dst = g + local * h;
-            const float* src = d + r * h;
+            const auto* src = d + r * h;
 #pragma omp simd
-            for (int64_t c = c0; c < c1; ++c) dst[c] += src[c];
+            for (int64_t c = c0; c < c1; ++c) dst[c] += Storage<D>::load(src[c]);
         }
     }
 }
 
-void position_embedding_forward(OpContext&, TensorView out, TensorView wpe, int64_t position_offset) {
+template <DType O>
+void position_embedding_forward_as(const TensorView& out, const TensorView& wpe, int64_t position_offset) {
     const int64_t s_len = out.dim(0), b_len = out.dim(1), h = out.dim(2);
-    float* o = out.f32();
+    auto* o = elements<O>(out);
     const float* w = wpe.f32();
 #pragma omp parallel for schedule(static)
     for (int64_t s = 0; s < s_len; ++s) {
         const float* src = w + (s + position_offset) * h;
         for (int64_t b = 0; b < b_len; ++b) {
-            float* dst = o + (s * b_len + b) * h;
+            auto* dst = o + (s * b_len + b) * h;
 #pragma omp simd
-            for (int64_t c = 0; c < h; ++c) dst[c] += src[c];
+            for (int64_t c = 0; c < h; ++c) dst[c] = Storage<O>::store(Storage<O>::load(dst[c]) + src[c]);
         }
     }
 }
 
-void position_embedding_backward(OpContext&, TensorView dwpe, TensorView dout, int64_t position_offset) {
+template <DType D>
+void position_embedding_backward_as(const TensorView& dwpe, const TensorView& dout, int64_t position_offset) {
     const int64_t s_len = dout.dim(0), b_len = dout.dim(1), h = dout.dim(2);
-    const float* d = dout.f32();
+    const auto* d = elements<D>(dout);
     float* g = dwpe.f32();
 #pragma omp parallel for schedule(static)
     for (int64_t s = 0; s < s_len; ++s) {
         float* dst = g + (s + position_offset) * h;
         for (int64_t b = 0; b < b_len; ++b) {
-            const float* src = d + (s * b_len + b) * h;
+            const auto* src = d + (s * b_len + b) * h;
 #pragma omp simd
-            for (int64_t c = 0; c < h; ++c) dst[c] += src[c];
+            for (int64_t c = 0; c < h; ++c) dst[c] += Storage<D>::load(src[c]);
         }
     }
+}
+
+}  // namespace
+
+void embedding_forward(OpContext&, TensorView out, TensorView ids, TensorView table, int64_t vocab_start) {
+    with_storage(out.dtype, [&](auto t) { embedding_forward_as<decltype(t)::value>(out, ids, table, vocab_start); });
+}
+
+void embedding_backward(OpContext&, TensorView dtable, TensorView dout, TensorView ids, int64_t vocab_start) {
+    with_storage(dout.dtype,
+                 [&](auto t) { embedding_backward_as<decltype(t)::value>(dtable, dout, ids, vocab_start); });
+}
+
+void position_embedding_forward(OpContext&, TensorView out, TensorView wpe, int64_t position_offset) {
+    with_storage(out.dtype, [&](auto t) { position_embedding_forward_as<decltype(t)::value>(out, wpe, position_offset); });
+}
+
+void position_embedding_backward(OpContext&, TensorView dwpe, TensorView dout, int64_t position_offset) {
+    with_storage(dout.dtype,
+                 [&](auto t) { position_embedding_backward_as<decltype(t)::value>(dwpe, dout, position_offset); });
 }
 
 }  // namespace mwb::cpu

@@ -41,6 +41,33 @@ typename Storage<T>::type* elements(const TensorView& v) {
     return static_cast<typename Storage<T>::type*>(v.data);
 }
 
+/// Row helpers for ops that reduce along a row (norms): the f32 row itself, or the row widened into
+/// `buf`, so the arithmetic after it is the f32 code unchanged (the same sums in the same order).
+template <DType T>
+const float* widened_row(const typename Storage<T>::type* p, int64_t n, float* buf) {
+    if constexpr (T == DType::F32) {
+        return p;
+    } else {
+#pragma omp simd
+        for (int64_t i = 0; i < n; ++i) buf[i] = Storage<T>::load(p[i]);
+        return buf;
+    }
+}
+/// Where to compute a row of t in: the f32 row itself, else `buf` (then stored with stored_row).
+template <DType T>
+float* computed_row(typename Storage<T>::type* p, float* buf) {
+    if constexpr (T == DType::F32) return p;
+    else return buf;
+}
+/// Rounds a row computed in `buf` into t's storage (nothing for f32, computed in place).
+template <DType T>
+void stored_row(typename Storage<T>::type* p, const float* buf, int64_t n) {
+    if constexpr (T != DType::F32) {
+#pragma omp simd
+        for (int64_t i = 0; i < n; ++i) p[i] = Storage<T>::store(buf[i]);
+    }
+}
+
 /// Calls f(std::integral_constant<DType, T>{}) for the view dtype T = `dtype` (f32, bf16 or f16).
 template <class F>
 decltype(auto) with_storage(DType dtype, F&& f) {

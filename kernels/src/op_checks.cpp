@@ -146,7 +146,7 @@ int64_t attention(const Args& c, const char* out_arg, const TensorView& out, con
 // ---- elementwise and reductions -------------------------------------------------------------------
 
 void fill(OpContext& ctx, TensorView x, float) {
-    Args("fill", ctx).tensor("x", x, F32);
+    Args("fill", ctx).stored("x", x);
 }
 
 void copy(OpContext& ctx, TensorView dst, TensorView src) {
@@ -158,30 +158,32 @@ void copy(OpContext& ctx, TensorView dst, TensorView src) {
                 device_name(ctx.device), ctx.device == Device::CPU ? "" : " or the host");
     }
     same_size(c, "dst", dst, "src", src);
-    // Same dtype, or the f32 <-> bf16 conversions; a mismatch blames the side that is neither.
-    const auto convertible = [](DType t) { return t == DType::F32 || t == DType::BF16; };
+    // Same dtype, or a conversion between storage dtypes (CPU: f32, bf16, f16; CUDA: f32 <-> bf16); a
+    // mismatch blames the side that is neither.
+    const bool cpu = ctx.device == Device::CPU;
+    const auto convertible = [cpu](DType t) { return cpu ? storage_dtype(t) : t == DType::F32 || t == DType::BF16; };
     if (dst.dtype != src.dtype && !(convertible(dst.dtype) && convertible(src.dtype))) {
         const bool blame_dst = !convertible(dst.dtype);
         const TensorView& other = blame_dst ? src : dst;
-        c.shape(false, blame_dst ? "dst" : "src", blame_dst ? dst : src, "of {}'s dtype {} (or f32 <-> bf16)",
-                blame_dst ? "src" : "dst", dtype_name(other.dtype));
+        c.shape(false, blame_dst ? "dst" : "src", blame_dst ? dst : src, "of {}'s dtype {} (or {})",
+                blame_dst ? "src" : "dst", dtype_name(other.dtype), cpu ? "f32, bf16 or f16" : "f32 <-> bf16");
     }
 }
 
 void scale(OpContext& ctx, TensorView x, float) {
-    Args("scale", ctx).tensor("x", x, F32);
+    Args("scale", ctx).stored("x", x);
 }
 
 void add(OpContext& ctx, TensorView out, TensorView a, TensorView b) {
     const Args c("add", ctx);
-    c.tensor("out", out, F32).tensor("a", a, F32).tensor("b", b, F32);
+    c.stored("out", out).tensor("a", a, out.dtype).tensor("b", b, out.dtype);
     same_size(c, "a", a, "out", out);
     same_size(c, "b", b, "out", out);
 }
 
 void round_to(OpContext& ctx, TensorView x, DType dtype) {
     const Args c("round_to", ctx);
-    c.tensor("x", x, F32);
+    c.stored("x", x);
     c.value(storage_dtype(dtype), "dtype", dtype_name(dtype), "f32, bf16 or f16");
 }
 
@@ -298,14 +300,14 @@ void linear_backward_gelu(OpContext& ctx, TensorView dpre, TensorView dpre_bias,
 namespace {
 void embedding(const Args& c, const char* rows_arg, const TensorView& rows, const TensorView& ids,
                const char* table_arg, const TensorView& table) {
-    c.tensor(rows_arg, rows, F32).tensor("ids", ids, I32).tensor(table_arg, table, F32).dims(table_arg, table, 2);
+    c.stored(rows_arg, rows).tensor("ids", ids, I32).tensor(table_arg, table, F32).dims(table_arg, table, 2);
     c.shape(rows.rows() == ids.numel() && rows.cols() == table.dim(1), rows_arg, rows, "(N={} ids, H={})", ids.numel(),
             table.dim(1));
 }
 
 void position_embedding(const Args& c, const char* rows_arg, const TensorView& rows, const char* table_arg,
                         const TensorView& table, int64_t position_offset) {
-    c.tensor(rows_arg, rows, F32).tensor(table_arg, table, F32).dims(rows_arg, rows, 3).dims(table_arg, table, 2);
+    c.stored(rows_arg, rows).tensor(table_arg, table, F32).dims(rows_arg, rows, 3).dims(table_arg, table, 2);
     c.shape(table.dim(1) == rows.dim(2), table_arg, table, "(P, H={})", rows.dim(2));
     c.value(position_offset >= 0 && position_offset + rows.dim(0) <= table.dim(0), "position_offset", position_offset,
             ">= 0 with positions [offset, offset + S={}) inside the {} rows of {}", rows.dim(0), table.dim(0),
@@ -332,10 +334,11 @@ void position_embedding_backward(OpContext& ctx, TensorView dwpe, TensorView dou
 // ---- normalisation -----------------------------------------------------------------------------------
 
 namespace {
-/// x (N, H), a tensor of x's size, w (H) and a per-row statistic (N).
+/// x (N, H), a tensor of x's size, w (H) and a per-row statistic (N). x, out, dout and dx are
+/// stored activations (the residual stream, norm outputs and their gradients).
 void norm(const Args& c, const TensorView& x, const char* like_x_arg, const TensorView& like_x, const TensorView& w,
           const char* stat_arg, const TensorView& stat) {
-    c.tensor("x", x, F32).tensor(like_x_arg, like_x, F32).tensor("w", w, F32).tensor(stat_arg, stat, F32);
+    c.stored("x", x).stored(like_x_arg, like_x).tensor("w", w, F32).tensor(stat_arg, stat, F32);
     same_size(c, like_x_arg, like_x, "x", x);
     elements(c, "w", w, x.cols(), "one per column of x");
     elements(c, stat_arg, stat, x.rows(), "one per row of x");
@@ -355,7 +358,7 @@ void layernorm_backward(OpContext& ctx, TensorView dx, TensorView dw, TensorView
                         TensorView mean, TensorView rstd, TensorView w, bool) {
     const Args c("layernorm_backward", ctx);
     norm(c, x, "dout", dout, w, "rstd", rstd);
-    c.tensor("dx", dx, F32).tensor("dw", dw, F32).tensor("db", db, F32).tensor("mean", mean, F32);
+    c.tensor("dx", dx, x.dtype).tensor("dw", dw, F32).tensor("db", db, F32).tensor("mean", mean, F32);
     same_size(c, "dx", dx, "x", x);
     same_size(c, "dw", dw, "w", w);
     same_size(c, "db", db, "w", w);
@@ -370,7 +373,7 @@ void rmsnorm_backward(OpContext& ctx, TensorView dx, TensorView dw, TensorView d
                       TensorView w, bool) {
     const Args c("rmsnorm_backward", ctx);
     norm(c, x, "dout", dout, w, "rstd", rstd);
-    c.tensor("dx", dx, F32).tensor("dw", dw, F32);
+    c.tensor("dx", dx, x.dtype).tensor("dw", dw, F32);
     same_size(c, "dx", dx, "x", x);
     same_size(c, "dw", dw, "w", w);
 }
@@ -430,7 +433,7 @@ void rope_backward(OpContext& ctx, TensorView dqkv, TensorView cos, TensorView s
 
 void dropout_forward(OpContext& ctx, TensorView out, TensorView x, float p, RngStream, int64_t element_offset) {
     const Args c("dropout_forward", ctx);
-    c.tensor("out", out, F32).tensor("x", x, F32);
+    c.stored("out", out).stored("x", x);
     same_size(c, "out", out, "x", x);
     dropout_p(c, p);
     dropout_offset(c, element_offset);
@@ -438,7 +441,7 @@ void dropout_forward(OpContext& ctx, TensorView out, TensorView x, float p, RngS
 
 void dropout_backward(OpContext& ctx, TensorView dx, TensorView dout, float p, RngStream, int64_t element_offset) {
     const Args c("dropout_backward", ctx);
-    c.tensor("dx", dx, F32).tensor("dout", dout, F32);
+    c.stored("dx", dx).stored("dout", dout);
     same_size(c, "dx", dx, "dout", dout);
     dropout_p(c, p);
     dropout_offset(c, element_offset);
@@ -447,7 +450,7 @@ void dropout_backward(OpContext& ctx, TensorView dx, TensorView dout, float p, R
 void dropout_add_forward(OpContext& ctx, TensorView out, TensorView residual, TensorView x, float p, RngStream,
                          int64_t element_offset) {
     const Args c("dropout_add_forward", ctx);
-    c.tensor("out", out, F32).tensor("residual", residual, F32).tensor("x", x, F32);
+    c.stored("out", out).tensor("residual", residual, out.dtype).stored("x", x);
     same_size(c, "out", out, "x", x);
     same_size(c, "residual", residual, "x", x);
     dropout_p(c, p);
@@ -457,7 +460,7 @@ void dropout_add_forward(OpContext& ctx, TensorView out, TensorView residual, Te
 void bias_dropout_add_forward(OpContext& ctx, TensorView out, TensorView residual, TensorView x, TensorView bias,
                               float p, RngStream, int64_t element_offset) {
     const Args c("bias_dropout_add_forward", ctx);
-    c.tensor("out", out, F32).tensor("residual", residual, F32).tensor("x", x, F32).tensor("bias", bias, F32);
+    c.stored("out", out).tensor("residual", residual, out.dtype).stored("x", x).tensor("bias", bias, F32);
     same_size(c, "out", out, "x", x);
     same_size(c, "residual", residual, "x", x);
     elements(c, "bias", bias, x.cols(), "one per column of x");

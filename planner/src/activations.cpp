@@ -25,7 +25,7 @@ LayerBytes layer_bytes(const ModelShape& m, const Layout& l, const Precision& p,
         b.ln1_out = rows_rep * m.h * e;
         b.ln1_stats = rows_rep * stat;
         b.qkv = rows * (m.qkv_width() / t) * st;  // after RoPE (applied in place)
-        b.probs = m.b * heads * m.s * m.s * e;
+        b.probs = m.b * heads * m.s * m.s * p.probs;
         b.context = rows * (m.q_width() / t) * st;
         b.residual2 = rows_rep * m.h * e;
         b.ln2_out = rows_rep * m.h * e;
@@ -57,7 +57,7 @@ HeadBytes head_bytes(const ModelShape& m, const Layout& l, const Precision& p, A
         h.norm_stats = rows_rep * p.statistic * (m.rmsnorm ? 1 : 2);
         // One chunk of rows at a time (GptModel::head), sized by the same function.
         const int64_t v = m.V / l.tp;
-        h.logits = logits_chunk_rows(rows, v, p.activation, l.logits_chunk_bytes) * v * p.activation;
+        h.logits = logits_chunk_rows(rows, v, p.logits, l.logits_chunk_bytes) * v * p.logits;
     } else {
         h.norm_out = rows_rep * m.h * 2;
         h.logits = rows * (m.V / l.tp) * 4;  // Megatron-LM's cross-entropy works on fp32 logits
@@ -66,12 +66,16 @@ HeadBytes head_bytes(const ModelShape& m, const Layout& l, const Precision& p, A
 }
 
 WorkspaceBytes workspace_bytes(const ModelShape& m, const Layout& l, const Precision& p, const DeviceSpec& d) {
-    const int64_t t = l.tp, e = p.activation;
+    const int64_t t = l.tp, e = p.activation, sum = p.partial_sum;
     const int64_t rows = m.s * m.b, rows_rep = l.sp ? rows / t : rows;
     WorkspaceBytes w;
     w.full = rows * m.h * e;
-    w.grad_input = rows * std::max(m.h, m.q_width() / t) * e;
+    w.full_sum = rows * m.h * sum;
+    // A norm output's gradient: f32 partial sums under tensor parallelism, rounded after the reduction.
+    w.grad_input = rows * std::max(m.h, m.q_width() / t) * (t > 1 ? sum : e);
+    w.grad_norm_out = rows * m.h * (t > 1 ? sum : e);
     w.local = rows_rep * m.h * e;
+    w.local_sum = rows_rep * m.h * sum;
     const int64_t st = p.layer_stored;  // the layer intermediates' gradients are stored like them
     w.grad_f = rows * (m.f / t) * st;
     w.grad_fc1 = m.swiglu ? rows * (m.fc1_width() / t) * st : 0;

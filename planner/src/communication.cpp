@@ -81,7 +81,8 @@ std::vector<StageCommunication> communication(const ModelShape& m, const Layout&
                                               const ParameterCounts& params) {
     const int t = l.tp, vs = l.pp * l.vp;
     const int64_t mb = l.micro_batches, rows = m.s * m.b, local_rows = l.sp ? rows / t : rows;
-    const int64_t X = rows * m.h * p.activation;  // one (s, b, h) activation
+    const int64_t X = rows * m.h * p.activation;   // one (s, b, h) stored activation (gathered norm outputs)
+    const int64_t Xs = rows * m.h * p.partial_sum;  // ... as partial sums (reductions, dropout gradients)
     const int64_t norms = m.rmsnorm ? 2 : 4;      // norm parameter vectors per layer
     const int64_t layers = int64_t{l.layers_per_chunk} * l.vp, rec = recomputed_layers(l) * l.vp;
     std::vector<StageCommunication> out;
@@ -99,30 +100,30 @@ std::vector<StageCommunication> communication(const ModelShape& m, const Layout&
             sends_backward += stage > 0;
         }
         if (!l.sp) {
-            b.add("layer outputs (forward)", Group::TP, CollectiveOp::AllReduce, t, mb * 2 * (layers + rec), X);
-            b.add("layer input gradients (backward)", Group::TP, CollectiveOp::AllReduce, t, mb * 2 * layers, X);
-            if (first) b.add("embedding output (forward)", Group::TP, CollectiveOp::AllReduce, t, mb, X);
-            if (last) b.add("output-layer input gradient (backward)", Group::TP, CollectiveOp::AllReduce, t, mb, X);
+            b.add("layer outputs (forward)", Group::TP, CollectiveOp::AllReduce, t, mb * 2 * (layers + rec), Xs);
+            b.add("layer input gradients (backward)", Group::TP, CollectiveOp::AllReduce, t, mb * 2 * layers, Xs);
+            if (first) b.add("embedding output (forward)", Group::TP, CollectiveOp::AllReduce, t, mb, Xs);
+            if (last) b.add("output-layer input gradient (backward)", Group::TP, CollectiveOp::AllReduce, t, mb, Xs);
         } else {
             b.add("norm outputs gathered (forward)", Group::SP, CollectiveOp::AllGather, t, mb * 2 * (layers + rec), X);
             b.add("layer outputs reduce-scattered (forward)", Group::SP, CollectiveOp::ReduceScatter, t,
-                  mb * 2 * (layers + rec), X);
-            b.add("output gradients gathered (backward)", Group::SP, CollectiveOp::AllGather, t, mb * 2 * layers, X);
+                  mb * 2 * (layers + rec), Xs);
+            b.add("output gradients gathered (backward)", Group::SP, CollectiveOp::AllGather, t, mb * 2 * layers, Xs);
             b.add("norm outputs gathered again (backward)", Group::SP, CollectiveOp::AllGather, t, mb * 2 * layers, X);
             b.add("input gradients reduce-scattered (backward)", Group::SP, CollectiveOp::ReduceScatter, t,
-                  mb * 2 * layers, X);
+                  mb * 2 * layers, Xs);
             b.add("norm weight gradients", Group::SP, CollectiveOp::AllReduce, t, layers * norms, m.h * p.gradient,
                   false);
             if (first) {
-                b.add("embedding output reduce-scattered (forward)", Group::SP, CollectiveOp::ReduceScatter, t, mb, X);
-                b.add("embedding gradient gathered (backward)", Group::SP, CollectiveOp::AllGather, t, mb, X);
+                b.add("embedding output reduce-scattered (forward)", Group::SP, CollectiveOp::ReduceScatter, t, mb, Xs);
+                b.add("embedding gradient gathered (backward)", Group::SP, CollectiveOp::AllGather, t, mb, Xs);
                 b.add("position embedding gradient", Group::SP, CollectiveOp::AllReduce, t, 1, m.P * m.h * p.gradient,
                       false);
             }
             if (last) {
                 b.add("final norm output gathered (forward)", Group::SP, CollectiveOp::AllGather, t, mb, X);
                 b.add("final norm gradient reduce-scattered (backward)", Group::SP, CollectiveOp::ReduceScatter, t, mb,
-                      X);
+                      Xs);
                 b.add("final norm weight gradients", Group::SP, CollectiveOp::AllReduce, t, norms / 2, m.h * p.gradient,
                       false);
             }
@@ -130,7 +131,7 @@ std::vector<StageCommunication> communication(const ModelShape& m, const Layout&
         if (last) {
             // Per chunk of the classifier (GptModel::head, chunks sized by logits_chunk_rows): the
             // max, then Σexp and the target logit, fp32 per row.
-            const int64_t chunk = logits_chunk_rows(rows, m.V / t, p.activation, l.logits_chunk_bytes);
+            const int64_t chunk = logits_chunk_rows(rows, m.V / t, p.logits, l.logits_chunk_bytes);
             const char* what = "cross-entropy max, sum-exp, target logit";
             b.add(what, Group::TP, CollectiveOp::AllReduce, t, 3 * mb * (rows / chunk), chunk * 4);
             b.add(what, Group::TP, CollectiveOp::AllReduce, t, rows % chunk > 0 ? 3 * mb : 0, rows % chunk * 4);

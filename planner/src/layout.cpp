@@ -62,9 +62,12 @@ Precision Precision::from(const TrainingConfig& t, const DeviceSpec& device) {
     p.master = p.half;
     if (!p.half) return p;  // every buffer is fp32
     p.layer_stored = 2;
-    if (device.emulated_16bit) return p;  // the CPU: every other buffer is fp32 holding 16-bit values
-    p.weight = 2;
     p.activation = 2;
+    if (device.emulated_16bit) return p;  // the CPU: weights, probabilities, logits and sums stay fp32
+    p.weight = 2;
+    p.probs = 2;
+    p.logits = 2;
+    p.partial_sum = 2;
     // Megatron-LM keeps fp32 main grads when asked to (bf16 always asks); plain fp16 accumulates in fp16.
     p.gradient = t.accumulate_allreduce_grads_in_fp32 ? 4 : 2;
     return p;

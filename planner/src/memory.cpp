@@ -75,28 +75,28 @@ void forward_layer(Tracker& t, const Shapes& x, bool keep, bool store_probs) {
     const LayerBytes& b = x.b;
     const WorkspaceBytes& w = x.w;
     if (x.sp) t.ws(w.full);  // a norm output gathered to all N rows
-    t.ws(w.full);            // row-parallel output before the reduction
+    t.ws(w.full_sum);        // row-parallel output before the reduction
     t.act(b.ln1_out + b.ln1_stats);
     t.act(b.qkv);
     t.act(b.probs);
     t.act(b.context);
     if (!store_probs) t.act(-b.probs);
-    if (x.sp) t.ws(w.local);  // the reduce-scattered rows
+    if (x.sp) t.ws(w.local_sum);  // the reduce-scattered rows
     t.act(b.residual2 + b.masks);
     t.act(b.ln2_out + b.ln2_stats);
     t.act(b.fc1);
     t.act(b.gelu);
     t.act(b.input);  // the output
     if (!keep) t.act(-(b.all() - b.input - (store_probs ? 0 : b.probs)));
-    t.ws(-(w.full + (x.sp ? w.full + w.local : 0)));
+    t.ws(-(w.full_sum + (x.sp ? w.full + w.local_sum : 0)));
 }
 
 /// TransformerLayer::backward: frees everything the layer kept, its input included.
 void backward_layer(Tracker& t, const Shapes& x, bool probs_kept) {
     const LayerBytes& b = x.b;
     const WorkspaceBytes& w = x.w;
-    const int64_t held = w.local + w.grad_input + (x.sp ? 2 * w.full + w.local : 0);
-    t.ws(held);  // output gradient (local rows [, full rows]), [gathered norm output,] input gradient [, local]
+    const int64_t held = w.local_sum + w.grad_input + (x.sp ? w.full_sum + w.full + w.local_sum : 0);
+    t.ws(held);  // dropout gradient (local rows [, full rows]), [gathered norm output,] input gradient [, local]
     t.ws(w.grad_f);
     t.ws(w.grad_fc1);  // SwiGLU: the gradient of gate and up
     t.ws(-(w.grad_f + w.grad_fc1));
@@ -122,11 +122,11 @@ void head(Tracker& t, const Shapes& x) {
     if (x.sp) t.ws(w.full);  // the final norm's output gathered for the output layer
     t.ws(w.loss_stats);
     if (x.tp) t.ws(w.row_max);
-    t.ws(w.full);          // gradient of the final norm's output, filled chunk by chunk
-    t.act(x.head.logits);  // one chunk's logits, reused by every chunk
+    t.ws(w.grad_norm_out);  // gradient of the final norm's output, filled chunk by chunk
+    t.act(x.head.logits);   // one chunk's logits, reused by every chunk
     t.act(-x.head.logits);
-    if (x.sp) t.ws(w.local);
-    t.ws(-(w.loss_stats + (x.tp ? w.row_max : 0) + w.full + (x.sp ? w.full + w.local : 0)));
+    if (x.sp) t.ws(w.local_sum);
+    t.ws(-(w.loss_stats + (x.tp ? w.row_max : 0) + w.grad_norm_out + (x.sp ? w.full + w.local_sum : 0)));
     t.act(-(x.head.norm_out + x.head.norm_stats));
 }
 
@@ -140,10 +140,10 @@ PassProfile forward_profile(const MemoryInputs& in, int layers, bool first, bool
     if (last) t.data(x.ids);       // targets
     if (first) {
         t.act(x.b.input + x.embedding_mask);
-        if (x.tp) {  // vocabulary-parallel partial embedding, full rows
-            t.ws(x.w.full);
-            t.ws(-x.w.full);
-        }
+        // The embedding sum before its rounding (vocabulary-parallel: partial, full rows), under SP
+        // reduce-scattered into local rows.
+        t.ws(x.w.full_sum + (x.sp ? x.w.local_sum : 0));
+        t.ws(-(x.w.full_sum + (x.sp ? x.w.local_sum : 0)));
     }
     for (int l = 0; l < layers; ++l) {
         const bool keep = x.policy.stores_all(l);
@@ -176,10 +176,9 @@ PassProfile backward_profile(const MemoryInputs& in, int layers, bool first, boo
         backward_layer(t, x, stored ? !x.selective : true);
     }
     if (first) {
-        if (x.sp) {  // the embedding's gradient gathered to all rows
-            t.ws(x.w.full);
-            t.ws(-x.w.full);
-        }
+        // The dropout's input gradient (partial-sum width), under SP gathered to all rows.
+        t.ws(x.w.local_sum + (x.sp ? x.w.full_sum : 0));
+        t.ws(-(x.w.local_sum + (x.sp ? x.w.full_sum : 0)));
         t.act(-x.embedding_mask);
     }
     if (first) t.ws(-x.w.local);  // the input gradient of the embedding: dropped

@@ -150,7 +150,7 @@ std::string text_report(const Plan& p) {
                        t.bf16   ? "bf16"
                        : t.fp16 ? "fp16"
                                 : "fp32",
-                       c.device.emulated_16bit && p.precision.half ? " (layer intermediates 16-bit, the rest emulated in fp32)" : "",
+                       c.device.emulated_16bit && p.precision.half ? " (activations 16-bit; weights, attention probabilities, logits and partial sums fp32)" : "",
                        p.options.accounting == Accounting::Engine ? "mwb-train allocates them"
                                                                   : "Megatron-LM (Korthikanti et al. 2022)");
     const ParameterCounts& pc = p.parameters;

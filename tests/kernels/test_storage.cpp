@@ -1,7 +1,8 @@
 // 16-bit storage on the CPU: the bf16/fp16 encodings (mwb/kernels/precision.h) against the compiler's
 // IEEE binary16 (_Float16) and bf16's definition, bit for bit over every 16-bit pattern and over random
 // float32 bit patterns; and every op that reads or writes a stored activation or its gradient (linear,
-// GELU, SwiGLU, RoPE, attention) run on bf16/f16 views against the same op on f32 views followed by round_to, the
+// GELU, SwiGLU, RoPE, attention; norms, dropout and residual adds, embeddings, fill/copy/scale/add/round_to
+// on the residual stream) run on bf16/f16 views against the same op on f32 views followed by round_to, the
 // emulated storage this replaces: the results must be the same bits.
 #include "support/precision_ref.h"
 #include "support/qt_checks.h"
@@ -319,6 +320,172 @@ private slots:
                                 view16(qkv.bits, dt, {S, B, W}), view_f32(probs_s.data(), {saved}), wsv, p);
         ops::rope_backward(ctx, view16(dq16, dt, {S, B, W}), cv, sv, p, int(R), interleaved, 0);
         QCOMPARE_BITS(decoded(dt, dq16), dq_e2);
+    }
+
+    void residual_stream_ops_on_16bit_views_equal_emulated_storage_data() {
+        QTest::addColumn<int>("dtype");
+        QTest::addColumn<float>("p");
+        QTest::newRow("bf16") << int(DType::BF16) << 0.0f;
+        QTest::newRow("bf16 dropout") << int(DType::BF16) << 0.1f;
+        QTest::newRow("f16 dropout") << int(DType::F16) << 0.1f;
+    }
+    void residual_stream_ops_on_16bit_views_equal_emulated_storage() {
+        // The residual stream, norm outputs, embedding output and their gradients (norms, dropout and the
+        // residual adds, embeddings, the elementwise ops) on 16-bit views against the f32 op + round_to.
+        QFETCH(int, dtype);
+        QFETCH(float, p);
+        const DType dt = static_cast<DType>(dtype);
+        OpContext ctx;
+        const int64_t N = 37, H = 200;  // H: three column blocks of the parameter gradients, one partial
+        const RngStream rng{3, 4};
+        const auto f32 = [](std::vector<float>& v, std::initializer_list<int64_t> shape) {
+            return view_f32(v.data(), shape);
+        };
+        const auto emulated = [&](std::vector<float>& v) { ops::round_to(ctx, f32(v, {int64_t(v.size())}), dt); };
+        Stored x = stored(dt, random_floats(N * H, 31, -3, 3));
+        const std::vector<float> w = stored(dt, random_floats(H, 32, 0.5f, 1.5f)).f32;
+        const std::vector<float> b = stored(dt, random_floats(H, 33, -0.5f, 0.5f)).f32;
+        auto wc = w, bc = b;
+        const TensorView wv = f32(wc, {H}), bv = f32(bc, {H});
+
+        for (const bool rms : {false, true}) {
+            // forward: x and out 16-bit; mean and rstd f32.
+            std::vector<float> out_e(N * H), mean_e(N), rstd_e(N), mean_s(N), rstd_s(N);
+            std::vector<uint16_t> out16(N * H);
+            if (rms) {
+                ops::rmsnorm_forward(ctx, f32(out_e, {N, H}), f32(rstd_e, {N}), f32(x.f32, {N, H}), wv, 1e-5f);
+                ops::rmsnorm_forward(ctx, view16(out16, dt, {N, H}), f32(rstd_s, {N}), view16(x.bits, dt, {N, H}), wv,
+                                     1e-5f);
+            } else {
+                ops::layernorm_forward(ctx, f32(out_e, {N, H}), f32(mean_e, {N}), f32(rstd_e, {N}), f32(x.f32, {N, H}),
+                                       wv, bv, 1e-5f);
+                ops::layernorm_forward(ctx, view16(out16, dt, {N, H}), f32(mean_s, {N}), f32(rstd_s, {N}),
+                                       view16(x.bits, dt, {N, H}), wv, bv, 1e-5f);
+                QCOMPARE_BITS(mean_s, mean_e);
+            }
+            emulated(out_e);
+            QCOMPARE_BITS(decoded(dt, out16), out_e);
+            QCOMPARE_BITS(rstd_s, rstd_e);
+
+            // backward: dx (the residual gradient) 16-bit, accumulated and rounded once; dout 16-bit (a norm
+            // output's gradient) or f32 (a tensor-parallel sum); dw, db f32.
+            Stored dout = stored(dt, random_floats(N * H, 34, -1, 1));
+            for (const bool accumulate : {true, false})
+                for (const bool dout16 : {true, false}) {
+                    Stored dx = stored(dt, random_floats(N * H, 35, -1, 1));
+                    std::vector<float> dw_e(H, 0.5f), db_e(H, 0.25f), dw_s = dw_e, db_s = db_e;
+                    const TensorView dout_s = dout16 ? view16(dout.bits, dt, {N, H}) : f32(dout.f32, {N, H});
+                    if (rms) {
+                        ops::rmsnorm_backward(ctx, f32(dx.f32, {N, H}), f32(dw_e, {H}), f32(dout.f32, {N, H}),
+                                              f32(x.f32, {N, H}), f32(rstd_e, {N}), wv, accumulate);
+                        ops::rmsnorm_backward(ctx, view16(dx.bits, dt, {N, H}), f32(dw_s, {H}), dout_s,
+                                              view16(x.bits, dt, {N, H}), f32(rstd_e, {N}), wv, accumulate);
+                    } else {
+                        ops::layernorm_backward(ctx, f32(dx.f32, {N, H}), f32(dw_e, {H}), f32(db_e, {H}),
+                                                f32(dout.f32, {N, H}), f32(x.f32, {N, H}), f32(mean_e, {N}),
+                                                f32(rstd_e, {N}), wv, accumulate);
+                        ops::layernorm_backward(ctx, view16(dx.bits, dt, {N, H}), f32(dw_s, {H}), f32(db_s, {H}),
+                                                dout_s, view16(x.bits, dt, {N, H}), f32(mean_e, {N}),
+                                                f32(rstd_e, {N}), wv, accumulate);
+                    }
+                    emulated(dx.f32);
+                    QCOMPARE_BITS(decoded(dt, dx.bits), dx.f32);
+                    QCOMPARE_BITS(dw_s, dw_e);
+                    QCOMPARE_BITS(db_s, db_e);
+                }
+        }
+
+        // The residual adds: out and residual 16-bit, the branch f32 (a row-parallel sum), one rounding.
+        std::vector<float> branch = random_floats(N * H, 36, -2, 2), bias = random_floats(H, 37);
+        for (const bool with_bias : {false, true}) {
+            std::vector<float> out_e(N * H);
+            std::vector<uint16_t> out16(N * H);
+            if (with_bias) {
+                ops::bias_dropout_add_forward(ctx, f32(out_e, {N, H}), f32(x.f32, {N, H}), f32(branch, {N, H}),
+                                              f32(bias, {H}), p, rng, 5);
+                ops::bias_dropout_add_forward(ctx, view16(out16, dt, {N, H}), view16(x.bits, dt, {N, H}),
+                                              f32(branch, {N, H}), f32(bias, {H}), p, rng, 5);
+            } else {
+                ops::dropout_add_forward(ctx, f32(out_e, {N, H}), f32(x.f32, {N, H}), f32(branch, {N, H}), p, rng, 5);
+                ops::dropout_add_forward(ctx, view16(out16, dt, {N, H}), view16(x.bits, dt, {N, H}),
+                                         f32(branch, {N, H}), p, rng, 5);
+            }
+            emulated(out_e);
+            QCOMPARE_BITS(decoded(dt, out16), out_e);
+        }
+        // Dropout of an f32 sum into a 16-bit tensor (the embedding), and of a 16-bit gradient into f32.
+        {
+            std::vector<float> out_e(N * H), back_e(N * H), back_s(N * H);
+            std::vector<uint16_t> out16(N * H);
+            ops::dropout_forward(ctx, f32(out_e, {N, H}), f32(branch, {N, H}), p, rng, 7);
+            emulated(out_e);
+            ops::dropout_forward(ctx, view16(out16, dt, {N, H}), f32(branch, {N, H}), p, rng, 7);
+            QCOMPARE_BITS(decoded(dt, out16), out_e);
+            ops::dropout_backward(ctx, f32(back_e, {N, H}), f32(x.f32, {N, H}), p, rng, 7);
+            ops::dropout_backward(ctx, f32(back_s, {N, H}), view16(x.bits, dt, {N, H}), p, rng, 7);
+            QCOMPARE_BITS(back_s, back_e);
+        }
+
+        // Embeddings: 16-bit rows out (word, then positions added with one rounding) and 16-bit dout in.
+        {
+            const int64_t V = 11, S = 37, B = 1;
+            std::vector<float> table = stored(dt, random_floats(V * H, 38)).f32, wpe = random_floats(S * H, 39);
+            std::vector<int32_t> ids(N);
+            for (int64_t i = 0; i < N; ++i) ids[i] = int32_t((i * 7) % (V + 3)) - 1;  // some outside [0, V)
+            const TensorView idv = make_view(ids.data(), DType::I32, {N});
+            std::vector<float> e(N * H);
+            std::vector<uint16_t> e16(N * H);
+            ops::embedding_forward(ctx, f32(e, {N, H}), idv, f32(table, {V, H}), 0);
+            ops::embedding_forward(ctx, view16(e16, dt, {N, H}), idv, f32(table, {V, H}), 0);
+            QCOMPARE_BITS(decoded(dt, e16), e);  // the table holds 16-bit values: exact
+            ops::position_embedding_forward(ctx, f32(e, {S, B, H}), f32(wpe, {S, H}), 0);
+            emulated(e);
+            ops::position_embedding_forward(ctx, view16(e16, dt, {S, B, H}), f32(wpe, {S, H}), 0);
+            QCOMPARE_BITS(decoded(dt, e16), e);
+            std::vector<float> dt_e(V * H, 0.5f), dt_s = dt_e, dp_e(S * H, 0.25f), dp_s = dp_e;
+            ops::embedding_backward(ctx, f32(dt_e, {V, H}), f32(x.f32, {N, H}), idv, 0);
+            ops::embedding_backward(ctx, f32(dt_s, {V, H}), view16(x.bits, dt, {N, H}), idv, 0);
+            QCOMPARE_BITS(dt_s, dt_e);
+            ops::position_embedding_backward(ctx, f32(dp_e, {S, H}), f32(x.f32, {S, B, H}), 0);
+            ops::position_embedding_backward(ctx, f32(dp_s, {S, H}), view16(x.bits, dt, {S, B, H}), 0);
+            QCOMPARE_BITS(dp_s, dp_e);
+        }
+
+        // fill, copy (both ways), scale, add and round_to on 16-bit views.
+        {
+            const int64_t n = N * H;
+            std::vector<float> e(n, 0.3f);
+            emulated(e);
+            std::vector<uint16_t> h16(n);
+            ops::fill(ctx, view16(h16, dt, {n}), 0.3f);
+            QCOMPARE_BITS(decoded(dt, h16), e);
+            std::vector<float> c_e = branch;
+            emulated(c_e);
+            ops::copy(ctx, view16(h16, dt, {n}), f32(branch, {n}));  // narrowing rounds once
+            QCOMPARE_BITS(decoded(dt, h16), c_e);
+            std::vector<float> back(n);
+            ops::copy(ctx, f32(back, {n}), view16(h16, dt, {n}));  // widening is exact
+            QCOMPARE_BITS(back, c_e);
+            ops::scale(ctx, f32(c_e, {n}), 0.37f);
+            emulated(c_e);
+            ops::scale(ctx, view16(h16, dt, {n}), 0.37f);
+            QCOMPARE_BITS(decoded(dt, h16), c_e);
+            std::vector<float> sum_e(n);
+            ops::add(ctx, f32(sum_e, {n}), f32(c_e, {n}), f32(x.f32, {n}));
+            emulated(sum_e);
+            std::vector<uint16_t> sum16(n);
+            ops::add(ctx, view16(sum16, dt, {n}), view16(h16, dt, {n}), view16(x.bits, dt, {n}));
+            QCOMPARE_BITS(decoded(dt, sum16), sum_e);
+            std::vector<uint16_t> same = sum16;
+            ops::round_to(ctx, view16(same, dt, {n}), dt);  // a 16-bit view holds its precision already
+            QVERIFY(same == sum16);
+            // ... and rounded to the other 16-bit format, kept in its own.
+            const DType other = dt == DType::BF16 ? DType::F16 : DType::BF16;
+            std::vector<float> o_e = decoded(dt, sum16);
+            ops::round_to(ctx, f32(o_e, {n}), other);
+            ops::round_to(ctx, view16(same, dt, {n}), other);
+            QCOMPARE_BITS(decoded(dt, same), o_e);
+        }
     }
 
     void cuda_context_refuses_16bit_activations() {

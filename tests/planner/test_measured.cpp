@@ -85,6 +85,13 @@ private slots:
             "--fp16", "--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", "1"};
         QTest::newRow("untied RMSNorm") << QStringList{"--untie-embeddings-and-output-weights", "--normalization",
                                                        "RMSNorm"};
+        // 16-bit activations (residual stream, norm outputs, their gradients) next to fp32 probabilities,
+        // logits and partial sums: every category byte for byte.
+        QTest::newRow("bf16 dropout untied RMSNorm")
+            << QStringList{"--bf16", "--hidden-dropout", "0.1", "--attention-dropout", "0.1",
+                           "--untie-embeddings-and-output-weights", "--normalization", "RMSNorm"};
+        QTest::newRow("fp16 selective") << QStringList{"--fp16", "--recompute-granularity", "selective"};
+        QTest::newRow("bf16 logits in chunks of 7 rows") << QStringList{"--bf16", "--logits-chunk-bytes", "3584"};
         QTest::newRow("micro 1 global 3") << QStringList{"--micro-batch-size", "1", "--global-batch-size", "3"};
         QTest::newRow("micro 3 global 6 bf16 selective") << QStringList{
             "--micro-batch-size", "3", "--global-batch-size", "6", "--bf16", "--recompute-granularity", "selective"};
@@ -110,6 +117,8 @@ private slots:
         QTest::newRow("llama full uniform 1")
             << llama + QStringList{"--recompute-granularity", "full", "--recompute-method", "uniform",
                                    "--recompute-num-layers",  "1"};
+        QTest::newRow("llama fp16") << llama + QStringList{"--fp16"};
+        QTest::newRow("llama bf16 selective") << llama + QStringList{"--bf16", "--recompute-granularity", "selective"};
         QTest::newRow("llama bf16 full block 2")
             << llama + QStringList{"--bf16", "--recompute-granularity", "full", "--recompute-method",
                                    "block",  "--recompute-num-layers",  "2"};

@@ -83,6 +83,10 @@ private slots:
         // Vocabulary-parallel statistics reduced chunk by chunk (5 rows of 128 words a rank).
         QTest::newRow("tp2_sp logits in chunks of 5 rows")
             << 2 << QStringList{T, "2", "--sequence-parallel", "--logits-chunk-bytes", "2560"};
+        // 16-bit runs: gathered norm outputs and pipeline messages 16-bit, tensor-parallel sums fp32.
+        QTest::newRow("tp2_bf16") << 2 << QStringList{T, "2", "--bf16"};
+        QTest::newRow("tp2_sp_fp16") << 2 << QStringList{T, "2", "--sequence-parallel", "--fp16"};
+        QTest::newRow("pp2_bf16") << 2 << QStringList{P, "2", "--bf16"};
         QTest::newRow("dp2") << 2 << QStringList{};
         QTest::newRow("dp2_distopt_bf16") << 2 << QStringList{"--use-distributed-optimizer", "--bf16"};
         QTest::newRow("tp2_dp2_sp_selective_untied") << 4 << QStringList{T,
@@ -121,6 +125,8 @@ private slots:
         // TP rank holds one key/value head; the same collectives, no position table.
         const QStringList llama = test::llama_flags();
         QTest::newRow("llama_tp2_sp") << 2 << llama + QStringList{T, "2", "--sequence-parallel"};
+        QTest::newRow("llama_tp2_sp_bf16_selective")
+            << 2 << llama + QStringList{T, "2", "--sequence-parallel", "--bf16", "--recompute-granularity", "selective"};
         QTest::newRow("llama_tp2_pp2_dp2_sp_distopt_selective")
             << 8 << llama + QStringList{T,
                                         "2",
@@ -165,7 +171,9 @@ private slots:
         const auto& comm = steps.back()["ranks"];
         const auto& mem = memory.back()["ranks"];
         QCOMPARE(static_cast<int>(mem.size()), ranks);
-        const int64_t buffer = p.model.s * p.model.b / (p.layout.sp ? p.layout.tp : 1) * p.model.h * 4;
+        // A pipeline message (local rows × hidden, stored as the activations are) still in flight.
+        const int64_t buffer =
+            p.model.s * p.model.b / (p.layout.sp ? p.layout.tp : 1) * p.model.h * p.precision.activation;
         const int64_t max_pending = 2 * p.layout.micro_batches * p.layout.vp;
 
         for (int i = 0; i < ranks; ++i) {

@@ -45,9 +45,12 @@ struct LayerBytes {
 /// Workspace (temporaries) of the engine's forward/backward, per rank, by size (the buffers of
 /// TransformerLayer and GptModel; N = s·b rows, R = N/t rows under sequence parallelism, else N).
 struct WorkspaceBytes {
-    int64_t full =
-        0;  ///< (N, h): pre-reduction row-parallel output, gathered norm output, column-parallel input gradient
-    int64_t local = 0;   ///< (R, h): local rows of a gradient (received from the next stage, the head's, SP reductions)
+    int64_t full = 0;        ///< (N, h) stored: a gathered norm output
+    int64_t full_sum = 0;    ///< (N, h) partial sums: a row-parallel output before the reduction, the embedding
+                             ///< sum, a gathered dropout gradient (SP)
+    int64_t local = 0;       ///< (R, h) stored: the residual stream's gradient (received, the head's)
+    int64_t local_sum = 0;   ///< (R, h) partial sums: a dropout's input gradient, an SP reduction's rows
+    int64_t grad_norm_out = 0;  ///< (N, h): the final norm output's gradient (partial sums under TP)
     int64_t grad_f = 0;  ///< (N, f/t): gradient of the MLP hidden
     int64_t grad_fc1 = 0;    ///< SwiGLU only: (N, 2f/t), gradient of the gate and up outputs
     int64_t grad_ctx = 0;    ///< (N, a·d/t): gradient of the attention context

@@ -50,15 +50,23 @@ struct Layout {
     static Layout from(const Config& resolved, int world);
 };
 
-/// Bytes per element as the device stores them. On the CPU backend 16-bit values are emulated in fp32
-/// buffers, so everything is 4 bytes there (docs/memory.md).
+/// Bytes per element as the device stores them. In a 16-bit run the CPU backend stores activations in
+/// 16 bits but keeps its weights, the attention probabilities, the logits and the sums before a rounding
+/// in fp32 (docs/memory.md).
 struct Precision {
     int weight = 4;       ///< model weights the forward pass uses
     int gradient = 4;     ///< gradient accumulators ("main grads")
-    int activation = 4;   ///< activations kept for backward and their gradients
+    /// The residual stream (embedding output, layer inputs, x2, layer outputs), the norm outputs and their
+    /// gradients: 16-bit in a 16-bit run on every device.
+    int activation = 4;
     /// A layer's stored intermediates (qkv, attention context, fc1 output, activation output) and their
     /// gradients: 16-bit in a 16-bit run on every device (the CPU's kernels read and write bf16/fp16 there).
     int layer_stored = 4;
+    int probs = 4;        ///< attention probabilities kept for backward (the CPU keeps them fp32)
+    int logits = 4;       ///< one chunk of logits and their gradient (the CPU's cross-entropy reads fp32)
+    /// Sums before their one rounding: a row-parallel output before the reduction and residual add,
+    /// tensor-parallel partial sums, the embedding sum, a dropout's input gradient (fp32 on the CPU).
+    int partial_sum = 4;
     int statistic = 4;    ///< norm mean/rstd and loss statistics (always fp32)
     bool master = false;  ///< fp32 master weights in the optimizer (bf16/fp16 runs)
     bool half = false;    ///< a bf16/fp16 run (the 16-bit peak FLOP/s applies)
