@@ -181,12 +181,13 @@ void GptModel::prepare_inputs(MicroState& st, const int32_t* tokens, bool want_i
     const int64_t S = d_.seq, B = d_.micro_batch;
     if (want_ids) st.ids = Buffer(alloc_, MemCategory::Data, S * B, DType::I32);
     if (want_targets) st.targets = Buffer(alloc_, MemCategory::Data, S * B, DType::I32);
-    // On a GPU the ids are laid out on the host first, then uploaded.
+    // On a GPU the ids are laid out in pinned host memory first (ids, then targets), then uploaded
+    // asynchronously on the op stream.
     const bool on_device = alloc_.device() != Device::CPU;
-    std::vector<int32_t> host_ids(on_device && want_ids ? S * B : 0),
-        host_targets(on_device && want_targets ? S * B : 0);
-    int32_t* ids = want_ids ? (on_device ? host_ids.data() : st.ids.i32()) : nullptr;
-    int32_t* targets = want_targets ? (on_device ? host_targets.data() : st.targets.i32()) : nullptr;
+    if (on_device && !staging_) staging_ = std::make_unique<HostStaging>();
+    int32_t* host = on_device ? static_cast<int32_t*>(staging_->next(2 * S * B * 4)) : nullptr;
+    int32_t* ids = want_ids ? (on_device ? host : st.ids.i32()) : nullptr;
+    int32_t* targets = want_targets ? (on_device ? host + S * B : st.targets.i32()) : nullptr;
     for (int64_t s = 0; s < S; ++s) {
         for (int64_t b = 0; b < B; ++b) {
             const int32_t in = tokens[b * (S + 1) + s], out = tokens[b * (S + 1) + s + 1];
@@ -197,8 +198,10 @@ void GptModel::prepare_inputs(MicroState& st, const int32_t* tokens, bool want_i
             if (want_targets) targets[s * B + b] = out;
         }
     }
-    if (on_device && want_ids) device::copy_to_device(st.ids.data(), ids, S * B * 4);
-    if (on_device && want_targets) device::copy_to_device(st.targets.data(), targets, S * B * 4);
+    if (!on_device) return;
+    if (want_ids) staging_->upload(st.ids.data(), 0, S * B * 4, ctx_.stream);
+    if (want_targets) staging_->upload(st.targets.data(), S * B * 4, S * B * 4, ctx_.stream);
+    staging_->uploaded(ctx_.stream);
 }
 
 void GptModel::embed(ModelRuntime& rt, const MicroState& st, Buffer& x0) {
@@ -251,8 +254,8 @@ TensorView row_block(const TensorView& m, int64_t r0, int64_t count) {
 }
 }  // namespace
 
-double GptModel::head(ModelRuntime& rt, const MicroState& st, const Buffer& final_input, float grad_scale,
-                      const TensorView& d) {
+void GptModel::head(ModelRuntime& rt, const MicroState& st, const Buffer& final_input, float grad_scale,
+                    const TensorView& d, const TensorView& loss, bool accumulate) {
     const int64_t N = d_.rows(), R = local_rows_, H = d_.hidden, V = vocab_local_;
     const bool sp = tp_.sequence_parallel(), vocab_parallel = tp_.size() > 1, training = !d.empty();
     const TensorView params = params_.view();
@@ -313,8 +316,8 @@ double GptModel::head(ModelRuntime& rt, const MicroState& st, const Buffer& fina
         ops::linear_backward(ctx_, row_block(grad_ln.view({N, H}), r0, c), dw, {}, lg, xin, out_w);
     }
     logits.reset();
-    const double loss = ops::cross_entropy_loss_sum(ctx_, lse, target) / static_cast<double>(N);
-    if (!training) return loss;
+    ops::cross_entropy_loss_sum(ctx_, loss, lse, target, static_cast<double>(N), accumulate);
+    if (!training) return;
     const TensorView dln = grad_ln.view({N, H});
     Buffer grad_local = sp ? rt.workspace(R * H) : Buffer{};
     const TensorView dln_local = sp ? grad_local.view({R, H}) : dln;
@@ -322,7 +325,6 @@ double GptModel::head(ModelRuntime& rt, const MicroState& st, const Buffer& fina
     rt.store(dln_local);
     norm_backward(rt, d_, d, layout_.view(grads_.view(), lnf_w_), final_norm_bias(grads_.view()), dln_local, x, lnf,
                   layout_.view(params, lnf_w_), false);
-    return loss;
 }
 
 void GptModel::forward_layer(ModelRuntime& rt, int64_t global_layer, LayerActivations& a, Buffer& out, bool keep) {
@@ -368,8 +370,11 @@ ForwardResult GptModel::forward(int chunk, const MicroBatch& mb, Buffer input) {
     ForwardResult result;
     if (has_head) {
         if (mb.training) st.grad = rt.stored_workspace(local_rows_ * d_.hidden);
-        result.loss =
-            head(rt, st, out, mb.grad_scale, mb.training ? st.grad.view({local_rows_, d_.hidden}) : TensorView{});
+        // Without the caller's accumulator the loss comes back at once (evaluation, single-stage use).
+        Buffer own = mb.loss_sum.empty() ? Buffer(alloc_, MemCategory::Workspace, 1, DType::F64) : Buffer{};
+        head(rt, st, out, mb.grad_scale, mb.training ? st.grad.view({local_rows_, d_.hidden}) : TensorView{},
+             own.empty() ? mb.loss_sum : own.view(), mb.accumulate_loss && own.empty());
+        if (!own.empty()) result.loss = ops::read_f64(ctx_, own.view())[0];
         out.reset();
     } else {
         result.output = std::move(out);

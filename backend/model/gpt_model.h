@@ -7,6 +7,7 @@
 //
 // Forward and backward run per (chunk, micro-batch) so that pipeline schedules can interleave them;
 // what a micro-batch keeps between its forward and its backward lives here until its backward.
+#include "backend/core/host_staging.h"
 #include "backend/core/memory.h"
 #include "backend/model/gpt_dims.h"
 #include "backend/model/param_layout.h"
@@ -30,11 +31,16 @@ struct MicroBatch {
     uint64_t stream_base = 0;  ///< micro_batch_stream() of the global micro-batch (dropout masks)
     float grad_scale = 1;      ///< the loss gradient is multiplied by this (loss scale / micro-batches)
     bool training = true;      ///< false: no dropout, nothing kept for backward
+    /// F64 (1) on the device: the head chunk adds the micro-batch's mean loss to it (with
+    /// `accumulate_loss`, else overwrites it) and ForwardResult::loss stays 0, so the step reads its
+    /// losses once, at its end (PipelineRunner). Empty: ForwardResult::loss reads it (one host read).
+    TensorView loss_sum;
+    bool accumulate_loss = false;
 };
 
 struct ForwardResult {
     Buffer output;    ///< (R, H) activation for the next stage; empty for the head chunk
-    double loss = 0;  ///< mean loss of the micro-batch (head chunk only)
+    double loss = 0;  ///< mean loss of the micro-batch (head chunk without MicroBatch::loss_sum only)
 };
 
 class GptModel {
@@ -111,9 +117,10 @@ private:
     void prepare_inputs(MicroState& st, const int32_t* tokens, bool ids, bool targets);
     void embed(ModelRuntime& rt, const MicroState& st, Buffer& x0);
     void embed_backward(ModelRuntime& rt, const MicroState& st, const TensorView& d);
-    /// Final norm, logits and loss; with d non-empty also their backward (d receives dL/d final_input).
-    double head(ModelRuntime& rt, const MicroState& st, const Buffer& final_input, float grad_scale,
-                const TensorView& d);
+    /// Final norm, logits and loss (written to `loss`, F64 (1) on the device, or added to it with
+    /// `accumulate`); with d non-empty also their backward (d receives dL/d final_input).
+    void head(ModelRuntime& rt, const MicroState& st, const Buffer& final_input, float grad_scale, const TensorView& d,
+              const TensorView& loss, bool accumulate);
     void forward_layer(ModelRuntime& rt, int64_t global_layer, LayerActivations& a, Buffer& out, bool keep);
     TensorView final_norm_bias(const TensorView& arena) const;
     std::size_t layer_slot(int64_t global_layer) const;
@@ -138,6 +145,7 @@ private:
     std::size_t wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = 0, out_w_ = 0;
     std::map<std::pair<int, int64_t>, MicroState> states_;
     int64_t stored_activation_bytes_ = 0;
+    std::unique_ptr<HostStaging> staging_;  // on a GPU: the ids' pinned host buffers
 };
 
 }  // namespace mwb

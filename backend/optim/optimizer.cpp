@@ -1,6 +1,7 @@
 #include "backend/optim/optimizer.h"
 
 #include "backend/parallel/parallel_context.h"
+#include "mwb/kernels/error.h"
 
 #include <algorithm>
 #include <cmath>
@@ -31,6 +32,8 @@ Optimizer::Optimizer(const ParamLayout& layout, TensorView params, TensorView gr
     // master + moments formula, byte for byte).
     sumsq_ = Buffer(alloc, MemCategory::Workspace, 1, DType::F64);
     scale_ = Buffer(alloc, MemCategory::Workspace, 2);
+    step_ = Buffer(alloc, MemCategory::Workspace, step_params::Count, DType::F64);
+    if (ctx_.device != Device::CPU) staging_ = std::make_unique<HostStaging>();
     for_each_in_shard([&](std::size_t i, int64_t first, int64_t count) {
         if (counted_in_norm(layout_[i])) norm_ranges_.push_back({first, count});
     });
@@ -57,22 +60,48 @@ bool Optimizer::counted_in_norm(const ParamInfo& p) const {
 }
 
 StepResult Optimizer::step(double lr, double loss_scale, bool zero_grads) {
-    // Everything up to the one read at the end stays on the device: the norm's Σ x² of every counted
+    update(lr, loss_scale, zero_grads, sumsq_.view());
+    return finish(ops::read_f64(ctx_, sumsq_.view())[0], loss_scale);
+}
+
+void Optimizer::write_step_params(double lr, double loss_scale) {
+    MWB_CHECK(loss_scale > 0, "optimizer: the loss scale must be > 0, got {}", loss_scale);
+    AdamWParams p;
+    p.lr = static_cast<float>(lr);
+    p.beta1 = beta1_;
+    p.beta2 = beta2_;
+    p.weight_decay = weight_decay_;
+    p.step = steps_ + 1;  // if the device does not skip it
+    const AdamWConstants k = adamw_constants(p);
+    const int64_t bytes = step_params::Count * static_cast<int64_t>(sizeof(double));
+    auto* block = static_cast<double*>(staging_ ? staging_->next(bytes) : step_.data());
+    block[step_params::StepSize] = k.step_size;
+    block[step_params::InvSqrtBc2] = k.inv_sqrt_bc2;
+    block[step_params::Decay] = k.decay;
+    block[step_params::LossScale] = loss_scale;
+    if (!staging_) return;
+    staging_->upload(step_.data(), 0, bytes, ctx_.stream);
+    staging_->uploaded(ctx_.stream);
+}
+
+void Optimizer::update(double lr, double loss_scale, bool zero_grads, const TensorView& sumsq) {
+    // Everything up to the one read after it stays on the device: the norm's Σ x² of every counted
     // gradient in one pass, its sum over the model's ranks on the data groups (NCCL on GPUs), the
-    // clip and skip decision as a device scale that AdamW reads.
-    const TensorView sumsq = sumsq_.view();
+    // clip and skip decision as a device scale that AdamW reads. The per-step scalars reach the
+    // kernels through the step's parameter block, not as launch arguments.
+    write_step_params(lr, loss_scale);
     ops::sum_squares_ranges(ctx_, sumsq, grads_, norm_ranges_);
     if (par_) {
         par_->model_replica().all_reduce_sum(sumsq.f64(), 1);
         if (distributed()) par_->dp().all_reduce_sum(sumsq.f64(), 1);
     }
-    ops::gradient_scale(ctx_, scale_.view(), sumsq, loss_scale, clip_grad_);
+    ops::gradient_scale(ctx_, scale_.view(), sumsq, loss_scale, clip_grad_, step_.view());
+    // The learning rate, step count and decay come from the step's block; p.weight_decay says which
+    // runs decay.
     AdamWParams p;
-    p.lr = static_cast<float>(lr);
     p.beta1 = beta1_;
     p.beta2 = beta2_;
     p.eps = eps_;
-    p.step = steps_ + 1;  // if the device does not skip it
     p.grad_scale = 1.0f;  // × scale_[0]: the clip coefficient over the loss scale
     // Every parameter is in the shard then; the arena's padding between them is never written.
     p.zero_grad = zero_grads && !distributed();
@@ -88,7 +117,7 @@ StepResult Optimizer::step(double lr, double loss_scale, bool zero_grads) {
         const auto slice = [&](const TensorView& arena, int64_t at) { return slice_1d(arena, at, run_count); };
         ops::adamw_update(ctx_, slice(m, local), slice(grads_, run_first), slice(exp_avg(), local),
                           slice(exp_avg_sq(), local), p, master_.empty() ? TensorView{} : slice(params_, run_first),
-                          storage_, scale_.view());
+                          storage_, scale_.view(), step_.view());
         run_count = 0;
     };
     for_each_in_shard([&](std::size_t i, int64_t first, int64_t count) {
@@ -103,14 +132,18 @@ StepResult Optimizer::step(double lr, double loss_scale, bool zero_grads) {
     flush();
     // A skipped step left the weights as they were on every rank: gathering them again is harmless.
     if (distributed()) all_gather_params();
-    // The step's one host read (telemetry, the scaler, the schedule): the global Σ x², the same value
-    // on every rank, from which the device decided the same skip and clip.
+    zeroing_ = p.zero_grad;
+}
+
+StepResult Optimizer::finish(double sumsq, double loss_scale) {
+    // From the step's one host read (telemetry, the scaler, the schedule): the global Σ x², the same
+    // value on every rank, from which the device decided the same skip and clip.
     StepResult r;
-    r.grad_norm = std::sqrt(ops::read_f64(ctx_, sumsq)) / loss_scale;
+    r.grad_norm = std::sqrt(sumsq) / loss_scale;
     r.skipped = !std::isfinite(r.grad_norm);
     if (r.skipped) return r;
     r.clip_coeff = clip_coefficient(r.grad_norm, clip_grad_);
-    r.grads_zeroed = p.zero_grad;
+    r.grads_zeroed = zeroing_;
     ++steps_;
     return r;
 }

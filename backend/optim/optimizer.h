@@ -6,10 +6,11 @@
 // shard, and the data-parallel group all-gathers the new weights. Norm, clip and skip are decided on
 // the device (docs/gpu.md, "Host synchronisation inside a step"); step() reads one value back.
 #include "backend/config/config.h"
+#include "backend/core/host_staging.h"
 #include "backend/core/memory.h"
 #include "backend/model/param_layout.h"
-#include "mwb/kernels/ops.h"
 #include "backend/parallel/gradient_reducer.h"
+#include "mwb/kernels/ops.h"
 
 #include <vector>
 
@@ -40,6 +41,11 @@ public:
     /// distributed, not skipped; StepResult::grads_zeroed says so): the caller's next zeroing pass
     /// over the arena is then not needed.
     StepResult step(double lr, double loss_scale, bool zero_grads = false);
+    /// step() in two halves, for a caller that reads the Σ x² together with other step results in
+    /// one read (TrainStep): update() does everything on the device and leaves the global Σ x² in
+    /// `sumsq` (F64 (1), on the device); finish() takes the value read from there.
+    void update(double lr, double loss_scale, bool zero_grads, const TensorView& sumsq);
+    StepResult finish(double sumsq, double loss_scale);
 
     /// The weight decay of the next steps (Megatron-LM's weight-decay increments move it over training).
     void set_weight_decay(double wd) { weight_decay_ = static_cast<float>(wd); }
@@ -62,6 +68,9 @@ private:
     void for_each_in_shard(F&& f) const;
     bool counted_in_norm(const ParamInfo& p) const;
     void all_gather_params();
+    /// The step's parameter block (step_params) for learning rate `lr` and `loss_scale`: written in
+    /// place on the CPU, uploaded on the op stream from pinned memory on a GPU (no host wait).
+    void write_step_params(double lr, double loss_scale);
 
     const ParamLayout& layout_;
     TensorView params_, grads_;
@@ -74,8 +83,11 @@ private:
     Buffer master_, exp_avg_, exp_avg_sq_;
     Buffer sumsq_;  // F64 (1): the global Σ x² of the scaled gradients
     Buffer scale_;  // F32 (2): gradient_scale's multiplier and found_inf
+    Buffer step_;   // F64 (step_params::Count): the step's scalars, which the kernels read
+    std::unique_ptr<HostStaging> staging_;  // on a GPU: the block's pinned upload buffers
     std::vector<IndexRange> norm_ranges_;  // the gradients of the shard counted in the norm, in arena order
     int64_t steps_ = 0;
+    bool zeroing_ = false;  // the last update() zeroes the gradients (if the device does not skip it)
 };
 
 }  // namespace mwb

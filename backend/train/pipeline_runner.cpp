@@ -20,7 +20,7 @@ struct InFlight {
 }  // namespace
 
 PipelineResult PipelineRunner::run(int64_t micro_batches, bool training,
-                                   const std::function<MicroBatch(int64_t, bool)>& micro) {
+                                   const std::function<MicroBatch(int64_t, bool)>& micro, const TensorView& loss_sum) {
     using Clock = std::chrono::steady_clock;
     const auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
     const int p = par_.pp_size(), r = par_.coord().pp, v = model_.num_chunks();
@@ -54,6 +54,7 @@ PipelineResult PipelineRunner::run(int64_t micro_batches, bool training,
         out_messages.clear();
     };
     PipelineResult result;
+    bool first_loss = true;  // the first micro-batch's loss overwrites loss_sum, the others add to it
     const std::vector<PipelineAction> actions = pipeline_schedule(p, r, v, micro_batches, !training);
 
     for (std::size_t first = 0; first < actions.size();) {
@@ -84,14 +85,17 @@ PipelineResult PipelineRunner::run(int64_t micro_batches, bool training,
                 MicroBatch mb = micro(a.micro, stage == 0 || stage == last_stage);
                 mb.id = a.micro;
                 mb.training = training;
+                if (stage == last_stage) {
+                    mb.loss_sum = loss_sum;
+                    mb.accumulate_loss = !first_loss;
+                    first_loss = false;
+                }
                 const auto t0 = Clock::now();
                 ForwardResult out = model_.forward(a.chunk, mb, std::move(inputs[i - first]));
                 result.forward_seconds += seconds_since(t0);
                 if (stage < last_stage) {
                     out_messages.push_back({words_of(out.output), words, next, tag(a.micro, stage, 0)});
                     out_buffers.push_back(std::move(out.output));
-                } else {
-                    result.loss_sum += out.loss;
                 }
             } else {
                 const auto t0 = Clock::now();

@@ -12,7 +12,6 @@
 namespace mwb {
 
 struct PipelineResult {
-    double loss_sum = 0;          ///< Σ of the micro-batch losses on the last pipeline stage (0 elsewhere)
     double forward_seconds = 0;   ///< in forward passes (including the head's backward on the last stage)
     double backward_seconds = 0;  ///< in backward passes
 };
@@ -23,9 +22,12 @@ public:
 
     /// micro(m): the MicroBatch of this rank's micro-batch m, with its tokens when `needs_tokens`
     /// (ranks holding the embedding or the head). Training runs forward and backward (gradients
-    /// accumulate), evaluation forward only.
+    /// accumulate), evaluation forward only. On the last pipeline stage `loss_sum` (F64 (1), on the
+    /// device) becomes the Σ of the micro-batch losses, added on the device in schedule order (the
+    /// caller reads it once, at the end of the step); other stages leave it untouched.
     PipelineResult run(int64_t micro_batches, bool training,
-                       const std::function<MicroBatch(int64_t m, bool needs_tokens)>& micro);
+                       const std::function<MicroBatch(int64_t m, bool needs_tokens)>& micro,
+                       const TensorView& loss_sum);
 
 private:
     GptModel& model_;

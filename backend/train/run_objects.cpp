@@ -7,13 +7,18 @@ namespace mwb {
 
 namespace {
 
-/// The device a run trains on: runtime.device as mwb-train resolved it ("auto" from other callers
-/// means the CPU). On GPUs of more than one process the data groups become NCCL communicators; the
-/// caller has made this rank's GPU current (mwb-train: the node-local rank's).
-Device run_device(const Config& cfg, ParallelContext& par) {
-    if (cfg.runtime.device != "cuda") return Device::CPU;
-    if (par.world_size() > 1) par.use_device_collectives(nullptr);  // ordered with the ops' default stream
-    return Device::CUDA;
+/// The op context a run trains with: runtime.device as mwb-train resolved it ("auto" from other
+/// callers means the CPU). On a GPU the step's ops run on a stream of their own (capturable into a
+/// CUDA graph, unlike the legacy default stream), created once per rank and kept until the process
+/// ends (the NCCL communicators hold it); it is ordered with the legacy default stream, so the blocking
+/// copies outside the step (weight init, checkpoints, samples) stay behind the step's work. On GPUs of
+/// more than one process the data groups become NCCL communicators joined to that stream by events;
+/// the caller has made this rank's GPU current (mwb-train: the node-local rank's).
+OpContext run_context(const Config& cfg, ParallelContext& par) {
+    if (cfg.runtime.device != "cuda") return OpContext{Device::CPU, nullptr};
+    static void* const step_stream = device::create_stream(/*ordered_with_default=*/true);
+    if (par.world_size() > 1) par.use_device_collectives(step_stream);
+    return OpContext{Device::CUDA, step_stream};
 }
 
 }  // namespace
@@ -21,7 +26,7 @@ Device run_device(const Config& cfg, ParallelContext& par) {
 RunObjects::RunObjects(const Config& config, ParallelContext& context)
     : cfg(config),
       par(context),
-      ctx{run_device(cfg, par), nullptr},
+      ctx(run_context(cfg, par)),
       alloc(ctx.device),
       dims(GptDims::from_config(cfg)),
       partition(ModelPartition::for_stage(dims, par.pp_size(), par.coord().pp,

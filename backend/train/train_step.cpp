@@ -10,6 +10,12 @@
 
 namespace mwb {
 
+TrainStep::TrainStep(RunObjects& objects, const data::SampleSource& train, IntervalLog& log, RunDir* dir)
+    : o_(objects), train_(train), log_(log), dir_(dir), results_(objects.alloc, MemCategory::Workspace, 2, DType::F64) {
+    // Zero bits are 0.0 as doubles too: stages without the head keep a loss sum of 0.
+    ops::fill(o_.ctx, make_view(results_.data(), DType::F32, {4}, results_.view().device), 0.0f);
+}
+
 /// The micro-batch m of this rank: global micro-batch m·DP + dp (as Megatron-LM's sampler), its
 /// samples [base + g·B, base + (g+1)·B) of `source`.
 MicroBatch TrainStep::micro_batch(const data::SampleSource& source, int64_t base, int64_t m, bool needs_tokens,
@@ -39,10 +45,10 @@ double TrainStep::mean_loss(double loss_sum, int64_t micro_batches) {
 }
 
 double TrainStep::forward_loss(const data::SampleSource& source, int64_t base) {
-    const PipelineResult pr = o_.runner.run(o_.micro_batches, false, [&](int64_t m, bool needs_tokens) {
-        return micro_batch(source, base, m, needs_tokens, 0, 0.0f);
-    });
-    return mean_loss(pr.loss_sum, o_.micro_batches);
+    o_.runner.run(
+        o_.micro_batches, false,
+        [&](int64_t m, bool needs_tokens) { return micro_batch(source, base, m, needs_tokens, 0, 0.0f); }, loss_sum());
+    return mean_loss(ops::read_f64(o_.ctx, loss_sum())[0], o_.micro_batches);
 }
 
 void TrainStep::run(Progress& p) {
@@ -57,25 +63,31 @@ void TrainStep::run(Progress& p) {
     const int64_t micro_batches = num_micro_batches(o_.cfg, o_.par.world_size(), p.consumed_samples);
     const double loss_scale = o_.scaler.scale();
     const float grad_scale = static_cast<float>(loss_scale / static_cast<double>(micro_batches));
-    const PipelineResult pr = o_.runner.run(micro_batches, true, [&](int64_t m, bool needs_tokens) {
-        return micro_batch(train_, p.consumed_samples, m, needs_tokens, it, grad_scale);
-    });
+    const PipelineResult pr = o_.runner.run(
+        micro_batches, true,
+        [&](int64_t m, bool needs_tokens) {
+            return micro_batch(train_, p.consumed_samples, m, needs_tokens, it, grad_scale);
+        },
+        loss_sum());
     if (o_.model.storage() != DType::F32 && !o_.cfg.training.accumulate_allreduce_grads_in_fp32)
         ops::round_to(o_.ctx, o_.model.grads(), o_.model.storage());
     const auto t_reduce = Clock::now();
     o_.reducer.reduce();
-    const double loss = mean_loss(pr.loss_sum, micro_batches);
     interval.reduce_s += seconds_since(t_reduce);
     const auto t_opt = Clock::now();
     // Megatron-LM's scheduler counts the samples of successful steps only: a skipped step leaves
     // the learning rate (and weight decay) where it was.
     const double lr = o_.schedule.lr(static_cast<double>(p.scheduled_samples));
     o_.optimizer->set_weight_decay(o_.schedule.weight_decay(static_cast<double>(p.scheduled_samples)));
-    const StepResult step = o_.optimizer->step(lr, loss_scale, /*zero_grads=*/true);
+    o_.optimizer->update(lr, loss_scale, /*zero_grads=*/true, sumsq());
+    // The step's one host read: the global Σ x² and the loss sum together.
+    const std::vector<double> results = ops::read_f64(o_.ctx, results_.view());
+    const StepResult step = o_.optimizer->finish(results[0], loss_scale);
     grads_zeroed_ = step.grads_zeroed;
     if (!step.skipped) p.scheduled_samples += batch;
     o_.scaler.update(step.skipped);
     interval.optimizer_s += seconds_since(t_opt);
+    const double loss = mean_loss(results[1], micro_batches);
     interval.forward_s += pr.forward_seconds;
     interval.backward_s += pr.backward_seconds;
     p.iteration = it;

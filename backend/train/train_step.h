@@ -14,8 +14,7 @@ class RunDir;
 class TrainStep {
 public:
     /// `dir`: rank 0's run directory (its "event" records), null on the other ranks.
-    TrainStep(RunObjects& objects, const data::SampleSource& train, IntervalLog& log, RunDir* dir)
-        : o_(objects), train_(train), log_(log), dir_(dir) {}
+    TrainStep(RunObjects& objects, const data::SampleSource& train, IntervalLog& log, RunDir* dir);
 
     /// Iteration p.iteration + 1 on the samples from p.consumed_samples: advances `p`, adds to the
     /// log's interval statistics. Throws when the loss stays not finite without a dynamic loss scale.
@@ -28,11 +27,17 @@ private:
     MicroBatch micro_batch(const data::SampleSource& source, int64_t base, int64_t m, bool needs_tokens, int64_t it,
                            float grad_scale);
     double mean_loss(double loss_sum, int64_t micro_batches);
+    TensorView sumsq() const { return slice_1d(results_.view(), 0, 1); }
+    TensorView loss_sum() const { return slice_1d(results_.view(), 1, 1); }
 
     RunObjects& o_;
     const data::SampleSource& train_;
     IntervalLog& log_;
     RunDir* dir_;
+    // F64 (2) on the device: the step's results, read by the host in one read at its end — the
+    // gradients' global Σ x² (the optimizer's) and the Σ of the micro-batch losses (the pipeline's,
+    // on the last stage; 0 elsewhere).
+    Buffer results_;
     int nonfinite_in_a_row_ = 0;
     bool grads_zeroed_ = false;  // the last update zeroed the gradients as it read them
 };

@@ -97,11 +97,13 @@ void cross_entropy_lse(OpContext&, TensorView lse, TensorView row_max, TensorVie
     for (int64_t n = 0; n < lse.numel(); ++n) pl[n] = pm[n] + std::log(ps[n]);
 }
 
-double cross_entropy_loss_sum(OpContext&, TensorView lse, TensorView target_logit) {
+void cross_entropy_loss_sum(OpContext&, TensorView loss, TensorView lse, TensorView target_logit, double divisor,
+                            bool accumulate) {
     const float *pl = lse.f32(), *pt = target_logit.f32();
     double sum = 0;  // in row order: the same for any thread count
     for (int64_t n = 0; n < lse.numel(); ++n) sum += static_cast<double>(pl[n]) - static_cast<double>(pt[n]);
-    return sum;
+    double* out = loss.f64();
+    *out = (accumulate ? *out : 0.0) + sum / divisor;
 }
 
 }  // namespace mwb::cpu

@@ -135,7 +135,9 @@ void sum_squares_ranges(OpContext&, TensorView out, TensorView x, const std::vec
     *out.f64() = sum_squares_of(x.f32(), ranges);
 }
 
-void gradient_scale(OpContext&, TensorView scale, TensorView sumsq, double loss_scale, double clip_grad) {
+void gradient_scale(OpContext&, TensorView scale, TensorView sumsq, double loss_scale, double clip_grad,
+                    TensorView step) {
+    if (!step.empty()) loss_scale = step.f64()[step_params::LossScale];
     const double norm = std::sqrt(*sumsq.f64()) / loss_scale;
     const bool found_inf = !std::isfinite(norm);
     float* s = scale.f32();
@@ -143,6 +145,8 @@ void gradient_scale(OpContext&, TensorView scale, TensorView sumsq, double loss_
     s[1] = found_inf ? 1.0f : 0.0f;
 }
 
-double read_f64(OpContext&, TensorView x) { return *x.f64(); }
+std::vector<double> read_f64(OpContext&, TensorView x) {
+    return {x.f64(), x.f64() + x.numel()};
+}
 
 }  // namespace mwb::cpu

@@ -7,20 +7,38 @@
 
 #include <cmath>
 
+namespace mwb {
+
+AdamWConstants adamw_constants(const AdamWParams& p) {
+    const float bc1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(p.beta1), static_cast<double>(p.step)));
+    const float bc2 = 1.0f - static_cast<float>(std::pow(static_cast<double>(p.beta2), static_cast<double>(p.step)));
+    AdamWConstants c;
+    c.step_size = p.lr / bc1;
+    c.inv_sqrt_bc2 = 1.0f / std::sqrt(bc2);
+    c.decay = 1.0f - p.lr * p.weight_decay;
+    return c;
+}
+
+}  // namespace mwb
+
 namespace mwb::cpu {
 
 void adamw_update(OpContext&, TensorView param, TensorView grad, TensorView exp_avg, TensorView exp_avg_sq,
-                  const AdamWParams& p, TensorView param_copy, DType copy_dtype, TensorView scale) {
+                  const AdamWParams& p, TensorView param_copy, DType copy_dtype, TensorView scale, TensorView step) {
     // A step whose gradients are not finite (gradient_scale's found_inf) writes nothing.
     if (!scale.empty() && scale.f32()[1] != 0.0f) return;
     const int64_t n = param.numel();
     float *w = param.f32(), *m = exp_avg.f32(), *v = exp_avg_sq.f32(), *g = grad.f32();
     const float b1 = p.beta1, b2 = p.beta2;
-    const float bc1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(b1), static_cast<double>(p.step)));
-    const float bc2 = 1.0f - static_cast<float>(std::pow(static_cast<double>(b2), static_cast<double>(p.step)));
-    const float step_size = p.lr / bc1;
-    const float inv_sqrt_bc2 = 1.0f / std::sqrt(bc2);
-    const float decay = 1.0f - p.lr * p.weight_decay;
+    // From the step's block (what the CUDA kernel reads) or from p: the same floats either way.
+    AdamWConstants k = step.empty() ? adamw_constants(p) : AdamWConstants{};
+    if (!step.empty()) {
+        const double* s = step.f64();
+        k.step_size = static_cast<float>(s[step_params::StepSize]);
+        k.inv_sqrt_bc2 = static_cast<float>(s[step_params::InvSqrtBc2]);
+        k.decay = p.weight_decay != 0.0f ? static_cast<float>(s[step_params::Decay]) : 1.0f;
+    }
+    const float step_size = k.step_size, inv_sqrt_bc2 = k.inv_sqrt_bc2, decay = k.decay;
     const float gs = scale.empty() ? p.grad_scale : p.grad_scale * scale.f32()[0];
     const auto update = [&]<bool zero_grad>() {
 #pragma omp parallel for simd schedule(static)

@@ -138,15 +138,17 @@ __global__ void k_ce_lse(float* lse, const float* row_max, const float* row_sume
         lse[i] = row_max[i] + logf(row_sumexp[i]);
 }
 
-/// out[0] = Σ (lse − target_logit) accumulated in T (double): one block, each thread a strided set of
-/// rows in order, then the fixed block tree.
+/// out[0] = (accumulate ? out[0] : 0) + Σ (lse − target_logit) / divisor, in T (double): one block,
+/// each thread a strided set of rows in order, then the fixed block tree; the division and the addition
+/// as the host would do them (the pipeline's loss accumulator stays on the device).
 template <class T>
-__global__ void k_ce_loss_sum(T* out, const float* lse, const float* target_logit, int64_t n) {
+__global__ void k_ce_loss_sum(T* out, const float* lse, const float* target_logit, int64_t n, T divisor,
+                              bool accumulate) {
     __shared__ T sh[32];
     T s = 0;
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += static_cast<T>(lse[i]) - static_cast<T>(target_logit[i]);
     s = kernel::block_sum(s, sh);
-    if (threadIdx.x == 0) out[0] = s;
+    if (threadIdx.x == 0) out[0] = (accumulate ? out[0] : T(0)) + s / divisor;
 }
 
 // ---- word embedding backward ------------------------------------------------------------------------------

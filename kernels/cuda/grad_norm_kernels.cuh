@@ -64,8 +64,10 @@ __global__ void squares_total(double* out, double* range_total, const double* pa
 }
 
 /// scale = [clip coefficient / loss scale, found_inf] from the global Σ x² of the scaled gradients
-/// (one thread).
-__global__ void gradient_scale(float* scale, const double* sumsq, double loss_scale, double clip_grad) {
+/// (one thread); the loss scale is *device_loss_scale when given (the step's parameter block).
+__global__ void gradient_scale(float* scale, const double* sumsq, double loss_scale, double clip_grad,
+                               const double* device_loss_scale = nullptr) {
+    if (device_loss_scale) loss_scale = *device_loss_scale;
     const double norm = sqrt(*sumsq) / loss_scale;
     const bool found_inf = !isfinite(norm);
     scale[0] = found_inf ? 0.0f : static_cast<float>(clip_coefficient(norm, clip_grad) / loss_scale);

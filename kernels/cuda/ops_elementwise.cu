@@ -9,6 +9,7 @@
 #include "kernel_common.cuh"
 #include "norm_kernels.cuh"
 #include "storage.cuh"
+#include "optimizer_kernels.cuh"
 #include "runtime.h"
 
 #include "mwb/kernels/philox.h"
@@ -68,29 +69,46 @@ using storage::elements;
 using storage::with_storage;
 using storage::with_storages;
 
-// ---- AdamW ------------------------------------------------------------------------------------------------
+// ---- AdamW (kernel: optimizer_kernels.cuh) -------------------------------------------------------------
 
-struct AdamArgs {
-    float b1, b2, step_size, inv_sqrt_bc2, decay, gs, eps;
-    bool zero_grad;
+/// The weights' copy as the model stores it: bf16, fp16 or fp32 values.
+struct RoundCopy {
+    int kind;  // 1 bf16, 2 fp16, else as is
+    __device__ float operator()(float x) const {
+        return kind == 1 ? storage::round_to_bf16(x) : kind == 2 ? storage::round_to_fp16(x) : x;
+    }
 };
 
-__global__ void k_adamw(float* w, float* g, float* m, float* v, float* copy, int copy_kind, int64_t n,
-                        AdamArgs a, const float* scale) {
-    // scale (gradient_scale's): the clip and loss-scale multiplier, and found_inf (write nothing).
-    if (scale && scale[1] != 0.0f) return;
-    const float gs = scale ? a.gs * scale[0] : a.gs;
-    MWB_GRID_STRIDE(i, n) {
-        const float gi = g[i] * gs;
-        const float mi = a.b1 * m[i] + (1.0f - a.b1) * gi;
-        const float vi = a.b2 * v[i] + (1.0f - a.b2) * gi * gi;
-        m[i] = mi;
-        v[i] = vi;
-        const float wi = w[i] * a.decay - a.step_size * mi / (sqrtf(vi) * a.inv_sqrt_bc2 + a.eps);
-        w[i] = wi;
-        if (copy) copy[i] = copy_kind == 1 ? storage::round_to_bf16(wi) : copy_kind == 2 ? storage::round_to_fp16(wi) : wi;
-        if (a.zero_grad) g[i] = 0.0f;
+/// One k_adamw launch's arrays and arguments.
+struct AdamWLaunch {
+    float *w, *g, *m, *v, *copy;
+    int64_t n;
+    optimizer::AdamArgs a;
+    const float* scale;
+    const double* step;
+    bool decays;
+    RoundCopy round;
+    /// The elements [at, at + count) of the same arrays.
+    AdamWLaunch from(int64_t at, int64_t count) const {
+        AdamWLaunch r = *this;
+        for (float** p : {&r.w, &r.g, &r.m, &r.v, &r.copy})
+            if (*p) *p += at;
+        r.n = count;
+        return r;
     }
+};
+
+/// V floats per access (V = 4: every array 16-byte aligned, n a multiple of 4).
+template <int V>
+void launch_adamw(cudaStream_t s, const AdamWLaunch& l) {
+    if (l.n == 0) return;
+    const int64_t items = l.n / V;
+    if (kernel::narrow(items))
+        optimizer::k_adamw<V, uint32_t><<<blocks_for(items), kThreads, 0, s>>>(l.w, l.g, l.m, l.v, l.copy, l.n, l.a,
+                                                                               l.scale, l.step, l.decays, l.round);
+    else
+        optimizer::k_adamw<V, int64_t><<<blocks_for(items), kThreads, 0, s>>>(l.w, l.g, l.m, l.v, l.copy, l.n, l.a,
+                                                                              l.scale, l.step, l.decays, l.round);
 }
 
 void launched(const char* op) { check_launch(op); }
@@ -245,9 +263,10 @@ void sum_squares_ranges(OpContext& ctx, TensorView out, TensorView x, const std:
     launched("sum_squares_ranges");
 }
 
-double read_f64(OpContext& ctx, TensorView x) {
-    double v = 0;
-    MWB_CUDA_CHECK(cudaMemcpyAsync(&v, x.data, sizeof(double), cudaMemcpyDeviceToHost, stream_of(ctx)));
+std::vector<double> read_f64(OpContext& ctx, TensorView x) {
+    std::vector<double> v(static_cast<std::size_t>(x.numel()));
+    MWB_CUDA_CHECK(
+        cudaMemcpyAsync(v.data(), x.data, v.size() * sizeof(double), cudaMemcpyDeviceToHost, stream_of(ctx)));
     MWB_CUDA_CHECK(cudaStreamSynchronize(stream_of(ctx)));
     return v;
 }
@@ -258,12 +277,14 @@ double sum_squares(OpContext& ctx, TensorView x) {
     thread_local double* out = nullptr;
     if (!out) MWB_CUDA_CHECK(cudaMalloc(&out, sizeof(double)));
     sum_squares_ranges(ctx, make_view(out, DType::F64, {1}, Device::CUDA), x, {IndexRange{0, x.numel()}});
-    return read_f64(ctx, make_view(out, DType::F64, {1}, Device::CUDA));
+    return read_f64(ctx, make_view(out, DType::F64, {1}, Device::CUDA))[0];
 }
 
-void gradient_scale(OpContext& ctx, TensorView scale, TensorView sumsq, double loss_scale, double clip_grad) {
-    grad_norm::gradient_scale<<<1, 1, 0, stream_of(ctx)>>>(mf(scale), static_cast<const double*>(sumsq.data),
-                                                           loss_scale, clip_grad);
+void gradient_scale(OpContext& ctx, TensorView scale, TensorView sumsq, double loss_scale, double clip_grad,
+                    TensorView step) {
+    grad_norm::gradient_scale<<<1, 1, 0, stream_of(ctx)>>>(
+        mf(scale), static_cast<const double*>(sumsq.data), loss_scale, clip_grad,
+        step.empty() ? nullptr : static_cast<const double*>(step.data) + step_params::LossScale);
     launched("gradient_scale");
 }
 
@@ -557,31 +578,34 @@ void cross_entropy_lse(OpContext& ctx, TensorView lse, TensorView row_max, Tenso
     launched("cross_entropy_lse");
 }
 
-double cross_entropy_loss_sum(OpContext& ctx, TensorView lse, TensorView target_logit) {
-    const int64_t n = lse.numel();
-    if (n == 0) return 0.0;
-    double* sum = static_cast<double*>(scratch(0, static_cast<int64_t>(sizeof(double)), stream_of(ctx)));
-    classifier::k_ce_loss_sum<double><<<1, 1024, 0, stream_of(ctx)>>>(sum, cf(lse), cf(target_logit), n);
+void cross_entropy_loss_sum(OpContext& ctx, TensorView loss, TensorView lse, TensorView target_logit, double divisor,
+                            bool accumulate) {
+    // n == 0 still writes (accumulate ? loss : 0) + 0 / divisor, as the CPU does.
+    classifier::k_ce_loss_sum<double><<<1, 1024, 0, stream_of(ctx)>>>(
+        static_cast<double*>(loss.data), cf(lse), cf(target_logit), lse.numel(), divisor, accumulate);
     launched("cross_entropy_loss_sum");
-    double host = 0;  // the micro-batch's one read: the loss goes to the host for the schedule and telemetry
-    MWB_CUDA_CHECK(cudaMemcpyAsync(&host, sum, sizeof(double), cudaMemcpyDeviceToHost, stream_of(ctx)));
-    MWB_CUDA_CHECK(cudaStreamSynchronize(stream_of(ctx)));
-    return host;
 }
 
 void adamw_update(OpContext& ctx, TensorView param, TensorView grad, TensorView exp_avg, TensorView exp_avg_sq,
-                  const AdamWParams& p, TensorView param_copy, DType copy_dtype, TensorView scale) {
+                  const AdamWParams& p, TensorView param_copy, DType copy_dtype, TensorView scale, TensorView step) {
     const int64_t n = param.numel();
     if (n == 0) return;
-    // The same host-side constants as the CPU op, so both evaluate one formula.
-    const float bc1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(p.beta1), static_cast<double>(p.step)));
-    const float bc2 = 1.0f - static_cast<float>(std::pow(static_cast<double>(p.beta2), static_cast<double>(p.step)));
-    const AdamArgs a{p.beta1, p.beta2, p.lr / bc1, 1.0f / std::sqrt(bc2), 1.0f - p.lr * p.weight_decay, p.grad_scale,
-                     p.eps, p.zero_grad};
-    const int kind = param_copy.empty() ? 0 : copy_dtype == DType::BF16 ? 1 : copy_dtype == DType::F16 ? 2 : 0;
-    k_adamw<<<blocks_for(n), kThreads, 0, stream_of(ctx)>>>(mf(param), mf(grad), mf(exp_avg), mf(exp_avg_sq),
-                                                            param_copy.empty() ? nullptr : mf(param_copy), kind, n, a,
-                                                            scale.empty() ? nullptr : cf(scale));
+    // The host-side constants of the CPU op (one function), unless the step's block supplies them.
+    const AdamWConstants k = adamw_constants(p);
+    const optimizer::AdamArgs a{p.beta1, p.beta2,      k.step_size, k.inv_sqrt_bc2,
+                                k.decay, p.grad_scale, p.eps,       p.zero_grad};
+    const RoundCopy round{param_copy.empty() ? 0 : copy_dtype == DType::BF16 ? 1 : copy_dtype == DType::F16 ? 2 : 0};
+    float *w = mf(param), *g = mf(grad), *m = mf(exp_avg), *v = mf(exp_avg_sq);
+    float* copy = param_copy.empty() ? nullptr : mf(param_copy);
+    const float* sc = scale.empty() ? nullptr : cf(scale);
+    const auto* blk = step.empty() ? nullptr : static_cast<const double*>(step.data);
+    const bool decays = p.weight_decay != 0.0f;
+    const bool wide = kernel::aligned16(w) && kernel::aligned16(g) && kernel::aligned16(m) && kernel::aligned16(v) &&
+                      (!copy || kernel::aligned16(copy));
+    const int64_t bulk = wide ? n / 4 * 4 : 0;
+    const AdamWLaunch bulk_part{w, g, m, v, copy, bulk, a, sc, blk, decays, round};
+    launch_adamw<4>(stream_of(ctx), bulk_part);
+    launch_adamw<1>(stream_of(ctx), bulk_part.from(bulk, n - bulk));
     launched("adamw_update");
 }
 

@@ -67,14 +67,48 @@ void copy_to_host(void* host_dst, const void* device_src, int64_t bytes) {
     if (bytes > 0) MWB_CUDA_CHECK(cudaMemcpy(host_dst, device_src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost));
 }
 
+void* pinned_malloc(int64_t bytes) {
+    void* p = nullptr;
+    MWB_CUDA_CHECK(cudaHostAlloc(&p, static_cast<size_t>(std::max<int64_t>(bytes, 1)), cudaHostAllocDefault));
+    return p;
+}
+
+void pinned_free(void* ptr) {
+    if (ptr) MWB_CUDA_CHECK(cudaFreeHost(ptr));
+}
+
+void copy_to_device_async(void* device_dst, const void* pinned_src, int64_t bytes, void* stream) {
+    if (bytes > 0)
+        MWB_CUDA_CHECK(cudaMemcpyAsync(device_dst, pinned_src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice,
+                                       static_cast<cudaStream_t>(stream)));
+}
+
+void* create_event() {
+    cudaEvent_t e = nullptr;
+    MWB_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    return e;
+}
+
+void destroy_event(void* event) {
+    if (event) MWB_CUDA_CHECK(cudaEventDestroy(static_cast<cudaEvent_t>(event)));
+}
+
+void record_event(void* event, void* stream) {
+    MWB_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)));
+}
+
+void wait_event(void* event) {
+    MWB_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
+}
+
 void synchronize(void* stream) {
     MWB_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
     MWB_CUDA_CHECK(cudaGetLastError());
 }
 
-void* create_stream() {
+void* create_stream(bool ordered_with_default) {
     cudaStream_t s = nullptr;
-    MWB_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    MWB_CUDA_CHECK(cudaStreamCreateWithFlags(&s, ordered_with_default ? cudaStreamDefault : cudaStreamNonBlocking));
     return s;
 }
 

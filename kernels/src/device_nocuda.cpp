@@ -27,8 +27,29 @@ void cuda_free(void* ptr) {
 MemoryInfo cuda_memory_info() { no_cuda("device::cuda_memory_info"); }
 void copy_to_device(void*, const void*, int64_t) { no_cuda("device::copy_to_device"); }
 void copy_to_host(void*, const void*, int64_t) { no_cuda("device::copy_to_host"); }
+void* pinned_malloc(int64_t) {
+    no_cuda("device::pinned_malloc");
+}
+void pinned_free(void* ptr) {
+    if (ptr) no_cuda("device::pinned_free");
+}
+void copy_to_device_async(void*, const void*, int64_t, void*) {
+    no_cuda("device::copy_to_device_async");
+}
+void* create_event() {
+    no_cuda("device::create_event");
+}
+void destroy_event(void*) {}
+void record_event(void*, void*) {
+    no_cuda("device::record_event");
+}
+void wait_event(void*) {
+    no_cuda("device::wait_event");
+}
 void synchronize(void*) { no_cuda("device::synchronize"); }
-void* create_stream() { no_cuda("device::create_stream"); }
+void* create_stream(bool) {
+    no_cuda("device::create_stream");
+}
 void destroy_stream(void*) {}
 void set_device(int) { no_cuda("device::set_device"); }
 void set_deterministic(bool) {}

@@ -256,18 +256,27 @@ void sum_squares_ranges(OpContext& ctx, TensorView out, TensorView x, const std:
                     "element ranges inside x's {} elements", x.numel());
 }
 
-void gradient_scale(OpContext& ctx, TensorView scale, TensorView sumsq, double loss_scale, double) {
+namespace {
+void step_block(const Args& c, const TensorView& step) {
+    c.optional("step", step, F64);
+    if (!step.empty()) elements(c, "step", step, step_params::Count, "the step's parameter block");
+}
+}  // namespace
+
+void gradient_scale(OpContext& ctx, TensorView scale, TensorView sumsq, double loss_scale, double, TensorView step) {
     const Args c("gradient_scale", ctx);
     c.tensor("scale", scale, F32).tensor("sumsq", sumsq, F64);
     elements(c, "scale", scale, 2, "multiplier and found_inf");
     elements(c, "sumsq", sumsq, 1, "the global sum of squares");
-    c.value(loss_scale > 0, "loss_scale", loss_scale, "> 0");
+    step_block(c, step);
+    // With the block the loss scale is read on the device (its writer checks it).
+    if (step.empty()) c.value(loss_scale > 0, "loss_scale", loss_scale, "> 0");
 }
 
 void read_f64(OpContext& ctx, TensorView x) {
     const Args c("read_f64", ctx);
     c.tensor("x", x, F64);
-    elements(c, "x", x, 1, "one value");
+    c.shape(x.numel() >= 1 && x.numel() <= 16, "x", x, "1 to 16 elements (a step's scalar results)");
 }
 
 // ---- GEMM ------------------------------------------------------------------------------------------
@@ -626,14 +635,19 @@ void cross_entropy_lse(OpContext& ctx, TensorView lse, TensorView row_max, Tenso
     row_statistics(Args("cross_entropy_lse", ctx), {{"lse", lse}, {"row_max", row_max}, {"row_sumexp", row_sumexp}});
 }
 
-void cross_entropy_loss_sum(OpContext& ctx, TensorView lse, TensorView target_logit) {
-    row_statistics(Args("cross_entropy_loss_sum", ctx), {{"lse", lse}, {"target_logit", target_logit}});
+void cross_entropy_loss_sum(OpContext& ctx, TensorView loss, TensorView lse, TensorView target_logit, double divisor,
+                            bool) {
+    const Args c("cross_entropy_loss_sum", ctx);
+    row_statistics(c, {{"lse", lse}, {"target_logit", target_logit}});
+    c.tensor("loss", loss, F64);
+    elements(c, "loss", loss, 1, "the loss accumulator");
+    c.value(divisor > 0, "divisor", divisor, "> 0");
 }
 
 // ---- optimizer ------------------------------------------------------------------------------------------
 
 void adamw_update(OpContext& ctx, TensorView param, TensorView grad, TensorView exp_avg, TensorView exp_avg_sq,
-                  const AdamWParams& p, TensorView param_copy, DType copy_dtype, TensorView scale) {
+                  const AdamWParams& p, TensorView param_copy, DType copy_dtype, TensorView scale, TensorView step) {
     const Args c("adamw_update", ctx);
     c.tensor("param", param, F32);
     for (const auto& [arg, t] :
@@ -652,6 +666,7 @@ void adamw_update(OpContext& ctx, TensorView param, TensorView grad, TensorView 
     c.value(p.step >= 1, "p.step", p.step, ">= 1 (1-based, for the bias correction)");
     c.optional("scale", scale, F32);
     if (!scale.empty()) elements(c, "scale", scale, 2, "gradient_scale's multiplier and found_inf");
+    step_block(c, step);
 }
 
 }  // namespace mwb::ops::check

@@ -270,10 +270,15 @@ private slots:
         for (int64_t n : {int64_t{1}, int64_t{63}, int64_t{1000}}) {
             std::vector<float> lse = random_floats(n, 41, 5, 12), tl = random_floats(n, 42, -3, 3);
             double got = -1, want = 0;
-            emu::launch(1, 1, kThreads, [&] { cl::k_ce_loss_sum<double>(&got, lse.data(), tl.data(), n); });
+            emu::launch(1, 1, kThreads, [&] { cl::k_ce_loss_sum<double>(&got, lse.data(), tl.data(), n, 1.0, false); });
             for (int64_t i = 0; i < n; ++i) want += double(lse[i]) - double(tl[i]);
             // float64 sums of ~1e3 terms of ~10 in another order: ~1e-16 relative each step.
             MWB_VERIFY_ERROR(std::abs(got - want) / std::abs(want), 1e-13);
+            // The pipeline's accumulation: previous + sum / divisor in float64, as the host adds.
+            const double sum = got, before = 0.375;
+            double acc = before;
+            emu::launch(1, 1, kThreads, [&] { cl::k_ce_loss_sum<double>(&acc, lse.data(), tl.data(), n, 3.0, true); });
+            QCOMPARE(acc, before + sum / 3.0);
         }
     }
 

@@ -106,9 +106,9 @@ public:
         ints_.emplace_back(static_cast<std::size_t>(n), 0);
         return {make_view(ints_.back().data(), DType::I32, {n}, device_), kFixed};
     }
-    Arg d(int64_t n) {
+    Arg d(int64_t n, unsigned flags = kFixed) {
         doubles_.emplace_back(static_cast<std::size_t>(n), 0.0);
-        return {make_view(doubles_.back().data(), DType::F64, {n}, device_), kFixed};
+        return {make_view(doubles_.back().data(), DType::F64, {n}, device_), flags};
     }
     Device device() const { return device_; }
 
@@ -146,7 +146,8 @@ std::vector<Case> cases(Store& s) {
     add("sum_squares_ranges", {s.d(1), s.f({12})}, [](OpContext& x, V a) {
         ops::sum_squares_ranges(x, a[0], a[1], {{0, 5}, {7, 5}});
     });
-    add("gradient_scale", {s.f({2}), s.d(1)}, [](OpContext& x, V a) { ops::gradient_scale(x, a[0], a[1], 8.0, 1.0); });
+    add("gradient_scale", {s.f({2}), s.d(1), s.d(step_params::Count, kOptional)},
+        [](OpContext& x, V a) { ops::gradient_scale(x, a[0], a[1], 8.0, 1.0, a[2]); });
     add("read_f64", {s.d(1)}, [](OpContext& x, V a) { (void)ops::read_f64(x, a[0]); });
     add("add", {s.f({3, 4}), s.f({3, 4}), s.f({3, 4})}, [](OpContext& x, V a) { ops::add(x, a[0], a[1], a[2]); });
     add("round_to", {s.f({3, 4}, kAnyShape)}, [](OpContext& x, V a) { ops::round_to(x, a[0], DType::BF16); });
@@ -224,14 +225,15 @@ std::vector<Case> cases(Store& s) {
         [](OpContext& x, V a) { ops::cross_entropy_rescale(x, a[0], a[1], a[2]); });
     add("cross_entropy_lse", {s.f({3}), s.f({3}), s.f({3})},
         [](OpContext& x, V a) { ops::cross_entropy_lse(x, a[0], a[1], a[2]); });
-    add("cross_entropy_loss_sum", {s.f({3}), s.f({3})},
-        [](OpContext& x, V a) { (void)ops::cross_entropy_loss_sum(x, a[0], a[1]); });
+    add("cross_entropy_loss_sum", {s.d(1), s.f({3}), s.f({3})},
+        [](OpContext& x, V a) { ops::cross_entropy_loss_sum(x, a[0], a[1], a[2], 3.0, true); });
     add("adamw_update",
-        {s.f({3, 4}), s.f({3, 4}), s.f({3, 4}), s.f({3, 4}), s.f({3, 4}, kOptional), s.f({2}, kOptional)},
+        {s.f({3, 4}), s.f({3, 4}), s.f({3, 4}), s.f({3, 4}), s.f({3, 4}, kOptional), s.f({2}, kOptional),
+         s.d(step_params::Count, kOptional)},
         [](OpContext& x, V a) {
             AdamWParams p;
             p.lr = 1e-3f;
-            ops::adamw_update(x, a[0], a[1], a[2], a[3], p, a[4], DType::BF16, a[5]);
+            ops::adamw_update(x, a[0], a[1], a[2], a[3], p, a[4], DType::BF16, a[5], a[6]);
         });
     return c;
 }

@@ -145,11 +145,17 @@ private slots:
         }
         // As shards_combine_to_the_whole: a few ulp of lse (float sums of exp_approx values).
         MWB_VERIFY_ERROR(max_rel_error(lse, lse_ref), 1e-6);
-        const double loss = ops::cross_entropy_loss_sum(ctx, v(lse), v(target));
+        double loss = 0;
+        ops::cross_entropy_loss_sum(ctx, make_view(&loss, DType::F64, {1}), v(lse), v(target), 1.0, false);
         MWB_VERIFY_ERROR(std::abs(loss - loss_ref_sum) / loss_ref_sum, 1e-6);
         double row_order = 0;
         for (int64_t r = 0; r < kRows; ++r) row_order += double(lse[r]) - double(target[r]);
         QCOMPARE(loss, row_order);  // float64, row order: the model's loss for any thread count
+        // Accumulated as the pipeline does: (previous + Σ / divisor) in float64, the host's bits.
+        const double before = 0.1;
+        double acc = before;
+        ops::cross_entropy_loss_sum(ctx, make_view(&acc, DType::F64, {1}), v(lse), v(target), 7.0, true);
+        QCOMPARE(acc, before + row_order / 7.0);
 
         Partials whole = partials(p, 0, kVocab);
         const std::vector<float> sums = whole.sumexp;

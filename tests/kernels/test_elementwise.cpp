@@ -329,10 +329,21 @@ private slots:
         ops::sum_squares_ranges(ctx, make_view(&out, DType::F64, {1}), view(x), {{0, 1000}});
         ops::gradient_scale(ctx, view_f32(scale, {2}), make_view(&out, DType::F64, {1}), 1.0, 1.0);
         QCOMPARE(ctx.host_reads, int64_t{0});
-        QCOMPARE(ops::read_f64(ctx, make_view(&out, DType::F64, {1})), out);
+        QCOMPARE(ops::read_f64(ctx, make_view(&out, DType::F64, {1})), std::vector<double>{out});
         QCOMPARE(ctx.host_reads, int64_t{1});
-        (void)ops::sum_squares(ctx, view(x));
+        const double pair[2] = {out, -2.5};  // a step's results come back together, in one read
+        QCOMPARE(ops::read_f64(ctx, make_view(const_cast<double*>(pair), DType::F64, {2})),
+                 (std::vector<double>{out, -2.5}));
         QCOMPARE(ctx.host_reads, int64_t{2});
+        (void)ops::sum_squares(ctx, view(x));
+        QCOMPARE(ctx.host_reads, int64_t{3});
+        // The loss sum stays on the device: no read.
+        double loss = 0;
+        const float lse[2] = {3, 4}, tl[2] = {1, 1};
+        ops::cross_entropy_loss_sum(ctx, make_view(&loss, DType::F64, {1}), view_f32(const_cast<float*>(lse), {2}),
+                                    view_f32(const_cast<float*>(tl), {2}), 2.0, false);
+        QCOMPARE(ctx.host_reads, int64_t{3});
+        QCOMPARE(loss, 2.5);
     }
 
     void mismatched_shapes_throw() {

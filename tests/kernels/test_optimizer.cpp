@@ -12,6 +12,7 @@
 #include <QtTest>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 
 using namespace mwb;
@@ -219,6 +220,52 @@ private slots:
         OpContext ctx;
         QVERIFY_THROWS_EXCEPTION(mwb::Error, ops::adamw_update(ctx, view(a), view(a), view(a), view(a), hyper(1), {},
                                                                 DType::F32, view(three)));
+    }
+
+    void adamw_reads_the_step_block() {
+        // The step's parameter block (what a captured step's kernels read) gives the bits of the same
+        // step passed in AdamWParams; p.weight_decay then only says whether the range decays. The
+        // learning rate and step count in p are not read.
+        const std::size_t n = 10007;
+        const auto param0 = random_floats(n, 11), grad0 = gradients(n, 12);
+        const auto run = [&](const AdamWParams& p, std::vector<double> block) {
+            auto param = param0, grad = grad0;
+            std::vector<float> m(n, 0.25f), v(n, 0.5f), copy(n);
+            OpContext ctx;
+            ops::adamw_update(ctx, view(param), view(grad), view(m), view(v), p, view(copy), DType::BF16, {},
+                              block.empty() ? TensorView{} : make_view(block.data(), DType::F64, {step_params::Count}));
+            for (const auto* part : {&m, &v, &copy}) param.insert(param.end(), part->begin(), part->end());
+            return param;
+        };
+        for (int64_t s : {int64_t{1}, int64_t{4}, int64_t{1000}}) {
+            const AdamWParams p = hyper(s);
+            const AdamWConstants k = adamw_constants(p);
+            const std::vector<double> block = {k.step_size, k.inv_sqrt_bc2, k.decay, 1024.0};
+            AdamWParams stale = p;  // what the block replaces: never read
+            stale.lr = 7.0f;
+            stale.step = 1;
+            MWB_VERIFY_BITWISE(run(stale, block), run(p, {}));
+            AdamWParams no_decay = p;
+            no_decay.weight_decay = 0.0f;
+            stale.weight_decay = 0.0f;
+            MWB_VERIFY_BITWISE(run(stale, block), run(no_decay, {}));
+        }
+        // gradient_scale takes its loss scale from the block the same way.
+        double sumsq = 3.0e9;
+        float by_arg[2], by_block[2];
+        std::vector<double> block = {0, 1, 1, 4096.0};
+        OpContext ctx;
+        ops::gradient_scale(ctx, view_f32(by_arg, {2}), make_view(&sumsq, DType::F64, {1}), 4096.0, 1.0);
+        ops::gradient_scale(ctx, view_f32(by_block, {2}), make_view(&sumsq, DType::F64, {1}), 1.0, 1.0,
+                            make_view(block.data(), DType::F64, {step_params::Count}));
+        QCOMPARE(std::bit_cast<uint32_t>(by_block[0]), std::bit_cast<uint32_t>(by_arg[0]));
+        QCOMPARE(by_block[1], by_arg[1]);
+        QVERIFY(by_arg[0] != 1.0f / 1.0f);  // the block's 4096, not the argument's 1, was used
+        std::vector<double> three(3);
+        std::vector<float> a(8);
+        QVERIFY_THROWS_EXCEPTION(
+            mwb::Error, ops::adamw_update(ctx, view(a), view(a), view(a), view(a), hyper(1), {}, DType::F32, {},
+                                          make_view(three.data(), DType::F64, {3})));
     }
 
     void adamw_rejects_bad_arguments() {

@@ -207,7 +207,7 @@ Compare check_gradient_norm() {
     void* dev = device::cuda_malloc(8);
     const TensorView sumsq_gpu = make_view(dev, DType::F64, {1}, Device::CUDA);
     ops::sum_squares_ranges(g, sumsq_gpu, x.gpu(), ranges);
-    double on_gpu = ops::read_f64(g, sumsq_gpu);
+    double on_gpu = ops::read_f64(g, sumsq_gpu)[0];
     double on_cpu = 0;
     ops::sum_squares_ranges(c, make_view(&on_cpu, DType::F64, {1}), x.cpu(), ranges);
     Compare cmp;
@@ -1083,7 +1083,13 @@ Compare check_cross_entropy() {
                                  d ? scale.gpu() : scale.cpu());
         ops::cross_entropy_rescale(*ctx, d ? se.gpu() : se.cpu(), d ? mx.gpu() : mx.cpu(), d ? gmax.gpu() : gmax.cpu());
         ops::cross_entropy_lse(*ctx, d ? mx.gpu() : mx.cpu(), d ? gmax.gpu() : gmax.cpu(), d ? se.gpu() : se.cpu());
-        loss[d ? 1 : 0] = ops::cross_entropy_loss_sum(*ctx, d ? flse.gpu() : flse.cpu(), d ? ftl.gpu() : ftl.cpu());
+        TensorView out = make_view(&loss[0], DType::F64, {1});
+        if (d) out = make_view(device::cuda_malloc(8), DType::F64, {1}, Device::CUDA);
+        ops::cross_entropy_loss_sum(*ctx, out, d ? flse.gpu() : flse.cpu(), d ? ftl.gpu() : ftl.cpu(), 1.0, false);
+        if (d) {
+            loss[1] = ops::read_f64(g, out)[0];
+            device::cuda_free(out.data);
+        }
     }
     cmp.twin("cross_entropy_fused lse", flse);
     cmp.twin("cross_entropy_fused target_logit", ftl);
@@ -1118,6 +1124,31 @@ Compare check_adamw() {
     std::vector<float> rounded = w.device_values();
     for (auto& x : rounded) x = round_to_bf16(x);
     cmp.bits("adamw bf16 copy", copy.device_values(), rounded);
+    // The step's parameter block in device memory (what a captured step reads): the GPU's own bits
+    // of the same step from AdamWParams, at an offset that leaves the 128-bit bulk a ragged tail.
+    const AdamWConstants k = adamw_constants(p);
+    const double block[step_params::Count] = {k.step_size, k.inv_sqrt_bc2, k.decay, 1.0};
+    void* dev_block = device::cuda_malloc(sizeof(block));
+    device::copy_to_device(dev_block, block, sizeof(block));
+    const auto tail = [](Twin& t) { return slice_1d(t.gpu(), 3, n - 3); };
+    std::vector<std::vector<float>> by_args;
+    for (int pass = 0; pass < 2; ++pass) {
+        Twin w2(random_floats(n, 124), {n}), m2(random_floats(n, 125, -0.1f, 0.1f), {n});
+        Twin v2(random_floats(n, 126, 0.0f, 0.01f), {n}), g2(random_floats(n, 127, -3, 3), {n});
+        AdamWParams q = p;
+        if (pass == 1) q.lr = 1.0f;  // not read: the block's constants apply
+        ops::adamw_update(
+            g, tail(w2), tail(g2), tail(m2), tail(v2), q, {}, DType::F32, {},
+            pass == 1 ? make_view(dev_block, DType::F64, {step_params::Count}, Device::CUDA) : TensorView{});
+        if (pass == 0)
+            by_args = {w2.device_values(), m2.device_values(), v2.device_values()};
+        else {
+            cmp.bits("adamw from the step block: param", w2.device_values(), by_args[0]);
+            cmp.bits("adamw from the step block: exp_avg", m2.device_values(), by_args[1]);
+            cmp.bits("adamw from the step block: exp_avg_sq", v2.device_values(), by_args[2]);
+        }
+    }
+    device::cuda_free(dev_block);
     return cmp;
 }
 

@@ -23,12 +23,28 @@ MemoryInfo cuda_memory_info();
 void copy_to_device(void* device_dst, const void* host_src, int64_t bytes);
 void copy_to_host(void* host_dst, const void* device_src, int64_t bytes);
 
+/// Page-locked host memory (cudaHostAlloc): a copy from it queued on a stream returns at once.
+void* pinned_malloc(int64_t bytes);
+void pinned_free(void* ptr);
+/// Queues a host -> device copy from pinned memory on `stream` (no host wait); the source must stay
+/// unchanged until the copy ran (an event recorded after it says when).
+void copy_to_device_async(void* device_dst, const void* pinned_src, int64_t bytes, void* stream);
+
+/// Events: recorded on a stream after some work, waited for by the host.
+void* create_event();
+void destroy_event(void* event);
+void record_event(void* event, void* stream);
+/// Blocks the host until the work before the event's last record ran (at once if never recorded).
+void wait_event(void* event);
+
 /// Waits for all work queued on `stream` (nullptr: the legacy default stream) and raises any
 /// asynchronous kernel error as mwb::Error.
 void synchronize(void* stream = nullptr);
 
-/// A new non-blocking stream, and its release.
-void* create_stream();
+/// A new non-blocking stream, and its release. With `ordered_with_default` the stream is a blocking
+/// one instead (cudaStreamDefault): work on it and on the legacy default stream is ordered implicitly,
+/// so the blocking copies outside a training step stay behind the step's work on its own stream.
+void* create_stream(bool ordered_with_default = false);
 void destroy_stream(void* stream);
 
 /// Makes GPU `index` current for this thread.

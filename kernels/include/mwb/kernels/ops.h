@@ -75,6 +75,22 @@ struct AdamWParams {
     bool zero_grad = false;  ///< grads are set to 0 once read (the next step's zeroing pass is then not needed)
 };
 
+/// The constants an AdamW step derives from its hyper-parameters on the host, computed by one function
+/// (kernels/cpu/optimizer.cpp) for both devices' kernels: lr/bc1, 1/sqrt(bc2) and 1 − lr·wd, with
+/// bc = 1 − β^step (float, from a float64 power).
+struct AdamWConstants {
+    float step_size = 0, inv_sqrt_bc2 = 1, decay = 1;
+};
+AdamWConstants adamw_constants(const AdamWParams& p);
+
+/// The per-step scalars of a training step in one F64 block (device memory; host memory on the CPU),
+/// written by one upload before the step and read by the kernels there, so a step queued once (a CUDA
+/// graph) runs with each step's values: AdamW's constants for a decayed range (adamw_constants: the
+/// floats are exact in the doubles) and the loss scale. Indices into the block:
+namespace step_params {
+enum : int64_t { StepSize, InvSqrtBc2, Decay, LossScale, Count };
+}
+
 /// Elements [first, first + count) of a 1-D tensor (an arena's parameter, in arena elements).
 struct IndexRange {
     int64_t first = 0;
