@@ -89,9 +89,10 @@ void GptModel::build(int64_t arena_shards, bool gradients) {
     }
 
     if (arena_shards > 1) layout_.pad_to_shards(arena_shards);
-    // The weights' working copy is stored as the activations are: 16-bit in bf16/fp16 runs where the
-    // device's kernels take 16-bit tensors (the CPU); the optimizer keeps the fp32 masters.
-    params_ = Buffer(alloc_, MemCategory::Weights, layout_.arena_elements(), mwb::stored_dtype(ctx_.device, storage_));
+    // The weights' working copy: 16-bit in bf16/fp16 runs on the CPU (weight_storage_dtype says why not
+    // yet on CUDA); the optimizer keeps the fp32 masters.
+    params_ = Buffer(alloc_, MemCategory::Weights, layout_.arena_elements(),
+                     mwb::weight_storage_dtype(ctx_.device, storage_));
     if (gradients) grads_ = Buffer(alloc_, MemCategory::Gradients, layout_.arena_elements());
     ops::fill(ctx_, params_.view(), 0.0f);
     if (gradients) ops::fill(ctx_, grads_.view(), 0.0f);

@@ -69,8 +69,8 @@ public:
     /// The weights the forward pass uses (rounded to the storage precision in 16-bit runs), of
     /// weight_dtype(): readers that want fp32 values widen them (ops::copy) or read the optimizer's master.
     TensorView params() const { return params_.view(); }
-    /// The dtype of the weights' working copy: the storage dtype on the CPU, whose kernels take 16-bit
-    /// weights; f32 holding 16-bit values on CUDA, whose norm and embedding kernels take f32 still.
+    /// The dtype of the weights' working copy: the storage dtype on the CPU; f32 holding 16-bit values
+    /// on CUDA, whose AdamW kernel writes an f32 copy still (runtime.h, weight_storage_dtype).
     DType weight_dtype() const { return params_.view().dtype; }
     /// fp32 gradient accumulators ("main grads"), same layout as params().
     TensorView grads() const { return grads_.view(); }

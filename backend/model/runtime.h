@@ -24,9 +24,16 @@ inline uint64_t micro_batch_stream(int64_t iteration, int64_t micro_batch) {
     return mix64(mix64(static_cast<uint64_t>(iteration)) ^ static_cast<uint64_t>(micro_batch));
 }
 
-/// What stored activations, and the weights' working copy (GptModel::weight_dtype), are held as on
-/// `device` in a run of storage dtype `storage` (ModelRuntime).
-inline DType stored_dtype(Device device, DType storage) {
+/// What stored activations are held as in a run of storage dtype `storage` (ModelRuntime): the storage
+/// dtype on both devices, whose kernels read and write 16-bit tensors (docs/numerics.md).
+inline DType stored_dtype(Device /*device: the same on both*/, DType storage) {
+    return storage;
+}
+
+/// What the weights' working copy (GptModel::weight_dtype) is held as: 16-bit on the CPU; on CUDA an
+/// f32 arena holding 16-bit values still, because the CUDA AdamW kernel writes its rounded copy as f32
+/// (docs/gpu.md, "Missing"). Every CUDA op that reads a weight takes f32 or 16-bit.
+inline DType weight_storage_dtype(Device device, DType storage) {
     return device == Device::CPU ? storage : DType::F32;
 }
 
@@ -41,8 +48,7 @@ struct ModelRuntime {
     Buffer activation(int64_t numel) const { return Buffer(alloc, MemCategory::Activations, numel); }
     /// The dtype of stored activations: a layer's intermediates (qkv, context, fc1, activation output),
     /// the residual stream (embedding output, each layer's input, x2 and output), the norm outputs and
-    /// the gradients of all of these. The storage dtype on the CPU, whose kernels read and write 16-bit
-    /// tensors; f32 holding 16-bit values on CUDA, whose kernels take f32 there still (docs/numerics.md).
+    /// the gradients of all of these: the storage dtype on both devices (docs/numerics.md).
     DType stored_dtype() const { return mwb::stored_dtype(ctx.device, storage); }
     Buffer stored_activation(int64_t numel) const {
         return Buffer(alloc, MemCategory::Activations, numel, stored_dtype());

@@ -48,7 +48,7 @@ RunObjects::RunObjects(const Config& config, ParallelContext& context)
     if (ctx.device == Device::CUDA) device::set_deterministic(cfg.runtime.deterministic);
     if (ctx.device == Device::CUDA) {
         const AttentionBackendChoice a = resolve_attention_backend(
-            cfg.runtime.attention_backend, cfg.runtime.deterministic, ctx.gemm_inputs == DType::BF16);
+            cfg.runtime.attention_backend, cfg.runtime.deterministic, model.storage() != DType::F32);
         ctx.attention = a.backend;
         attention_backend = attention_backend_name(a.backend);
         attention_reason = a.reason;

@@ -410,7 +410,7 @@ bool execute(const std::string&, const std::vector<std::pair<int64_t, void*>>&, 
 
 namespace mwb {
 
-AttentionBackendChoice resolve_attention_backend(const std::string& requested, bool deterministic, bool bf16) {
+AttentionBackendChoice resolve_attention_backend(const std::string& requested, bool deterministic, bool sixteen_bit) {
     if (requested == "own") return {AttentionBackend::Own, "own: the own kernels, as asked"};
     const std::string who = requested == "cudnn" ? "cudnn" : "auto";
     const auto own = [&](const std::string& why) {
@@ -419,7 +419,7 @@ AttentionBackendChoice resolve_attention_backend(const std::string& requested, b
     if (deterministic)
         return own("deterministic mode: bit-identical reruns with the CPU's dropout masks, which cuDNN's Philox "
                    "stream does not draw");
-    if (!bf16) return own("an fp32 run: cuDNN's fused attention takes 16-bit inputs");
+    if (!sixteen_bit) return own("an fp32 run: cuDNN's fused attention takes 16-bit inputs");
     int device = 0, major = 0, minor = 0;
     if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) {
         cudaGetLastError();

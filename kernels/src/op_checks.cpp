@@ -87,8 +87,12 @@ constexpr SixteenBit kSixteenBitOps[] = {
     {"dropout_backward", true, true},
     {"dropout_add_forward", true, true},
     {"bias_dropout_add_forward", true, true},
-    {"attention_forward", true, false},
-    {"attention_backward", true, false},
+    {"attention_forward", true, true},
+    {"attention_backward", true, true},
+    // Weight arguments: linear biases, and the optimizer's working copy (the CPU's 16-bit arena; CUDA's
+    // AdamW kernel writes an f32 copy still).
+    {"linear_forward", true, true},
+    {"adamw_update", true, false},
 };
 
 bool takes_16bit(const char* op, Device device) {

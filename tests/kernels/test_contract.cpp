@@ -377,22 +377,24 @@ private slots:
     /// The same checks on a CUDA context (no GPU needed: every call here must fail in the dispatcher).
     void cuda_context_rejects_each_wrong_argument_by_name() { sweep(Device::CUDA); }
 
-    /// op_checks.cpp's kSixteenBitOps: which ops take 16-bit stored activations on which device.
+    /// op_checks.cpp's kSixteenBitOps: which ops take 16-bit stored tensors on which device.
     void sixteen_bit_views_follow_the_table() {
-        // On CUDA the kernels of every non-attention op take them, on the CPU every op's (activations
-        // only: weights, statistics and parameter gradients stay f32).
-        QVERIFY(takes_bf16(Device::CUDA, "gelu_forward", {0, 1}));
-        QVERIFY(takes_bf16(Device::CUDA, "layernorm_forward", {0, 3}));
-        QVERIFY(!takes_bf16(Device::CUDA, "layernorm_forward", {4}));  // w
-        QVERIFY(!takes_bf16(Device::CUDA, "layernorm_forward", {1}));  // mean
-        QVERIFY(takes_bf16(Device::CUDA, "dropout_add_forward", {0, 1, 2}));
-        QVERIFY(takes_bf16(Device::CUDA, "rope_forward", {0}));
-        QVERIFY(takes_bf16(Device::CUDA, "embedding_forward", {0}));
-        QVERIFY(!takes_bf16(Device::CUDA, "attention_forward", {2}));  // qkv: h16attn's kernels
-        QVERIFY(takes_bf16(Device::CPU, "gelu_forward", {0, 1}));
-        QVERIFY(takes_bf16(Device::CPU, "attention_forward", {0, 2}));
-        QVERIFY(takes_bf16(Device::CPU, "layernorm_forward", {0, 3}));
-        QVERIFY(!takes_bf16(Device::CPU, "layernorm_forward", {4}));
+        // Both devices: every op's stored activations and weight arguments (statistics and parameter
+        // gradients stay f32), attention with one dtype for qkv and its output on CUDA.
+        for (const Device d : {Device::CPU, Device::CUDA}) {
+            QVERIFY(takes_bf16(d, "gelu_forward", {0, 1}));
+            QVERIFY(takes_bf16(d, "layernorm_forward", {0, 3}));
+            QVERIFY(takes_bf16(d, "layernorm_forward", {4}));   // w
+            QVERIFY(!takes_bf16(d, "layernorm_forward", {1}));  // mean
+            QVERIFY(takes_bf16(d, "dropout_add_forward", {0, 1, 2}));
+            QVERIFY(takes_bf16(d, "rope_forward", {0}));
+            QVERIFY(takes_bf16(d, "embedding_forward", {0}));
+            QVERIFY(takes_bf16(d, "attention_forward", {0, 2}));
+        }
+        QVERIFY(!takes_bf16(Device::CUDA, "attention_forward", {2}));  // qkv alone: out must match it
+        // The working copy AdamW writes: a 16-bit arena on the CPU, f32 on CUDA (weight_storage_dtype).
+        QVERIFY(takes_bf16(Device::CPU, "adamw_update", {4}));
+        QVERIFY(!takes_bf16(Device::CUDA, "adamw_update", {4}));
     }
     void scalar_arguments_are_named() {
         OpContext ctx;

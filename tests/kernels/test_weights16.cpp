@@ -229,19 +229,21 @@ private slots:
         }
     }
 
-    void cuda_context_refuses_16bit_norm_weights() {
-        // The CUDA norm kernels take f32 gamma still (the arena stays f32 there): the dispatcher says so.
+    void cuda_context_refuses_a_16bit_adamw_copy() {
+        // CUDA's AdamW kernel writes its rounded copy as f32 (the arena stays f32 there,
+        // weight_storage_dtype): the dispatcher says so before any device work.
         OpContext ctx{Device::CUDA, nullptr};
-        float x[8] = {}, out[8] = {}, rstd[2] = {};
-        uint16_t g[4] = {};
+        float w[4] = {}, g[4] = {}, m[4] = {}, v[4] = {};
+        uint16_t copy[4] = {};
+        AdamWParams p;
+        p.step = 1;
+        const auto f32 = [](float* d) { return make_view(d, DType::F32, {4}, Device::CUDA); };
         try {
-            ops::rmsnorm_forward(ctx, make_view(out, DType::F32, {2, 4}, Device::CUDA),
-                                 make_view(rstd, DType::F32, {2}, Device::CUDA),
-                                 make_view(x, DType::F32, {2, 4}, Device::CUDA),
-                                 make_view(g, DType::BF16, {4}, Device::CUDA), 1e-5f);
+            ops::adamw_update(ctx, f32(w), f32(g), f32(m), f32(v), p, make_view(copy, DType::BF16, {4}, Device::CUDA),
+                              DType::BF16);
             QFAIL("no error");
         } catch (const Error& e) {
-            QVERIFY2(QString(e.what()).contains("rmsnorm_forward: w must be a tensor of dtype f32"), e.what());
+            QVERIFY2(QString(e.what()).contains("adamw_update: param_copy must be a tensor of dtype f32"), e.what());
         }
     }
 };
