@@ -226,7 +226,7 @@ void copy(OpContext& ctx, TensorView dst, TensorView src) {
         c.shape(false, blame_dst ? "dst" : "src", blame_dst ? dst : src, "of {}'s dtype {} (or f32, bf16 or f16)",
                 blame_dst ? "src" : "dst", dtype_name(other.dtype));
     }
-    if (cpu) c.shape(storage_dtype(dst.dtype), "dst", dst, "of dtype f32, bf16 or f16 on the CPU");
+    if (ctx.device == Device::CPU) c.shape(storage_dtype(dst.dtype), "dst", dst, "of dtype f32, bf16 or f16 on the CPU");
 }
 
 void scale(OpContext& ctx, TensorView x, float) {
