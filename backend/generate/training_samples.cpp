@@ -35,12 +35,13 @@ TrainingSamples::TrainingSamples(const Config& config, const GptModel& model, De
     if (weights.device != Device::CPU || weights.dtype != DType::F32) {
         // A GPU run decodes on the CPU from a host copy of this rank's fp32 weights, refreshed at each
         // sampling point: the GPU keeps only the training's memory, and every layout works as on CPU runs.
-        // A CPU run's 16-bit working copy is widened into such a copy (exact: the same values).
-        MWB_CHECK(weights.device == Device::CPU || weights.dtype == DType::F32,
-                  "text samples: a GPU run's weights are downloaded as fp32, got {}", weights.describe());
+        // A 16-bit working copy (a CPU run's, or a GPU run's downloaded as its 2-byte elements) is
+        // widened into such a copy (exact: the same values).
         model_params_ = weights;
         // not value-initialised: the pages are first touched by the first sampling point's copy
         host_params_.reset(new float[static_cast<std::size_t>(weights.numel())]);
+        if (weights.device != Device::CPU && weights.dtype != DType::F32)
+            host_bits_.reset(new uint16_t[static_cast<std::size_t>(weights.numel())]);
         weights.data = host_params_.get();
         weights.dtype = DType::F32;
         weights.device = Device::CPU;
@@ -88,13 +89,17 @@ void TrainingSamples::after_iteration(int64_t iteration, int64_t consumed_tokens
 
 void TrainingSamples::sample(int64_t iteration, int64_t consumed_tokens) {
     last_sampled_ = iteration;
-    if (host_params_ && model_params_.device != Device::CPU) {  // this iteration's weights (after the update)
-        device::synchronize();
-        device::copy_to_host(host_params_.get(), model_params_.data,
-                             model_params_.numel() * static_cast<int64_t>(sizeof(float)));
-    } else if (host_params_) {
+    if (host_params_) {  // this iteration's weights (after the update)
+        const int64_t n = model_params_.numel();
+        TensorView host = model_params_;  // the working copy in host memory: in place on a CPU
+        if (model_params_.device != Device::CPU) {
+            host = make_view(host_bits_ ? static_cast<void*>(host_bits_.get()) : static_cast<void*>(host_params_.get()),
+                             model_params_.dtype, {n});
+            device::synchronize();
+            device::copy_to_host(host.data, model_params_.data, n * static_cast<int64_t>(dtype_size(host.dtype)));
+        }
         OpContext cpu;
-        ops::copy(cpu, make_view(host_params_.get(), DType::F32, {model_params_.numel()}), model_params_);
+        if (host.data != host_params_.get()) ops::copy(cpu, make_view(host_params_.get(), DType::F32, {n}), host);
     }
     const auto out = complete(*decoder_, ids_, options_);
     const SamplingParams& s = options_.sampling;

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -55,6 +56,8 @@ private:
     /// working copy (host_params_ copies or widens them at each sample).
     TensorView model_params_;
     std::unique_ptr<float[]> host_params_;  ///< null on fp32 CPU runs, which read their weights in place
+    /// A GPU run's 16-bit working copy as downloaded (2 bytes an element), widened into host_params_.
+    std::unique_ptr<uint16_t[]> host_bits_;
     std::vector<std::string> prompts_;
     std::vector<std::vector<int32_t>> ids_;
     GenerateOptions options_;

@@ -89,10 +89,9 @@ void GptModel::build(int64_t arena_shards, bool gradients) {
     }
 
     if (arena_shards > 1) layout_.pad_to_shards(arena_shards);
-    // The weights' working copy: 16-bit in bf16/fp16 runs on the CPU (weight_storage_dtype says why not
-    // yet on CUDA); the optimizer keeps the fp32 masters.
-    params_ = Buffer(alloc_, MemCategory::Weights, layout_.arena_elements(),
-                     mwb::weight_storage_dtype(ctx_.device, storage_));
+    // The weights' working copy: of the storage dtype on both devices (16-bit in bf16/fp16 runs, as the
+    // planner counts it); the optimizer keeps the fp32 masters.
+    params_ = Buffer(alloc_, MemCategory::Weights, layout_.arena_elements(), storage_);
     if (gradients) grads_ = Buffer(alloc_, MemCategory::Gradients, layout_.arena_elements());
     ops::fill(ctx_, params_.view(), 0.0f);
     if (gradients) ops::fill(ctx_, grads_.view(), 0.0f);
@@ -142,6 +141,7 @@ void GptModel::build_rope_tables() {
 void GptModel::init_weights(uint64_t seed) {
     const float out_std = d_.init_std / std::sqrt(2.0f * static_cast<float>(d_.layers));
     std::vector<float> host;
+    std::vector<uint16_t> host16;
     for (std::size_t i = 0; i < layout_.size(); ++i) {
         const ParamInfo& p = layout_[i];
         const TensorView v = layout_.view(params_.view(), i);
@@ -151,21 +151,29 @@ void GptModel::init_weights(uint64_t seed) {
             ops::fill(ctx_, v, 1.0f);
         } else {
             // Drawn in fp32 on the host (the same Philox values on every device), then stored: rounded
-            // into a 16-bit arena, uploaded to a GPU.
+            // into a 16-bit arena by the CPU's copy (on a GPU into host memory, then uploaded: the
+            // same bits on both devices, 2 bytes an element).
             host.resize(static_cast<std::size_t>(v.numel()));
             TensorView hv = v;
             hv.data = host.data();
             hv.dtype = DType::F32;
             hv.device = Device::CPU;
             normal_init_slice(hv, p, seed, role_is_output_projection(p.role) ? out_std : d_.init_std);
-            if (v.device == Device::CPU)
+            if (v.device == Device::CPU) {
                 ops::copy(ctx_, v, hv);
-            else
-                device::copy_to_device(v.data, host.data(), v.numel() * 4);  // an f32 arena on CUDA
+            } else {
+                TensorView stored = hv;  // a 16-bit arena: the rounding, in host16
+                stored.dtype = v.dtype;
+                if (stored.dtype != DType::F32) {
+                    host16.resize(host.size());
+                    stored.data = host16.data();
+                    OpContext cpu;
+                    ops::copy(cpu, stored, hv);
+                }
+                device::copy_to_device(v.data, stored.data, v.numel() * static_cast<int64_t>(dtype_size(v.dtype)));
+            }
         }
     }
-    // An f32 arena holds the 16-bit rounding of the draws (a 16-bit one was rounded by the copy).
-    if (weight_dtype() == DType::F32) ops::round_to(ctx_, params_.view(), storage_);
 }
 
 void GptModel::zero_grads() {

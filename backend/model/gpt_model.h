@@ -66,12 +66,10 @@ public:
     int64_t local_rows() const { return local_rows_; }
     /// The dtype of the residual stream a chunk takes and returns, and of its gradient (runtime.h).
     DType stored_dtype() const { return mwb::stored_dtype(ctx_.device, storage_); }
-    /// The weights the forward pass uses (rounded to the storage precision in 16-bit runs), of
-    /// weight_dtype(): readers that want fp32 values widen them (ops::copy) or read the optimizer's master.
+    /// The weights the forward pass uses, the working copy: an arena of the storage dtype on both
+    /// devices (bf16/f16 in 16-bit runs, the rounding of the optimizer's fp32 masters). Readers that
+    /// want fp32 values widen them (ops::copy) or read the optimizer's master.
     TensorView params() const { return params_.view(); }
-    /// The dtype of the weights' working copy: the storage dtype on the CPU; f32 holding 16-bit values
-    /// on CUDA, whose AdamW kernel writes an f32 copy still (runtime.h, weight_storage_dtype).
-    DType weight_dtype() const { return params_.view().dtype; }
     /// fp32 gradient accumulators ("main grads"), same layout as params().
     TensorView grads() const { return grads_.view(); }
 

@@ -30,13 +30,6 @@ inline DType stored_dtype(Device /*device: the same on both*/, DType storage) {
     return storage;
 }
 
-/// What the weights' working copy (GptModel::weight_dtype) is held as: 16-bit on the CPU; on CUDA an
-/// f32 arena holding 16-bit values still, because the CUDA AdamW kernel writes its rounded copy as f32
-/// (docs/gpu.md, "Missing"). Every CUDA op that reads a weight takes f32 or 16-bit.
-inline DType weight_storage_dtype(Device device, DType storage) {
-    return device == Device::CPU ? storage : DType::F32;
-}
-
 struct ModelRuntime {
     OpContext& ctx;
     Allocator& alloc;

@@ -9,10 +9,11 @@
 // in the same process, peak memory. `--describe` prints the resolved shape, parameter count and FLOPs
 // without a GPU. `mwb-gpu-bench attention` times the attention core alone (attention_bench.cpp).
 //
-// Precision, as it is today: weights and activations are stored rounded to the run's 16-bit type
-// (--bf16; emulated in fp32 arrays, as on the CPU); with bf16 storage the GEMMs convert their
-// (bf16-valued) inputs and run on bf16 tensor cores, with fp32 storage they run in fp32 (TF32 unless
-// --no-tf32). The JSON says so in "precision".
+// Precision, as it is today: the weights' working copy and the stored activations are 16-bit tensors
+// of the run's 16-bit type (--bf16, as on the CPU; fp32 master weights, gradients and moments); with
+// bf16 storage the GEMMs read them directly on bf16 tensor cores (fp32 accumulation; the few fp32
+// operands left, dropout-scaled gradients, converted first), with fp32 storage they run in fp32 (TF32
+// unless --no-tf32). The JSON says so in "precision".
 #include "attention_bench.h"
 #include "backend/config/cli.h"
 #include "backend/config/validate.h"
@@ -210,8 +211,8 @@ int main(int argc, char** argv) {
             {"label", a.label},
             {"gpu", r.names.empty() ? "?" : r.names[0]},
             {"precision", storage == DType::BF16
-                              ? std::string("bf16 storage emulated in fp32 arrays; GEMMs on bf16 tensor cores (fp32 "
-                                            "accumulation); tensor-core attention")
+                              ? std::string("bf16 weights and activations (fp32 masters and gradients); GEMMs on bf16 tensor "
+                                            "cores (fp32 accumulation); tensor-core attention")
                               : fmt::format("{}; GEMMs {} on cuBLAS; fp32 flash-style attention", dtype_name(storage),
                                             !a.no_tf32 && !cfg.runtime.deterministic ? "fp32 with TF32 tensor cores" : "fp32")},
             {"deterministic", cfg.runtime.deterministic},

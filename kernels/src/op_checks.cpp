@@ -89,10 +89,9 @@ constexpr SixteenBit kSixteenBitOps[] = {
     {"bias_dropout_add_forward", true, true},
     {"attention_forward", true, true},
     {"attention_backward", true, true},
-    // Weight arguments: linear biases, and the optimizer's working copy (the CPU's 16-bit arena; CUDA's
-    // AdamW kernel writes an f32 copy still).
+    // Weight arguments: linear biases; the optimizer's gradients and working copy (the 16-bit arenas).
     {"linear_forward", true, true},
-    {"adamw_update", true, false},
+    {"adamw_update", true, true},
 };
 
 bool takes_16bit(const char* op, Device device) {
@@ -654,14 +653,16 @@ void adamw_update(OpContext& ctx, TensorView param, TensorView grad, TensorView 
                   const AdamWParams& p, TensorView param_copy, DType copy_dtype, TensorView scale, TensorView step) {
     const Args c("adamw_update", ctx);
     c.tensor("param", param, F32);
-    for (const auto& [arg, t] :
-         {std::pair{"grad", grad}, std::pair{"exp_avg", exp_avg}, std::pair{"exp_avg_sq", exp_avg_sq}}) {
+    // The gradients as the model keeps them: fp32 main grads, or a 16-bit gradient arena.
+    c.stored("grad", grad);
+    same_size(c, "grad", grad, "param", param);
+    for (const auto& [arg, t] : {std::pair{"exp_avg", exp_avg}, std::pair{"exp_avg_sq", exp_avg_sq}}) {
         c.tensor(arg, t, F32);
         same_size(c, arg, t, "param", param);
     }
     c.value(storage_dtype(copy_dtype), "copy_dtype", dtype_name(copy_dtype), "f32, bf16 or f16");
     if (!param_copy.empty()) {
-        // The model's working copy: f32 holding the rounding, or (the CPU) the 16-bit arena itself.
+        // The model's working copy: the 16-bit arena itself, or f32 holding the rounding.
         c.stored("param_copy", param_copy);
         c.shape(param_copy.dtype == DType::F32 || param_copy.dtype == copy_dtype, "param_copy", param_copy,
                 "f32 or of copy_dtype {}", dtype_name(copy_dtype));

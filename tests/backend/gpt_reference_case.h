@@ -58,17 +58,16 @@ inline Case make_case(const nlohmann::json& c) {
     return k;
 }
 
-/// The fixture's initial weights in a model of `storage` precision; in 16-bit runs the model's weights
-/// are the fp32 master weights rounded to 16 bits (as the optimizer's copy makes them): the copy into a
-/// 16-bit arena rounds, an f32 arena is rounded after.
-inline void load_initial(const nlohmann::json& fx, GptModel& model, OpContext& ctx, DType storage) {
+/// The fixture's initial weights in the model's precision; in 16-bit runs the model's weights
+/// are the fp32 master weights rounded to 16 bits (as the optimizer's copy makes them): the copy into
+/// the 16-bit arena rounds.
+inline void load_initial(const nlohmann::json& fx, GptModel& model, OpContext& ctx) {
     const ParamLayout& layout = model.layout();
     for (const auto& t : fx["tensors"]) {
         auto values = decode_array<float>(t["initial_f32"]);
         const TensorView v = layout.view(model.params(), layout.index_of(t["name"]));
         ops::copy(ctx, v, make_view(values.data(), DType::F32, {static_cast<int64_t>(values.size())}));
     }
-    if (storage != DType::F32 && model.weight_dtype() == DType::F32) ops::round_to(ctx, model.params(), storage);
 }
 
 /// The iteration's loss (mean of the micro-batches') with the gradients accumulated, each scaled by
@@ -138,7 +137,7 @@ inline void check_sixteen_bit_reference(const std::string& fixture, bool fp16) {
     OpContext ctx;
     Allocator alloc;
     GptModel model(k.dims, RecomputePolicy{}, storage, ctx, alloc);
-    load_initial(fx, model, ctx, storage);
+    load_initial(fx, model, ctx);
     const double loss = loss_and_grads(fx, k, model, recipe["loss_scale"]);
     const double ref_loss = recipe["loss"];
     const double loss_err = std::abs(loss - ref_loss) / std::abs(ref_loss);

@@ -53,7 +53,7 @@ private slots:
         for (const auto& t : fx["tensors"])
             QCOMPARE(static_cast<int64_t>(test::decode_array<float>(t["initial_f32"]).size()),
                      layout.view(model.params(), layout.index_of(t["name"])).numel());
-        load_initial(fx, model, ctx, DType::F32);
+        load_initial(fx, model, ctx);
         const double loss = loss_and_grads(fx, k, model, 1.0);
         const double ref_loss = fx["loss"];
         QVERIFY2(std::abs(loss - ref_loss) <= 1e-5 * std::abs(ref_loss),
@@ -119,7 +119,7 @@ private slots:
         OpContext ctx;
         Allocator alloc;
         GptModel model(k.dims, RecomputePolicy{}, storage, ctx, alloc);
-        load_initial(fx, model, ctx, storage);
+        load_initial(fx, model, ctx);
         const double loss = loss_and_grads(fx, k, model, fp16 ? 4096.0 : 1.0);
         const double ref_loss = fx["loss"];
         const double loss_err = std::abs(loss - ref_loss) / std::abs(ref_loss);

@@ -4,7 +4,8 @@
 // different exp: attention backward), bf16 GEMM inputs 1e-2 (the cuBLASLt epilogues' too); dropout
 // masks and storage rounding bit for bit; deterministic mode bit-identical across two runs. 16-bit
 // views (bf16, f16): each non-GEMM op on them bit for bit against the same op on f32 views of the same
-// values rounded after (storage_16bit), the GEMMs writing 16-bit results against the CPU (1e-2).
+// values rounded after (storage_16bit), the GEMMs writing 16-bit results against the CPU (1e-2),
+// AdamW's 16-bit gradients and weights' copy bit for bit against its f32 path (adamw_16bit).
 #include "cuda_op_checks.h"
 
 #include "mwb/kernels/device.h"
@@ -1152,6 +1153,47 @@ Compare check_adamw() {
     return cmp;
 }
 
+/// AdamW with the weights' working copy and the gradients in 16 bits (bf16/f16 runs: the copy is the
+/// 16-bit weights' arena, fp16 runs keep 16-bit gradients): the bits of the same update from f32
+/// gradients holding the same values into an f32 copy holding the rounding (the path `adamw` holds
+/// to the CPU op), with 16-bit zeros left in the gradients; on the whole arrays (the 16-byte bulk
+/// of 8 elements and a tail of 7) and from element 3 (misaligned: one element at a time).
+Compare check_adamw_16bit() {
+    Compare cmp;
+    auto g = gpu_ctx();
+    const int64_t n = 10007;
+    for (DType dt : {DType::BF16, DType::F16})
+        for (int64_t at : {int64_t{0}, int64_t{3}}) {
+            const std::string tag = fmt::format(" ({}, from element {})", dtype_name(dt), at);
+            const auto part = [&](const TensorView& t) { return slice_1d(t, at, n - at); };
+            Twin w(random_floats(n, 170), {n}), m(random_floats(n, 171, -0.1f, 0.1f), {n});
+            Twin v(random_floats(n, 172, 0.0f, 0.01f), {n}), grad(rounded_values(random_floats(n, 173, -3, 3), dt), {n});
+            Twin w32(w.host(), {n}), m32(m.host(), {n}), v32(v.host(), {n}), grad32(grad.host(), {n});
+            Twin copy32(std::vector<float>(n), {n}), zeros(std::vector<float>(n), {n}), back(std::vector<float>(n), {n});
+            Dev16 grad16(grad, dt, {n}), copy16(zeros, dt, {n});
+            AdamWParams p;
+            p.lr = 3e-3f;
+            p.weight_decay = 0.1f;
+            p.step = 7;
+            p.grad_scale = 0.5f;
+            p.zero_grad = true;
+            ops::adamw_update(g, part(w.gpu()), part(grad16.gpu()), part(m.gpu()), part(v.gpu()), p,
+                              part(copy16.gpu()), dt);
+            ops::adamw_update(g, part(w32.gpu()), part(grad32.gpu()), part(m32.gpu()), part(v32.gpu()), p,
+                              part(copy32.gpu()), dt);
+            cmp.bits("adamw 16-bit grad: param" + tag, w.device_values(), w32.device_values());
+            cmp.bits("adamw 16-bit grad: exp_avg" + tag, m.device_values(), m32.device_values());
+            cmp.bits("adamw 16-bit grad: exp_avg_sq" + tag, v.device_values(), v32.device_values());
+            cmp.bits("adamw 16-bit copy" + tag, copy16.values(back), copy32.device_values());
+            cmp.bits("adamw 16-bit zeroed grad" + tag, grad16.values(back), grad32.device_values());
+            // The copy is the rounding of the GPU's own fp32 weights (precision.h), untouched before `at`.
+            std::vector<float> rounded = rounded_values(w.device_values(), dt);
+            std::fill(rounded.begin(), rounded.begin() + at, 0.0f);
+            cmp.bits("adamw 16-bit copy = round(param)" + tag, copy16.values(back), rounded);
+        }
+    return cmp;
+}
+
 /// Deterministic mode: the reduction-heavy ops twice on the same inputs give the same bits.
 Compare check_deterministic() {
     device::set_deterministic(true);
@@ -1243,6 +1285,7 @@ const std::vector<std::pair<std::string, CheckDef>>& registry() {
         {"cached_attention", {check_cached_attention, 1e-5}},
         {"cross_entropy", {check_cross_entropy, 1e-5}},
         {"adamw", {check_adamw, 1e-5}},
+        {"adamw_16bit", {check_adamw_16bit, 0.0}},
         {"deterministic", {check_deterministic, 0.0}},
     };
     return r;
