@@ -158,7 +158,7 @@ private slots:
             const mwb::RngStream named{
                 77, splitmix(splitmix(splitmix(static_cast<uint64_t>(it)) ^ static_cast<uint64_t>(micro_batch)) ^
                              splitmix(site))};
-            std::vector<float> got(n), want_masked(n), cpu_derived(n);
+            std::vector<float> got(n), want_masked(n), cpu_derived(n), cpu_named(n);
             const auto groups = ((n - 1) >> 2) + 1;
             const auto launch = [&](float* o, const mwb::RngStream& r) {
                 const ew::DropoutArgs a{r, mwb::dropout_keep_threshold(p), 1.0f / (1.0f - p), 0, n, 1};
@@ -168,10 +168,16 @@ private slots:
             launch(got.data(), derived);
             launch(want_masked.data(), named);
             MWB_VERIFY_BITWISE(got, want_masked);
+            // The CPU op likewise (against itself on the named stream: its dropped elements keep the
+            // sign of x, -0, where the kernel's 0 + x·0 gives +0).
             std::vector<float> xs = x;
             mwb::ops::dropout_forward(ctx, mwb::view_f32(cpu_derived.data(), {n}), mwb::view_f32(xs.data(), {n}), p,
                                       derived, 0);
-            MWB_VERIFY_BITWISE(cpu_derived, want_masked);
+            mwb::ops::dropout_forward(ctx, mwb::view_f32(cpu_named.data(), {n}), mwb::view_f32(xs.data(), {n}), p,
+                                      named, 0);
+            MWB_VERIFY_BITWISE(cpu_derived, cpu_named);
+            for (int64_t i = 0; i < n; ++i)  // the same mask as the kernel's
+                QVERIFY((cpu_named[i] == 0.0f) == (want_masked[i] == 0.0f) || x[i] == 0.0f);
             QVERIFY2(previous != got, "the next iteration must draw another mask");
             previous = got;
         }
