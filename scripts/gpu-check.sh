@@ -11,7 +11,8 @@
 #       device tool's `carry`. Fails when archive + working tree exceed the 64 MiB carry limit. The
 #       device run unpacks it in place first (step unpack).
 #   scripts/gpu-check.sh [run] [--quick] [--dry-run]   on the device machine: the CUDA op checks
-#       (each in a process of its own: `scripts/gpu-check.sh checks BIN`), the attention
+#       (each in a process of its own: `scripts/gpu-check.sh checks BIN`), whole training steps eager
+#       against a CUDA graph of the step (mwb-gpu-check cuda_graph, step cuda-graph), the attention
 #       micro-benchmark (4×16×2048×128 bf16, and Llama-3.2-1B's grouped 4×32×2048×64 with 8 groups)
 #       in mwb-gpu-bench (the own kernels; the multi-head shape also on cuDNN, --backend cudnn) and
 #       PyTorch SDPA, then GPT-2 124M (seq 1024), a 1.3B GPT (24 layers, hidden
@@ -312,6 +313,9 @@ run_all() {
     # Before an mwb program: the bundle's libraries, and the presets and GPU catalogue of this tree.
     local lib=(env LD_LIBRARY_PATH="$MWB_LIBRARY_PATH" MWB_RESOURCES_DIR="$here/resources")
     [ -n "$check" ] && run_step op-checks 45 "${lib[@]}" "$here/scripts/gpu-check.sh" checks "$check"
+    # Whole training steps eagerly and from a CUDA graph (--enable-cuda-graph), bit for bit: a step of
+    # its own (two precisions x two runs of a tiny GPT), not one of the op checks' 45 s.
+    [ -n "$check" ] && run_step cuda-graph 10 "${lib[@]}" "$check" cuda_graph
 
     # The attention core alone: name, then the shape as both programs take it.
     local shapes=("attention-mha --batch 4 --heads 16 --seq 2048 --head-dim 128"
@@ -335,8 +339,8 @@ run_all() {
     # Llama from its preset, the file torch_gpt_gpu.py reads too): GPT-2 124M, a 1.3B GPT (GPT-3 XL
     # shape) and Llama-3.2-1B, bf16.
     local models=("gpt2-124m 20 20 --num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --micro-batch-size 8 --vocab-size 50304 --iters 5"
-                  "gpt-1.3b 40 30 --num-layers 24 --hidden-size 2048 --num-attention-heads 16 --seq-length 2048 --micro-batch-size 4 --vocab-size 50304 --iters 3"
-                  "llama-3.2-1b 40 30 --preset llama-3.2-1b --seq-length 2048 --micro-batch-size 4 --iters 3")
+                  "gpt-1.3b 40 25 --num-layers 24 --hidden-size 2048 --num-attention-heads 16 --seq-length 2048 --micro-batch-size 4 --vocab-size 50304 --iters 3"
+                  "llama-3.2-1b 40 25 --preset llama-3.2-1b --seq-length 2048 --micro-batch-size 4 --iters 3")
     [ "$quick" = 1 ] && models=("${models[0]/--iters 5/--iters 3}")
     local m TM TT rest
     for m in "${models[@]}"; do
@@ -410,12 +414,15 @@ for step, st in status:
         result = "built" if st.startswith("rc=0") else "not built (see steps.log)"
     elif step == "unpack":
         result = "unpacked" if st.startswith("rc=0") else "not unpacked (see steps.log)"
+    elif step == "cuda-graph":
+        result = "bit-identical to eager" if st.startswith("rc=0") else "failed (see steps.log)"
     elif r:
         result = figures(r)
     else:
         result = "not measured (see steps.log)"
     name = {"op-checks": "CUDA ops vs CPU twins", "fallback-build": "mwb-gpu-check from sources",
-            "unpack": "gpu-bundle/bundle.tar.xz"}.get(step) or what(step, r)
+            "unpack": "gpu-bundle/bundle.tar.xz",
+            "cuda-graph": "training step: eager vs CUDA graph"}.get(step) or what(step, r)
     print(f"| {step} | {name} | {st} | {result} |")
 PY
 }
@@ -426,6 +433,7 @@ run_checks() {
     local bin=$1 name rc failed=0 total=0
     printf '%-28s %-6s %-10s %-10s %s\n' check result error tolerance "worst output"
     for name in $("$bin" --list); do
+        [ "$name" = cuda_graph ] && continue  # a step of its own (cuda-graph)
         total=$((total + 1))
         timeout -k 5 45 "$bin" "$name" >"$WORK_CHECK" 2>&1
         rc=$?

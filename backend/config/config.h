@@ -117,6 +117,8 @@ struct RuntimeConfig {
     int threads = 0;              ///< CPU threads; 0 = all cores (or OMP_NUM_THREADS)
     bool deterministic = false;   ///< GPU: bit-identical run to run (no TF32, pinned cuBLAS reductions)
     std::string attention_backend = "auto";  ///< GPU attention kernels: auto | cudnn | own
+    bool enable_cuda_graph = false;          ///< GPU: capture one training step in a CUDA graph, replay it
+    int64_t cuda_graph_warmup_steps = 3;     ///< eager steps before the capture (Megatron-LM's default)
 };
 
 /// Checkpoints: where they go, what they hold, how a run resumes, and the exits that save one.

@@ -223,6 +223,19 @@ const auto kFields = std::to_array<Field>({
               "saying why, where cuDNN does not run, and in deterministic runs. Megatron-LM's names: fused runs "
               "as cudnn; flash, unfused and local as own. The CPU has one implementation and ignores it.",
               "auto|cudnn|own|fused|flash|unfused|local"),
+    MWB_FIELD(runtime, enable_cuda_graph,
+              "GPU: after cuda_graph_warmup_steps eager iterations, capture one whole training step (the forward "
+              "and backward passes of every micro-batch, the gradient reduction, the optimizer) in a CUDA graph "
+              "and replay it on the following iterations; the step's scalars (learning rate, loss scale, dropout "
+              "streams) and every micro-batch's tokens are uploaded before each launch, the end-of-step read stays "
+              "outside, evaluation, checkpoints and samples run eagerly between replays (docs/gpu.md). One GPU "
+              "only (tensor, pipeline and data-parallel sizes 1) and a constant global batch size. The CPU has no "
+              "graphs and ignores it. Megatron-LM's --enable-cuda-graph (its full-iteration scope).",
+              ""),
+    MWB_FIELD(runtime, cuda_graph_warmup_steps,
+              "Eager training iterations before enable_cuda_graph captures one (the caching allocator, the scratch "
+              "areas and the cuBLASLt/cuDNN plans reach their sizes first); at least 1.",
+              ""),
     // sampling
     MWB_FIELD(sampling, sample_interval,
               "Generate text from the current weights every N iterations and at the end of training (the ranks "

@@ -111,6 +111,38 @@ std::vector<int64_t> scheduled_batch_sizes(const Config& c) {
     return sizes;
 }
 
+/// enable_cuda_graph: one graph of static shapes whose every host interaction is before its launch or
+/// after its end (docs/gpu.md, "CUDA graph of the training step").
+void validate_cuda_graph(Checker& ck, const Config& c, int world_size) {
+    const auto& r = c.runtime;
+    ck.require(r.cuda_graph_warmup_steps >= 1, "cuda_graph_warmup_steps",
+               "cuda_graph_warmup_steps must be at least 1 (got {}): the allocator, the scratch areas and the "
+               "cuBLASLt/cuDNN plans reach their sizes in eager steps before a capture",
+               r.cuda_graph_warmup_steps);
+    if (!r.enable_cuda_graph) return;
+    const auto& p = c.parallel;
+    const auto& t = c.training;
+    ck.require(p.pipeline_model_parallel_size == 1, "pipeline_model_parallel_size",
+               "enable_cuda_graph needs pipeline_model_parallel_size 1 (got {}): a pipeline receive waits on the "
+               "host, which a captured step cannot",
+               p.pipeline_model_parallel_size);
+    ck.require(p.tensor_model_parallel_size == 1, "tensor_model_parallel_size",
+               "enable_cuda_graph needs tensor_model_parallel_size 1 (got {}): the NCCL communicators' host-side "
+               "error polling and byte counts are not built for a replayed step",
+               p.tensor_model_parallel_size);
+    const int model_ranks = std::max(1, p.tensor_model_parallel_size) * std::max(1, p.pipeline_model_parallel_size);
+    ck.require(world_size <= model_ranks, "enable_cuda_graph",
+               "enable_cuda_graph runs on one GPU: {} ranks give data-parallel size {} (the NCCL communicators' "
+               "host-side error polling and byte counts are not built for a replayed step)",
+               world_size, world_size / model_ranks);
+    ck.require(t.rampup_batch_size.empty(), "rampup_batch_size",
+               "enable_cuda_graph needs a constant global batch size: rampup_batch_size changes the number of "
+               "micro-batches (a graph per shape)");
+    ck.require(t.step_batch_size_schedule.empty(), "step_batch_size_schedule",
+               "enable_cuda_graph needs a constant global batch size: step_batch_size_schedule changes the number "
+               "of micro-batches (a graph per shape)");
+}
+
 }  // namespace
 
 std::vector<std::string> resolve(Config& c, int world_size, int64_t tokenizer_vocab) {
@@ -129,6 +161,8 @@ std::vector<std::string> resolve(Config& c, int world_size, int64_t tokenizer_vo
     }
     if (c.runtime.attention_backend == "cudnn" && c.runtime.device == "cpu")
         notes.push_back("attention_backend cudnn: no effect on the CPU, which has one attention implementation");
+    if (c.runtime.enable_cuda_graph && c.runtime.device == "cpu")
+        notes.push_back("enable_cuda_graph: no effect on the CPU, which has no graphs (every step runs eagerly)");
     if (!m.group_query_attention) {
         if (m.num_query_groups != 1 && m.num_query_groups != m.num_attention_heads)
             notes.push_back(fmt::format("num_query_groups ({}) has no effect without group_query_attention: every "
@@ -493,6 +527,7 @@ std::vector<ConfigIssue> validate(const Config& c, int world_size) {
                "tensorboard_log_interval must be at least 1 (got {})", l.tensorboard_log_interval);
     ck.require(c.checkpoint.save_interval >= 0, "save_interval", "save_interval must not be negative");
     ck.require(c.runtime.threads >= 0, "threads", "threads must not be negative");
+    validate_cuda_graph(ck, c, world_size);
     ck.require(c.telemetry.peak_tflops_per_device >= 0, "peak_tflops_per_device", "peak_tflops_per_device must not be negative");
     // text samples: the ranks of data-parallel replica 0 generate together, each with its part of the model
     ck.require(c.sampling.sample_interval >= 0, "sample_interval", "sample_interval must not be negative");

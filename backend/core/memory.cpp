@@ -15,6 +15,8 @@ int64_t rounded(int64_t bytes) { return (bytes + kAlignment - 1) / kAlignment * 
 
 Allocator::~Allocator() {
     try {
+        capturing_ = false;
+        release_pool();
         empty_cache();
     } catch (const Error&) {
         // A GPU whose context is already gone at exit: the driver reclaims the memory anyway.
@@ -26,9 +28,12 @@ void* Allocator::allocate(int64_t bytes, MemCategory category) {
     const int64_t size = rounded(std::max<int64_t>(bytes, 1));
     std::lock_guard lock(mutex_);
     void* ptr = nullptr;
-    if (auto it = cache_.find(size); it != cache_.end()) {
-        ptr = it->second;
-        cache_.erase(it);
+    if (auto it = capturing_ ? pool_free_.find(size) : pool_free_.end(); it != pool_free_.end()) {
+        ptr = it->second;  // the capture's own reuse
+        pool_free_.erase(it);
+    } else if (auto cached = cache_.find(size); cached != cache_.end()) {
+        ptr = cached->second;
+        cache_.erase(cached);
     } else if (device_ == Device::CUDA) {
         // A GPU caching allocator: cudaMalloc only on a cache miss (the first iteration's shapes).
         try {
@@ -44,6 +49,7 @@ void* Allocator::allocate(int64_t bytes, MemCategory category) {
                   category_name(category), stats_.reserved);
         stats_.reserved += size;
     }
+    if (capturing_) pool_.emplace(ptr, size);  // the graph's from now on
     account(category, bytes);  // tensors' exact bytes; the alignment slack shows only in `reserved`
     return ptr;
 }
@@ -52,8 +58,58 @@ void Allocator::release(void* ptr, int64_t bytes, MemCategory category) {
     if (!ptr) return;
     const int64_t size = rounded(std::max<int64_t>(bytes, 1));
     std::lock_guard lock(mutex_);
-    cache_.emplace(size, ptr);
+    // While capturing, a block freed (even one allocated before) may still be read by the graph's
+    // later work at its address: the pool keeps it.
+    if (capturing_) pool_.emplace(ptr, size);
+    if (pool_.contains(ptr))
+        pool_free_.emplace(size, ptr);
+    else
+        cache_.emplace(size, ptr);
     account(category, -bytes);
+}
+
+void Allocator::begin_capture() {
+    std::lock_guard lock(mutex_);
+    MWB_CHECK(!capturing_ && pool_.empty(), "allocator: a capture pool exists already (one graph at a time)");
+    capturing_ = true;
+}
+
+void Allocator::end_capture() {
+    std::lock_guard lock(mutex_);
+    capturing_ = false;
+}
+
+void Allocator::release_pool() {
+    std::lock_guard lock(mutex_);
+    MWB_CHECK(!capturing_, "allocator: release_pool during a capture");
+    for (auto& [size, ptr] : pool_free_) cache_.emplace(size, ptr);
+    pool_free_.clear();
+    pool_.clear();  // blocks still in use return to the cache when freed
+}
+
+bool Allocator::capturing() const {
+    std::lock_guard lock(mutex_);
+    return capturing_;
+}
+
+int64_t Allocator::pool_bytes() const {
+    std::lock_guard lock(mutex_);
+    int64_t n = 0;
+    for (const auto& [ptr, size] : pool_) n += size;
+    return n;
+}
+
+int64_t Allocator::pool_free_bytes() const {
+    std::lock_guard lock(mutex_);
+    int64_t n = 0;
+    for (const auto& [size, ptr] : pool_free_) n += size;
+    return n;
+}
+
+void Allocator::raise_peaks(const MemoryStats& s) {
+    std::lock_guard lock(mutex_);
+    for (int c = 0; c < kMemCategories; ++c) stats_.peak[c] = std::max(stats_.peak[c], s.peak[c]);
+    stats_.total_peak = std::max(stats_.total_peak, s.total_peak);
 }
 
 void Allocator::account(MemCategory category, int64_t delta) {

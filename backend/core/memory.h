@@ -59,8 +59,25 @@ public:
     DeviceMemoryTotals device_totals() const;
     /// Peaks restart from the current values (e.g. to measure one iteration).
     void reset_peaks();
-    /// Returns cached blocks to the system.
+    /// Raises the peaks to at least `s`'s (a replayed CUDA graph's step: the peaks its capture reached).
+    void raise_peaks(const MemoryStats& s);
+    /// Returns cached blocks to the system (not the capture pool's).
     void empty_cache();
+
+    /// The capture pool of a CUDA graph (StepGraph): between begin_capture() and end_capture() every
+    /// block handed out, from the cache or new, and every block freed, joins the pool, which owns it
+    /// until release_pool(): the graph replays with those addresses, so no one outside it may get them.
+    /// Blocks freed into the pool are handed out again only during a capture (the pool's own reuse).
+    /// After end_capture() allocations come from the cache again; a pool block freed later (a buffer
+    /// allocated while capturing and kept) returns to the pool. release_pool() (the graph is gone)
+    /// puts the pool's free blocks back into the cache and forgets the pool.
+    void begin_capture();
+    void end_capture();
+    void release_pool();
+    bool capturing() const;
+    /// Bytes of blocks the pool owns (free or in use), and of those free.
+    int64_t pool_bytes() const;
+    int64_t pool_free_bytes() const;
 
 private:
     void account(MemCategory category, int64_t delta);
@@ -69,6 +86,9 @@ private:
     mutable std::mutex mutex_;
     MemoryStats stats_;
     std::unordered_multimap<int64_t, void*> cache_;  // size -> free block
+    bool capturing_ = false;
+    std::unordered_map<void*, int64_t> pool_;             // every block the pool owns -> its size
+    std::unordered_multimap<int64_t, void*> pool_free_;  // size -> free pool block
 };
 
 /// An owning, move-only, 64-byte-aligned buffer of `numel` elements, counted under one category.

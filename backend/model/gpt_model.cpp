@@ -133,7 +133,7 @@ void GptModel::build_rope_tables() {
         device::copy_to_device(rope_cos_.data(), cos.data(), d_.seq * half * 4);
         device::copy_to_device(rope_sin_.data(), sin.data(), d_.seq * half * 4);
     }
-    const ModelRuntime rt = runtime(0, 0, false);
+    const ModelRuntime rt = runtime(MicroState{}, false);
     rt.store(rope_cos_.view());
     rt.store(rope_sin_.view());
 }
@@ -180,16 +180,45 @@ void GptModel::zero_grads() {
     if (!grads_.empty()) ops::fill(ctx_, grads_.view(), 0.0f);
 }
 
-ModelRuntime GptModel::runtime(uint64_t seed, uint64_t stream_base, bool training) {
-    return ModelRuntime{ctx_, alloc_, storage_, seed, stream_base, training};
+ModelRuntime GptModel::runtime(const MicroState& st, bool training) {
+    ModelRuntime rt{ctx_, alloc_, storage_, st.seed, st.stream_base, training};
+    if (!st.step.empty()) {
+        rt.iteration = st.step.f64() + step_params::Iteration;
+        rt.micro_batch = st.global_micro_batch;
+    }
+    return rt;
 }
 
-void GptModel::prepare_inputs(MicroState& st, const int32_t* tokens, bool want_ids, bool want_targets) {
-    if (!want_ids && !want_targets) return;
-    MWB_CHECK(tokens != nullptr, "GptModel: this chunk needs the micro-batch's tokens");
+void GptModel::lay_out_inputs(const int32_t* tokens, int32_t* ids, int32_t* targets) const {
     const int64_t S = d_.seq, B = d_.micro_batch;
+    for (int64_t s = 0; s < S; ++s) {
+        for (int64_t b = 0; b < B; ++b) {
+            const int32_t in = tokens[b * (S + 1) + s], out = tokens[b * (S + 1) + s + 1];
+            MWB_CHECK(in >= 0 && in < d_.vocab && out >= 0 && out < d_.vocab,
+                      "token id {} at position {} of sample {} of the micro-batch is outside the vocabulary [0, {})",
+                      (in < 0 || in >= d_.vocab) ? in : out, (in < 0 || in >= d_.vocab) ? s : s + 1, b, d_.vocab);
+            if (ids) ids[s * B + b] = in;
+            if (targets) targets[s * B + b] = out;
+        }
+    }
+}
+
+void GptModel::prepare_inputs(MicroState& st, const MicroBatch& mb, bool want_ids, bool want_targets) {
+    if (!want_ids && !want_targets) return;
+    const int64_t S = d_.seq, B = d_.micro_batch;
+    if (!mb.inputs.empty()) {
+        // Laid out and uploaded by the caller (a CUDA graph's fixed buffer).
+        MWB_CHECK(mb.inputs.dtype == DType::I32 && mb.inputs.numel() == 2 * S * B,
+                  "GptModel: a micro-batch's inputs are 2 x {} ids, got {}", S * B, mb.inputs.describe());
+        if (want_ids) st.ids_view = slice_1d(mb.inputs, 0, S * B);
+        if (want_targets) st.targets_view = slice_1d(mb.inputs, S * B, S * B);
+        return;
+    }
+    MWB_CHECK(mb.tokens != nullptr, "GptModel: this chunk needs the micro-batch's tokens");
     if (want_ids) st.ids = Buffer(alloc_, MemCategory::Data, S * B, DType::I32);
     if (want_targets) st.targets = Buffer(alloc_, MemCategory::Data, S * B, DType::I32);
+    st.ids_view = st.ids.view();
+    st.targets_view = st.targets.view();
     // On a GPU the ids are laid out in pinned host memory first (ids, then targets), then uploaded
     // asynchronously on the op stream.
     const bool on_device = alloc_.device() != Device::CPU;
@@ -197,16 +226,7 @@ void GptModel::prepare_inputs(MicroState& st, const int32_t* tokens, bool want_i
     int32_t* host = on_device ? static_cast<int32_t*>(staging_->next(2 * S * B * 4)) : nullptr;
     int32_t* ids = want_ids ? (on_device ? host : st.ids.i32()) : nullptr;
     int32_t* targets = want_targets ? (on_device ? host + S * B : st.targets.i32()) : nullptr;
-    for (int64_t s = 0; s < S; ++s) {
-        for (int64_t b = 0; b < B; ++b) {
-            const int32_t in = tokens[b * (S + 1) + s], out = tokens[b * (S + 1) + s + 1];
-            MWB_CHECK(in >= 0 && in < d_.vocab && out >= 0 && out < d_.vocab,
-                      "token id {} at position {} of sample {} of the micro-batch is outside the vocabulary [0, {})",
-                      (in < 0 || in >= d_.vocab) ? in : out, (in < 0 || in >= d_.vocab) ? s : s + 1, b, d_.vocab);
-            if (want_ids) ids[s * B + b] = in;
-            if (want_targets) targets[s * B + b] = out;
-        }
-    }
+    lay_out_inputs(mb.tokens, ids, targets);
     if (!on_device) return;
     if (want_ids) staging_->upload(st.ids.data(), 0, S * B * 4, ctx_.stream);
     if (want_targets) staging_->upload(st.targets.data(), S * B * 4, S * B * 4, ctx_.stream);
@@ -222,7 +242,7 @@ void GptModel::embed(ModelRuntime& rt, const MicroState& st, Buffer& x0) {
     // Vocabulary-parallel: each rank embeds the ids of its vocabulary shard, zeros elsewhere; the
     // tensor-parallel sum (reduce-scattered along the sequence under SP) is the embedding.
     Buffer partial = rt.workspace(N * H);
-    ops::embedding_forward(ctx_, partial.view({N, H}), st.ids.view(), wte, vocab_start_);
+    ops::embedding_forward(ctx_, partial.view({N, H}), st.ids_view, wte, vocab_start_);
     Buffer local = tp_.sequence_parallel() ? rt.workspace(R * H) : Buffer{};  // else in place (R = N)
     const TensorView sum = tp_.sequence_parallel() ? local.view({R, H}) : partial.view({R, H});
     tp_.reduce_rows(partial.view({N, H}), sum);
@@ -249,7 +269,7 @@ void GptModel::embed_backward(ModelRuntime& rt, const MicroState& st, const Tens
     Buffer full = tp_.sequence_parallel() ? rt.workspace(N * H) : Buffer{};
     const TensorView d_full = tp_.sequence_parallel() ? full.view({N, H}) : g;
     tp_.gather_rows(g, d_full);
-    ops::embedding_backward(ctx_, layout_.view(grads_.view(), wte_), d_full, st.ids.view(), vocab_start_);
+    ops::embedding_backward(ctx_, layout_.view(grads_.view(), wte_), d_full, st.ids_view, vocab_start_);
 }
 
 TensorView GptModel::final_norm_bias(const TensorView& arena) const {
@@ -287,7 +307,10 @@ void GptModel::head(ModelRuntime& rt, const MicroState& st, const Buffer& final_
     Buffer global_max = vocab_parallel ? rt.workspace(N) : Buffer{};
     // The final norm output's gradient, stored like it; f32 partial sums under tensor parallelism.
     Buffer grad_ln = !training ? Buffer{} : vocab_parallel ? rt.workspace(N * H) : rt.stored_workspace(N * H);
-    if (training) ops::fill(ctx_, row_scale, grad_scale / static_cast<float>(N));
+    if (training && !st.step.empty())
+        ops::fill_from(ctx_, row_scale, slice_1d(st.step, step_params::GradScale, 1), static_cast<float>(N));
+    else if (training)
+        ops::fill(ctx_, row_scale, grad_scale / static_cast<float>(N));
 
     // The classifier over chunks of rows (tokens), Liger-kernel style: per chunk the logits, their loss
     // statistics and gradient (in place), then the chunk's dx = g·W and dW += gᵀ·x, so only one chunk
@@ -300,7 +323,7 @@ void GptModel::head(ModelRuntime& rt, const MicroState& st, const Buffer& final_
         const int64_t c = std::min(chunk, N - r0);
         const auto rows = [&](const TensorView& v) { return slice_1d(v, r0, c); };
         const TensorView lg = logits.view({c, V}), xin = row_block(lnf_full, r0, c);
-        const TensorView targets = rows(st.targets.view());
+        const TensorView targets = rows(st.targets_view);
         ops::linear_forward(ctx_, lg, xin, out_w, {});
         rt.store(lg);
         if (training && !vocab_parallel) {
@@ -353,9 +376,11 @@ ForwardResult GptModel::forward(int chunk, const MicroBatch& mb, Buffer input) {
     MicroState st;
     st.seed = mb.seed;
     st.stream_base = mb.stream_base;
+    st.step = mb.step;
+    st.global_micro_batch = mb.global_micro_batch;
     st.acts.resize(static_cast<std::size_t>(layers));
-    ModelRuntime rt = runtime(mb.seed, mb.stream_base, mb.training);
-    prepare_inputs(st, mb.tokens, has_embedding, has_head);
+    ModelRuntime rt = runtime(st, mb.training);
+    prepare_inputs(st, mb, has_embedding, has_head);
 
     if (has_embedding) {
         embed(rt, st, st.acts[0].input);
@@ -400,7 +425,7 @@ Buffer GptModel::backward(int chunk, int64_t id, Buffer grad_output) {
     const bool has_embedding = partition_.embedding && chunk == 0;
     const bool has_head = partition_.head && chunk == num_chunks() - 1;
     const int64_t layers = range.end_layer - range.first_layer;
-    ModelRuntime rt = runtime(st.seed, st.stream_base, true);
+    ModelRuntime rt = runtime(st, true);
     Buffer grad = has_head ? std::move(st.grad) : std::move(grad_output);
     MWB_CHECK(grad.numel() == local_rows_ * d_.hidden && grad.dtype() == stored_dtype(),
               "backward: chunk {} needs an output gradient of {} x {} {}", chunk, local_rows_, d_.hidden,
@@ -453,10 +478,12 @@ std::vector<float> GptModel::forward_logits(const int32_t* tokens) {
     MWB_CHECK(num_chunks() == 1 && partition_.embedding && partition_.head && tp_.size() == 1,
               "forward_logits needs the whole model on one process");
     const int64_t S = d_.seq, B = d_.micro_batch, N = d_.rows(), H = d_.hidden, V = d_.vocab;
-    ModelRuntime rt = runtime(0, 0, false);
+    ModelRuntime rt = runtime(MicroState{}, false);
     MicroState st;
     st.acts.resize(static_cast<std::size_t>(d_.layers));
-    prepare_inputs(st, tokens, true, false);
+    MicroBatch mb;
+    mb.tokens = tokens;
+    prepare_inputs(st, mb, true, false);
     embed(rt, st, st.acts[0].input);
     Buffer out;
     for (int64_t l = 0; l < d_.layers; ++l) {

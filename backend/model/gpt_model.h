@@ -30,6 +30,15 @@ struct MicroBatch {
     uint64_t seed = 0;
     uint64_t stream_base = 0;  ///< micro_batch_stream() of the global micro-batch (dropout masks)
     float grad_scale = 1;      ///< the loss gradient is multiplied by this (loss scale / micro-batches)
+    /// The step's parameter block (F64 (step_params::Count), the optimizer's; device memory on a GPU).
+    /// When given, the loss gradient's scale is its GradScale and the dropout streams derive from its
+    /// Iteration and `global_micro_batch` where the ops run (RngStream), so a step queued once (a CUDA
+    /// graph) runs with each step's values; `grad_scale` and `stream_base` are then not used.
+    TensorView step;
+    int64_t global_micro_batch = 0;
+    /// I32 (2·S·B) on the device: the micro-batch's ids then targets, laid out (lay_out_inputs) and
+    /// uploaded by the caller (a CUDA graph's fixed buffer, StepGraph::inputs); `tokens` is then not read.
+    TensorView inputs;
     bool training = true;      ///< false: no dropout, nothing kept for backward
     /// F64 (1) on the device: the head chunk adds the micro-batch's mean loss to it (with
     /// `accumulate_loss`, else overwrites it) and ForwardResult::loss stays 0, so the step reads its
@@ -90,6 +99,9 @@ public:
 
     /// Single-stage convenience: forward and backward of one micro-batch (whole model on this rank).
     double forward_backward(const int32_t* tokens, float grad_scale, uint64_t seed, uint64_t stream_base);
+    /// A micro-batch's (B, S+1) tokens as the model's inputs: ids[s·B + b] = tokens[b][s] and
+    /// targets[s·B + b] = tokens[b][s + 1] (either may be null); fails on an id outside the vocabulary.
+    void lay_out_inputs(const int32_t* tokens, int32_t* ids, int32_t* targets) const;
     /// Mean loss of a micro-batch without dropout or gradients (whole model on this rank).
     double evaluate(const int32_t* tokens);
     /// The logits of a micro-batch without dropout or gradients (whole model on one process, tensor
@@ -104,19 +116,23 @@ public:
 private:
     struct MicroState {
         std::vector<LayerActivations> acts;  // per layer of the chunk
-        Buffer ids, targets;                 // (N) in (s, b) row order
+        Buffer ids, targets;                 // (N) in (s, b) row order, when the model uploaded them
+        TensorView ids_view, targets_view;   // the ids and targets used: those buffers or MicroBatch::inputs
         Buffer grad;                         // head chunk: gradient of the final norm's input, (R, H)
         uint64_t seed = 0, stream_base = 0;
+        TensorView step;  // MicroBatch::step and global_micro_batch
+        int64_t global_micro_batch = 0;
     };
 
     void build(int64_t arena_shards, bool gradients = true);
     void build_rope_tables();
-    ModelRuntime runtime(uint64_t seed, uint64_t stream_base, bool training);
-    void prepare_inputs(MicroState& st, const int32_t* tokens, bool ids, bool targets);
+    ModelRuntime runtime(const MicroState& st, bool training);
+    void prepare_inputs(MicroState& st, const MicroBatch& mb, bool ids, bool targets);
     void embed(ModelRuntime& rt, const MicroState& st, Buffer& x0);
     void embed_backward(ModelRuntime& rt, const MicroState& st, const TensorView& d);
     /// Final norm, logits and loss (written to `loss`, F64 (1) on the device, or added to it with
     /// `accumulate`); with d non-empty also their backward (d receives dL/d final_input).
+    /// The loss gradient's scale is `grad_scale`, or with a step block (st.step) its GradScale.
     void head(ModelRuntime& rt, const MicroState& st, const Buffer& final_input, float grad_scale, const TensorView& d,
               const TensorView& loss, bool accumulate);
     void forward_layer(ModelRuntime& rt, int64_t global_layer, LayerActivations& a, Buffer& out, bool keep);

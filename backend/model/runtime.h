@@ -11,19 +11,6 @@ namespace mwb {
 /// Dropout sites of the model; each (micro-batch, layer, site) draws an independent stream.
 enum class DropoutSite : uint64_t { Embedding = 0, Attention = 1, AttentionOutput = 2, MlpOutput = 3 };
 
-/// splitmix64: a bijective 64-bit mix used to derive stream ids.
-inline uint64_t mix64(uint64_t x) {
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-
-/// Stream base of one micro-batch of one iteration (iterations count from 1).
-inline uint64_t micro_batch_stream(int64_t iteration, int64_t micro_batch) {
-    return mix64(mix64(static_cast<uint64_t>(iteration)) ^ static_cast<uint64_t>(micro_batch));
-}
-
 /// What stored activations are held as in a run of storage dtype `storage` (ModelRuntime): the storage
 /// dtype on both devices, whose kernels read and write 16-bit tensors (docs/numerics.md).
 inline DType stored_dtype(Device /*device: the same on both*/, DType storage) {
@@ -35,8 +22,12 @@ struct ModelRuntime {
     Allocator& alloc;
     DType storage = DType::F32;  ///< what activations are stored as (16-bit emulated on the CPU)
     uint64_t seed = 0;
-    uint64_t stream_base = 0;    ///< micro_batch_stream() of the micro-batch being run
+    uint64_t stream_base = 0;    ///< micro_batch_stream() of the micro-batch being run (without `iteration`)
     bool training = true;        ///< false: no dropout
+    /// With it, the dropout streams are derived where they are drawn from the iteration in this
+    /// memory (the step block's step_params::Iteration) and `micro_batch` (RngStream).
+    const double* iteration = nullptr;
+    int64_t micro_batch = 0;     ///< the global micro-batch (with `iteration`)
 
     Buffer activation(int64_t numel) const { return Buffer(alloc, MemCategory::Activations, numel); }
     /// The dtype of stored activations: a layer's intermediates (qkv, context, fc1, activation output),
@@ -58,7 +49,9 @@ struct ModelRuntime {
         if (storage != DType::F32 && v.dtype == DType::F32) ops::round_to(ctx, v, storage);
     }
     RngStream rng(int64_t layer, DropoutSite site) const {
-        return RngStream{seed, mix64(stream_base ^ mix64(static_cast<uint64_t>(layer) * 8 + static_cast<uint64_t>(site)))};
+        const uint64_t key = static_cast<uint64_t>(layer) * 8 + static_cast<uint64_t>(site);
+        if (iteration) return RngStream{seed, 0, iteration, micro_batch, key};
+        return RngStream{seed, site_stream(stream_base, key)};
     }
     float dropout(float p) const { return training ? p : 0.0f; }
 };

@@ -60,11 +60,12 @@ bool Optimizer::counted_in_norm(const ParamInfo& p) const {
 }
 
 StepResult Optimizer::step(double lr, double loss_scale, bool zero_grads) {
-    update(lr, loss_scale, zero_grads, sumsq_.view());
+    begin_step(lr, loss_scale);
+    update(zero_grads, sumsq_.view());
     return finish(ops::read_f64(ctx_, sumsq_.view())[0], loss_scale);
 }
 
-void Optimizer::write_step_params(double lr, double loss_scale) {
+void Optimizer::begin_step(double lr, double loss_scale, int64_t iteration, float grad_scale) {
     MWB_CHECK(loss_scale > 0, "optimizer: the loss scale must be > 0, got {}", loss_scale);
     AdamWParams p;
     p.lr = static_cast<float>(lr);
@@ -79,23 +80,24 @@ void Optimizer::write_step_params(double lr, double loss_scale) {
     block[step_params::InvSqrtBc2] = k.inv_sqrt_bc2;
     block[step_params::Decay] = k.decay;
     block[step_params::LossScale] = loss_scale;
+    block[step_params::Iteration] = static_cast<double>(iteration);  // exact below 2^53
+    block[step_params::GradScale] = grad_scale;
     if (!staging_) return;
     staging_->upload(step_.data(), 0, bytes, ctx_.stream);
     staging_->uploaded(ctx_.stream);
 }
 
-void Optimizer::update(double lr, double loss_scale, bool zero_grads, const TensorView& sumsq) {
+void Optimizer::update(bool zero_grads, const TensorView& sumsq) {
     // Everything up to the one read after it stays on the device: the norm's Σ x² of every counted
     // gradient in one pass, its sum over the model's ranks on the data groups (NCCL on GPUs), the
     // clip and skip decision as a device scale that AdamW reads. The per-step scalars reach the
-    // kernels through the step's parameter block, not as launch arguments.
-    write_step_params(lr, loss_scale);
+    // kernels through the step's parameter block (begin_step's), not as launch arguments.
     ops::sum_squares_ranges(ctx_, sumsq, grads_, norm_ranges_);
     if (par_) {
         par_->model_replica().all_reduce_sum(sumsq.f64(), 1);
         if (distributed()) par_->dp().all_reduce_sum(sumsq.f64(), 1);
     }
-    ops::gradient_scale(ctx_, scale_.view(), sumsq, loss_scale, clip_grad_, step_.view());
+    ops::gradient_scale(ctx_, scale_.view(), sumsq, /*loss_scale: the block's*/ 1.0, clip_grad_, step_.view());
     // The learning rate, step count and decay come from the step's block; p.weight_decay says which
     // runs decay.
     AdamWParams p;
@@ -112,7 +114,10 @@ void Optimizer::update(double lr, double loss_scale, bool zero_grads, const Tens
     bool run_decay = false;
     const auto flush = [&] {
         if (run_count == 0) return;
-        p.weight_decay = run_decay ? weight_decay_ : 0.0f;
+        // Whether the range decays is the layout's, not the current value's: a decay of 0 now (the
+        // start of weight-decay increments) makes the block's 1 − lr·wd exactly 1, the same bits as not
+        // decaying, and a step queued once (a CUDA graph) still decays once the value grows.
+        p.weight_decay = run_decay ? 1.0f : 0.0f;
         const int64_t local = run_first - shard_.begin;
         const auto slice = [&](const TensorView& arena, int64_t at) { return slice_1d(arena, at, run_count); };
         ops::adamw_update(ctx_, slice(m, local), slice(grads_, run_first), slice(exp_avg(), local),

@@ -41,11 +41,19 @@ public:
     /// distributed, not skipped; StepResult::grads_zeroed says so): the caller's next zeroing pass
     /// over the arena is then not needed.
     StepResult step(double lr, double loss_scale, bool zero_grads = false);
-    /// step() in two halves, for a caller that reads the Σ x² together with other step results in
-    /// one read (TrainStep): update() does everything on the device and leaves the global Σ x² in
-    /// `sumsq` (F64 (1), on the device); finish() takes the value read from there.
-    void update(double lr, double loss_scale, bool zero_grads, const TensorView& sumsq);
+    /// step() in three parts, for a caller that writes the step's scalars before its forward passes
+    /// and reads the Σ x² together with other step results in one read (TrainStep): begin_step()
+    /// writes the step's parameter block (step_params: learning rate `lr` with the current weight
+    /// decay and step count, `loss_scale`, and for the model `iteration` and the loss gradient's
+    /// `grad_scale`): in place on the CPU, one upload on the op stream from pinned memory on a GPU (no
+    /// host wait), so everything after it up to finish() reads its scalars from device memory and can
+    /// be queued once (a CUDA graph). update() does everything on the device with the block and leaves
+    /// the global Σ x² in `sumsq` (F64 (1), on the device); finish() takes the value read from there.
+    void begin_step(double lr, double loss_scale, int64_t iteration = 0, float grad_scale = 0);
+    void update(bool zero_grads, const TensorView& sumsq);
     StepResult finish(double sumsq, double loss_scale);
+    /// The step's parameter block (F64 (step_params::Count); device memory on a GPU).
+    TensorView step_block() const { return step_.view(); }
 
     /// The weight decay of the next steps (Megatron-LM's weight-decay increments move it over training).
     void set_weight_decay(double wd) { weight_decay_ = static_cast<float>(wd); }
@@ -68,9 +76,6 @@ private:
     void for_each_in_shard(F&& f) const;
     bool counted_in_norm(const ParamInfo& p) const;
     void all_gather_params();
-    /// The step's parameter block (step_params) for learning rate `lr` and `loss_scale`: written in
-    /// place on the CPU, uploaded on the op stream from pinned memory on a GPU (no host wait).
-    void write_step_params(double lr, double loss_scale);
 
     const ParamLayout& layout_;
     TensorView params_, grads_;

@@ -56,7 +56,8 @@ void RunMetadata::announce(const Progress& p) {
           {"parameters", params},
           {"model_flops_per_iteration", o_.flops.model},
           {"hardware_flops_per_iteration", o_.flops.hardware},
-          {"attention_backend", o_.attention_backend}}},
+          {"attention_backend", o_.attention_backend},
+          {"cuda_graph", o_.cuda_graph}}},
         {"topology", topology()},
         {"hosts", host_list},
         {"data", in_.data_description},
@@ -87,6 +88,9 @@ void RunMetadata::announce(const Progress& p) {
                      in_.data_description, ops::num_threads(),
                      cfg.training.bf16 ? "bf16 (emulated)" : cfg.training.fp16 ? "fp16 (emulated)" : "fp32");
         if (!o_.attention_reason.empty()) spdlog::info("attention_backend {}", o_.attention_reason);
+        if (o_.cuda_graph)
+            spdlog::info("cuda graph: the training step is captured after {} eager step(s) and replayed",
+                         cfg.runtime.cuda_graph_warmup_steps);
         spdlog::info("run directory: {}", dir_->path().string());
     }
 }

@@ -52,6 +52,7 @@ RunObjects::RunObjects(const Config& config, ParallelContext& context)
         ctx.attention = a.backend;
         attention_backend = attention_backend_name(a.backend);
         attention_reason = a.reason;
+        cuda_graph = cfg.runtime.enable_cuda_graph;
     }
     model.init_weights(static_cast<uint64_t>(cfg.training.seed));
     optimizer = std::make_unique<Optimizer>(model.layout(), model.params(), model.grads(), cfg.training,

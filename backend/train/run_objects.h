@@ -45,6 +45,8 @@ struct RunObjects {
     /// The GPU attention kernels resolved from runtime.attention_backend, and why (ctx.attention holds
     /// the choice); "cpu" on the CPU.
     std::string attention_backend = "cpu", attention_reason;
+    /// runtime.enable_cuda_graph on a CUDA device: the training step is captured and replayed (StepGraph).
+    bool cuda_graph = false;
 };
 
 }  // namespace mwb

@@ -11,7 +11,9 @@
 namespace mwb {
 
 TrainStep::TrainStep(RunObjects& objects, const data::SampleSource& train, IntervalLog& log, RunDir* dir)
-    : o_(objects), train_(train), log_(log), dir_(dir), results_(objects.alloc, MemCategory::Workspace, 2, DType::F64) {
+    : o_(objects), train_(train), log_(log), dir_(dir), results_(objects.alloc, MemCategory::Workspace, 2, DType::F64),
+      graph_(objects.ctx, objects.alloc, objects.cuda_graph, objects.cfg.runtime.cuda_graph_warmup_steps,
+             objects.micro_batches, 2 * objects.dims.seq * objects.dims.micro_batch) {
     // Zero bits are 0.0 as doubles too: stages without the head keep a loss sum of 0.
     ops::fill(o_.ctx, make_view(results_.data(), DType::F32, {4}, results_.view().device), 0.0f);
 }
@@ -21,7 +23,8 @@ TrainStep::TrainStep(RunObjects& objects, const data::SampleSource& train, Inter
 MicroBatch TrainStep::micro_batch(const data::SampleSource& source, int64_t base, int64_t m, bool needs_tokens,
                                   int64_t it, float grad_scale) {
     const int64_t g = m * o_.par.dp_size() + o_.par.coord().dp;
-    if (needs_tokens) {
+    const bool graphed = it > 0 && graph_.graphed();  // the tokens are in the graph's buffer already
+    if (needs_tokens && !graphed) {
         const auto t0 = Clock::now();
         const int64_t per = o_.dims.seq + 1;
         for (int64_t b = 0; b < o_.dims.micro_batch; ++b)
@@ -30,11 +33,33 @@ MicroBatch TrainStep::micro_batch(const data::SampleSource& source, int64_t base
         log_.stats().data_s += seconds_since(t0);
     }
     MicroBatch mb;
-    mb.tokens = needs_tokens ? o_.tokens.i32() : nullptr;
+    mb.tokens = needs_tokens && !graphed ? o_.tokens.i32() : nullptr;
+    if (needs_tokens && graphed) mb.inputs = graph_.inputs(m);
     mb.seed = static_cast<uint64_t>(o_.cfg.training.seed);
     mb.stream_base = micro_batch_stream(it, g);
     mb.grad_scale = grad_scale;
+    if (it > 0) {
+        // A training step: the loss gradient's scale and the dropout streams come from the step's
+        // block (Optimizer::begin_step wrote this iteration and scale there), read where the ops run.
+        mb.step = o_.optimizer->step_block();
+        mb.global_micro_batch = g;
+    }
     return mb;
+}
+
+void TrainStep::stage_graph_inputs(int64_t base, int64_t micro_batches) {
+    const auto t0 = Clock::now();
+    const int64_t per = o_.dims.seq + 1, n = o_.dims.seq * o_.dims.micro_batch;
+    int32_t* host = graph_.host_inputs();
+    for (int64_t m = 0; m < micro_batches; ++m) {
+        const int64_t g = m * o_.par.dp_size() + o_.par.coord().dp;
+        for (int64_t b = 0; b < o_.dims.micro_batch; ++b)
+            train_.read(base + g * o_.dims.micro_batch + b,
+                        std::span<int32_t>(o_.tokens.i32() + b * per, static_cast<std::size_t>(per)));
+        o_.model.lay_out_inputs(o_.tokens.i32(), host + 2 * m * n, host + 2 * m * n + n);
+    }
+    graph_.upload_inputs();
+    log_.stats().data_s += seconds_since(t0);
 }
 
 /// Σ of the last stage's `micro_batches` micro-batch losses -> the iteration's mean loss on every rank.
@@ -63,23 +88,32 @@ void TrainStep::run(Progress& p) {
     const int64_t micro_batches = num_micro_batches(o_.cfg, o_.par.world_size(), p.consumed_samples);
     const double loss_scale = o_.scaler.scale();
     const float grad_scale = static_cast<float>(loss_scale / static_cast<double>(micro_batches));
-    const PipelineResult pr = o_.runner.run(
-        micro_batches, true,
-        [&](int64_t m, bool needs_tokens) {
-            return micro_batch(train_, p.consumed_samples, m, needs_tokens, it, grad_scale);
-        },
-        loss_sum());
-    if (o_.model.storage() != DType::F32 && !o_.cfg.training.accumulate_allreduce_grads_in_fp32)
-        ops::round_to(o_.ctx, o_.model.grads(), o_.model.storage());
-    const auto t_reduce = Clock::now();
-    o_.reducer.reduce();
-    interval.reduce_s += seconds_since(t_reduce);
-    const auto t_opt = Clock::now();
     // Megatron-LM's scheduler counts the samples of successful steps only: a skipped step leaves
-    // the learning rate (and weight decay) where it was.
+    // the learning rate (and weight decay) where it was. The step's scalars go to the device before
+    // its first op: everything up to the end-of-step read takes them from there.
     const double lr = o_.schedule.lr(static_cast<double>(p.scheduled_samples));
     o_.optimizer->set_weight_decay(o_.schedule.weight_decay(static_cast<double>(p.scheduled_samples)));
-    o_.optimizer->update(lr, loss_scale, /*zero_grads=*/true, sumsq());
+    o_.optimizer->begin_step(lr, loss_scale, it, grad_scale);
+    if (graph_.graphed()) stage_graph_inputs(p.consumed_samples, micro_batches);
+    // Everything between the block's upload and the end-of-step read: queued eagerly, or captured
+    // once into the step's CUDA graph and replayed from then on (StepGraph; then not called).
+    PipelineResult pr;
+    auto t_opt = Clock::now();
+    graph_.run([&] {
+        pr = o_.runner.run(
+            micro_batches, true,
+            [&](int64_t m, bool needs_tokens) {
+                return micro_batch(train_, p.consumed_samples, m, needs_tokens, it, grad_scale);
+            },
+            loss_sum());
+        if (o_.model.storage() != DType::F32 && !o_.cfg.training.accumulate_allreduce_grads_in_fp32)
+            ops::round_to(o_.ctx, o_.model.grads(), o_.model.storage());
+        const auto t_reduce = Clock::now();
+        o_.reducer.reduce();
+        interval.reduce_s += seconds_since(t_reduce);
+        t_opt = Clock::now();
+        o_.optimizer->update(/*zero_grads=*/true, sumsq());
+    });
     // The step's one host read: the global Σ x² and the loss sum together.
     const std::vector<double> results = ops::read_f64(o_.ctx, results_.view());
     const StepResult step = o_.optimizer->finish(results[0], loss_scale);

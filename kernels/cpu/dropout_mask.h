@@ -13,7 +13,7 @@ struct DropoutDraw {
     float scale;         ///< 1/(1-p)
 
     DropoutDraw(RngStream r, float p)
-        : rng(r), threshold(dropout_keep_threshold(p)), scale(p < 1.0f ? 1.0f / (1.0f - p) : 0.0f) {}
+        : rng(resolved(r)), threshold(dropout_keep_threshold(p)), scale(p < 1.0f ? 1.0f / (1.0f - p) : 0.0f) {}
 
     static constexpr int kLanes = 16;
 

@@ -66,6 +66,10 @@ void fill(OpContext&, TensorView x, float value) {
     with_storage(x.dtype, [&](auto t) { fill_as<decltype(t)::value>(x, value); });
 }
 
+void fill_from(OpContext&, TensorView x, TensorView value, float divisor) {
+    fill_as<DType::F32>(x, static_cast<float>(value.f64()[0]) / divisor);
+}
+
 void copy(OpContext&, TensorView dst, TensorView src) {
     // Between f32 and 16-bit views the copy converts: widening is exact, narrowing rounds once.
     with_storages(dst.dtype, src.dtype,

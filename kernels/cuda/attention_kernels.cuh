@@ -121,6 +121,7 @@ __device__ __forceinline__ float mask_mult(const Geometry& g, int64_t b, int64_t
 /// group's K/V tiles staged in shared memory; lse_i saved for backward.
 template <int D, class T>
 __global__ void __launch_bounds__(kRows) k_attn_fwd(T* out, float* lse, const T* qkv, Geometry g) {
+    g.rng = resolved(g.rng);  // the dropout stream of this step (RngStream)
     __shared__ float ks[kTile][D];
     __shared__ float vs[kTile][D];
     const int64_t pair = blockIdx.y, b = pair / g.A, h = pair % g.A;
@@ -170,6 +171,7 @@ __global__ void __launch_bounds__(kRows) k_attn_fwd(T* out, float* lse, const T*
 template <int D, class T>
 __global__ void __launch_bounds__(kRows) k_attn_bwd_dq(T* dqkv, float* delta, const T* dout, const T* qkv,
                                                        const float* lse, Geometry g) {
+    g.rng = resolved(g.rng);  // the dropout stream of this step (RngStream)
     __shared__ float ks[kTile][D];
     __shared__ float vs[kTile][D];
     const int64_t pair = blockIdx.y, b = pair / g.A, h = pair % g.A;
@@ -238,6 +240,7 @@ __global__ void __launch_bounds__(kRows) k_attn_bwd_dq(T* dqkv, float* delta, co
 template <int D, class T>
 __global__ void __launch_bounds__(kRows) k_attn_bwd_dkv(T* dqkv, const float* delta, const T* dout, const T* qkv,
                                                         const float* lse, Geometry g) {
+    g.rng = resolved(g.rng);  // the dropout stream of this step (RngStream)
     __shared__ float qs[kTile][D];
     __shared__ float dos[kTile][D];
     __shared__ float ls[kTile], dls[kTile];

@@ -183,6 +183,7 @@ __device__ __forceinline__ void tc_accumulate(FragAcc* acc, const E* left, const
 
 template <int D, class T, class E>
 __global__ void __launch_bounds__(kTcThreads) k_attn_fwd_tc(T* out, float* lse, const T* qkv, Geometry g) {
+    g.rng = resolved(g.rng);  // the dropout stream of this step (RngStream)
     MWB_DYNAMIC_SHARED(smem);
     using L = TcForwardSmem<D>;
     const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
@@ -268,6 +269,7 @@ __global__ void __launch_bounds__(kTcThreads) k_attn_fwd_tc(T* out, float* lse, 
 template <int D, class T, class E>
 __global__ void __launch_bounds__(kTcThreads) k_attn_bwd_dq_tc(T* dqkv, float* delta, const T* dout, const T* qkv,
                                                                 const float* lse, Geometry g) {
+    g.rng = resolved(g.rng);  // the dropout stream of this step (RngStream)
     MWB_DYNAMIC_SHARED(smem);
     const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
     const int64_t pair = blockIdx.y, b = pair / g.A, h = pair % g.A;
@@ -333,6 +335,7 @@ __global__ void __launch_bounds__(kTcThreads) k_attn_bwd_dq_tc(T* dqkv, float* d
 template <int D, class T, class E>
 __global__ void __launch_bounds__(kTcThreads) k_attn_bwd_dkv_tc(T* dqkv, const float* delta, const T* dout,
                                                                  const T* qkv, const float* lse, Geometry g) {
+    g.rng = resolved(g.rng);  // the dropout stream of this step (RngStream)
     MWB_DYNAMIC_SHARED(smem);
     const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
     const int64_t b = blockIdx.y / g.G, grp = blockIdx.y % g.G, per_group = g.per_group;

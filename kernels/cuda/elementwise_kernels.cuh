@@ -44,6 +44,12 @@ struct Fill {
     float value;
     __device__ float operator()(float, float) const { return value; }
 };
+/// fill_from's value: read from memory by every thread (a step block's entry).
+struct FillFrom {
+    const double* value;
+    float divisor;
+    __device__ float operator()(float, float) const { return static_cast<float>(*value) / divisor; }
+};
 struct Scale {
     float alpha;
     __device__ float operator()(float x, float) const { return x * alpha; }
@@ -105,10 +111,11 @@ __global__ void k_dropout(typename S::type* out, const typename S::type* base, c
                           const typename W::type* bias, int64_t cols, DropoutArgs a) {
     const int64_t first_group = a.offset >> 2, last_group = (a.offset + a.n - 1) >> 2;
     const int64_t groups = last_group - first_group + 1;
+    const RngStream rng = a.enabled ? resolved(a.rng) : a.rng;  // the stream of this step (RngStream)
     for (int64_t t = first_index<int64_t>(); t < groups; t += grid_stride<int64_t>()) {
         const int64_t g = first_group + t;
         Philox4 d{{0, 0, 0, 0}};
-        if (a.enabled) d = philox_draw(a.rng, static_cast<uint64_t>(g));
+        if (a.enabled) d = philox_draw(rng, static_cast<uint64_t>(g));
         const int64_t i0 = 4 * g - a.offset;
         float m[4];
 #pragma unroll

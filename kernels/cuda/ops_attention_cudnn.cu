@@ -24,9 +24,12 @@ namespace {
 
 using attention::Geometry;
 
-__global__ void k_seed(int64_t* dst, int64_t seed, int64_t offset) {
-    dst[0] = seed;
-    dst[1] = offset;
+/// cuDNN's dropout seed and offset from the layer's stream at Philox group `group`, drawn on the device
+/// (the stream may be derived from the step's iteration there: RngStream).
+__global__ void k_seed(int64_t* dst, RngStream rng, uint64_t group) {
+    const Philox4 r = philox_draw(resolved(rng), group);
+    dst[0] = static_cast<int64_t>(r.v[0] | static_cast<uint64_t>(r.v[1] & 0x7fffffffu) << 32);
+    dst[1] = static_cast<int64_t>(r.v[2]);
 }
 
 /// n floats rounded up to 256 bytes: where the next tensor of a buffer starts.
@@ -82,9 +85,7 @@ bool usable(const Geometry& g, const AttentionParams& p, const OpContext& ctx, D
 /// (2^63 + the rank's first head): the same call draws the same masks, tensor-parallel ranks (other
 /// heads) other ones.
 void* seed_buffer(void* at, const AttentionParams& p, cudaStream_t st) {
-    const Philox4 r = philox_draw(p.rng, (uint64_t{1} << 63) + static_cast<uint64_t>(p.head_offset));
-    const auto seed = static_cast<int64_t>(r.v[0] | static_cast<uint64_t>(r.v[1] & 0x7fffffffu) << 32);
-    k_seed<<<1, 1, 0, st>>>(static_cast<int64_t*>(at), seed, static_cast<int64_t>(r.v[2]));
+    k_seed<<<1, 1, 0, st>>>(static_cast<int64_t*>(at), p.rng, (uint64_t{1} << 63) + static_cast<uint64_t>(p.head_offset));
     return at;
 }
 

@@ -176,6 +176,14 @@ void fill(OpContext& ctx, TensorView x, float value) {
     launched("fill");
 }
 
+void fill_from(OpContext& ctx, TensorView x, TensorView value, float divisor) {
+    if (x.numel() == 0) return;
+    using S = storage::F32;
+    map<S, S, S>(stream_of(ctx), elements<S>(x), nullptr, nullptr, x.numel(),
+                 elementwise::FillFrom{static_cast<const double*>(value.data), divisor});
+    launched("fill_from");
+}
+
 void copy(OpContext& ctx, TensorView dst, TensorView src) {
     const int64_t n = dst.numel();
     if (dst.dtype == src.dtype) {

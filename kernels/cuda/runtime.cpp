@@ -20,8 +20,13 @@ struct ScratchSlot {
     cudaStream_t stream = nullptr;  // the stream of the slot's last user
 };
 
+/// cuBLAS's workspace, given to it so that it never allocates one itself (which a CUDA graph capture
+/// cannot hold): 32 MiB, NVIDIA's recommendation for Hopper.
+constexpr size_t kCublasWorkspace = size_t{32} << 20;
+
 struct ThreadState {
     cublasHandle_t blas = nullptr;
+    void* blas_workspace = nullptr;
     cublasLtHandle_t lt = nullptr;
     ScratchSlot slots[7];
     // No destructor: these live until the process ends (the ops run on the main thread), and freeing
@@ -116,6 +121,49 @@ void destroy_stream(void* stream) {
     if (stream) MWB_CUDA_CHECK(cudaStreamDestroy(static_cast<cudaStream_t>(stream)));
 }
 
+void begin_capture(void* stream) {
+    MWB_CUDA_CHECK(cudaStreamBeginCapture(static_cast<cudaStream_t>(stream), cudaStreamCaptureModeThreadLocal));
+}
+
+void* end_capture(void* stream) {
+    cudaGraph_t graph = nullptr;
+    const cudaError_t err = cudaStreamEndCapture(static_cast<cudaStream_t>(stream), &graph);
+    if (err != cudaSuccess) {
+        cudaGetLastError();
+        if (graph) cudaGraphDestroy(graph);
+        MWB_FAIL("CUDA graph capture of the training step failed: {} (a call inside the step that a capture "
+                 "cannot hold: a host wait, a synchronous copy, a free)",
+                 cudaGetErrorString(err));
+    }
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    if (inst != cudaSuccess) {
+        cudaGetLastError();
+        MWB_FAIL("CUDA graph instantiation of the training step failed: {}", cudaGetErrorString(inst));
+    }
+    return exec;
+}
+
+void abort_capture(void* stream) noexcept {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status) == cudaSuccess &&
+        status != cudaStreamCaptureStatusNone) {
+        cudaGraph_t graph = nullptr;
+        cudaStreamEndCapture(static_cast<cudaStream_t>(stream), &graph);
+        if (graph) cudaGraphDestroy(graph);
+    }
+    cudaGetLastError();
+}
+
+void launch_graph(void* graph, void* stream) {
+    MWB_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), static_cast<cudaStream_t>(stream)));
+}
+
+void destroy_graph(void* graph) {
+    if (graph) MWB_CUDA_CHECK(cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph)));
+}
+
 void set_device(int index) { MWB_CUDA_CHECK(cudaSetDevice(index)); }
 
 void set_deterministic(bool on) { g_deterministic.store(on); }
@@ -191,8 +239,11 @@ cublasHandle_t cublas_handle(cudaStream_t stream) {
         MWB_CUBLAS_CHECK(cublasCreate(&s.blas));
         // Never split reductions over atomics: GEMMs give the same bits run to run.
         MWB_CUBLAS_CHECK(cublasSetAtomicsMode(s.blas, CUBLAS_ATOMICS_NOT_ALLOWED));
+        MWB_CUDA_CHECK(cudaMalloc(&s.blas_workspace, kCublasWorkspace));
     }
     MWB_CUBLAS_CHECK(cublasSetStream(s.blas, stream));
+    // After every cublasSetStream: it resets the handle to cuBLAS's own workspace pool.
+    MWB_CUBLAS_CHECK(cublasSetWorkspace(s.blas, s.blas_workspace, kCublasWorkspace));
     return s.blas;
 }
 

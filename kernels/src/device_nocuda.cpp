@@ -51,6 +51,11 @@ void* create_stream(bool) {
     no_cuda("device::create_stream");
 }
 void destroy_stream(void*) {}
+void begin_capture(void*) { no_cuda("device::begin_capture"); }
+void* end_capture(void*) { no_cuda("device::end_capture"); }
+void abort_capture(void*) noexcept {}
+void launch_graph(void*, void*) { no_cuda("device::launch_graph"); }
+void destroy_graph(void*) {}
 void set_device(int) { no_cuda("device::set_device"); }
 void set_deterministic(bool) {}
 bool deterministic() { return false; }

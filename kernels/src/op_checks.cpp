@@ -208,6 +208,13 @@ void fill(OpContext& ctx, TensorView x, float) {
     Args("fill", ctx).stored("x", x);
 }
 
+void fill_from(OpContext& ctx, TensorView x, TensorView value, float divisor) {
+    const Args c("fill_from", ctx);
+    c.tensor("x", x, F32).tensor("value", value, F64);
+    elements(c, "value", value, 1, "one value");
+    c.value(divisor != 0.0f, "divisor", divisor, "!= 0");
+}
+
 void copy(OpContext& ctx, TensorView dst, TensorView src) {
     // On a CUDA context either side may be host memory: the copy is then an upload or a download.
     const Args c("copy", ctx);

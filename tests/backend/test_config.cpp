@@ -7,6 +7,7 @@
 
 #include <QtTest>
 
+#include <algorithm>
 #include <fstream>
 
 using namespace mwb;
@@ -349,6 +350,51 @@ private slots:
         c = valid_config();
         c.parallel.pipeline_model_parallel_size = 3;
         QVERIFY(mentions(validate(c, 3), "pipeline_model_parallel_size", "num_layers (4) must be divisible by pipeline_model_parallel_size (3)"));
+    }
+
+    void cuda_graph_rules_name_their_fields() {
+        Config c = valid_config();
+        c.runtime.enable_cuda_graph = true;
+        QVERIFY(validate(c, 1).empty());  // one rank, a constant batch: capturable
+        c.runtime.cuda_graph_warmup_steps = 0;
+        QVERIFY(mentions(validate(c, 1), "cuda_graph_warmup_steps", "must be at least 1 (got 0)"));
+        c = valid_config();
+        c.runtime.enable_cuda_graph = true;
+        c.parallel.pipeline_model_parallel_size = 2;
+        auto issues = validate(c, 2);
+        QVERIFY(mentions(issues, "pipeline_model_parallel_size", "enable_cuda_graph needs pipeline_model_parallel_size 1 (got 2)"));
+        QCOMPARE(issues.size(), std::size_t{1});
+        c = valid_config();
+        c.runtime.enable_cuda_graph = true;
+        c.parallel.tensor_model_parallel_size = 2;
+        issues = validate(c, 2);
+        QVERIFY(mentions(issues, "tensor_model_parallel_size", "enable_cuda_graph needs tensor_model_parallel_size 1 (got 2)"));
+        QCOMPARE(issues.size(), std::size_t{1});
+        c = valid_config();
+        c.runtime.enable_cuda_graph = true;
+        c.training.global_batch_size = 4;
+        issues = validate(c, 2);  // two data-parallel ranks
+        QVERIFY(mentions(issues, "enable_cuda_graph", "runs on one GPU: 2 ranks give data-parallel size 2"));
+        QCOMPARE(issues.size(), std::size_t{1});
+        c = valid_config();
+        c.runtime.enable_cuda_graph = true;
+        c.training.global_batch_size = 8;
+        c.training.rampup_batch_size = {"2", "2", "100"};
+        QVERIFY(mentions(validate(c, 1), "rampup_batch_size", "enable_cuda_graph needs a constant global batch size"));
+        c.training.rampup_batch_size.clear();
+        c.training.step_batch_size_schedule = "0:4 1000:8";
+        QVERIFY(mentions(validate(c, 1), "step_batch_size_schedule", "enable_cuda_graph needs a constant global batch size"));
+        // Without the flag none of this applies.
+        c.runtime.enable_cuda_graph = false;
+        QVERIFY(!mentions(validate(c, 1), "step_batch_size_schedule", "enable_cuda_graph"));
+        // The CPU has no graphs: a note, as attention_backend cudnn gets.
+        Config cpu;
+        cpu.runtime.enable_cuda_graph = true;
+        cpu.runtime.device = "cpu";
+        const auto notes = resolve(cpu, 1, 1001);
+        QVERIFY(std::any_of(notes.begin(), notes.end(), [](const std::string& n) {
+            return n.find("enable_cuda_graph: no effect on the CPU") != std::string::npos;
+        }));
     }
 
     void full_recompute_needs_method_and_layers() {

@@ -48,7 +48,21 @@ struct Case {
     int64_t G = 0;  // key/value groups; 0: G = A (multi-head)
     float dropout = 0.0f;
     int head_offset = 0, total_heads = 0;  // 0: total_heads = A
+    bool derived = false;  // the kernels derive their stream from an iteration in memory (RngStream)
 };
+
+/// The iteration a derived stream reads (a step block's entry), and the stream it names: splitmix64 over
+/// (iteration, micro-batch 3), then the site key 19, written out here as the model's host code did.
+double g_iteration = 5;
+uint64_t splitmix(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+uint64_t explicit_stream() {
+    return splitmix(splitmix(splitmix(static_cast<uint64_t>(g_iteration)) ^ 3u) ^ splitmix(19u));
+}
 
 /// The CPU reference of a grouped qkv (S, B, G·(A/G + 2)·D): K/V expanded into a multi-head qkv
 /// (S, B, A·3·D) with every query head's own copy of its group's k and v, the CPU op's multi-head
@@ -147,6 +161,11 @@ Errors compare(const Case& c) {
     p.softmax_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
     p.dropout_p = c.dropout;
     p.rng = RngStream{2024, 11};
+    AttentionParams cpu_p = p;  // the reference always gets the stream id itself
+    if (c.derived) {
+        cpu_p.rng = RngStream{2024, explicit_stream()};
+        p.rng = RngStream{2024, 0, &g_iteration, 3, 19};
+    }
     const int64_t qkv_n = S * B * (A + 2 * G) * D, out_n = S * B * A * D;
     std::vector<float> qkv = test::random_floats(static_cast<std::size_t>(qkv_n), 100, -2, 2);
     std::vector<float> dout = test::random_floats(static_cast<std::size_t>(out_n), 101, -1, 1);
@@ -157,7 +176,7 @@ Errors compare(const Case& c) {
     else if constexpr (tensor_cores)  // a bf16 run's activations: bf16 values in fp32 arrays
         for (float& x : qkv) x = Stored<E>::round(x);
     std::vector<float> out, dqkv;  // fp32: the kernels' own rounding to T is part of their error
-    cpu_reference<D>(out, dqkv, qkv, dout, S, p);
+    cpu_reference<D>(out, dqkv, qkv, dout, S, cpu_p);
 
     // The CUDA kernels, as ops_attention.cu launches them: forward and dq per (sequence, query head),
     // dk/dv per (sequence, key/value group).
@@ -291,6 +310,13 @@ private slots:
         check(compare<16>({65, 2, 2, 0, 0.25f, 2, 6}), "D 16, dropout 0.25, heads 2-3 of 6");
         check(compare<64>({96, 2, 2, 0, 0.1f, 0, 2}), "D 64, dropout 0.1");
         check(compare<128>({40, 1, 2, 0, 0.1f, 1, 4}), "D 128, dropout 0.1, heads 1-2 of 4");
+        // A step's stream derived on the device from the iteration in memory (a CUDA graph's replay):
+        // the masks of the stream the host would have named, for two iterations.
+        for (double it : {5.0, 6.0}) {
+            g_iteration = it;
+            check(compare<16>({65, 2, 2, 0, 0.25f, 2, 6, true}), "D 16, dropout 0.25, derived stream");
+            check_bf16(compare<64, float, __nv_bfloat16>({33, 1, 2, 0, 0.2f, 0, 2, true}), "TC D 64, derived stream");
+        }
     }
 
     void tensor_core_kernels_match_the_cpu_op_in_bf16() {

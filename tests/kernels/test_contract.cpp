@@ -141,6 +141,7 @@ std::vector<Case> cases(Store& s) {
         c.push_back({op, std::move(args), std::move(call)});
     };
     add("fill", {s.f({3, 4}, kAnyShape)}, [](OpContext& x, V a) { ops::fill(x, a[0], 1.0f); });
+    add("fill_from", {s.f({3, 4}, kAnyShape), s.d(1)}, [](OpContext& x, V a) { ops::fill_from(x, a[0], a[1], 4.0f); });
     add("copy", {s.f({3, 4}, kHostOk), s.f({3, 4}, kHostOk)}, [](OpContext& x, V a) { ops::copy(x, a[0], a[1]); });
     add("scale", {s.f({3, 4}, kAnyShape)}, [](OpContext& x, V a) { ops::scale(x, a[0], 2.0f); });
     add("sum_squares_ranges", {s.d(1), s.f({12})}, [](OpContext& x, V a) {

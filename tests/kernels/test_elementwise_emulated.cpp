@@ -120,6 +120,69 @@ private slots:
         }
     }
 
+    void step_values_are_read_where_the_kernel_runs() {
+        // fill_from: the loss gradient's row scale from the step block's GradScale (a float in a double)
+        // over N rows, the bits of the host's grad_scale / float(N), and the CPU op's.
+        const double loss_scale = 65536.0;
+        const int64_t micro_batches = 3, rows = 4099;
+        const float grad_scale = static_cast<float>(loss_scale / static_cast<double>(micro_batches));
+        const double block_value = grad_scale;
+        std::vector<float> out(rows, -1.0f), cpu(rows, -1.0f);
+        map(out.data(), nullptr, nullptr, rows, ew::FillFrom{&block_value, static_cast<float>(rows)});
+        const std::vector<float> want(rows, grad_scale / static_cast<float>(rows));
+        MWB_VERIFY_BITWISE(out, want);
+        mwb::OpContext ctx;
+        double v = block_value;
+        mwb::ops::fill_from(ctx, mwb::view_f32(cpu.data(), {rows}), mwb::make_view(&v, DType::F64, {1}),
+                            static_cast<float>(rows));
+        MWB_VERIFY_BITWISE(cpu, want);
+
+        // Dropout with the stream derived in the kernel from an iteration in memory (a replayed CUDA
+        // graph's): the mask of the stream the host names for (iteration, micro-batch, site) — written
+        // out here as splitmix64 — and the next iteration's once the memory changes.
+        const auto splitmix = [](uint64_t x) {
+            x += 0x9E3779B97F4A7C15ull;
+            x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+            x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+            return x ^ (x >> 31);
+        };
+        const int64_t n = 1027, micro_batch = 5;
+        const uint64_t site = 8 * 3 + 2;
+        const float p = 0.4f;
+        const std::vector<float> x = random_floats(n, 41, -2, 2);
+        double iteration = 0;
+        const mwb::RngStream derived{77, 0, &iteration, micro_batch, site};
+        std::vector<float> previous;
+        for (double it : {1.0, 2.0, 40000.0}) {
+            iteration = it;
+            const mwb::RngStream named{
+                77, splitmix(splitmix(splitmix(static_cast<uint64_t>(it)) ^ static_cast<uint64_t>(micro_batch)) ^
+                             splitmix(site))};
+            std::vector<float> got(n), want_masked(n), cpu_derived(n), cpu_named(n);
+            const auto groups = ((n - 1) >> 2) + 1;
+            const auto launch = [&](float* o, const mwb::RngStream& r) {
+                const ew::DropoutArgs a{r, mwb::dropout_keep_threshold(p), 1.0f / (1.0f - p), 0, n, 1};
+                emu::launch(blocks(groups), 1, 64,
+                            [&] { ew::k_dropout<false, st::F32, st::F32>(o, nullptr, x.data(), nullptr, 4, a); });
+            };
+            launch(got.data(), derived);
+            launch(want_masked.data(), named);
+            MWB_VERIFY_BITWISE(got, want_masked);
+            // The CPU op likewise (against itself on the named stream: its dropped elements keep the
+            // sign of x, -0, where the kernel's 0 + x·0 gives +0).
+            std::vector<float> xs = x;
+            mwb::ops::dropout_forward(ctx, mwb::view_f32(cpu_derived.data(), {n}), mwb::view_f32(xs.data(), {n}), p,
+                                      derived, 0);
+            mwb::ops::dropout_forward(ctx, mwb::view_f32(cpu_named.data(), {n}), mwb::view_f32(xs.data(), {n}), p,
+                                      named, 0);
+            MWB_VERIFY_BITWISE(cpu_derived, cpu_named);
+            for (int64_t i = 0; i < n; ++i)  // the same mask as the kernel's
+                QVERIFY((cpu_named[i] == 0.0f) == (want_masked[i] == 0.0f) || x[i] == 0.0f);
+            QVERIFY2(previous != got, "the next iteration must draw another mask");
+            previous = got;
+        }
+    }
+
     void gelu_matches_float64_and_the_cpu_op() {
         const int64_t n = 2051;  // a tail of 3
         std::vector<float> x = random_floats(n, 3, -8, 8), dout = random_floats(n, 4, -1, 1);

@@ -6,6 +6,12 @@
 #include "backend/optim/optimizer.h"
 #include "backend/parallel/nccl_communicator.h"
 #include "backend/parallel/self_communicator.h"
+#include "backend/config/validate.h"
+#include "backend/data/mock_data.h"
+#include "backend/train/interval_stats.h"
+#include "backend/train/progress.h"
+#include "backend/train/run_objects.h"
+#include "backend/train/train_step.h"
 
 #include "mwb/kernels/device_runtime.h"
 
@@ -13,6 +19,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <random>
 
 namespace mwb::test {
@@ -42,7 +49,118 @@ std::vector<int32_t> tokens(const GptDims& d, int iteration) {
     return t;
 }
 
+/// The training step's inputs for check_cuda_graph: a tiny GPT with dropout, two micro-batches per
+/// iteration, clipping; fp16 with a dynamic loss scale that grows every two clean steps (so it changes
+/// while the graph replays), or bf16. Deterministic: cuBLAS's reductions pinned, the own attention.
+Config graph_check_config(const std::string& precision, bool graph) {
+    Config c;
+    c.model.num_layers = 2;
+    c.model.hidden_size = 64;
+    c.model.num_attention_heads = 4;
+    c.model.seq_length = 32;
+    c.model.make_vocab_size_divisible_by = 64;
+    c.model.vocab_size = 256;
+    c.model.hidden_dropout = 0.1;
+    c.model.attention_dropout = 0.1;
+    c.data.tokenizer_type = "NullTokenizer";
+    c.data.mock_data = true;
+    c.training.micro_batch_size = 2;
+    c.training.global_batch_size = 4;
+    c.training.train_iters = 12;
+    c.training.lr = 1e-3;
+    c.training.clip_grad = 1.0;
+    c.training.fp16 = precision == "fp16";
+    c.training.bf16 = precision == "bf16";
+    c.training.initial_loss_scale = 1024.0;
+    c.training.loss_scale_window = 2;
+    c.runtime.device = "cuda";
+    c.runtime.deterministic = true;
+    c.runtime.enable_cuda_graph = graph;
+    c.runtime.cuda_graph_warmup_steps = 2;
+    resolve(c, 1, 256);
+    check_config(c, 1);
+    return c;
+}
+
+struct GraphCheckRun {
+    std::vector<double> loss_sums, grad_norms, loss_scales;
+    int64_t skipped = 0, replays = 0;
+};
+
+/// `iterations` whole TrainSteps of `c` (one process, no MPI launcher: a world of one).
+GraphCheckRun train_steps(const Config& c, int iterations) {
+    static int argc = 1;
+    static char name[] = "mwb-gpu-check";
+    static char* args[] = {name, nullptr};
+    static char** argv = args;
+    static World world(&argc, &argv);
+    ParallelContext par(world, c.parallel);
+    RunObjects o(c, par);
+    const data::MockSampleSource train(c.model.seq_length, c.model.vocab_size, 1234, 0);
+    IntervalLog log(c, par, o.alloc, o.flops, o.dims.seq, nullptr, false);
+    TrainStep step(o, train, log, nullptr);
+    Progress p;
+    GraphCheckRun r;
+    for (int i = 0; i < iterations; ++i) {
+        step.run(p);
+        r.loss_sums.push_back(log.stats().loss);  // the running sum of the finite losses
+        r.grad_norms.push_back(p.last_grad_norm);
+        r.loss_scales.push_back(p.last_loss_scale);
+    }
+    r.skipped = p.skipped;
+    r.replays = step.graph().replays();
+    return r;
+}
+
 }  // namespace
+
+CudaCheckResult check_cuda_graph() {
+    CudaCheckResult res;
+    res.name = "cuda_graph";
+    res.tolerance = 0;
+    try {
+        constexpr int kIterations = 12, kWarmup = 2;
+        std::string detail;
+        for (const std::string precision : {"fp16", "bf16"}) {
+            const GraphCheckRun eager = train_steps(graph_check_config(precision, false), kIterations);
+            const GraphCheckRun graph = train_steps(graph_check_config(precision, true), kIterations);
+            const auto first_difference = [&](const char* what, const std::vector<double>& a,
+                                              const std::vector<double>& b) {
+                for (std::size_t i = 0; i < a.size(); ++i)
+                    if (std::memcmp(&a[i], &b[i], sizeof(double)) != 0) {
+                        res.error += 1;
+                        if (res.detail.empty())
+                            res.detail = fmt::format("{}: {} of iteration {}: {:.17g} eager, {:.17g} graphed", precision,
+                                                     what, i + 1, a[i], b[i]);
+                        return;
+                    }
+            };
+            first_difference("loss (running sum)", eager.loss_sums, graph.loss_sums);
+            first_difference("gradient norm", eager.grad_norms, graph.grad_norms);
+            first_difference("loss scale", eager.loss_scales, graph.loss_scales);
+            if (graph.replays != kIterations - kWarmup - 1) {
+                res.error += 1;
+                if (res.detail.empty())
+                    res.detail = fmt::format("{}: {} replays of the graph, not {} (captured once after {} eager steps)",
+                                             precision, graph.replays, kIterations - kWarmup - 1, kWarmup);
+            }
+            // The loss scale must change while the graph replays, or the check proves nothing about it.
+            const bool scale_moved = precision != "fp16" || graph.loss_scales[kWarmup + 1] != graph.loss_scales.back();
+            if (!scale_moved) {
+                res.error += 1;
+                if (res.detail.empty()) res.detail = "fp16: the loss scale did not change while the graph replayed";
+            }
+            detail += fmt::format("{}{}: {} replays, loss scale {:g} -> {:g}, {} skipped", detail.empty() ? "" : "; ",
+                                  precision, graph.replays, graph.loss_scales.front(), graph.loss_scales.back(),
+                                  graph.skipped);
+        }
+        if (res.detail.empty()) res.detail = "bit-identical to eager: " + detail;
+        res.passed = res.error == 0;
+    } catch (const std::exception& e) {
+        res.detail = e.what();
+    }
+    return res;
+}
 
 SmallGptRun train_small_gpt(Device device, int iterations) {
     const GptDims d = small_dims();

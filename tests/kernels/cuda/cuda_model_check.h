@@ -31,6 +31,12 @@ CudaCheckResult check_nccl_group_of_one();
 /// communicator aborted and the CUDA context usable.
 CudaCheckResult check_nccl_timeout();
 
+/// The training step as a CUDA graph (runtime.enable_cuda_graph): 12 whole TrainSteps of a tiny GPT
+/// with dropout 0.1 and two micro-batches, eagerly and captured after 2 eager steps then replayed,
+/// same seed, fp16 (a loss scale that changes while replaying) and bf16, deterministic: the losses,
+/// gradient norms and loss scales bit for bit, and the graph replayed on every step after its capture.
+CudaCheckResult check_cuda_graph();
+
 /// Generation (backend/generate/): the decoder on the GPU against the decoder on the CPU, same weights:
 /// a GPT shape (learned positions, LayerNorm, GELU) and a Llama shape (RoPE, RMSNorm, SwiGLU, GQA), four
 /// prompts of different lengths prefilled and decoded 12 steps greedily, the batch shrinking as rows

@@ -154,6 +154,16 @@ Compare check_elementwise() {
     cmp.twin("add·scale", out);
     cmp.twin("copy", a);
     cmp.twin("fill", b);
+    // fill_from: the value read where the kernel runs (a step block's GradScale: a float in a double).
+    Twin from(std::vector<float>(3001), {3001});
+    double value = static_cast<float>(65536.0 / 3.0);
+    void* device_value = device::cuda_malloc(sizeof(double));
+    device::copy_to_device(device_value, &value, sizeof(double));
+    ops::fill_from(c, from.cpu(), make_view(&value, DType::F64, {1}), 3001.0f);
+    ops::fill_from(g, from.gpu(), make_view(device_value, DType::F64, {1}, Device::CUDA), 3001.0f);
+    cmp.twin("fill_from", from);
+    device::synchronize();
+    device::cuda_free(device_value);
     // Host <-> device copies through ops::copy.
     std::vector<float> back(3001);
     ops::copy(g, view_f32(back.data(), {3001}), out.gpu());

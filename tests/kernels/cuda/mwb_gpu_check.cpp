@@ -3,7 +3,9 @@
 // 77 when no GPU is usable. `--list` names the checks; arguments select checks by name. The last
 // four (not in the fallback build): "nccl", the NCCL communicator over a group of one, "nccl_timeout",
 // its hang handling (a receive nothing matches fails after the timeout, naming who), "model", which
-// trains the whole GPT a few iterations on both devices, and "generation", the decoder on both devices.
+// trains the whole GPT a few iterations on both devices, "generation", the decoder on both devices, and
+// "cuda_graph", whole training steps eagerly and from a CUDA graph (scripts/gpu-check.sh runs it as a
+// step of its own).
 #include "cuda_op_checks.h"
 #if !defined(MWB_GPU_CHECK_NO_MODEL)
 #include "cuda_model_check.h"
@@ -22,6 +24,7 @@ std::vector<std::string> all_checks() {
     names.emplace_back("nccl_timeout");
     names.emplace_back("model");
     names.emplace_back("generation");
+    names.emplace_back("cuda_graph");
 #endif
     return names;
 }
@@ -30,6 +33,7 @@ mwb::test::CudaCheckResult run_check(const std::string& name) {
 #if !defined(MWB_GPU_CHECK_NO_MODEL)
     if (name == "model") return mwb::test::check_model_against_cpu();
     if (name == "generation") return mwb::test::check_generation_against_cpu();
+    if (name == "cuda_graph") return mwb::test::check_cuda_graph();
     if (name == "nccl") return mwb::test::check_nccl_group_of_one();
     if (name == "nccl_timeout") return mwb::test::check_nccl_timeout();
 #endif

@@ -14,14 +14,14 @@ OUT="$out/run" MWB_GPU_CHECK=$2 MWB_GPU_BENCH=$3 GPU_CHECK_BUDGET=360 "$root/scr
 rc=$?
 fail() { echo "FAIL: $*"; cat "$log"; exit 1; }
 [ "$rc" = 0 ] || fail "exit status $rc"
-steps="unpack fallback-build op-checks mwb-attention-mha mwb-attention-mha-cudnn torch-attention-mha mwb-attention-gqa \
+steps="unpack fallback-build op-checks cuda-graph mwb-attention-mha mwb-attention-mha-cudnn torch-attention-mha mwb-attention-gqa \
 torch-attention-gqa \
 mwb-gpt2-124m torch-gpt2-124m mwb-gpt-1.3b torch-gpt-1.3b mwb-llama-3.2-1b torch-llama-3.2-1b"
 for step in $steps; do
     grep -q "^== $step (limit [0-9]*s" "$log" || fail "step $step not walked"
     grep -q "^$step dry-run$" "$out/run/status.txt" || fail "step $step missing from status.txt"
 done
-for check in swiglu rope attention_gqa attention_gqa_tensor_cores attention_16bit attention_cudnn_16bit deterministic model; do
+for check in swiglu rope attention_gqa attention_gqa_tensor_cores attention_16bit attention_cudnn_16bit deterministic model cuda_graph; do
     grep -q "^checks (.*--list):.* $check " "$log" || fail "check $check not listed"
 done
 # mwb programs get the bundle's libraries, PyTorch never does.

@@ -47,6 +47,17 @@ void synchronize(void* stream = nullptr);
 void* create_stream(bool ordered_with_default = false);
 void destroy_stream(void* stream);
 
+/// CUDA graphs of the work queued on one stream (backend/train/step_graph.h): begin_capture starts
+/// capturing `stream` (cudaStreamCaptureModeThreadLocal: this thread's unsafe calls fail the capture,
+/// other threads' do not), end_capture ends it and returns the instantiated graph (a cudaGraphExec_t),
+/// failing by name when the capture was invalidated; abort_capture ends a capture and discards it
+/// (after an error inside it; never throws). launch_graph queues one replay on `stream`.
+void begin_capture(void* stream);
+void* end_capture(void* stream);
+void abort_capture(void* stream) noexcept;
+void launch_graph(void* graph, void* stream);
+void destroy_graph(void* graph);
+
 /// Makes GPU `index` current for this thread.
 void set_device(int index);
 

@@ -86,9 +86,11 @@ AdamWConstants adamw_constants(const AdamWParams& p);
 /// The per-step scalars of a training step in one F64 block (device memory; host memory on the CPU),
 /// written by one upload before the step and read by the kernels there, so a step queued once (a CUDA
 /// graph) runs with each step's values: AdamW's constants for a decayed range (adamw_constants: the
-/// floats are exact in the doubles) and the loss scale. Indices into the block:
+/// floats are exact in the doubles), the loss scale, the iteration (counted from 1, exact in a double:
+/// the dropout streams derive from it, RngStream) and the loss gradient's scale (loss scale /
+/// micro-batches as a float: the model's fill_from of the logits' gradient scale). Indices into the block:
 namespace step_params {
-enum : int64_t { StepSize, InvSqrtBc2, Decay, LossScale, Count };
+enum : int64_t { StepSize, InvSqrtBc2, Decay, LossScale, Iteration, GradScale, Count };
 }
 
 /// Elements [first, first + count) of a 1-D tensor (an arena's parameter, in arena elements).

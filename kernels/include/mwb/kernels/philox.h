@@ -12,12 +12,46 @@
 
 namespace mwb {
 
+/// splitmix64: a bijective 64-bit mix used to derive stream ids.
+MWB_HOST_DEVICE uint64_t mix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+/// Stream base of one (global) micro-batch of one iteration (iterations count from 1).
+MWB_HOST_DEVICE uint64_t micro_batch_stream(int64_t iteration, int64_t micro_batch) {
+    return mix64(mix64(static_cast<uint64_t>(iteration)) ^ static_cast<uint64_t>(micro_batch));
+}
+
+/// The stream of one dropout site (`site_key`: the model's layer · 8 + site) of a micro-batch's stream base.
+MWB_HOST_DEVICE uint64_t site_stream(uint64_t stream_base, uint64_t site_key) {
+    return mix64(stream_base ^ mix64(site_key));
+}
+
 /// Names one independent random stream: the run's seed plus a stream id that the model derives from
-/// (iteration, micro-batch, layer, site).
+/// (iteration, micro-batch, layer, site). Two forms: `stream` given (iteration null), or derived where
+/// it is used from a step value in memory the op reads (`iteration`: a double holding the iteration,
+/// the step block's step_params::Iteration, device memory on a GPU) and the host-known `micro_batch`
+/// and `site_key`, so that a step queued once (a CUDA graph) draws each iteration's masks. Ops take
+/// either and draw from resolved(): the same stream for the same (iteration, micro-batch, site).
 struct RngStream {
     uint64_t seed = 0;
-    uint64_t stream = 0;
+    uint64_t stream = 0;                // the stream id (when `iteration` is null)
+    const double* iteration = nullptr;  // else: the iteration to derive it from, read by the op
+    int64_t micro_batch = 0;            // the global micro-batch (with `iteration`)
+    uint64_t site_key = 0;              // layer · 8 + site (with `iteration`)
 };
+
+/// The stream with its id derived (reads *s.iteration when set; on a GPU from device code only).
+MWB_HOST_DEVICE RngStream resolved(RngStream s) {
+    if (s.iteration) {
+        s.stream = site_stream(micro_batch_stream(static_cast<int64_t>(*s.iteration), s.micro_batch), s.site_key);
+        s.iteration = nullptr;
+    }
+    return s;
+}
 
 struct Philox4 {
     uint32_t v[4];
