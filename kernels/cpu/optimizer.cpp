@@ -28,7 +28,7 @@ void adamw_update(OpContext&, TensorView param, TensorView grad, TensorView exp_
     // A step whose gradients are not finite (gradient_scale's found_inf) writes nothing.
     if (!scale.empty() && scale.f32()[1] != 0.0f) return;
     const int64_t n = param.numel();
-    float *w = param.f32(), *m = exp_avg.f32(), *v = exp_avg_sq.f32(), *g = grad.f32();
+    float *w = param.f32(), *m = exp_avg.f32(), *v = exp_avg_sq.f32();
     const float b1 = p.beta1, b2 = p.beta2;
     // From the step's block (what the CUDA kernel reads) or from p: the same floats either way.
     AdamWConstants k = step.empty() ? adamw_constants(p) : AdamWConstants{};
@@ -40,10 +40,14 @@ void adamw_update(OpContext&, TensorView param, TensorView grad, TensorView exp_
     }
     const float step_size = k.step_size, inv_sqrt_bc2 = k.inv_sqrt_bc2, decay = k.decay;
     const float gs = scale.empty() ? p.grad_scale : p.grad_scale * scale.f32()[0];
-    const auto update = [&]<bool zero_grad>() {
+    // G: the gradient's storage, f32 or the f16 arena (fp16 runs without accumulate_allreduce_grads_in_fp32),
+    // each element widened exactly. TODO(c16w): its branch generalises adamw_update to 16-bit gradients on
+    // both devices; this is the minimal CPU part (docs/gpu.md, "Missing").
+    const auto update = [&]<DType G, bool zero_grad>() {
+        auto* g = elements<G>(grad);
 #pragma omp parallel for simd schedule(static)
         for (int64_t i = 0; i < n; ++i) {
-            const float gi = g[i] * gs;
+            const float gi = Storage<G>::load(g[i]) * gs;
             const float mi = b1 * m[i] + (1.0f - b1) * gi;
             const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
             m[i] = mi;
@@ -52,13 +56,20 @@ void adamw_update(OpContext&, TensorView param, TensorView grad, TensorView exp_
             w[i] = w[i] * decay - step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + p.eps);
             // The gradient's cache line is here already: zeroing it now saves the next step a pass
             // over the whole gradient arena.
-            if constexpr (zero_grad) g[i] = 0.0f;
+            if constexpr (zero_grad) g[i] = Storage<G>::store(0.0f);
         }
     };
-    if (p.zero_grad)
-        update.template operator()<true>();
-    else
-        update.template operator()<false>();
+    if (grad.dtype == DType::F16) {
+        if (p.zero_grad)
+            update.template operator()<DType::F16, true>();
+        else
+            update.template operator()<DType::F16, false>();
+    } else {
+        if (p.zero_grad)
+            update.template operator()<DType::F32, true>();
+        else
+            update.template operator()<DType::F32, false>();
+    }
     if (param_copy.empty()) return;
     // The model's working copy: the 16-bit arena itself (bf16/fp16 runs), or f32 holding the rounding.
     with_storage(param_copy.dtype, [&](auto tag) {
