@@ -114,7 +114,7 @@ constexpr SixteenBit kF16GradientOps[] = {
     {"position_embedding_backward", true, false},
     {"layernorm_backward", true, false},
     {"rmsnorm_backward", true, false},
-    {"sum_squares_ranges", true, false},
+    {"sum_squares_ranges", true, true},  // the gradient norm (grad_norm_kernels.cuh reads f16)
     {"adamw_update", true, false},  // reads grad (and zeroes it with p.zero_grad)
 };
 
