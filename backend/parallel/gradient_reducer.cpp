@@ -45,15 +45,19 @@ void GradientReducer::reduce() {
 
     const int dp = par_.dp_size();
     if (dp == 1) return;
-    // The mean: the sum, then × 1/DP in the arena's dtype (for DP a power of two an exact scaling of an
-    // f16 sum unless it falls below fp16's normal range).
+    // The mean: an f32 arena is summed, then × 1/DP. An f16 arena is scaled by 1/DP first, as
+    // Megatron-LM's DDP does (gradient_scaling_factor): its sum then never exceeds fp16's range where
+    // the mean does not (each rank's arena holds about the mean already). For DP a power of two the
+    // scaling is exact unless a value falls below fp16's normal range, so the result is the same.
     const float inv = 1.0f / static_cast<float>(dp);
+    const bool prescale = grads_.dtype == DType::F16;
+    if (prescale) ops::scale(ctx_, grads_, inv);
     if (!distributed_) {
         for (int64_t first = 0; first < grads_.numel(); first += bucket_) {
             const int64_t n = std::min(bucket_, grads_.numel() - first);
             all_reduce_elements(par_.dp(), grads_, first, n);
         }
-        ops::scale(ctx_, grads_, inv);
+        if (!prescale) ops::scale(ctx_, grads_, inv);
         return;
     }
     // Each rank receives the sum of its shard, in place at the start of the arena (no temporary),
@@ -66,7 +70,7 @@ void GradientReducer::reduce() {
     }
     const TensorView shard = slice_1d(grads_, shard_.begin, shard_.size());
     if (shard_.begin != 0) ops::copy(ctx_, shard, slice_1d(grads_, 0, shard_.size()));  // disjoint: begin >= size
-    ops::scale(ctx_, shard, inv);
+    if (!prescale) ops::scale(ctx_, shard, inv);
 }
 
 }  // namespace mwb

@@ -5,9 +5,10 @@
 // match the single process's within kTolerance: the layouts round the f16 sums at other points (a rank's
 // micro-batches, then the ranks' sum; the single process every micro-batch in turn), u = 2^-11 relative
 // per element, which moves the norm by a fraction of u and the loss, through Adam, by less. A reduction
-// that drops, doubles or mis-scales a rank's contribution moves the norm by O(1). The loss scale starts
-// at 2^20, where the scaled gradients overflow fp16 (inf in the arena): those steps must be skipped on
-// every layout alike (the loss scaler backs off) before training proceeds.
+// that drops, doubles or mis-scales a rank's contribution moves the norm by O(1). The loss scale is
+// 2^12, clear of fp16's range: near its edge (where dynamic scaling settles) whether a step overflows
+// depends on the layout, as in Megatron-LM (a rank's arena holds its own micro-batches' mean, which may
+// exceed the global one), so no step may be skipped here; test_optim covers an overflow in the arena.
 #include "mpi_runs.h"
 #include "support/fixtures.h"
 
@@ -22,8 +23,8 @@ namespace {
 
 constexpr int kIterations = 12;
 /// Relative tolerance of losses and gradient norms against the single process (measured: see the
-/// qInfo of each row; the worst was 3.5e-4 for the norm, 2.3e-5 for the loss).
-constexpr double kTolerance = 2e-3;
+/// qInfo of each row; the worst was 7.1e-5 for the norm, 1.7e-6 for the loss, on all three rows).
+constexpr double kTolerance = 5e-4;
 
 QStringList args(const fs::path& run_dir) {
     return {"--preset", "tiny-cpu-demo", "--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", "256",
@@ -31,8 +32,16 @@ QStringList args(const fs::path& run_dir) {
             "--num-attention-heads", "4", "--seq-length", "16", "--micro-batch-size", "2", "--global-batch-size", "8",
             "--train-iters", QString::number(kIterations), "--lr", "2e-3", "--lr-warmup-iters", "2",
             "--log-interval", "1", "--eval-interval", "100", "--eval-iters", "1", "--threads", "1", "--fp16",
-            "--initial-loss-scale", "1048576", "--hysteresis", "1", "--run-dir",
+            "--initial-loss-scale", "4096", "--run-dir",
             QString::fromStdString(run_dir.string())};
+}
+
+/// Each step's loss and gradient norm; a skipped step's norm (not finite) is written as null: NaN here.
+std::vector<Step> steps_with_skips(const fs::path& dir) {
+    std::vector<Step> s;
+    for (const auto& r : records(dir, "step"))
+        s.push_back({r["lm_loss"], r["grad_norm"].is_null() ? std::nan("") : r["grad_norm"].get<double>()});
+    return s;
 }
 
 }  // namespace
@@ -47,12 +56,9 @@ private slots:
     void initTestCase() {
         QString log;
         QVERIFY2(run_train(1, args(tmp_ / "single"), log) == 0, qPrintable(log));
-        single_ = steps_of(tmp_ / "single");
+        single_ = steps_with_skips(tmp_ / "single");
         QCOMPARE(static_cast<int>(single_.size()), kIterations);
-        int skipped = 0;
-        for (const Step& s : single_) skipped += !std::isfinite(s.grad_norm);
-        // The first steps overflow fp16 and are skipped; most of the run trains.
-        QVERIFY2(skipped >= 1 && skipped <= kIterations / 2, qPrintable(QString("%1 steps skipped").arg(skipped)));
+        for (const Step& s : single_) QVERIFY2(std::isfinite(s.grad_norm), "a step of the single process was skipped");
     }
 
     void layouts_match_single_process_data() {
@@ -69,7 +75,7 @@ private slots:
         const fs::path dir = tmp_ / QTest::currentDataTag();
         QString log;
         QVERIFY2(run_train(ranks, args(dir) + layout, log) == 0, qPrintable(log));
-        const std::vector<Step> steps = steps_of(dir);
+        const std::vector<Step> steps = steps_with_skips(dir);
         QCOMPARE(steps.size(), single_.size());
         double worst_loss = 0, worst_norm = 0;
         for (std::size_t i = 0; i < steps.size(); ++i) {
