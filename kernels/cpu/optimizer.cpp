@@ -1,5 +1,5 @@
-// AdamW on fp32 master weights, with the optional rounded copy for 16-bit model weights (written
-// into the 16-bit arena directly, or as f32 values).
+// AdamW on fp32 master weights from f32 or 16-bit gradients, with the optional rounded copy for
+// 16-bit model weights (written into the 16-bit arena directly, or as f32 values).
 #include "cpu_ops.h"
 #include "storage.h"
 
@@ -40,36 +40,32 @@ void adamw_update(OpContext&, TensorView param, TensorView grad, TensorView exp_
     }
     const float step_size = k.step_size, inv_sqrt_bc2 = k.inv_sqrt_bc2, decay = k.decay;
     const float gs = scale.empty() ? p.grad_scale : p.grad_scale * scale.f32()[0];
-    // G: the gradient's storage, f32 or the f16 arena (fp16 runs without accumulate_allreduce_grads_in_fp32),
-    // each element widened exactly. TODO(c16w): its branch generalises adamw_update to 16-bit gradients on
-    // both devices; this is the minimal CPU part (docs/gpu.md, "Missing").
+    // The gradient as stored: fp32 main grads, or a 16-bit gradient arena widened exactly (the same
+    // arithmetic on the same values as an f32 arena holding them).
     const auto update = [&]<DType G, bool zero_grad>() {
-        auto* g = elements<G>(grad);
+        using SG = Storage<G>;
+        typename SG::type* g = elements<G>(grad);
 #pragma omp parallel for simd schedule(static)
         for (int64_t i = 0; i < n; ++i) {
-            const float gi = Storage<G>::load(g[i]) * gs;
+            const float gi = SG::load(g[i]) * gs;
             const float mi = b1 * m[i] + (1.0f - b1) * gi;
             const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
             m[i] = mi;
             v[i] = vi;
             // torch.optim.AdamW: p ← p·(1 − lr·wd) − lr/bc1 · m / (sqrt(v)/sqrt(bc2) + eps)
             w[i] = w[i] * decay - step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + p.eps);
-            // The gradient's cache line is here already: zeroing it now saves the next step a pass
-            // over the whole gradient arena.
-            if constexpr (zero_grad) g[i] = Storage<G>::store(0.0f);
+            // The gradient's cache line is here already: zeroing it now (zeros of its dtype) saves the
+            // next step a pass over the whole gradient arena.
+            if constexpr (zero_grad) g[i] = SG::store(0.0f);
         }
     };
-    if (grad.dtype == DType::F16) {
+    with_storage(grad.dtype, [&](auto tag) {
+        constexpr DType G = decltype(tag)::value;
         if (p.zero_grad)
-            update.template operator()<DType::F16, true>();
+            update.template operator()<G, true>();
         else
-            update.template operator()<DType::F16, false>();
-    } else {
-        if (p.zero_grad)
-            update.template operator()<DType::F32, true>();
-        else
-            update.template operator()<DType::F32, false>();
-    }
+            update.template operator()<G, false>();
+    });
     if (param_copy.empty()) return;
     // The model's working copy: the 16-bit arena itself (bf16/fp16 runs), or f32 holding the rounding.
     with_storage(param_copy.dtype, [&](auto tag) {

@@ -71,7 +71,8 @@ using storage::with_storages;
 
 // ---- AdamW (kernel: optimizer_kernels.cuh) -------------------------------------------------------------
 
-/// The weights' copy as the model stores it: bf16, fp16 or fp32 values.
+/// Rounds an f32 copy's values as the model stores them: bf16, fp16 or as is (a 16-bit copy is
+/// rounded by its store: kind 0).
 struct RoundCopy {
     int kind;  // 1 bf16, 2 fp16, else as is
     __device__ float operator()(float x) const {
@@ -79,9 +80,12 @@ struct RoundCopy {
     }
 };
 
-/// One k_adamw launch's arrays and arguments.
+/// One k_adamw launch's arrays and arguments: g in storage SG, copy in SC.
+template <class SG, class SC>
 struct AdamWLaunch {
-    float *w, *g, *m, *v, *copy;
+    float *w, *m, *v;
+    typename SG::type* g;
+    typename SC::type* copy;
     int64_t n;
     optimizer::AdamArgs a;
     const float* scale;
@@ -91,24 +95,25 @@ struct AdamWLaunch {
     /// The elements [at, at + count) of the same arrays.
     AdamWLaunch from(int64_t at, int64_t count) const {
         AdamWLaunch r = *this;
-        for (float** p : {&r.w, &r.g, &r.m, &r.v, &r.copy})
-            if (*p) *p += at;
+        for (float** p : {&r.w, &r.m, &r.v}) *p += at;
+        r.g += at;
+        if (r.copy) r.copy += at;
         r.n = count;
         return r;
     }
 };
 
-/// V floats per access (V = 4: every array 16-byte aligned, n a multiple of 4).
-template <int V>
-void launch_adamw(cudaStream_t s, const AdamWLaunch& l) {
+/// V elements per array per thread (V > 1: every array 16-byte aligned, n a multiple of V).
+template <int V, class SG, class SC>
+void launch_adamw(cudaStream_t s, const AdamWLaunch<SG, SC>& l) {
     if (l.n == 0) return;
     const int64_t items = l.n / V;
     if (kernel::narrow(items))
-        optimizer::k_adamw<V, uint32_t><<<blocks_for(items), kThreads, 0, s>>>(l.w, l.g, l.m, l.v, l.copy, l.n, l.a,
-                                                                               l.scale, l.step, l.decays, l.round);
+        optimizer::k_adamw<V, uint32_t, SG, SC><<<blocks_for(items), kThreads, 0, s>>>(
+            l.w, l.g, l.m, l.v, l.copy, l.n, l.a, l.scale, l.step, l.decays, l.round);
     else
-        optimizer::k_adamw<V, int64_t><<<blocks_for(items), kThreads, 0, s>>>(l.w, l.g, l.m, l.v, l.copy, l.n, l.a,
-                                                                              l.scale, l.step, l.decays, l.round);
+        optimizer::k_adamw<V, int64_t, SG, SC><<<blocks_for(items), kThreads, 0, s>>>(
+            l.w, l.g, l.m, l.v, l.copy, l.n, l.a, l.scale, l.step, l.decays, l.round);
 }
 
 void launched(const char* op) { check_launch(op); }
@@ -597,18 +602,25 @@ void adamw_update(OpContext& ctx, TensorView param, TensorView grad, TensorView 
     const AdamWConstants k = adamw_constants(p);
     const optimizer::AdamArgs a{p.beta1, p.beta2,      k.step_size, k.inv_sqrt_bc2,
                                 k.decay, p.grad_scale, p.eps,       p.zero_grad};
-    const RoundCopy round{param_copy.empty() ? 0 : copy_dtype == DType::BF16 ? 1 : copy_dtype == DType::F16 ? 2 : 0};
-    float *w = mf(param), *g = mf(grad), *m = mf(exp_avg), *v = mf(exp_avg_sq);
-    float* copy = param_copy.empty() ? nullptr : mf(param_copy);
     const float* sc = scale.empty() ? nullptr : cf(scale);
     const auto* blk = step.empty() ? nullptr : static_cast<const double*>(step.data);
     const bool decays = p.weight_decay != 0.0f;
-    const bool wide = kernel::aligned16(w) && kernel::aligned16(g) && kernel::aligned16(m) && kernel::aligned16(v) &&
-                      (!copy || kernel::aligned16(copy));
-    const int64_t bulk = wide ? n / 4 * 4 : 0;
-    const AdamWLaunch bulk_part{w, g, m, v, copy, bulk, a, sc, blk, decays, round};
-    launch_adamw<4>(stream_of(ctx), bulk_part);
-    launch_adamw<1>(stream_of(ctx), bulk_part.from(bulk, n - bulk));
+    // No copy: SC = f32 with a null pointer. A 16-bit copy is rounded by its store; an f32 one by the functor.
+    const DType copy_storage = param_copy.empty() ? DType::F32 : param_copy.dtype;
+    const RoundCopy round{copy_storage != DType::F32 ? 0 : copy_dtype == DType::BF16 ? 1 : copy_dtype == DType::F16 ? 2 : 0};
+    with_storages(grad.dtype, copy_storage, [&](auto sg, auto scopy) {
+        using SG = decltype(sg);
+        using SC = decltype(scopy);
+        // 16 bytes per access on the aligned bulk: 4 floats, or 8 elements when an array is 16-bit.
+        constexpr int V = storage::any_16bit<SG, SC> ? 8 : 4;
+        const AdamWLaunch<SG, SC> all{mf(param), mf(exp_avg), mf(exp_avg_sq), elements<SG>(grad),
+                                      param_copy.empty() ? nullptr : elements<SC>(param_copy),
+                                      n, a, sc, blk, decays, round};
+        const bool wide = storage::aligned_to(16, all.w, all.m, all.v, all.g, all.copy);
+        const int64_t bulk = wide ? n / V * V : 0;
+        launch_adamw<V>(stream_of(ctx), all.from(0, bulk));
+        launch_adamw<1>(stream_of(ctx), all.from(bulk, n - bulk));
+    });
     launched("adamw_update");
 }
 

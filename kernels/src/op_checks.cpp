@@ -89,10 +89,9 @@ constexpr SixteenBit kSixteenBitOps[] = {
     {"bias_dropout_add_forward", true, true},
     {"attention_forward", true, true},
     {"attention_backward", true, true},
-    // Weight arguments: linear biases, and the optimizer's working copy (the CPU's 16-bit arena; CUDA's
-    // AdamW kernel writes an f32 copy still).
+    // Weight arguments: linear biases; the optimizer's gradients and working copy (the 16-bit arenas).
     {"linear_forward", true, true},
-    {"adamw_update", true, false},
+    {"adamw_update", true, true},
 };
 
 bool takes_16bit(const char* op, Device device) {
@@ -105,7 +104,8 @@ bool takes_16bit(const char* op, Device device) {
 /// each call's sum computed in fp32 and rounded once into the f16 element (what cuBLAS does with an f16
 /// C, beta = 1 and fp32 compute). The arena is f16 in fp16 runs without accumulate_allreduce_grads_in_fp32
 /// (mwb::gradient_dtype, backend/config/validate.h): on the CPU so far (docs/gpu.md, "Missing").
-/// fill, scale and copy (zeroing, the data-parallel mean, the shard's move) take it through kSixteenBitOps.
+/// fill, scale and copy (zeroing, the data-parallel mean, the shard's move) and adamw_update's grad
+/// take it through kSixteenBitOps.
 constexpr SixteenBit kF16GradientOps[] = {
     // op                          cpu    cuda
     {"linear_backward", true, false},
@@ -115,7 +115,6 @@ constexpr SixteenBit kF16GradientOps[] = {
     {"layernorm_backward", true, false},
     {"rmsnorm_backward", true, false},
     {"sum_squares_ranges", true, true},  // the gradient norm (grad_norm_kernels.cuh reads f16)
-    {"adamw_update", true, false},  // reads grad (and zeroes it with p.zero_grad)
 };
 
 bool takes_f16_gradient(const char* op, Device device) {
@@ -686,7 +685,8 @@ void adamw_update(OpContext& ctx, TensorView param, TensorView grad, TensorView 
                   const AdamWParams& p, TensorView param_copy, DType copy_dtype, TensorView scale, TensorView step) {
     const Args c("adamw_update", ctx);
     c.tensor("param", param, F32);
-    c.gradient("grad", grad);
+    // The gradients as the model keeps them: fp32 main grads, or a 16-bit gradient arena.
+    c.stored("grad", grad);
     same_size(c, "grad", grad, "param", param);
     for (const auto& [arg, t] : {std::pair{"exp_avg", exp_avg}, std::pair{"exp_avg_sq", exp_avg_sq}}) {
         c.tensor(arg, t, F32);
@@ -694,7 +694,7 @@ void adamw_update(OpContext& ctx, TensorView param, TensorView grad, TensorView 
     }
     c.value(storage_dtype(copy_dtype), "copy_dtype", dtype_name(copy_dtype), "f32, bf16 or f16");
     if (!param_copy.empty()) {
-        // The model's working copy: f32 holding the rounding, or (the CPU) the 16-bit arena itself.
+        // The model's working copy: the 16-bit arena itself, or f32 holding the rounding.
         c.stored("param_copy", param_copy);
         c.shape(param_copy.dtype == DType::F32 || param_copy.dtype == copy_dtype, "param_copy", param_copy,
                 "f32 or of copy_dtype {}", dtype_name(copy_dtype));

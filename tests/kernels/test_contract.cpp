@@ -394,11 +394,16 @@ private slots:
             QVERIFY(takes_bf16(d, "rope_forward", {0}));
             QVERIFY(takes_bf16(d, "embedding_forward", {0}));
             QVERIFY(takes_bf16(d, "attention_forward", {0, 2}));
+            // AdamW: the working copy it writes (the 16-bit weights' arena) and the gradients it reads
+            // (16-bit gradients, fp16 runs), not the fp32 master or moments.
+            QVERIFY(takes_bf16(d, "adamw_update", {4}));
+            QVERIFY(takes_bf16(d, "adamw_update", {1}));
+            QVERIFY(takes_bf16(d, "adamw_update", {1, 4}));
+            QVERIFY(!takes_bf16(d, "adamw_update", {0}));
+            QVERIFY(!takes_bf16(d, "adamw_update", {2}));
+            QVERIFY(!takes_bf16(d, "adamw_update", {3}));
         }
         QVERIFY(!takes_bf16(Device::CUDA, "attention_forward", {2}));  // qkv alone: out must match it
-        // The working copy AdamW writes: a 16-bit arena on the CPU, f32 on CUDA (weight_storage_dtype).
-        QVERIFY(takes_bf16(Device::CPU, "adamw_update", {4}));
-        QVERIFY(!takes_bf16(Device::CUDA, "adamw_update", {4}));
     }
     /// op_checks.cpp's kF16GradientOps: the parameter-gradient arguments that take the f16 gradient
     /// arena (fp16 runs without accumulate_allreduce_grads_in_fp32), on the CPU only so far; never bf16.
@@ -415,7 +420,6 @@ private slots:
             {"position_embedding_backward", {0}},
             {"layernorm_backward", {1, 2}},     // dw, db
             {"rmsnorm_backward", {1}},          // dw
-            {"adamw_update", {1}},              // grad
         };
         for (const Grad& g : grads) {
             QVERIFY2(takes_dtype(Device::CPU, g.op, g.args, DType::F16), g.op);

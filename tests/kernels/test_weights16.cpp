@@ -1,7 +1,8 @@
 // 16-bit WEIGHT arguments on the CPU (the weights' working copy of a bf16/fp16 run is a 16-bit arena):
 // linear's weight and bias, the fused linear + GELU, bias + dropout + residual, LayerNorm/RMSNorm gamma
 // and beta, the word and position embedding tables, and AdamW writing the rounded copy straight into a
-// 16-bit arena. Each runs on bf16/f16 views against the same op on f32 views holding the same values
+// 16-bit arena (a CUDA context's dispatcher takes it too: no GPU here). Each runs on bf16/f16 views
+// against the same op on f32 views holding the same values
 // (the emulated storage this replaces): the results must be the same bits. fill/copy's conversions
 // against independent encoders (the compiler's _Float16, bf16 from its definition).
 #include "support/precision_ref.h"
@@ -12,6 +13,7 @@
 #include "mwb/kernels/ops.h"
 #include "mwb/kernels/precision.h"
 
+#include <QRegularExpression>
 #include <QtTest>
 
 #include <cmath>
@@ -229,21 +231,33 @@ private slots:
         }
     }
 
-    void cuda_context_refuses_a_16bit_adamw_copy() {
-        // CUDA's AdamW kernel writes its rounded copy as f32 (the arena stays f32 there,
-        // weight_storage_dtype): the dispatcher says so before any device work.
+    void cuda_context_takes_a_16bit_adamw_copy_and_gradient() {
+        // CUDA's AdamW kernel writes the rounded copy into the 16-bit arena and reads 16-bit gradients,
+        // as the CPU op does: the dispatcher lets them through (no GPU here: the call then fails inside
+        // CUDA, with a message that names no argument), and refuses by name what neither device takes.
         OpContext ctx{Device::CUDA, nullptr};
         float w[4] = {}, g[4] = {}, m[4] = {}, v[4] = {};
-        uint16_t copy[4] = {};
+        uint16_t copy[4] = {}, g16[4] = {};
         AdamWParams p;
         p.step = 1;
         const auto f32 = [](float* d) { return make_view(d, DType::F32, {4}, Device::CUDA); };
-        try {
-            ops::adamw_update(ctx, f32(w), f32(g), f32(m), f32(v), p, make_view(copy, DType::BF16, {4}, Device::CUDA),
-                              DType::BF16);
-            QFAIL("no error");
-        } catch (const Error& e) {
-            QVERIFY2(QString(e.what()).contains("adamw_update: param_copy must be a tensor of dtype f32"), e.what());
+        const auto h16 = [](uint16_t* d, DType dt) { return make_view(d, dt, {4}, Device::CUDA); };
+        const auto message = [&](const TensorView& grad, const TensorView& exp_avg, const TensorView& param_copy,
+                                 DType copy_dtype) -> QString {
+            try {
+                ops::adamw_update(ctx, f32(w), grad, exp_avg, f32(v), p, param_copy, copy_dtype);
+            } catch (const Error& e) {
+                return e.what();
+            }
+            return "no error";
+        };
+        for (DType dt : {DType::BF16, DType::F16}) {
+            for (const QString& why : {message(f32(g), f32(m), h16(copy, dt), dt), message(h16(g16, dt), f32(m), {}, dt),
+                                       message(h16(g16, dt), f32(m), h16(copy, dt), dt)})
+                QVERIFY2(!QRegularExpression("^adamw_update: [a-z_.]+ must be").match(why).hasMatch(), qPrintable(why));
+            const DType other = dt == DType::BF16 ? DType::F16 : DType::BF16;
+            QVERIFY(message(f32(g), f32(m), h16(copy, dt), other).contains("adamw_update: param_copy must be f32 or of copy_dtype"));
+            QVERIFY(message(f32(g), h16(g16, dt), h16(copy, dt), dt).contains("adamw_update: exp_avg must be a tensor of dtype f32"));
         }
     }
 };
