@@ -148,7 +148,9 @@ const auto kFields = std::to_array<Field>({
     MWB_FIELD(training, loss_scale_window, "Iterations without overflow before the loss scale doubles.", ""),
     MWB_FIELD(training, hysteresis, "Overflowing iterations tolerated before the loss scale halves.", ""),
     MWB_FIELD(training, accumulate_allreduce_grads_in_fp32,
-              "Keep gradients in fp32 in 16-bit runs (always on with bf16).", ""),
+              "Keep gradients in fp32 in 16-bit runs (always on with bf16); without it an fp16 run's gradient "
+              "arena is fp16 (on the CPU; docs/numerics.md).",
+              ""),
     // data
     MWB_FIELD(data, data_path,
               "Datasets as prefixes of .bin/.idx pairs, optionally weighted: [w1] p1 [w2] p2 ...; empty means the "

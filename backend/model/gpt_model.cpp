@@ -13,7 +13,7 @@
 namespace mwb {
 
 GptModel::GptModel(const GptDims& dims, const RecomputePolicy& recompute, DType storage, OpContext& ctx,
-                   Allocator& alloc, bool gradients)
+                   Allocator& alloc, bool gradients, DType grad_dtype)
     : d_(dims),
       partition_(ModelPartition::whole(dims)),
       self_tp_(std::make_unique<SelfCommunicator>("tp")),
@@ -24,19 +24,19 @@ GptModel::GptModel(const GptDims& dims, const RecomputePolicy& recompute, DType 
       storage_(storage),
       ctx_(ctx),
       alloc_(alloc) {
-    build(1, gradients);
+    build(1, gradients, grad_dtype);
 }
 
 GptModel::GptModel(const GptDims& dims, const ModelPartition& partition, TensorParallel& tp,
                    const RecomputePolicy& recompute, DType storage, OpContext& ctx, Allocator& alloc,
-                   int64_t arena_shards, bool gradients)
+                   int64_t arena_shards, bool gradients, DType grad_dtype)
     : d_(dims), partition_(partition), tp_(tp), recompute_(recompute), storage_(storage), ctx_(ctx), alloc_(alloc) {
-    build(arena_shards, gradients);
+    build(arena_shards, gradients, grad_dtype);
 }
 
 GptModel::~GptModel() = default;
 
-void GptModel::build(int64_t arena_shards, bool gradients) {
+void GptModel::build(int64_t arena_shards, bool gradients, DType grad_dtype) {
     const int t = tp_.size(), r = tp_.rank();
     MWB_CHECK(d_.layers >= 1 && d_.hidden >= 1 && d_.heads >= 1 && d_.head_dim() >= 1 &&
                   d_.heads % d_.kv_groups() == 0 && d_.seq >= 1 && d_.micro_batch >= 1 && d_.vocab >= 2 &&
@@ -92,7 +92,9 @@ void GptModel::build(int64_t arena_shards, bool gradients) {
     // The weights' working copy: of the storage dtype on both devices (16-bit in bf16/fp16 runs, as the
     // planner counts it); the optimizer keeps the fp32 masters.
     params_ = Buffer(alloc_, MemCategory::Weights, layout_.arena_elements(), storage_);
-    if (gradients) grads_ = Buffer(alloc_, MemCategory::Gradients, layout_.arena_elements());
+    MWB_CHECK(grad_dtype == DType::F32 || grad_dtype == DType::F16,
+              "GptModel: a gradient arena of dtype {} (f32, or f16 for fp16 runs)", dtype_name(grad_dtype));
+    if (gradients) grads_ = Buffer(alloc_, MemCategory::Gradients, layout_.arena_elements(), grad_dtype);
     ops::fill(ctx_, params_.view(), 0.0f);
     if (gradients) ops::fill(ctx_, grads_.view(), 0.0f);
     AttentionParams ap;

@@ -55,14 +55,17 @@ struct ForwardResult {
 class GptModel {
 public:
     /// The whole model on one process (no communication). gradients = false: no gradient arena
-    /// (inference: generation), grads() is then empty and backward must not run.
+    /// (inference: generation), grads() is then empty and backward must not run. grad_dtype: the
+    /// gradient arena's dtype (mwb::gradient_dtype: F16 in fp16 runs without
+    /// accumulate_allreduce_grads_in_fp32 on the CPU, else F32).
     GptModel(const GptDims& dims, const RecomputePolicy& recompute, DType storage, OpContext& ctx, Allocator& alloc,
-             bool gradients = true);
+             bool gradients = true, DType grad_dtype = DType::F32);
     /// This rank's part: `partition` says which layers (and whether the embedding and head) it holds,
     /// `tp` its tensor-parallel group; the arenas split into `arena_shards` equal shards (the
-    /// distributed optimizer's data-parallel size); gradients = false as above.
+    /// distributed optimizer's data-parallel size); gradients and grad_dtype as above.
     GptModel(const GptDims& dims, const ModelPartition& partition, TensorParallel& tp, const RecomputePolicy& recompute,
-             DType storage, OpContext& ctx, Allocator& alloc, int64_t arena_shards = 1, bool gradients = true);
+             DType storage, OpContext& ctx, Allocator& alloc, int64_t arena_shards = 1, bool gradients = true,
+             DType grad_dtype = DType::F32);
     ~GptModel();
 
     const GptDims& dims() const { return d_; }
@@ -79,7 +82,8 @@ public:
     /// devices (bf16/f16 in 16-bit runs, the rounding of the optimizer's fp32 masters). Readers that
     /// want fp32 values widen them (ops::copy) or read the optimizer's master.
     TensorView params() const { return params_.view(); }
-    /// fp32 gradient accumulators ("main grads"), same layout as params().
+    /// The gradient accumulators ("main grads"), same layout as params(): f32, or f16 in fp16 runs
+    /// without accumulate_allreduce_grads_in_fp32 (each op's fp32 sum rounded once into it).
     TensorView grads() const { return grads_.view(); }
 
     /// Megatron-LM's init, by parameter role: N(0, std) weights, N(0, std/sqrt(2L)) for the two output
@@ -124,7 +128,7 @@ private:
         int64_t global_micro_batch = 0;
     };
 
-    void build(int64_t arena_shards, bool gradients = true);
+    void build(int64_t arena_shards, bool gradients, DType grad_dtype);
     void build_rope_tables();
     ModelRuntime runtime(const MicroState& st, bool training);
     void prepare_inputs(MicroState& st, const MicroBatch& mb, bool ids, bool targets);

@@ -66,6 +66,12 @@ public:
     /// out (n) = Σ over ranks of the rank()-th n-element block of in (size()·n). With out == in it
     /// works in place and the result lands in the first n elements.
     virtual void reduce_scatter_sum(const float* in, float* out, int64_t n) = 0;
+    /// all_reduce_sum and reduce_scatter_sum on f16 elements (the f16 gradient arena of fp16 runs
+    /// without accumulate_allreduce_grads_in_fp32), 2 bytes each on the wire: every pairwise combine
+    /// widens both operands to fp32, adds, and rounds the sum once to fp16 (MPI: a user-defined op;
+    /// NCCL: ncclFloat16's sum, the same per hop). With two ranks that is the fp32 sum rounded once.
+    virtual void all_reduce_sum_f16(uint16_t* data, int64_t n) = 0;
+    virtual void reduce_scatter_sum_f16(const uint16_t* in, uint16_t* out, int64_t n) = 0;
     virtual void broadcast(void* data, int64_t bytes, int root) = 0;
     /// Gathers `bytes` from every rank to root (out: size()·bytes, only read on root).
     virtual void gather(const void* in, void* out, int64_t bytes, int root) = 0;

@@ -1,6 +1,7 @@
 #include "backend/parallel/mpi_communicator.h"
 
 #include "mwb/kernels/error.h"
+#include "mwb/kernels/precision.h"
 
 #include <chrono>
 #include <climits>
@@ -18,6 +19,24 @@ void check(int rc, const char* what, const std::string& group) {
     int len = 0;
     MPI_Error_string(rc, text, &len);
     MWB_FAIL("MPI {} on the {} group failed: {}", what, group, std::string(text, static_cast<std::size_t>(len)));
+}
+
+/// The sum of f16 elements (MPI_UINT16_T holding fp16 bits): each combine widens both to fp32, adds,
+/// and rounds once (Communicator::all_reduce_sum_f16).
+void f16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+    const auto* a = static_cast<const uint16_t*>(in);
+    auto* b = static_cast<uint16_t*>(inout);
+    for (int i = 0; i < *len; ++i) b[i] = fp16_bits(from_fp16_bits(a[i]) + from_fp16_bits(b[i]));
+}
+
+/// The op, created once per process (after MPI_Init: the first f16 reduction runs inside it).
+MPI_Op f16_sum_op() {
+    static const MPI_Op op = [] {
+        MPI_Op o = MPI_OP_NULL;
+        MPI_Op_create(&f16_sum, /*commute=*/1, &o);
+        return o;
+    }();
+    return op;
 }
 
 int count_of(int64_t n, const std::string& group) {
@@ -113,6 +132,19 @@ void MpiCommunicator::all_gather(const float* in, float* out, int64_t n) {
 void MpiCommunicator::reduce_scatter_sum(const float* in, float* out, int64_t n) {
     Measure m(stats_, (size_ - 1) * n * 4, tracker_, "reduce-scatter", name_);
     check(MPI_Reduce_scatter_block(in == out ? MPI_IN_PLACE : in, out, count_of(n, name_), MPI_FLOAT, MPI_SUM, comm_),
+          "reduce-scatter", name_);
+}
+
+void MpiCommunicator::all_reduce_sum_f16(uint16_t* data, int64_t n) {
+    Measure m(stats_, 2 * (size_ - 1) * n * 2 / size_, tracker_, "all-reduce", name_);
+    check(MPI_Allreduce(MPI_IN_PLACE, data, count_of(n, name_), MPI_UINT16_T, f16_sum_op(), comm_), "all-reduce",
+          name_);
+}
+
+void MpiCommunicator::reduce_scatter_sum_f16(const uint16_t* in, uint16_t* out, int64_t n) {
+    Measure m(stats_, (size_ - 1) * n * 2, tracker_, "reduce-scatter", name_);
+    check(MPI_Reduce_scatter_block(in == out ? MPI_IN_PLACE : in, out, count_of(n, name_), MPI_UINT16_T,
+                                   f16_sum_op(), comm_),
           "reduce-scatter", name_);
 }
 

@@ -225,7 +225,7 @@ void grouped(ncclResult_t r, const char* what, const std::string& group) {
 
 void NcclCommunicator::all_reduce(void* data, int64_t n, int element_bytes, int type, int op, const char* what) {
     Measure m(stats_, 2 * (size_ - 1) * n * element_bytes / size_);
-    last_op_ = fmt::format("{} of {} {}", what, n, element_bytes == 8 ? "doubles" : "floats");
+    last_op_ = fmt::format("{} of {} {}", what, n, element_bytes == 8 ? "doubles" : element_bytes == 2 ? "halves" : "floats");
     begin();
     enqueued(ncclAllReduce(data, data, static_cast<size_t>(n), static_cast<ncclDataType_t>(type),
                            static_cast<ncclRedOp_t>(op), impl_->comm, MWB_NCCL_STREAM),
@@ -248,20 +248,34 @@ void NcclCommunicator::all_gather(const float* in, float* out, int64_t n) {
 }
 
 void NcclCommunicator::reduce_scatter_sum(const float* in, float* out, int64_t n) {
-    Measure m(stats_, (size_ - 1) * n * 4);
-    last_op_ = floats("reduce-scatter", n);
+    reduce_scatter(in, out, n, 4, ncclFloat);
+}
+
+// ncclFloat16's sum adds two halves per hop and rounds the sum once (Communicator::all_reduce_sum_f16).
+void NcclCommunicator::all_reduce_sum_f16(uint16_t* data, int64_t n) {
+    all_reduce(data, n, 2, ncclFloat16, ncclSum, "all-reduce");
+}
+void NcclCommunicator::reduce_scatter_sum_f16(const uint16_t* in, uint16_t* out, int64_t n) {
+    reduce_scatter(in, out, n, 2, ncclFloat16);
+}
+
+void NcclCommunicator::reduce_scatter(const void* in, void* out, int64_t n, int element_bytes, int type) {
+    Measure m(stats_, (size_ - 1) * n * element_bytes);
+    last_op_ = fmt::format("reduce-scatter of {} {}", n, element_bytes == 2 ? "halves" : "floats");
     begin();
+    const auto t = static_cast<ncclDataType_t>(type);
     if (out == in) {
         // NCCL's in-place form puts rank r's block at in + r·n; the interface wants it first. The copy
         // is on the collective's stream, behind the reduce-scatter; finish() orders the ops after both.
-        float* own = const_cast<float*>(in) + static_cast<int64_t>(rank_) * n;
-        enqueued(ncclReduceScatter(in, own, static_cast<size_t>(n), ncclFloat, ncclSum, impl_->comm, MWB_NCCL_STREAM),
+        char* own = static_cast<char*>(const_cast<void*>(in)) + static_cast<int64_t>(rank_) * n * element_bytes;
+        enqueued(ncclReduceScatter(in, own, static_cast<size_t>(n), t, ncclSum, impl_->comm, MWB_NCCL_STREAM),
                  last_op_);
         if (rank_ != 0)
-            check_cuda(cudaMemcpyAsync(out, own, static_cast<size_t>(n) * 4, cudaMemcpyDeviceToDevice, MWB_NCCL_STREAM),
+            check_cuda(cudaMemcpyAsync(out, own, static_cast<size_t>(n * element_bytes), cudaMemcpyDeviceToDevice,
+                                       MWB_NCCL_STREAM),
                        "reduce-scatter copy", name_);
     } else {
-        enqueued(ncclReduceScatter(in, out, static_cast<size_t>(n), ncclFloat, ncclSum, impl_->comm, MWB_NCCL_STREAM),
+        enqueued(ncclReduceScatter(in, out, static_cast<size_t>(n), t, ncclSum, impl_->comm, MWB_NCCL_STREAM),
                  last_op_);
     }
     finish();

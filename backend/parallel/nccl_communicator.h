@@ -49,6 +49,8 @@ public:
     void all_reduce_max(float* data, int64_t n) override;
     void all_gather(const float* in, float* out, int64_t n) override;
     void reduce_scatter_sum(const float* in, float* out, int64_t n) override;
+    void all_reduce_sum_f16(uint16_t* data, int64_t n) override;
+    void reduce_scatter_sum_f16(const uint16_t* in, uint16_t* out, int64_t n) override;
     void broadcast(void* data, int64_t bytes, int root) override;
     void gather(const void* in, void* out, int64_t bytes, int root) override;
     /// One NCCL group of every send and receive (Megatron-LM's batched isend/irecv). NCCL has no tags:
@@ -81,6 +83,7 @@ private:
 
     /// In-place all-reduce of n elements (NCCL data type and reduction op, as ints: no NCCL header here).
     void all_reduce(void* data, int64_t n, int element_bytes, int type, int op, const char* what);
+    void reduce_scatter(const void* in, void* out, int64_t n, int element_bytes, int type);
     void begin();   // the collective stream waits for the compute stream
     void finish();  // the compute stream waits for the collective; the host too when blocking
 };

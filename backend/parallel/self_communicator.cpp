@@ -14,6 +14,10 @@ void SelfCommunicator::reduce_scatter_sum(const float* in, float* out, int64_t n
     if (in != out) std::memmove(out, in, static_cast<std::size_t>(n) * sizeof(float));
 }
 
+void SelfCommunicator::reduce_scatter_sum_f16(const uint16_t* in, uint16_t* out, int64_t n) {
+    if (in != out) std::memmove(out, in, static_cast<std::size_t>(n) * sizeof(uint16_t));
+}
+
 void SelfCommunicator::gather(const void* in, void* out, int64_t bytes, int) {
     if (in != out) std::memmove(out, in, static_cast<std::size_t>(bytes));
 }

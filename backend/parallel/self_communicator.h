@@ -16,6 +16,8 @@ public:
     void all_reduce_max(float*, int64_t) override {}
     void all_gather(const float* in, float* out, int64_t n) override;
     void reduce_scatter_sum(const float* in, float* out, int64_t n) override;
+    void all_reduce_sum_f16(uint16_t*, int64_t) override {}
+    void reduce_scatter_sum_f16(const uint16_t* in, uint16_t* out, int64_t n) override;
     void broadcast(void*, int64_t, int) override {}
     void gather(const void* in, void* out, int64_t bytes, int root) override;
     std::unique_ptr<PendingSend> exchange(std::span<const Message> sends, std::span<const Message> recvs) override;

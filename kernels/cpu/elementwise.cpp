@@ -101,7 +101,9 @@ namespace {
 /// Σ over `ranges` of x, in their order, of each range's Σ x²: every range in fixed chunks from its
 /// start, all ranges' chunks in one parallel pass, then summed in a fixed order (chunks of a range,
 /// then ranges), so the result does not depend on the thread count.
-double sum_squares_of(const float* x, const std::vector<IndexRange>& ranges) {
+/// X: the storage of x (f32, or the f16 gradient arena; each element widened exactly, squared in float64).
+template <DType X>
+double sum_squares_of(const typename Storage<X>::type* x, const std::vector<IndexRange>& ranges) {
     constexpr int64_t kChunk = 1 << 14;
     std::vector<int64_t> chunk_begin(ranges.size() + 1, 0);  // the first chunk of each range
     for (std::size_t r = 0; r < ranges.size(); ++r)
@@ -113,10 +115,13 @@ double sum_squares_of(const float* x, const std::vector<IndexRange>& ranges) {
         const auto r = static_cast<std::size_t>(std::upper_bound(chunk_begin.begin(), chunk_begin.end(), c) -
                                                 chunk_begin.begin() - 1);
         const int64_t begin = (c - chunk_begin[r]) * kChunk, end = std::min(ranges[r].count, begin + kChunk);
-        const float* p = x + ranges[r].first;
+        const auto* p = x + ranges[r].first;
         double s = 0;
 #pragma omp simd reduction(+ : s)
-        for (int64_t i = begin; i < end; ++i) s += static_cast<double>(p[i]) * p[i];
+        for (int64_t i = begin; i < end; ++i) {
+            const double v = Storage<X>::load(p[i]);
+            s += v * v;
+        }
         partial[static_cast<std::size_t>(c)] = s;
     }
     double total = 0;
@@ -132,11 +137,13 @@ double sum_squares_of(const float* x, const std::vector<IndexRange>& ranges) {
 }  // namespace
 
 double sum_squares(OpContext&, TensorView x) {
-    return sum_squares_of(x.f32(), {IndexRange{0, x.numel()}});
+    return sum_squares_of<DType::F32>(x.f32(), {IndexRange{0, x.numel()}});
 }
 
 void sum_squares_ranges(OpContext&, TensorView out, TensorView x, const std::vector<IndexRange>& ranges) {
-    *out.f64() = sum_squares_of(x.f32(), ranges);
+    *out.f64() = with_storage(x.dtype, [&](auto t) {
+        return sum_squares_of<decltype(t)::value>(elements<decltype(t)::value>(x), ranges);
+    });
 }
 
 void gradient_scale(OpContext&, TensorView scale, TensorView sumsq, double loss_scale, double clip_grad,

@@ -1,6 +1,7 @@
 // Token (vocab-parallel) and learned position embeddings. The rows they write (out) or read (dout)
 // may be 16-bit views (a 16-bit run's embedding output and its gradient): a template on their storage,
-// loads widen, stores round once (storage.h); the tables are f32.
+// loads widen, stores round once (storage.h); the tables are the weights' working copy (16-bit in
+// 16-bit runs) and their gradients (f32, or f16 in fp16 runs without accumulate_allreduce_grads_in_fp32).
 #include "cpu_ops.h"
 #include "storage.h"
 
@@ -97,9 +98,11 @@ void embedding_forward(OpContext&, TensorView out, TensorView ids, TensorView ta
     });
 }
 
+// An f16 dtable or dwpe (the f16 gradient arena) is widened, accumulated in fp32 and rounded once.
 void embedding_backward(OpContext&, TensorView dtable, TensorView dout, TensorView ids, int64_t vocab_start) {
-    with_storage(dout.dtype,
-                 [&](auto t) { embedding_backward_as<decltype(t)::value>(dtable, dout, ids, vocab_start); });
+    const TensorView d32 = widened(dtable, Scratch::Grad);
+    with_storage(dout.dtype, [&](auto t) { embedding_backward_as<decltype(t)::value>(d32, dout, ids, vocab_start); });
+    narrow(dtable, d32);
 }
 
 void position_embedding_forward(OpContext&, TensorView out, TensorView wpe, int64_t position_offset) {
@@ -109,8 +112,10 @@ void position_embedding_forward(OpContext&, TensorView out, TensorView wpe, int6
 }
 
 void position_embedding_backward(OpContext&, TensorView dwpe, TensorView dout, int64_t position_offset) {
+    const TensorView d32 = widened(dwpe, Scratch::Grad);
     with_storage(dout.dtype,
-                 [&](auto t) { position_embedding_backward_as<decltype(t)::value>(dwpe, dout, position_offset); });
+                 [&](auto t) { position_embedding_backward_as<decltype(t)::value>(d32, dout, position_offset); });
+    narrow(dwpe, d32);
 }
 
 }  // namespace mwb::cpu

@@ -261,9 +261,12 @@ void linear_backward(OpContext& ctx, TensorView dx, TensorView dw, TensorView db
     if (!dx.empty()) {
         matmul(ctx, reshaped(dx, {rows, in}), dy2, w, false, false, 1.0f, accumulate_dx ? 1.0f : 0.0f);
     }
+    // An f16 dw or dbias (the f16 gradient arena) is accumulated in fp32 and rounded once (storage.h).
     matmul(ctx, dw, dy2, reshaped(x, {rows, in}), true, false, 1.0f, 1.0f);
     if (!dbias.empty()) {
-        add_column_sums(dbias.f32(), widened(dy2, Scratch::Out).f32(), rows, out);
+        const TensorView db32 = widened(dbias, Scratch::GradBias);
+        add_column_sums(db32.f32(), widened(dy2, Scratch::Out).f32(), rows, out);
+        narrow(dbias, db32);
     }
 }
 
@@ -293,8 +296,11 @@ void linear_backward_gelu(OpContext& ctx, TensorView dpre, TensorView dpre_bias,
     round_f32(ctx, dpre, storage);
     gelu_backward(ctx, dpre, dpre, pre);
     round_f32(ctx, dpre, storage);
-    if (!dpre_bias.empty())
-        add_column_sums(dpre_bias.f32(), widened(dpre, Scratch::Out).f32(), x.rows(), x.cols());
+    if (!dpre_bias.empty()) {
+        const TensorView db32 = widened(dpre_bias, Scratch::GradBias);
+        add_column_sums(db32.f32(), widened(dpre, Scratch::Out).f32(), x.rows(), x.cols());
+        narrow(dpre_bias, db32);
+    }
 }
 
 }  // namespace mwb::cpu

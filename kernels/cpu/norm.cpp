@@ -217,12 +217,16 @@ void layernorm_forward(OpContext&, TensorView out, TensorView mean, TensorView r
     });
 }
 
+// dw and db may be f16 (the f16 gradient arena): accumulated in fp32 scratch and rounded once.
 void layernorm_backward(OpContext&, TensorView dx, TensorView dw, TensorView db, TensorView dout, TensorView x,
                         TensorView mean, TensorView rstd, TensorView w, bool accumulate_dx) {
+    const TensorView dw32 = widened(dw, Scratch::Grad), db32 = widened(db, Scratch::GradBias);
     with_storages(x.dtype, dout.dtype, [&](auto xt, auto ot) {
-        layernorm_backward_as<decltype(xt)::value, decltype(ot)::value>(dx, dw, db, dout, x, mean, rstd, w,
+        layernorm_backward_as<decltype(xt)::value, decltype(ot)::value>(dx, dw32, db32, dout, x, mean, rstd, w,
                                                                         accumulate_dx);
     });
+    narrow(dw, dw32);
+    narrow(db, db32);
 }
 
 void rmsnorm_forward(OpContext&, TensorView out, TensorView rstd, TensorView x, TensorView w, float eps) {
@@ -233,9 +237,11 @@ void rmsnorm_forward(OpContext&, TensorView out, TensorView rstd, TensorView x, 
 
 void rmsnorm_backward(OpContext&, TensorView dx, TensorView dw, TensorView dout, TensorView x, TensorView rstd,
                       TensorView w, bool accumulate_dx) {
+    const TensorView dw32 = widened(dw, Scratch::Grad);
     with_storages(x.dtype, dout.dtype, [&](auto xt, auto ot) {
-        rmsnorm_backward_as<decltype(xt)::value, decltype(ot)::value>(dx, dw, dout, x, rstd, w, accumulate_dx);
+        rmsnorm_backward_as<decltype(xt)::value, decltype(ot)::value>(dx, dw32, dout, x, rstd, w, accumulate_dx);
     });
+    narrow(dw, dw32);
 }
 
 }  // namespace mwb::cpu

@@ -91,10 +91,12 @@ decltype(auto) with_storages(DType a, DType b, F&& f) {
     return with_storage(a, [&](auto ta) { return with_storage(b, [&](auto tb) { return f(ta, tb); }); });
 }
 
-/// Scratch slots of the widened GEMM operands (an op uses several at once), and of an op's 16-bit
-/// weight vectors (norm gamma/beta, biases: one row each, widened once per call).
-enum class Scratch : int { A = 0, B = 1, C = 2, Out = 3, Weight = 4, Bias = 5 };
-constexpr int kScratchSlots = 6;
+/// Scratch slots of the widened GEMM operands (an op uses several at once), of an op's 16-bit
+/// weight vectors (norm gamma/beta, biases: one row each, widened once per call), and of the f16
+/// parameter gradients an op accumulates into (Grad, GradBias: widened, accumulated in fp32, narrowed:
+/// each element rounded once per call, as cuBLAS does with an f16 C and beta = 1).
+enum class Scratch : int { A = 0, B = 1, C = 2, Out = 3, Weight = 4, Bias = 5, Grad = 6, GradBias = 7 };
+constexpr int kScratchSlots = 8;
 /// `elements` floats of this thread's scratch `slot`, grown as needed and kept (a step's shapes repeat).
 /// Not counted by the tracking allocator (docs/memory.md: at most one fp32 copy per operand of the
 /// largest 16-bit GEMM of a step).

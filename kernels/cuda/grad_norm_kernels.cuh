@@ -6,6 +6,7 @@
 // device. Plain CUDA C++ without runtime calls, so that test_kernels_grad_norm_emulated runs this
 // source on CPU threads (tests/kernels/cuda_emulation.h).
 #include "kernel_common.cuh"
+#include "storage.cuh"
 
 #include "mwb/kernels/ops.h"
 
@@ -25,7 +26,10 @@ struct Range {
 namespace {
 
 /// partial[c] = Σ x² of chunk c of all ranges (grid: one block per chunk); the range by binary search.
-__global__ void squares_partials(const float* x, const Range* ranges, int n_ranges, double* partial) {
+/// S: x's storage (storage.cuh): f32, or the f16 gradient arena of fp16 runs without
+/// accumulate_allreduce_grads_in_fp32, each element widened exactly and squared in float64.
+template <class S>
+__global__ void squares_partials(const typename S::type* x, const Range* ranges, int n_ranges, double* partial) {
     __shared__ double sh[32];
     const int64_t c = blockIdx.x;
     int lo = 0, hi = n_ranges - 1;  // the last range whose chunk_begin <= c
@@ -38,9 +42,12 @@ __global__ void squares_partials(const float* x, const Range* ranges, int n_rang
     }
     const Range r = ranges[lo];
     const int64_t i0 = (c - r.chunk_begin) * kChunk, i1 = min(r.count, i0 + kChunk);
-    const float* p = x + r.first;
+    const typename S::type* p = x + r.first;
     double s = 0;
-    for (int64_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) s += static_cast<double>(p[i]) * p[i];
+    for (int64_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) {
+        const double v = S::load(p[i]);
+        s += v * v;
+    }
     s = kernel::block_sum(s, sh);
     if (threadIdx.x == 0) partial[c] = s;
 }

@@ -269,8 +269,11 @@ void sum_squares_ranges(OpContext& ctx, TensorView out, TensorView x, const std:
     const int n = static_cast<int>(last.size());
     double* partial = static_cast<double*>(scratch(0, (chunks + n) * static_cast<int64_t>(sizeof(double)), stream_of(ctx)));
     if (chunks > 0)
-        grad_norm::squares_partials<<<static_cast<unsigned>(chunks), kThreads, 0, stream_of(ctx)>>>(
-            cf(x), device_table, n, partial);
+        with_storage(x.dtype, [&](auto sx) {  // f32, or an f16 gradient arena
+            using S = decltype(sx);
+            grad_norm::squares_partials<S><<<static_cast<unsigned>(chunks), kThreads, 0, stream_of(ctx)>>>(
+                elements<S>(x), device_table, n, partial);
+        });
     grad_norm::squares_total<<<1, kThreads, 0, stream_of(ctx)>>>(static_cast<double*>(out.data), partial + chunks,
                                                                  partial, device_table, n, chunks);
     launched("sum_squares_ranges");

@@ -99,7 +99,39 @@ bool takes_16bit(const char* op, Device device) {
         if (std::string_view(row.op) == op) return device == Device::CPU ? row.cpu : row.cuda;
     return false;
 }
+
+/// The ops whose kernels accumulate parameter gradients into an f16 arena (Args::gradient), per device:
+/// each call's sum computed in fp32 and rounded once into the f16 element (what cuBLAS does with an f16
+/// C, beta = 1 and fp32 compute). The arena is f16 in fp16 runs without accumulate_allreduce_grads_in_fp32
+/// (mwb::gradient_dtype, backend/config/validate.h): on the CPU so far (docs/gpu.md, "Missing").
+/// fill, scale and copy (zeroing, the data-parallel mean, the shard's move) and adamw_update's grad
+/// take it through kSixteenBitOps.
+constexpr SixteenBit kF16GradientOps[] = {
+    // op                          cpu    cuda
+    {"linear_backward", true, false},
+    {"linear_backward_gelu", true, false},
+    {"embedding_backward", true, false},
+    {"position_embedding_backward", true, false},
+    {"layernorm_backward", true, false},
+    {"rmsnorm_backward", true, false},
+    {"sum_squares_ranges", true, true},  // the gradient norm (grad_norm_kernels.cuh reads f16)
+};
+
+bool takes_f16_gradient(const char* op, Device device) {
+    for (const SixteenBit& row : kF16GradientOps)
+        if (std::string_view(row.op) == op) return device == Device::CPU ? row.cpu : row.cuda;
+    return false;
+}
 }  // namespace
+
+const Args& Args::gradient(const char* arg, const TensorView& t) const {
+    const bool f16 = takes_f16_gradient(op_, device_);
+    const char* dtypes = f16 ? "f32 or f16" : "f32";
+    placed(arg, t, dtypes);
+    if (!(t.dtype == DType::F32 || (f16 && t.dtype == DType::F16))) [[unlikely]]
+        reject_tensor(arg, t, dtypes, false);
+    return *this;
+}
 
 const Args& Args::stored(const char* arg, const TensorView& t) const {
     const bool sixteen = takes_16bit(op_, device_);
@@ -258,7 +290,7 @@ void sum_squares(OpContext& ctx, TensorView x) {
 
 void sum_squares_ranges(OpContext& ctx, TensorView out, TensorView x, const std::vector<IndexRange>& ranges) {
     const Args c("sum_squares_ranges", ctx);
-    c.tensor("out", out, F64).tensor("x", x, F32);
+    c.tensor("out", out, F64).gradient("x", x);
     elements(c, "out", out, 1, "the sum");
     for (const IndexRange& r : ranges)
         if (r.first < 0 || r.count < 0 || r.first + r.count > x.numel()) [[unlikely]]
@@ -325,7 +357,7 @@ void linear_backward(OpContext& ctx, TensorView dx, TensorView dw, TensorView db
                      TensorView w, bool) {
     const Args c("linear_backward", ctx);
     const int64_t out = linear_weight(c, x, w);
-    c.gemm_operand("dy", dy).gemm_operand("dw", dw).optional("dbias", dbias, F32);
+    c.gemm_operand("dy", dy).gemm_operand("dw", dw).optional_gradient("dbias", dbias);
     c.shape(dy.rows() == x.rows() && dy.cols() == out, "dy", dy, "(N={}, out={})", x.rows(), out);
     c.shape(same_shape(dw, w), "dw", dw, "w's shape {}", w.describe());
     if (!dx.empty()) {
@@ -352,7 +384,7 @@ void linear_backward_gelu(OpContext& ctx, TensorView dpre, TensorView dpre_bias,
     const Args c("linear_backward_gelu", ctx);
     const int64_t out = linear_weight(c, x, w);
     c.stored("dpre", dpre).stored("pre", pre).gemm_operand("dy", dy).gemm_operand("dw", dw);
-    c.optional("dbias", dbias, F32).optional("dpre_bias", dpre_bias, F32);
+    c.optional_gradient("dbias", dbias).optional_gradient("dpre_bias", dpre_bias);
     c.shape(dy.rows() == x.rows() && dy.cols() == out, "dy", dy, "(N={}, out={})", x.rows(), out);
     c.shape(same_shape(dw, w), "dw", dw, "w's shape {}", w.describe());
     c.shape(dpre.rows() == x.rows() && dpre.cols() == x.cols(), "dpre", dpre, "x's shape {}", x.describe());
@@ -365,14 +397,14 @@ void linear_backward_gelu(OpContext& ctx, TensorView dpre, TensorView dpre_bias,
 // ---- embeddings --------------------------------------------------------------------------------------
 
 namespace {
-/// `weights`: the table is the model's weights (16-bit on the CPU in 16-bit runs), else their fp32 gradient.
+/// `weights`: the table is the model's weights (16-bit on the CPU in 16-bit runs), else their gradient.
 void embedding(const Args& c, const char* rows_arg, const TensorView& rows, const TensorView& ids,
                const char* table_arg, const TensorView& table, bool weights) {
     c.stored(rows_arg, rows).tensor("ids", ids, I32);
     if (weights)
         c.stored(table_arg, table);
     else
-        c.tensor(table_arg, table, F32);
+        c.gradient(table_arg, table);
     c.dims(table_arg, table, 2);
     c.shape(rows.rows() == ids.numel() && rows.cols() == table.dim(1), rows_arg, rows, "(N={} ids, H={})", ids.numel(),
             table.dim(1));
@@ -384,7 +416,7 @@ void position_embedding(const Args& c, const char* rows_arg, const TensorView& r
     if (weights)
         c.stored(table_arg, table);
     else
-        c.tensor(table_arg, table, F32);
+        c.gradient(table_arg, table);
     c.dims(rows_arg, rows, 3).dims(table_arg, table, 2);
     c.shape(table.dim(1) == rows.dim(2), table_arg, table, "(P, H={})", rows.dim(2));
     c.value(position_offset >= 0 && position_offset + rows.dim(0) <= table.dim(0), "position_offset", position_offset,
@@ -437,7 +469,7 @@ void layernorm_backward(OpContext& ctx, TensorView dx, TensorView dw, TensorView
                         TensorView mean, TensorView rstd, TensorView w, bool) {
     const Args c("layernorm_backward", ctx);
     norm(c, x, "dout", dout, w, "rstd", rstd);
-    c.tensor("dx", dx, x.dtype).tensor("dw", dw, F32).tensor("db", db, F32).tensor("mean", mean, F32);
+    c.tensor("dx", dx, x.dtype).gradient("dw", dw).gradient("db", db).tensor("mean", mean, F32);
     same_size(c, "dx", dx, "x", x);
     same_size(c, "dw", dw, "w", w);
     same_size(c, "db", db, "w", w);
@@ -452,7 +484,7 @@ void rmsnorm_backward(OpContext& ctx, TensorView dx, TensorView dw, TensorView d
                       TensorView w, bool) {
     const Args c("rmsnorm_backward", ctx);
     norm(c, x, "dout", dout, w, "rstd", rstd);
-    c.tensor("dx", dx, x.dtype).tensor("dw", dw, F32);
+    c.tensor("dx", dx, x.dtype).gradient("dw", dw);
     same_size(c, "dx", dx, "x", x);
     same_size(c, "dw", dw, "w", w);
 }

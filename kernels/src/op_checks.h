@@ -38,6 +38,14 @@ public:
     /// bf16/f16 where this op's kernels on this device load-convert and store-round them (the table
     /// kSixteenBitOps in op_checks.cpp).
     const Args& stored(const char* arg, const TensorView& t) const;
+    /// A parameter's gradient (a view of the gradient arena, "main grads"): given, on the context's
+    /// device, f32, or f16 where this op's kernels on this device accumulate into an f16 arena (fp16
+    /// runs without accumulate_allreduce_grads_in_fp32; the table kF16GradientOps in op_checks.cpp).
+    const Args& gradient(const char* arg, const TensorView& t) const;
+    /// The same, or empty (no data).
+    const Args& optional_gradient(const char* arg, const TensorView& t) const {
+        return t.empty() ? *this : gradient(arg, t);
+    }
     /// Given and on the context's device, of any dtype (scratch).
     const Args& placed(const char* arg, const TensorView& t) const { return placed(arg, t, nullptr); }
     /// Given and `ndim`-dimensional.

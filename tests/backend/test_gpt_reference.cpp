@@ -158,6 +158,17 @@ private slots:
         QFETCH(QString, fixture);
         test::check_sixteen_bit_reference(fixture.toStdString(), true);
     }
+
+    void fp16_with_f16_gradients_matches_its_rounding_points_data() {
+        QTest::addColumn<QString>("fixture");
+        for (const char* f : test::f16_gradient_fixtures) QTest::newRow(f) << QString(f);
+    }
+    void fp16_with_f16_gradients_matches_its_rounding_points() {
+        // --fp16 without accumulate_allreduce_grads_in_fp32: the f16 gradient arena, each op's fp32 sum
+        // rounded into it once per call, against the reference that rounds there too.
+        QFETCH(QString, fixture);
+        test::check_sixteen_bit_reference(fixture.toStdString(), true, true);
+    }
 };
 
 QTEST_APPLESS_MAIN(TestGptReference)

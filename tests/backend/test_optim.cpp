@@ -183,6 +183,27 @@ private slots:
         QVERIFY(weights_f32(model, ctx) == before);
     }
 
+    void an_inf_in_the_f16_gradient_arena_skips_the_step() {
+        // An fp16 overflow of one accumulation (65504 + 32 rounds to inf) in the f16 arena: the
+        // gradient norm is not finite, the step writes nothing, and the arena is left as it was.
+        OpContext ctx;
+        Allocator alloc;
+        GptModel model(small_dims(2), RecomputePolicy{}, DType::F16, ctx, alloc, true, DType::F16);
+        model.init_weights(3);
+        TrainingConfig t;
+        t.fp16 = true;
+        Optimizer opt(model.layout(), model.params(), model.grads(), t, DType::F16, ctx, alloc);
+        const std::vector<float> before = weights_f32(model, ctx);
+        auto* g = static_cast<uint16_t*>(model.grads().data);
+        g[5] = fp16_bits(from_fp16_bits(fp16_bits(65504.0f)) + 32.0f);
+        QCOMPARE(g[5], uint16_t{0x7C00});
+        const StepResult r = opt.step(1e-3, 1024.0, /*zero_grads=*/true);
+        QVERIFY(r.skipped);
+        QVERIFY(!r.grads_zeroed);
+        QCOMPARE(g[5], uint16_t{0x7C00});
+        QVERIFY(weights_f32(model, ctx) == before);
+    }
+
     void a_step_can_zero_the_gradients_it_reads() {
         // What the trainer relies on when it skips its zeroing pass after a step with zero_grads: the
         // same weights as a step without, every gradient 0 afterwards, and no claim when the step was
@@ -220,16 +241,22 @@ private slots:
 
     void fp16_loss_scale_overflow_is_detected_end_to_end_data() {
         QTest::addColumn<bool>("llama");
-        QTest::newRow("GPT") << false;
-        QTest::newRow("Llama") << true;
+        QTest::addColumn<bool>("f16_grads");
+        QTest::newRow("GPT") << false << false;
+        QTest::newRow("Llama") << true << false;
+        // fp16 without accumulate_allreduce_grads_in_fp32: the f16 gradient arena holds the inf.
+        QTest::newRow("GPT, f16 gradients") << false << true;
+        QTest::newRow("Llama, f16 gradients") << true << true;
     }
     void fp16_loss_scale_overflow_is_detected_end_to_end() {
         // A loss scale of 2^40 overflows fp16 (max 65504) in the emulated activation gradients.
         QFETCH(bool, llama);
+        QFETCH(bool, f16_grads);
         OpContext ctx;
         Allocator alloc;
         const GptDims d = llama ? small_llama_dims(2) : small_dims(2);
-        GptModel model(d, RecomputePolicy{}, DType::F16, ctx, alloc);
+        GptModel model(d, RecomputePolicy{}, DType::F16, ctx, alloc, true, f16_grads ? DType::F16 : DType::F32);
+        QCOMPARE(model.grads().dtype, f16_grads ? DType::F16 : DType::F32);
         model.init_weights(3);
         TrainingConfig t;
         t.fp16 = true;

@@ -329,7 +329,7 @@ void sweep(Device device) {
 /// call (given together: an op's 16-bit arguments share a dtype): false when they reject one of them
 /// by name. Calls past the checks on the CPU run (the views are zeros); on CUDA they fail inside the
 /// backend (no GPU here), with a message that names no argument.
-bool takes_bf16(Device device, const std::string& name, const std::vector<std::size_t>& indices) {
+bool takes_dtype(Device device, const std::string& name, const std::vector<std::size_t>& indices, DType dtype) {
     Store store(device);
     OpContext ctx;
     ctx.device = device;
@@ -337,7 +337,7 @@ bool takes_bf16(Device device, const std::string& name, const std::vector<std::s
         if (k.op != name) continue;
         std::vector<TensorView> a;
         for (const Arg& x : k.args) a.push_back(x.view);
-        for (std::size_t i : indices) a[i].dtype = DType::BF16;
+        for (std::size_t i : indices) a[i].dtype = dtype;
         const std::vector<Param> params = parse_params(find_op(name)->params);
         try {
             k.call(ctx, a);
@@ -348,6 +348,10 @@ bool takes_bf16(Device device, const std::string& name, const std::vector<std::s
         return true;
     }
     return false;
+}
+
+bool takes_bf16(Device device, const std::string& name, const std::vector<std::size_t>& indices) {
+    return takes_dtype(device, name, indices, DType::BF16);
 }
 
 }  // namespace
@@ -402,6 +406,35 @@ private slots:
         }
         QVERIFY(!takes_bf16(Device::CUDA, "attention_forward", {2}));  // qkv alone: out must match it
     }
+    /// op_checks.cpp's kF16GradientOps: the parameter-gradient arguments that take the f16 gradient
+    /// arena (fp16 runs without accumulate_allreduce_grads_in_fp32), on the CPU only so far; never bf16.
+    void f16_gradients_follow_the_table() {
+        struct Grad {
+            const char* op;
+            std::vector<std::size_t> args;
+        };
+        const Grad grads[] = {
+            {"linear_backward", {2}},           // dbias (dw is a GEMM output: any storage dtype)
+            {"linear_backward_gelu", {1}},      // dpre_bias
+            {"linear_backward_gelu", {3}},      // dbias
+            {"embedding_backward", {0}},        // dtable
+            {"position_embedding_backward", {0}},
+            {"layernorm_backward", {1, 2}},     // dw, db
+            {"rmsnorm_backward", {1}},          // dw
+        };
+        for (const Grad& g : grads) {
+            QVERIFY2(takes_dtype(Device::CPU, g.op, g.args, DType::F16), g.op);
+            QVERIFY2(!takes_dtype(Device::CPU, g.op, g.args, DType::BF16), g.op);
+            QVERIFY2(!takes_dtype(Device::CUDA, g.op, g.args, DType::F16), g.op);
+        }
+        // The gradient norm reads an f16 arena on both devices (the CUDA kernel is templated on it).
+        for (const Device d : {Device::CPU, Device::CUDA}) {
+            QVERIFY(takes_dtype(d, "sum_squares_ranges", {1}, DType::F16));
+            QVERIFY(!takes_dtype(d, "sum_squares_ranges", {1}, DType::BF16));
+        }
+        QVERIFY(!takes_dtype(Device::CPU, "layernorm_backward", {5}, DType::F16));  // mean stays f32
+    }
+
     void scalar_arguments_are_named() {
         OpContext ctx;
         std::vector<float> x(12);

@@ -8,6 +8,7 @@
 #include "grad_norm_kernels.cuh"
 
 #include "mwb/kernels/ops.h"
+#include "mwb/kernels/precision.h"
 #include "support/reference.h"
 
 #include <QtTest>
@@ -15,6 +16,7 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 namespace gn = mwb::cuda::grad_norm;
@@ -25,8 +27,11 @@ namespace {
 
 constexpr int kThreads = 64;
 
-/// The two launches of ops_elementwise.cu's sum_squares_ranges, on emulated threads.
-double emulated_sum(const std::vector<float>& x, const std::vector<IndexRange>& ranges) {
+/// The two launches of ops_elementwise.cu's sum_squares_ranges, on emulated threads; T: float, or
+/// uint16_t holding fp16 bits (the f16 gradient arena).
+template <class T = float>
+double emulated_sum(const std::vector<T>& x, const std::vector<IndexRange>& ranges) {
+    using S = std::conditional_t<std::is_same_v<T, float>, mwb::cuda::storage::F32, mwb::cuda::storage::F16>;
     std::vector<gn::Range> table;
     int64_t chunks = 0;
     for (const IndexRange& r : ranges) {
@@ -39,7 +44,7 @@ double emulated_sum(const std::vector<float>& x, const std::vector<IndexRange>& 
     double out = std::nan("");
     if (chunks > 0)
         emu::launch(static_cast<unsigned>(chunks), 1, kThreads,
-                    [&] { gn::squares_partials(x.data(), table.data(), n, partial.data()); });
+                    [&] { gn::squares_partials<S>(x.data(), table.data(), n, partial.data()); });
     emu::launch(1, 1, kThreads,
                 [&] { gn::squares_total(&out, partial.data() + chunks, partial.data(), table.data(), n, chunks); });
     return out;
@@ -72,6 +77,37 @@ private slots:
         QCOMPARE(emulated_sum(x, ranges), std::numeric_limits<double>::infinity());
         x[100] = std::nanf("");
         QVERIFY(std::isnan(emulated_sum(x, ranges)));
+    }
+
+    /// An f16 arena (fp16 runs without accumulate_allreduce_grads_in_fp32): each element widened exactly
+    /// and squared in float64: the CPU op's value and float64's to reassociation (a chunk's sum runs in
+    /// another order than the CPU's), the bits of the f32 kernel on the widened values; an fp16 inf
+    /// propagates.
+    void f16_arena_matches_the_cpu_op() {
+        const auto v = mwb::test::random_floats(gn::kChunk + 300, 2, -8.0f, 8.0f);
+        std::vector<uint16_t> x(v.size());
+        std::vector<float> widened(v.size());
+        for (std::size_t i = 0; i < x.size(); ++i) {
+            x[i] = mwb::fp16_bits(v[i]);
+            widened[i] = mwb::from_fp16_bits(x[i]);
+        }
+        const std::vector<IndexRange> ranges = {{3, gn::kChunk - 70}, {gn::kChunk - 40, 5}, {gn::kChunk, 290}};
+        double cpu = 0, ref = 0;
+        mwb::OpContext ctx;
+        mwb::ops::sum_squares_ranges(ctx, mwb::make_view(&cpu, mwb::DType::F64, {1}),
+                                     mwb::make_view(x.data(), mwb::DType::F16, {static_cast<int64_t>(x.size())}),
+                                     ranges);
+        for (const IndexRange& r : ranges)
+            for (int64_t i = r.first; i < r.first + r.count; ++i) {
+                const double e = mwb::from_fp16_bits(x[static_cast<std::size_t>(i)]);
+                ref += e * e;
+            }
+        const double dev = emulated_sum(x, ranges);
+        QCOMPARE(std::bit_cast<uint64_t>(dev), std::bit_cast<uint64_t>(emulated_sum(widened, ranges)));
+        QVERIFY2(std::abs(dev - cpu) / cpu < 1e-12, qPrintable(QString::number(std::abs(dev - cpu) / cpu)));
+        QVERIFY2(std::abs(dev - ref) / ref < 1e-12, qPrintable(QString::number(std::abs(dev - ref) / ref)));
+        x[10] = 0x7C00;  // +inf
+        QCOMPARE(emulated_sum(x, ranges), std::numeric_limits<double>::infinity());
     }
 
     void gradient_scale_has_the_bits_of_the_cpu_op() {

@@ -92,7 +92,7 @@ private slots:
                            "--untie-embeddings-and-output-weights", "--normalization", "RMSNorm"};
         QTest::newRow("fp16 selective") << QStringList{"--fp16", "--recompute-granularity", "selective"};
         QTest::newRow("bf16 logits in chunks of 7 rows") << QStringList{"--bf16", "--logits-chunk-bytes", "3584"};
-        // fp16 with its main grads accumulated in fp32 (the engine's grads are fp32 in every run).
+        // fp16 with its main grads accumulated in fp32 (the rows above without the flag have an f16 arena).
         QTest::newRow("fp16 grads accumulated in fp32")
             << QStringList{"--fp16", "--accumulate-allreduce-grads-in-fp32"};
         QTest::newRow("micro 1 global 3") << QStringList{"--micro-batch-size", "1", "--global-batch-size", "3"};

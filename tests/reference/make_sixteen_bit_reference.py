@@ -11,11 +11,15 @@ this reference differ only where float32 accumulation order or the exp approxima
 rounding. It writes the loss and every parameter's gradient (float32) to
 tests/fixtures/sixteen_bit_reference_<case>.json. Run with Debian's python3-torch:
     /usr/bin/python3 tests/reference/make_sixteen_bit_reference.py tests/fixtures
+or, to add or recompute only some recipes and keep the others' bytes (bf16 depends on the BLAS):
+    /usr/bin/python3 tests/reference/make_sixteen_bit_reference.py tests/fixtures fp16_f16_grads
 
 mwb's recipe (Megatron's --bf16 / --fp16 with fp32 master weights; docs/numerics.md has the same list):
   - Weights: the fp32 master weights rounded to 16 bits once per step (the model's copy); every op reads
     the rounded copy. Weight gradients are accumulated in fp32 (over micro-batches too, like Megatron's
-    gradient-accumulation fusion into main_grad) and never rounded.
+    gradient-accumulation fusion into main_grad) and never rounded; except in the recipe
+    "fp16_f16_grads" (--fp16 without accumulate_allreduce_grads_in_fp32): there the main grads are fp16
+    and each op's fp32 contribution is added and rounded into them once per call (run()).
   - Every op computes in fp32 from 16-bit-valued inputs (GEMMs accumulate in fp32) and its stored output
     is rounded once, to nearest even. Stored (rounded) forward tensors:
       embedding sum (word + position) | per layer: norm 1 output, qkv = linear incl. bias, qkv after RoPE
@@ -72,7 +76,13 @@ from make_llama_reference import inv_frequencies
 CASES = ["gpt_reference_tied_layernorm", "gpt_reference_untied_rmsnorm_accum", "llama_reference_gqa_rope_scaled",
          "llama_reference_mqa_qkv_bias", "llama_reference_gqa_rope_interleaved"]
 TRIALS = 8
-RECIPES = {"bf16": (torch.bfloat16, 1.0), "fp16": (torch.float16, 4096.0)}
+# recipe: (16-bit dtype, loss scale, f16 gradient arena). "fp16_f16_grads": --fp16 without
+# accumulate_allreduce_grads_in_fp32, whose main grads are an f16 arena (see run()).
+RECIPES = {"bf16": (torch.bfloat16, 1.0, False), "fp16": (torch.float16, 4096.0, False),
+           "fp16_f16_grads": (torch.float16, 4096.0, True)}
+# The fixtures that carry the f16-gradient recipe: the tied embedding (two contributions a micro-batch)
+# and gradient accumulation over micro-batches (a rounding per micro-batch).
+F16_GRADS_CASES = ["gpt_reference_tied_layernorm", "gpt_reference_untied_rmsnorm_accum"]
 
 
 class Store(torch.autograd.Function):
@@ -249,19 +259,40 @@ def forward(rc, cfg, w, tokens):
     return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
-def run(fx, rc, loss_scale):
-    """One iteration's loss (mean of the micro-batches') and the unscaled fp32 gradients."""
+def run(fx, rc, loss_scale, f16_grads=False):
+    """One iteration's loss (mean of the micro-batches') and the unscaled gradients (fp32 values).
+
+    f16_grads: the main grads are an f16 arena (mwb's fp16 runs without accumulate_allreduce_grads_in_fp32):
+    each op that writes a parameter's gradient adds its fp32 contribution to the f16 value in fp32 and
+    rounds the sum once, per call. Every parameter gets one call a micro-batch, except the tied word
+    embedding: the head's dW first (the head's backward runs at the end of the forward), then the
+    embedding's scatter. The division by the loss scale (a power of two) is exact."""
     cfg = fx["config"]
     w = {k: v.requires_grad_(True) for k, v in initial_weights(fx, rc).items()}
     tokens = batch_tokens(fx)
     B = cfg["micro_batch_size"]
     M = cfg["global_batch_size"] // B
+    emb = "embedding.word_embeddings.weight"
+    tied = f16_grads and "output_layer.weight" not in w
+    acc = {k: torch.zeros_like(v) for k, v in w.items()}
+    store_grad = lambda g: shake(g, rc.jitter).to(torch.float16).float()
     loss = 0.0
     for m in range(M):
-        lm = forward(rc, cfg, w, tokens[m * B:(m + 1) * B])
+        wm = w
+        if tied:  # the head's use of the tied weight as a leaf of its own, to keep its contribution apart
+            wm = dict(w)
+            wm["output_layer.weight"] = w[emb].detach().clone().requires_grad_(True)
+        lm = forward(rc, cfg, wm, tokens[m * B:(m + 1) * B])
         (lm * (loss_scale / M)).backward()  # mwb: the logits' gradient carries loss_scale / M
         loss += lm.item() / M
-    return loss, {k: v.grad / loss_scale for k, v in w.items()}
+        if f16_grads:
+            for k, v in w.items():
+                if tied and k == emb:
+                    acc[k] = store_grad(acc[k] + wm["output_layer.weight"].grad)
+                acc[k] = store_grad(acc[k] + v.grad)
+                v.grad = None
+    grads = acc if f16_grads else {k: v.grad for k, v in w.items()}
+    return loss, {k: g / loss_scale for k, g in grads.items()}
 
 
 def normwise(a, ref):
@@ -269,7 +300,7 @@ def normwise(a, ref):
     return ((a.double() - ref.double()).abs().max() / ref.double().abs().max().clamp_min(1e-30)).item()
 
 
-def make(in_dir, name):
+def make(in_dir, name, only=None):
     with open(f"{in_dir}/{name}.json") as f:
         fx = json.load(f)
     # Self-check: without rounding, the same code is the float32 twin of the float64 reference.
@@ -280,17 +311,20 @@ def make(in_dir, name):
     out = {"fixture": f"{name}.json", "recipes": {},
            "generator": f"tests/reference/make_sixteen_bit_reference.py (torch {torch.__version__}, float32 with "
                         "16-bit rounding at mwb's storage points)"}
-    for recipe, (dtype, scale) in RECIPES.items():
-        loss, grads = run(fx, Recipe(dtype), scale)
+    for recipe, (dtype, scale, f16_grads) in RECIPES.items():
+        if (only and recipe not in only) or (f16_grads and name not in F16_GRADS_CASES):
+            continue
+        run_ = lambda rc: run(fx, rc, scale, f16_grads)
+        loss, grads = run_(Recipe(dtype))
         # The noise floors: the same recipe with every matmul accumulated in float64 (another summation
         # order), and the worst of TRIALS runs with every stored value jittered by a few fp32 ulps before
         # its rounding (a pessimistic model of other exp/tanh/rsqrt implementations everywhere at once).
-        loss64, grads64 = run(fx, Recipe(dtype, accumulate64=True), scale)
+        loss64, grads64 = run_(Recipe(dtype, accumulate64=True))
         accumulation = {"loss": abs(loss64 - loss) / abs(loss),
                         "gradients": {k: normwise(grads64[k], grads[k]) for k in grads}}
         jitter = {"loss": 0.0, "gradients": {k: 0.0 for k in grads}}
         for trial in range(TRIALS):
-            loss_j, grads_j = run(fx, Recipe(dtype, jitter=torch.Generator().manual_seed(trial)), scale)
+            loss_j, grads_j = run_(Recipe(dtype, jitter=torch.Generator().manual_seed(trial)))
             jitter["loss"] = max(jitter["loss"], abs(loss_j - loss) / abs(loss))
             for k in grads:
                 jitter["gradients"][k] = max(jitter["gradients"][k], normwise(grads_j[k], grads[k]))
@@ -307,11 +341,20 @@ def make(in_dir, name):
     return out
 
 
-def main(out_dir):
+def main(out_dir, only=None):
+    """only: recipe names to (re)compute; the fixture's other recipes are kept as they are (their bf16
+    rows depend on the generating machine's BLAS: see the docstring)."""
     torch.set_num_threads(1)
     for name in CASES:
-        out = make(out_dir, name)
+        if only and not any(RECIPES[r][2] is False or name in F16_GRADS_CASES for r in only):
+            continue
+        out = make(out_dir, name, only)
         path = f"{out_dir}/sixteen_bit_reference_{name.replace('_reference_', '_')}.json"
+        if only:
+            with open(path) as f:
+                kept = json.load(f)
+            kept["recipes"].update(out["recipes"])
+            out = kept
         with open(path + ".tmp", "w") as f:
             json.dump(out, f)
         os.replace(path + ".tmp", path)
@@ -319,4 +362,5 @@ def main(out_dir):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "tests/fixtures")
+    # make_sixteen_bit_reference.py [out_dir [recipe ...]]: with recipes, only those are recomputed.
+    main(sys.argv[1] if len(sys.argv) > 1 else "tests/fixtures", sys.argv[2:] or None)

@@ -226,6 +226,23 @@ Compare check_gradient_norm() {
         cmp.values("sum_squares_ranges vs per-range sum_squares (bits)", {1.0f}, {0.0f});
     if (std::abs(on_gpu - on_cpu) / on_cpu > 1e-12)
         cmp.values("sum_squares_ranges vs the CPU (double)", {1.0f}, {0.0f});
+    {
+        // An f16 gradient arena (fp16 without accumulate_allreduce_grads_in_fp32): the CPU's Σ x² of the
+        // same fp16 bits, to reassociation in double.
+        std::vector<uint16_t> bits(static_cast<std::size_t>(n));
+        for (std::size_t i = 0; i < bits.size(); ++i) bits[i] = fp16_bits(x.host()[i]);
+        void* dev16 = device::cuda_malloc(n * 2);
+        device::copy_to_device(dev16, bits.data(), n * 2);
+        ops::sum_squares_ranges(g, sumsq_gpu, make_view(dev16, DType::F16, {n}, Device::CUDA), ranges);
+        const double f16_gpu = ops::read_f64(g, sumsq_gpu)[0];
+        double f16_cpu = 0;
+        ops::sum_squares_ranges(c, make_view(&f16_cpu, DType::F64, {1}), make_view(bits.data(), DType::F16, {n}),
+                                ranges);
+        if (!(std::abs(f16_gpu - f16_cpu) / f16_cpu <= 1e-12))
+            cmp.values("sum_squares_ranges of an f16 arena vs the CPU (double)", {1.0f}, {0.0f});
+        device::cuda_free(dev16);
+        ops::sum_squares_ranges(g, sumsq_gpu, x.gpu(), ranges);  // the f32 sum again for the scale checks
+    }
     for (double loss_scale : {1.0, 4096.0}) {
         Twin scale(std::vector<float>(2), {2});
         ops::gradient_scale(g, scale.gpu(), sumsq_gpu, loss_scale, 1.0);
