@@ -1,6 +1,7 @@
 #include "mwb/planner/activations.h"
 
 #include "backend/model/gpt_dims.h"
+#include "mwb/kernels/ops.h"
 
 #include <algorithm>
 
@@ -90,10 +91,10 @@ WorkspaceBytes workspace_bytes(const ModelShape& m, const Layout& l, const Preci
     // Every rank holds layers, so every rank builds the tables (GptModel::build_rope_tables).
     w.rope_tables = 2 * m.s * (m.rotary_dim / 2) * 4;
     w.persistent += w.rope_tables;
-    // On every rank: the optimizer's 8 bytes of Σ x², 2 floats of scale and the 4 doubles of its step
-    // block (backend/optim/optimizer.cpp), and the step's 2 doubles read at its end, [Σ x², loss sum]
-    // (backend/train/train_step.cpp).
-    w.step_scalars = 8 + 2 * 4 + 4 * 8 + 2 * 8;
+    // On every rank: the optimizer's 8 bytes of Σ x², 2 floats of scale and the doubles of its step
+    // block (step_params::Count, backend/optim/optimizer.cpp), and the step's 2 doubles read at its end,
+    // [Σ x², loss sum] (backend/train/train_step.cpp).
+    w.step_scalars = 8 + 2 * 4 + step_params::Count * 8 + 2 * 8;
     w.persistent += w.step_scalars;
     return w;
 }
