@@ -166,9 +166,8 @@ fallback_build() {
     mkdir -p "$out"
     echo "gpu-check: fallback build of mwb-gpu-check in $out"
     local srcs=("$here"/kernels/src/error.cpp "$here"/kernels/src/tensor.cpp "$here"/kernels/src/ops.cpp
-                "$here"/kernels/src/op_checks.cpp
-                "$here"/kernels/cpu/*.cpp "$here"/kernels/cuda/device_probe.cpp "$here"/kernels/cuda/runtime.cpp
-                "$here"/kernels/cuda/gemm.cpp "$here"/tests/kernels/cuda/cuda_op_checks.cpp
+                "$here"/kernels/src/op_checks.cpp "$here"/kernels/src/cudnn_sdpa_plan.cpp
+                "$here"/kernels/cpu/*.cpp "$here"/kernels/cuda/*.cpp "$here"/tests/kernels/cuda/cuda_op_checks.cpp
                 "$here"/tests/kernels/cuda/mwb_gpu_check.cpp "$here"/kernels/cuda/*.cu)
     # All translation units at once (16 cores there): one compiler per file.
     local f pids=()
@@ -184,10 +183,11 @@ fallback_build() {
     local p failed=0
     for p in "${pids[@]}"; do wait "$p" || failed=1; done
     [ "$failed" = 0 ] || return 1
+    # cuBLAS, cuBLASLt and cuDNN are opened at run time (kernels/cuda/dynamic_library.h): only cudart links.
     local cudalib
-    cudalib=$(dirname "$(find /usr/local/cuda/ -name 'libcublasLt.so*' 2>/dev/null | head -1)")
+    cudalib=$(dirname "$(find /usr/local/cuda/ -name 'libcudart.so*' 2>/dev/null | head -1)")
     g++ -fopenmp "$out"/*.o -o "$out/mwb-gpu-check" -L"$bundle/lib" -l:libopenblas.so.0 -L"$cudalib" \
-        -lcudart -lcublas -lcublasLt || return 1
+        -lcudart -ldl || return 1
     echo "$out/mwb-gpu-check"
 }
 

@@ -2,12 +2,10 @@
 // and enums only; nothing is linked), the addresses from the library found at run time.
 #include "cudnn_sdpa.h"
 
+#include "dynamic_library.h"
 #include "mwb/kernels/error.h"
 #include "runtime.h"
 
-#include <dlfcn.h>
-
-#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -39,28 +37,18 @@ struct Api {
 const Api& api() {
     static const Api a = [] {
         Api r;
-        const char* path = std::getenv("MWB_CUDNN_LIBRARY");
-        const std::string name = path && *path ? path : "libcudnn.so.9";
-        void* lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-        if (!lib) {
-            const char* e = dlerror();
-            r.error = fmt::format("cuDNN not found ({}; set MWB_CUDNN_LIBRARY to its path)", e ? e : name);
-            return r;
-        }
-        auto sym = [&](auto& fn, const char* s) {
-            fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, s));
-            if (!fn && r.error.empty()) r.error = fmt::format("{} lacks {}", name, s);
-        };
-        sym(r.get_version, "cudnnGetVersion");
-        sym(r.error_string, "cudnnGetErrorString");
-        sym(r.create, "cudnnCreate");
-        sym(r.set_stream, "cudnnSetStream");
-        sym(r.create_descriptor, "cudnnBackendCreateDescriptor");
-        sym(r.destroy_descriptor, "cudnnBackendDestroyDescriptor");
-        sym(r.set_attribute, "cudnnBackendSetAttribute");
-        sym(r.get_attribute, "cudnnBackendGetAttribute");
-        sym(r.finalize, "cudnnBackendFinalize");
-        sym(r.execute, "cudnnBackendExecute");
+        DynamicLibrary lib = open_cuda_library("libcudnn.so.9", "MWB_CUDNN_LIBRARY");
+        lib.resolve(r.get_version, "cudnnGetVersion");
+        lib.resolve(r.error_string, "cudnnGetErrorString");
+        lib.resolve(r.create, "cudnnCreate");
+        lib.resolve(r.set_stream, "cudnnSetStream");
+        lib.resolve(r.create_descriptor, "cudnnBackendCreateDescriptor");
+        lib.resolve(r.destroy_descriptor, "cudnnBackendDestroyDescriptor");
+        lib.resolve(r.set_attribute, "cudnnBackendSetAttribute");
+        lib.resolve(r.get_attribute, "cudnnBackendGetAttribute");
+        lib.resolve(r.finalize, "cudnnBackendFinalize");
+        lib.resolve(r.execute, "cudnnBackendExecute");
+        r.error = lib.error;
         if (r.error.empty() && r.get_version() < 90000)
             r.error = fmt::format("cuDNN {} is older than 9.0 (fused attention needs 9)", r.get_version());
         return r;  // the library stays loaded for the process

@@ -55,7 +55,7 @@ void gemm_rowmajor(cudaStream_t stream, const char* op, TensorView c, TensorView
               c.describe(), dtype_name(a.dtype));
     // cuBLAS wants leading dimensions >= 1 even when K == 0 (then C = beta·C, as on the CPU).
     const auto ld = [](int64_t cols) { return static_cast<int>(std::max<int64_t>(cols, 1)); };
-    MWB_CUBLAS_CHECK(cublasGemmEx(cublas_handle(stream), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+    MWB_CUBLAS_CHECK(cublas().cublasGemmEx(cublas_handle(stream), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
                                   trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(N), static_cast<int>(M),
                                   static_cast<int>(K), &alpha, b.data, blas_type(op, b), ld(b.cols()), a.data,
                                   blas_type(op, a), ld(a.cols()), &beta, c.data, blas_type(op, c), ld(N),

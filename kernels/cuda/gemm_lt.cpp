@@ -41,27 +41,27 @@ struct LtPlan {
     bool usable = false;  ///< the heuristic offered an algorithm
 
     void destroy() {
-        if (d) cublasLtMatrixLayoutDestroy(d);
-        if (b) cublasLtMatrixLayoutDestroy(b);
-        if (a) cublasLtMatrixLayoutDestroy(a);
-        if (desc) cublasLtMatmulDescDestroy(desc);
+        if (d) cublas().cublasLtMatrixLayoutDestroy(d);
+        if (b) cublas().cublasLtMatrixLayoutDestroy(b);
+        if (a) cublas().cublasLtMatrixLayoutDestroy(a);
+        if (desc) cublas().cublasLtMatmulDescDestroy(desc);
         *this = LtPlan{};
     }
 };
 
 template <typename T>
 bool set_desc(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const T& value) {
-    return cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)) == CUBLAS_STATUS_SUCCESS;
+    return cublas().cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)) == CUBLAS_STATUS_SUCCESS;
 }
 
 template <typename T>
 bool set_pref(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr, const T& value) {
-    return cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value)) == CUBLAS_STATUS_SUCCESS;
+    return cublas().cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value)) == CUBLAS_STATUS_SUCCESS;
 }
 
 /// A contiguous column-major layout of a (rows, cols) matrix.
 bool make_layout(cublasLtMatrixLayout_t* l, int type, int64_t rows, int64_t cols) {
-    return cublasLtMatrixLayoutCreate(l, static_cast<cudaDataType_t>(type), static_cast<uint64_t>(rows),
+    return cublas().cublasLtMatrixLayoutCreate(l, static_cast<cudaDataType_t>(type), static_cast<uint64_t>(rows),
                                       static_cast<uint64_t>(cols), std::max<int64_t>(rows, 1)) == CUBLAS_STATUS_SUCCESS;
 }
 
@@ -73,7 +73,7 @@ LtPlan make_plan(const LtKey& k) {
         p.destroy();
         return p;
     };
-    if (cublasLtMatmulDescCreate(&p.desc, static_cast<cublasComputeType_t>(k.compute), CUDA_R_32F) !=
+    if (cublas().cublasLtMatmulDescCreate(&p.desc, static_cast<cublasComputeType_t>(k.compute), CUDA_R_32F) !=
         CUBLAS_STATUS_SUCCESS)
         return fail();
     const cublasOperation_t ta = k.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = k.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -90,7 +90,7 @@ LtPlan make_plan(const LtKey& k) {
         !make_layout(&p.d, k.type_d, k.m, k.n))
         return fail();
     cublasLtMatmulPreference_t pref = nullptr;
-    if (cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS) return fail();
+    if (cublas().cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS) return fail();
     const uint64_t ws = kLtWorkspace;
     // Parameters are slices of one arena and activations of scratch areas: the heuristic is told how
     // aligned each operand really is.
@@ -102,10 +102,10 @@ LtPlan make_plan(const LtKey& k) {
     cublasLtMatmulHeuristicResult_t heur{};
     int found = 0;
     ok = ok &&
-         cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(), p.desc, p.a, p.b, p.d, p.d, pref, 1, &heur, &found) ==
+         cublas().cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(), p.desc, p.a, p.b, p.d, p.d, pref, 1, &heur, &found) ==
              CUBLAS_STATUS_SUCCESS &&
          found > 0 && heur.state == CUBLAS_STATUS_SUCCESS;
-    cublasLtMatmulPreferenceDestroy(pref);
+    cublas().cublasLtMatmulPreferenceDestroy(pref);
     if (!ok) return fail();
     p.algo = heur.algo;
     p.usable = true;
@@ -136,14 +136,14 @@ bool lt_matmul(cudaStream_t stream, const LtKey& key, const LtOperands& p, float
     // Per call: only the pointers the epilogue reads or writes.
     if (lt_reads_bias(key.epilogue) || lt_writes_bias_gradient(key.epilogue))
         MWB_CUBLAS_CHECK(
-            cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias, sizeof(p.bias)));
+            cublas().cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias, sizeof(p.bias)));
     if (lt_uses_aux(key.epilogue))
-        MWB_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &p.aux,
+        MWB_CUBLAS_CHECK(cublas().cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &p.aux,
                                                         sizeof(p.aux)));
     void* workspace = scratch(1, kLtWorkspace, stream);
     // A refusal at launch (an argument the heuristic did not see) queues nothing: the plan is marked
     // unusable and the caller's unfused path runs, now and for every later call with this key.
-    if (cublasLtMatmul(cublaslt_handle(), plan.desc, &alpha, p.a, plan.a, p.b, plan.b, &beta, p.d, plan.d, p.d, plan.d,
+    if (cublas().cublasLtMatmul(cublaslt_handle(), plan.desc, &alpha, p.a, plan.a, p.b, plan.b, &beta, p.d, plan.d, p.d, plan.d,
                        &plan.algo, workspace, kLtWorkspace, stream) != CUBLAS_STATUS_SUCCESS) {
         plan.destroy();
         return false;

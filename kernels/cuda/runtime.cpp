@@ -236,20 +236,20 @@ void* scratch(int slot, int64_t bytes, cudaStream_t stream) {
 cublasHandle_t cublas_handle(cudaStream_t stream) {
     ThreadState& s = state();
     if (!s.blas) {
-        MWB_CUBLAS_CHECK(cublasCreate(&s.blas));
+        MWB_CUBLAS_CHECK(cublas().cublasCreate(&s.blas));
         // Never split reductions over atomics: GEMMs give the same bits run to run.
-        MWB_CUBLAS_CHECK(cublasSetAtomicsMode(s.blas, CUBLAS_ATOMICS_NOT_ALLOWED));
+        MWB_CUBLAS_CHECK(cublas().cublasSetAtomicsMode(s.blas, CUBLAS_ATOMICS_NOT_ALLOWED));
         MWB_CUDA_CHECK(cudaMalloc(&s.blas_workspace, kCublasWorkspace));
     }
-    MWB_CUBLAS_CHECK(cublasSetStream(s.blas, stream));
+    MWB_CUBLAS_CHECK(cublas().cublasSetStream(s.blas, stream));
     // After every cublasSetStream: it resets the handle to cuBLAS's own workspace pool.
-    MWB_CUBLAS_CHECK(cublasSetWorkspace(s.blas, s.blas_workspace, kCublasWorkspace));
+    MWB_CUBLAS_CHECK(cublas().cublasSetWorkspace(s.blas, s.blas_workspace, kCublasWorkspace));
     return s.blas;
 }
 
 cublasLtHandle_t cublaslt_handle() {
     ThreadState& s = state();
-    if (!s.lt) MWB_CUBLAS_CHECK(cublasLtCreate(&s.lt));
+    if (!s.lt) MWB_CUBLAS_CHECK(cublas().cublasLtCreate(&s.lt));
     return s.lt;
 }
 

@@ -2,11 +2,10 @@
 // Internal helpers of the CUDA ops: error checks, the context's stream, cuBLAS/cuBLASLt handles and
 // a growing scratch area (device memory that is allocated once and reused, so ops never call
 // cudaMalloc in the step loop).
+#include "cublas_loader.h"
 #include "mwb/kernels/error.h"
 #include "mwb/kernels/ops.h"
 
-#include <cublasLt.h>
-#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
 #define MWB_CUDA_CHECK(call)                                                                         \
@@ -20,7 +19,7 @@
     do {                                                                                             \
         const cublasStatus_t mwb_st_ = (call);                                                       \
         if (mwb_st_ != CUBLAS_STATUS_SUCCESS) [[unlikely]]                                           \
-            MWB_FAIL("cuBLAS error in {}: {} ({})", #call, cublasGetStatusString(mwb_st_), static_cast<int>(mwb_st_)); \
+            MWB_FAIL("cuBLAS error in {}: {} ({})", #call, ::mwb::cuda::cublas().cublasGetStatusString(mwb_st_), static_cast<int>(mwb_st_)); \
     } while (0)
 
 namespace mwb::cuda {

@@ -1,0 +1,85 @@
+// cuBLAS and cuBLASLt are loaded when the first GEMM needs them, never at process start (kernels/cuda/
+// dynamic_library.h): a CPU process, every mwb-train rank of the multi-rank tests among them, does not
+// pay cuBLASLt's static initialisation. Checked on this process's own memory map: no cuBLAS library is
+// mapped after CPU ops ran, both are after cublas() resolved every entry point. Needs no GPU (the
+// libraries load without a driver); exit 77 when the toolkit's libraries cannot be loaded here.
+#include "cublas_loader.h"
+#include "dynamic_library.h"
+#include "mwb/kernels/ops.h"
+
+#include "support/skip.h"
+
+#include <QtTest>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+namespace {
+
+/// Whether a file whose name contains `name` is mapped into this process.
+bool mapped(const std::string& name) {
+    std::ifstream maps("/proc/self/maps");
+    for (std::string line; std::getline(maps, line);)
+        if (line.find(name) != std::string::npos) return true;
+    return false;
+}
+
+}  // namespace
+
+class TestCudaLibraries : public QObject {
+    Q_OBJECT
+private slots:
+    void cpu_ops_leave_cublas_unloaded_and_the_first_use_loads_it() {
+        // A CPU op through the dispatcher that also holds the CUDA ops.
+        float a[4] = {1, 2, 3, 4}, b[4] = {4, 3, 2, 1}, out[4] = {};
+        mwb::OpContext ctx;
+        mwb::ops::add(ctx, mwb::view_f32(out, {4}), mwb::view_f32(a, {4}), mwb::view_f32(b, {4}));
+        QCOMPARE(out[3], 5.0f);
+        QVERIFY2(!mapped("libcublasLt.so") && !mapped("libcublas.so"),
+                 "a cuBLAS library is mapped before any GEMM ran on a GPU: it was linked, not loaded on first use");
+
+        const mwb::cuda::CublasApi* api = nullptr;
+        try {
+            api = &mwb::cuda::cublas();
+        } catch (const std::exception& e) {
+            MWB_SKIP(qPrintable(QString("cuBLAS cannot be loaded here: %1").arg(e.what())));
+        }
+        QVERIFY(mapped("libcublasLt.so") && mapped("libcublas.so"));
+#define MWB_CHECK_RESOLVED(fn) QVERIFY2(api->fn != nullptr, #fn " did not resolve");
+        MWB_CUBLAS_ENTRY_POINTS(MWB_CHECK_RESOLVED)
+        MWB_CUBLASLT_ENTRY_POINTS(MWB_CHECK_RESOLVED)
+#undef MWB_CHECK_RESOLVED
+        QVERIFY(api->cublasGemmEx != nullptr);
+        // A call that needs no GPU: the status text of the real library.
+        QCOMPARE(QString(api->cublasGetStatusString(CUBLAS_STATUS_NOT_INITIALIZED)),
+                 QString("the library was not initialized"));
+    }
+
+    void a_library_that_cannot_be_found_is_named_with_the_variable_to_set() {
+        qputenv("MWB_TEST_MISSING_LIBRARY", "/nonexistent/libcublasLt.so.0");
+        const mwb::cuda::DynamicLibrary lib = mwb::cuda::open_cuda_library("libcublasLt.so.0", "MWB_TEST_MISSING_LIBRARY");
+        QVERIFY(lib.handle == nullptr);
+        QVERIFY2(lib.error.find("libcublasLt.so.0 not found") != std::string::npos &&
+                     lib.error.find("/nonexistent/libcublasLt.so.0") != std::string::npos &&
+                     lib.error.find("set MWB_TEST_MISSING_LIBRARY to its path") != std::string::npos,
+                 lib.error.c_str());
+        void (*fn)() = nullptr;
+        mwb::cuda::DynamicLibrary copy = lib;
+        copy.resolve(fn, "cublasLtCreate");
+        QVERIFY(fn == nullptr);
+        QCOMPARE(copy.error, lib.error);  // the first failure is kept
+    }
+
+    void a_symbol_the_library_lacks_is_named() {
+        mwb::cuda::DynamicLibrary lib = mwb::cuda::open_cuda_library("libcudart.so.13", nullptr);
+        if (!lib.handle) MWB_SKIP(qPrintable(QString::fromStdString(lib.error)));
+        void (*fn)() = nullptr;
+        lib.resolve(fn, "cudaNoSuchFunction");
+        QVERIFY(fn == nullptr);
+        QCOMPARE(QString::fromStdString(lib.error), QString("%1 lacks cudaNoSuchFunction").arg(lib.name.c_str()));
+    }
+};
+
+MWB_TEST_GUILESS_MAIN(TestCudaLibraries)
+#include "test_cuda_libraries.moc"
