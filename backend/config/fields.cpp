@@ -227,16 +227,19 @@ const auto kFields = std::to_array<Field>({
               "auto|cudnn|own|fused|flash|unfused|local"),
     MWB_FIELD(runtime, enable_cuda_graph,
               "GPU: after cuda_graph_warmup_steps eager iterations, capture one whole training step (the forward "
-              "and backward passes of every micro-batch, the gradient reduction, the optimizer) in a CUDA graph "
-              "and replay it on the following iterations; the step's scalars (learning rate, loss scale, dropout "
-              "streams) and every micro-batch's tokens are uploaded before each launch, the end-of-step read stays "
-              "outside, evaluation, checkpoints and samples run eagerly between replays (docs/gpu.md). One GPU "
-              "only (tensor, pipeline and data-parallel sizes 1) and a constant global batch size. The CPU has no "
-              "graphs and ignores it. Megatron-LM's --enable-cuda-graph (its full-iteration scope).",
+              "and backward passes of every micro-batch, the pipeline's sends and receives, the gradient "
+              "reduction, the optimizer, NCCL collectives included) in a CUDA graph and replay it on the "
+              "following iterations; the step's scalars (learning rate, loss scale, dropout streams) and every "
+              "micro-batch's tokens are uploaded before each launch, the end-of-step read stays outside, "
+              "evaluation, checkpoints and samples run eagerly between replays (docs/gpu.md). Any tensor, "
+              "pipeline and data-parallel layout; a batch ramp gets a graph per micro-batch count (each warmed "
+              "up first, at most 4 kept). The CPU has no graphs and ignores it. Megatron-LM's "
+              "--enable-cuda-graph (its full-iteration scope).",
               ""),
     MWB_FIELD(runtime, cuda_graph_warmup_steps,
-              "Eager training iterations before enable_cuda_graph captures one (the caching allocator, the scratch "
-              "areas and the cuBLASLt/cuDNN plans reach their sizes first); at least 1.",
+              "Eager training iterations at each micro-batch count before enable_cuda_graph captures one (the "
+              "caching allocator, the scratch areas, the cuBLASLt/cuDNN plans and NCCL's connections reach their "
+              "sizes first); at least 1.",
               ""),
     // sampling
     MWB_FIELD(sampling, sample_interval,

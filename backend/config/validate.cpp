@@ -111,36 +111,16 @@ std::vector<int64_t> scheduled_batch_sizes(const Config& c) {
     return sizes;
 }
 
-/// enable_cuda_graph: one graph of static shapes whose every host interaction is before its launch or
-/// after its end (docs/gpu.md, "CUDA graph of the training step").
-void validate_cuda_graph(Checker& ck, const Config& c, int world_size) {
+/// enable_cuda_graph: a graph per micro-batch count whose every host interaction is before its launch
+/// or after its end (docs/gpu.md, "CUDA graph of the training step"). Tensor, data and pipeline
+/// parallelism capture their NCCL calls (the pipeline's schedule is host-static and its receives wait
+/// on the GPU); batch ramps get a graph per count. What stays refused is what a capture cannot hold.
+void validate_cuda_graph(Checker& ck, const Config& c) {
     const auto& r = c.runtime;
     ck.require(r.cuda_graph_warmup_steps >= 1, "cuda_graph_warmup_steps",
-               "cuda_graph_warmup_steps must be at least 1 (got {}): the allocator, the scratch areas and the "
-               "cuBLASLt/cuDNN plans reach their sizes in eager steps before a capture",
+               "cuda_graph_warmup_steps must be at least 1 (got {}): the allocator, the scratch areas, the "
+               "cuBLASLt/cuDNN plans and NCCL's connections reach their sizes in eager steps before a capture",
                r.cuda_graph_warmup_steps);
-    if (!r.enable_cuda_graph) return;
-    const auto& p = c.parallel;
-    const auto& t = c.training;
-    ck.require(p.pipeline_model_parallel_size == 1, "pipeline_model_parallel_size",
-               "enable_cuda_graph needs pipeline_model_parallel_size 1 (got {}): a pipeline receive waits on the "
-               "host, which a captured step cannot",
-               p.pipeline_model_parallel_size);
-    ck.require(p.tensor_model_parallel_size == 1, "tensor_model_parallel_size",
-               "enable_cuda_graph needs tensor_model_parallel_size 1 (got {}): the NCCL communicators' host-side "
-               "error polling and byte counts are not built for a replayed step",
-               p.tensor_model_parallel_size);
-    const int model_ranks = std::max(1, p.tensor_model_parallel_size) * std::max(1, p.pipeline_model_parallel_size);
-    ck.require(world_size <= model_ranks, "enable_cuda_graph",
-               "enable_cuda_graph runs on one GPU: {} ranks give data-parallel size {} (the NCCL communicators' "
-               "host-side error polling and byte counts are not built for a replayed step)",
-               world_size, world_size / model_ranks);
-    ck.require(t.rampup_batch_size.empty(), "rampup_batch_size",
-               "enable_cuda_graph needs a constant global batch size: rampup_batch_size changes the number of "
-               "micro-batches (a graph per shape)");
-    ck.require(t.step_batch_size_schedule.empty(), "step_batch_size_schedule",
-               "enable_cuda_graph needs a constant global batch size: step_batch_size_schedule changes the number "
-               "of micro-batches (a graph per shape)");
 }
 
 }  // namespace
@@ -527,7 +507,7 @@ std::vector<ConfigIssue> validate(const Config& c, int world_size) {
                "tensorboard_log_interval must be at least 1 (got {})", l.tensorboard_log_interval);
     ck.require(c.checkpoint.save_interval >= 0, "save_interval", "save_interval must not be negative");
     ck.require(c.runtime.threads >= 0, "threads", "threads must not be negative");
-    validate_cuda_graph(ck, c, world_size);
+    validate_cuda_graph(ck, c);
     ck.require(c.telemetry.peak_tflops_per_device >= 0, "peak_tflops_per_device", "peak_tflops_per_device must not be negative");
     // text samples: the ranks of data-parallel replica 0 generate together, each with its part of the model
     ck.require(c.sampling.sample_interval >= 0, "sample_interval", "sample_interval must not be negative");
@@ -594,6 +574,12 @@ int64_t num_micro_batches(const Config& c, int world_size) {
 int64_t num_micro_batches(const Config& c, int world_size, int64_t consumed_samples) {
     return global_batch_size_at(c, consumed_samples) /
            (static_cast<int64_t>(c.training.micro_batch_size) * data_parallel_size(c, world_size));
+}
+
+int64_t max_num_micro_batches(const Config& c, int world_size) {
+    int64_t batch = c.training.global_batch_size;
+    for (const int64_t b : scheduled_batch_sizes(c)) batch = std::max(batch, b);
+    return batch / (static_cast<int64_t>(c.training.micro_batch_size) * data_parallel_size(c, world_size));
 }
 
 int64_t global_batch_size_at(const Config& c, int64_t consumed) {

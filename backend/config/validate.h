@@ -34,6 +34,8 @@ int data_parallel_size(const Config& config, int world_size);
 int64_t num_micro_batches(const Config& config, int world_size);
 /// The same for the iteration that starts after `consumed_samples` (batch ramp-up or schedule).
 int64_t num_micro_batches(const Config& config, int world_size, int64_t consumed_samples);
+/// The largest of those over the run (a batch ramp's or schedule's largest global batch).
+int64_t max_num_micro_batches(const Config& config, int world_size);
 /// Global batch of the iteration that starts after `consumed_samples`: rampup_batch_size as older
 /// Megatron-LM releases ramp it (RampupBatchsizeNumMicroBatchesCalculator), step_batch_size_schedule
 /// as current Megatron-LM (StepBatchsizeNumMicroBatchesCalculator), else global_batch_size.

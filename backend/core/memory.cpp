@@ -70,7 +70,7 @@ void Allocator::release(void* ptr, int64_t bytes, MemCategory category) {
 
 void Allocator::begin_capture() {
     std::lock_guard lock(mutex_);
-    MWB_CHECK(!capturing_ && pool_.empty(), "allocator: a capture pool exists already (one graph at a time)");
+    MWB_CHECK(!capturing_, "allocator: a capture is running already (one capture at a time)");
     capturing_ = true;
 }
 

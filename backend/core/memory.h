@@ -68,6 +68,8 @@ public:
     /// block handed out, from the cache or new, and every block freed, joins the pool, which owns it
     /// until release_pool(): the graph replays with those addresses, so no one outside it may get them.
     /// Blocks freed into the pool are handed out again only during a capture (the pool's own reuse).
+    /// A later capture joins the same pool (StepGraph's graph per micro-batch count): graphs that
+    /// share it replay one at a time on one stream, so one's temporaries may be another's.
     /// After end_capture() allocations come from the cache again; a pool block freed later (a buffer
     /// allocated while capturing and kept) returns to the pool. release_pool() (the graph is gone)
     /// puts the pool's free blocks back into the cache and forgets the pool.

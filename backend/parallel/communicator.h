@@ -16,7 +16,8 @@ struct CommStats {
     int64_t bytes_sent = 0;  ///< per-rank volume: all-reduce 2(n-1)/n·size, all-gather and reduce-scatter (n-1)·shard, p2p size
     int64_t calls = 0;
     double seconds = 0;      ///< wall time inside collectives and point-to-point calls
-    double wait_seconds = 0; ///< of which blocked in receives (pipeline bubbles show up here)
+    double wait_seconds = 0; ///< blocked in receives (pipeline bubbles show up here): MPI's host time in them;
+                             ///< NCCL's: the GPU's op stream standing at a receive, event-timed (not in graphs)
 
     void add(const CommStats& o) {
         bytes_sent += o.bytes_sent;
@@ -85,6 +86,9 @@ public:
 
     const CommStats& stats() const { return stats_; }
     void reset_stats() { stats_ = {}; }
+    /// A replayed CUDA graph's traffic (StepGraph): the calls the graph captured run again without
+    /// passing through this object, so the graph adds what its capture counted.
+    void count_replay(const CommStats& captured) { stats_.add(captured); }
 
 protected:
     CommStats stats_;

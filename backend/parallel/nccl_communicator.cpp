@@ -8,9 +8,12 @@
 #include <mpi.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <thread>
+#include <utility>
+#include <vector>
 
 namespace mwb {
 
@@ -49,10 +52,15 @@ int world_rank() {
 }
 
 /// Sends queued on the communicator's stream; complete once the event recorded after them has fired.
-/// Waiting polls through the communicator (asynchronous errors, the timeout).
+/// wait() orders the compute stream after them on the GPU (cudaStreamWaitEvent): the buffers they read
+/// go back to the allocator, whose next users are queued behind on that stream, and a dead peer is
+/// noticed where the step's end waits (NcclCommunicator::await). An event recorded inside a capture
+/// cannot be queried: done() says false until wait(), which a capture needs anyway (every stream the
+/// capture forked must join the capturing stream again before it ends).
 class NcclPendingSend final : public PendingSend {
 public:
-    NcclPendingSend(NcclCommunicator& comm, cudaStream_t s, std::string what) : comm_(comm), what_(std::move(what)) {
+    NcclPendingSend(NcclCommunicator& comm, cudaStream_t s, cudaStream_t compute, bool captured, std::string what)
+        : comm_(comm), compute_(compute), captured_(captured), what_(std::move(what)) {
         check_cuda(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "event creation", comm.name());
         check_cuda(cudaEventRecord(event_, s), "event record", comm.name());
     }
@@ -60,7 +68,8 @@ public:
         if (!event_) return;
         if (!waited_) {
             try {
-                comm_.wait_event(event_, what_);
+                if (captured_) wait();
+                else comm_.wait_event(event_, what_);
             } catch (const std::exception& e) {  // a destructor must not throw: say it, the run fails later
                 std::fprintf(stderr, "mwb: %s\n", e.what());
             }
@@ -68,13 +77,15 @@ public:
         cudaEventDestroy(event_);
     }
     void wait() override {
-        comm_.wait_event(event_, what_);
+        check_cuda(cudaStreamWaitEvent(compute_, event_, 0), "stream wait", comm_.name());
         waited_ = true;
     }
-    bool done() override { return waited_ || cudaEventQuery(event_) == cudaSuccess; }
+    bool done() override { return waited_ || (!captured_ && cudaEventQuery(event_) == cudaSuccess); }
 
 private:
     NcclCommunicator& comm_;
+    cudaStream_t compute_;
+    bool captured_;
     std::string what_;
     cudaEvent_t event_ = nullptr;
     bool waited_ = false;
@@ -87,6 +98,9 @@ std::string floats(const char* op, int64_t n) { return fmt::format("{} of {} flo
 struct NcclCommunicator::Impl {
     ncclComm_t comm = nullptr;
     cudaEvent_t compute_done = nullptr, collective_done = nullptr;
+    /// Timing events around each receive's wait on the compute stream (exchange), until settle_waits
+    /// reads them, and spare pairs for the next ones.
+    std::vector<std::pair<cudaEvent_t, cudaEvent_t>> waits, spare;
 };
 
 NcclCommunicator::NcclCommunicator(Communicator& host_group, void* compute_stream, bool blocking, double timeout_s)
@@ -133,6 +147,11 @@ NcclCommunicator::~NcclCommunicator() {
         }
         impl_->comm = nullptr;
     }
+    for (auto* list : {&impl_->waits, &impl_->spare})
+        for (auto [a, b] : *list) {
+            cudaEventDestroy(a);
+            cudaEventDestroy(b);
+        }
     if (impl_->compute_done) cudaEventDestroy(impl_->compute_done);
     if (impl_->collective_done) cudaEventDestroy(impl_->collective_done);
     if (stream_) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
@@ -153,19 +172,24 @@ void NcclCommunicator::poll(const Done& done, const std::string& op) {
     const NcclWait who{name_, op, world_ranks_, rank_};
     const auto t0 = Clock::now();
     for (int polls = 0;; ++polls) {
-        ncclResult_t async = ncclSuccess;
         const bool finished = done();
         if (finished || polls % 64 == 0) {
-            check_nccl(ncclCommGetAsyncError(impl_->comm, &async), "async error query", name_);
-            if (async != ncclSuccess && async != ncclInProgress)
-                abort_and_fail(nccl_async_error_message(
-                    who, fmt::format("{} ({})", ncclGetErrorString(async), ncclGetLastError(impl_->comm))));
+            check_async(op);
             if (finished) return;
             const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
             if (waited > timeout_s_) abort_and_fail(nccl_timeout_message(who, waited, timeout_s_));
         }
         std::this_thread::sleep_for(std::chrono::microseconds(polls < 1000 ? 20 : 500));
     }
+}
+
+void NcclCommunicator::check_async(const std::string& op) {
+    if (!impl_->comm) return;  // aborted: the failure that did it has been raised
+    ncclResult_t async = ncclSuccess;
+    check_nccl(ncclCommGetAsyncError(impl_->comm, &async), "async error query", name_);
+    if (async != ncclSuccess && async != ncclInProgress)
+        abort_and_fail(nccl_async_error_message({name_, op, world_ranks_, rank_},
+                                                fmt::format("{} ({})", ncclGetErrorString(async), ncclGetLastError(impl_->comm))));
 }
 
 void NcclCommunicator::enqueued(int nccl_result, const std::string& op) {
@@ -201,6 +225,73 @@ void NcclCommunicator::wait_event(void* event, const std::string& op) {
     poll([&] { return completed(cudaEventQuery(ev), "event synchronize", name_); }, op);
 }
 
+void NcclCommunicator::await(void* stream, const std::vector<NcclCommunicator*>& groups) {
+    if (groups.empty()) return;
+    const std::string& first = groups.front()->name_;
+    cudaEvent_t ev = nullptr;
+    check_cuda(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "event creation", first);
+    struct Release {
+        cudaEvent_t e;
+        ~Release() { cudaEventDestroy(e); }
+    } release{ev};
+    check_cuda(cudaEventRecord(ev, static_cast<cudaStream_t>(stream)), "event record", first);
+    double timeout_s = 0;
+    for (const NcclCommunicator* g : groups) timeout_s = std::max(timeout_s, g->timeout_s_);
+    const auto t0 = Clock::now();
+    for (int polls = 0;; ++polls) {
+        const bool finished = completed(cudaEventQuery(ev), "step synchronize", first);
+        if (finished || polls % 64 == 0) {
+            for (NcclCommunicator* g : groups) g->check_async(g->last_op_);
+            if (finished) return;
+            const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+            if (waited > timeout_s) {
+                // Which groups hold it: those whose own stream still has work (eager collectives);
+                // a replayed graph's run on the graph's stream instead, so then every real group.
+                std::vector<NcclCommunicator*> stuck;
+                for (NcclCommunicator* g : groups)
+                    if (g->impl_->comm && g->size_ > 1 &&
+                        !completed(cudaStreamQuery(static_cast<cudaStream_t>(g->stream_)), "stream query", g->name_))
+                        stuck.push_back(g);
+                if (stuck.empty())
+                    for (NcclCommunicator* g : groups)
+                        if (g->impl_->comm && g->size_ > 1) stuck.push_back(g);
+                if (!stuck.empty()) {
+                    std::string message;
+                    for (NcclCommunicator* g : stuck) {
+                        const NcclWait who{g->name_, g->last_op_ + " (the latest operation queued on the group)",
+                                           g->world_ranks_, g->rank_};
+                        message += (message.empty() ? "" : "; ") + nccl_timeout_message(who, waited, timeout_s);
+                        ncclCommAbort(g->impl_->comm);  // ends its kernels, so the stream can drain
+                        g->impl_->comm = nullptr;
+                    }
+                    MWB_FAIL("{}", message);
+                }
+            }
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(polls < 1000 ? 20 : 500));
+    }
+}
+
+void NcclCommunicator::settle_waits() {
+    auto& waits = impl_->waits;
+    for (auto it = waits.begin(); it != waits.end();) {
+        if (cudaEventQuery(it->second) != cudaSuccess) {
+            ++it;
+            continue;
+        }
+        float ms = 0;
+        if (cudaEventElapsedTime(&ms, it->first, it->second) == cudaSuccess) stats_.wait_seconds += ms * 1e-3;
+        impl_->spare.push_back(*it);
+        it = waits.erase(it);
+    }
+}
+
+bool NcclCommunicator::capturing() const {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    check_cuda(cudaStreamIsCapturing(static_cast<cudaStream_t>(compute_stream_), &status), "capture query", name_);
+    return status != cudaStreamCaptureStatusNone;
+}
+
 void NcclCommunicator::begin() {
     check_cuda(cudaEventRecord(impl_->compute_done, static_cast<cudaStream_t>(compute_stream_)), "event record", name_);
     check_cuda(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream_), impl_->compute_done, 0), "stream wait", name_);
@@ -210,7 +301,7 @@ void NcclCommunicator::finish() {
     check_cuda(cudaEventRecord(impl_->collective_done, static_cast<cudaStream_t>(stream_)), "event record", name_);
     check_cuda(cudaStreamWaitEvent(static_cast<cudaStream_t>(compute_stream_), impl_->collective_done, 0),
                "stream wait", name_);
-    if (blocking_) synchronize();
+    if (blocking_ && !capturing()) synchronize();
 }
 
 #define MWB_NCCL_STREAM static_cast<cudaStream_t>(stream_)
@@ -325,7 +416,7 @@ std::unique_ptr<PendingSend> NcclCommunicator::exchange(std::span<const Message>
     for (const Message& r : recvs) peers += fmt::format(" recv {} floats from {}", r.n, r.peer);
     Measure m(stats_, bytes);
     last_op_ = "exchange (group ranks:" + peers + ")";
-    const auto t0 = Clock::now();
+    const bool captured = capturing();
     begin();  // the data to send is computed
     check_nccl(ncclGroupStart(), "group start", name_);
     for (const Message& s : sends)
@@ -336,11 +427,27 @@ std::unique_ptr<PendingSend> NcclCommunicator::exchange(std::span<const Message>
                 name_);
     enqueued(ncclGroupEnd(), last_op_);
     if (!recvs.empty()) {
+        // The caller's passes read the data next: queued behind the group on the GPU, no host wait.
+        // Outside a capture two timing events around the compute stream's wait measure how long it
+        // stood there (settle_waits); a capture cannot time (its events are graph edges).
+        const auto compute = static_cast<cudaStream_t>(compute_stream_);
+        std::pair<cudaEvent_t, cudaEvent_t> timing{nullptr, nullptr};
+        if (!captured) {
+            if (impl_->spare.empty()) {
+                check_cuda(cudaEventCreate(&timing.first), "event creation", name_);
+                check_cuda(cudaEventCreate(&timing.second), "event creation", name_);
+            } else {
+                timing = impl_->spare.back();
+                impl_->spare.pop_back();
+            }
+            impl_->waits.push_back(timing);
+            check_cuda(cudaEventRecord(timing.first, compute), "event record", name_);
+        }
         finish();
-        synchronize();  // the caller's passes read the data next
-        stats_.wait_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+        if (!captured) check_cuda(cudaEventRecord(timing.second, compute), "event record", name_);
     }
-    return std::make_unique<NcclPendingSend>(*this, MWB_NCCL_STREAM, last_op_);
+    return std::make_unique<NcclPendingSend>(*this, MWB_NCCL_STREAM, static_cast<cudaStream_t>(compute_stream_),
+                                             captured, last_op_);
 }
 
 void NcclCommunicator::barrier() {

@@ -26,6 +26,13 @@ public:
     /// ncclCommGetAsyncError. An asynchronous error, or a wait longer than `timeout_s`
     /// (--distributed-timeout-minutes; positive and finite), aborts the communicator (ncclCommAbort)
     /// and throws an Error naming the group, the operation and the group's world ranks (nccl_watch.h).
+    ///
+    /// CUDA graphs (StepGraph): while `compute_stream` is capturing (cudaStreamIsCapturing) every call
+    /// only queues — the stream dependencies are events, which a capture records as graph edges, and
+    /// nothing waits or polls a stream on the host (not even with `blocking`); a replay runs the
+    /// captured NCCL kernels without this object, so StepGraph adds their byte counts
+    /// (Communicator::count_replay). NCCL captures since 2.9; every rank of a group must capture, and
+    /// replay, the same sequence (the step is the same on every rank).
     NcclCommunicator(Communicator& host_group, void* compute_stream = nullptr, bool blocking = true,
                      double timeout_s = 600);
     ~NcclCommunicator() override;
@@ -41,6 +48,16 @@ public:
     /// Waits for `event` (a cudaEvent_t recorded on this communicator's stream) as synchronize() does;
     /// `op` names what it marks in the error.
     void wait_event(void* event, const std::string& op);
+    /// Waits on the host until the work queued so far on `stream` is done, polling every group's
+    /// asynchronous errors (an error aborts that group and throws naming it, its ranks and its latest
+    /// operation). Past the groups' timeout, the groups whose own stream still has work — or, when
+    /// none has (a replayed graph's NCCL kernels run on the graph's stream), every group of more than
+    /// one rank — are aborted, which ends their kernels, and the Error names each with its latest
+    /// operation. The end of a training step's one wait (ParallelContext::await_device_step).
+    static void await(void* stream, const std::vector<NcclCommunicator*>& groups);
+    /// The pipeline receives' waits, timed on the GPU (exchange): adds to wait_seconds those whose
+    /// events have fired; never blocks.
+    void settle_waits();
     /// The world ranks of the group, in group order.
     const std::vector<int>& world_ranks() const { return world_ranks_; }
 
@@ -55,7 +72,13 @@ public:
     void gather(const void* in, void* out, int64_t bytes, int root) override;
     /// One NCCL group of every send and receive (Megatron-LM's batched isend/irecv). NCCL has no tags:
     /// messages between two ranks match in posting order, and `tag` is only checked to be
-    /// non-negative. The sends alone (no receives) return at once, queued on the stream.
+    /// non-negative. Nothing waits on the host: with receives, the compute stream waits on the GPU for
+    /// the group (cudaStreamWaitEvent), so the ops queued next read the data once it has arrived; a
+    /// dead peer stalls the GPU, not the host, and is noticed at the step's end (await). The returned
+    /// sends' wait() orders the compute stream after them, on the GPU too. wait_seconds: the time the
+    /// compute stream stood at a receive's wait before the data came, from two timing events around
+    /// it (settle_waits adds it once they fired; not timed inside a capture: a replayed step's
+    /// receives add none).
     std::unique_ptr<PendingSend> exchange(std::span<const Message> sends, std::span<const Message> recvs) override;
     void barrier() override;
 
@@ -85,7 +108,11 @@ private:
     void all_reduce(void* data, int64_t n, int element_bytes, int type, int op, const char* what);
     void reduce_scatter(const void* in, void* out, int64_t n, int element_bytes, int type);
     void begin();   // the collective stream waits for the compute stream
-    void finish();  // the compute stream waits for the collective; the host too when blocking
+    void finish();  // the compute stream waits for the collective; the host too when blocking (not capturing)
+    /// Whether the compute stream is being captured into a CUDA graph (no host waits then).
+    bool capturing() const;
+    /// ncclCommGetAsyncError: aborts and throws (naming `op`) on an error.
+    void check_async(const std::string& op);
 };
 
 }  // namespace mwb

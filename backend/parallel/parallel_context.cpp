@@ -159,7 +159,23 @@ void ParallelContext::use_device_collectives(void* compute_stream) {
 #endif
 }
 
+void ParallelContext::await_device_step(void* compute_stream) {
+#if defined(MWB_WITH_CUDA)
+    if (!device_collectives()) return;
+    std::vector<NcclCommunicator*> groups;
+    for (const auto& c : {&dev_tp_, &dev_sp_, &dev_dp_, &dev_pp_, &dev_embedding_, &dev_model_})
+        groups.push_back(static_cast<NcclCommunicator*>(c->get()));
+    NcclCommunicator::await(compute_stream, groups);
+#else
+    (void)compute_stream;
+#endif
+}
+
 std::map<std::string, CommStats> ParallelContext::stats() const {
+#if defined(MWB_WITH_CUDA)
+    // The pipeline receives' waits are timed by events on the GPU: add those that have fired.
+    if (dev_pp_) static_cast<NcclCommunicator*>(dev_pp_.get())->settle_waits();
+#endif
     std::map<std::string, CommStats> s{{"tp", tp_->stats()},       {"sp", sp_->stats()},
                                        {"dp", dp_->stats()},       {"pp", pp_->stats()},
                                        {"embedding", embedding_->stats()}, {"model", model_->stats()},

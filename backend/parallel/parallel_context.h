@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace mwb {
 
@@ -106,6 +107,13 @@ public:
     /// All tp × pp ranks of this data-parallel replica, for host values.
     Communicator& model() { return *model_; }
     Communicator& world() { return *world_comm_; }
+
+    /// The six data groups (tp, sp, dp, pp, embedding, model): what a CUDA graph of the step holds.
+    std::vector<Communicator*> data_groups() { return {&tp(), &sp(), &dp(), &pp(), &embedding(), &model_replica()}; }
+    /// Before a host read of the step's results on `compute_stream`: with NCCL groups, waits for the
+    /// work queued on it so far, polling every group's asynchronous errors and its timeout
+    /// (NcclCommunicator::await); a no-op without them (the read itself waits).
+    void await_device_step(void* compute_stream);
 
     /// Traffic per group type since the last reset: "tp", "sp", "pp", "dp", "embedding", "model", "world".
     std::map<std::string, CommStats> stats() const;

@@ -13,7 +13,9 @@ namespace mwb {
 TrainStep::TrainStep(RunObjects& objects, const data::SampleSource& train, IntervalLog& log, RunDir* dir)
     : o_(objects), train_(train), log_(log), dir_(dir), results_(objects.alloc, MemCategory::Workspace, 2, DType::F64),
       graph_(objects.ctx, objects.alloc, objects.cuda_graph, objects.cfg.runtime.cuda_graph_warmup_steps,
-             objects.micro_batches, 2 * objects.dims.seq * objects.dims.micro_batch) {
+             max_num_micro_batches(objects.cfg, objects.par.world_size()),
+             2 * objects.dims.seq * objects.dims.micro_batch) {
+    graph_.count_replays_of(o_.par.data_groups());
     // Zero bits are 0.0 as doubles too: stages without the head keep a loss sum of 0.
     ops::fill(o_.ctx, make_view(results_.data(), DType::F32, {4}, results_.view().device), 0.0f);
 }
@@ -94,6 +96,7 @@ void TrainStep::run(Progress& p) {
     const double lr = o_.schedule.lr(static_cast<double>(p.scheduled_samples));
     o_.optimizer->set_weight_decay(o_.schedule.weight_decay(static_cast<double>(p.scheduled_samples)));
     o_.optimizer->begin_step(lr, loss_scale, it, grad_scale);
+    graph_.prepare(micro_batches);  // eager, captured or replayed: the graph of this micro-batch count
     if (graph_.graphed()) stage_graph_inputs(p.consumed_samples, micro_batches);
     // Everything between the block's upload and the end-of-step read: queued eagerly, or captured
     // once into the step's CUDA graph and replayed from then on (StepGraph; then not called).
@@ -118,7 +121,10 @@ void TrainStep::run(Progress& p) {
         t_opt = Clock::now();
         o_.optimizer->update(/*zero_grads=*/true, sumsq());
     });
-    // The step's one host read: the global Σ x² and the loss sum together.
+    // The step's one host read: the global Σ x² and the loss sum together. With NCCL groups the host
+    // first waits for the step polling their asynchronous errors and the timeout (a dead or hung peer
+    // fails this rank by name here: nothing inside the step waits on the host any more).
+    o_.par.await_device_step(o_.ctx.stream);
     const std::vector<double> results = ops::read_f64(o_.ctx, results_.view());
     const StepResult step = o_.optimizer->finish(results[0], loss_scale);
     grads_zeroed_ = step.grads_zeroed;

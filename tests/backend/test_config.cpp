@@ -357,36 +357,47 @@ private slots:
         c.runtime.enable_cuda_graph = true;
         QVERIFY(validate(c, 1).empty());  // one rank, a constant batch: capturable
         c.runtime.cuda_graph_warmup_steps = 0;
-        QVERIFY(mentions(validate(c, 1), "cuda_graph_warmup_steps", "must be at least 1 (got 0)"));
-        c = valid_config();
-        c.runtime.enable_cuda_graph = true;
+        auto issues = validate(c, 1);
+        QVERIFY(mentions(issues, "cuda_graph_warmup_steps", "must be at least 1 (got 0)"));
+        QCOMPARE(issues.size(), std::size_t{1});
+        // Pipeline, tensor and data parallelism capture their NCCL calls (the receives wait on the
+        // GPU, the byte counts are added per replay): each alone and together, with no issue.
+        const auto graphed = [] {
+            Config g = valid_config();
+            g.runtime.enable_cuda_graph = true;
+            return g;
+        };
+        c = graphed();
         c.parallel.pipeline_model_parallel_size = 2;
-        auto issues = validate(c, 2);
-        QVERIFY(mentions(issues, "pipeline_model_parallel_size", "enable_cuda_graph needs pipeline_model_parallel_size 1 (got 2)"));
-        QCOMPARE(issues.size(), std::size_t{1});
-        c = valid_config();
-        c.runtime.enable_cuda_graph = true;
+        QVERIFY(validate(c, 2).empty());
+        c = graphed();
         c.parallel.tensor_model_parallel_size = 2;
-        issues = validate(c, 2);
-        QVERIFY(mentions(issues, "tensor_model_parallel_size", "enable_cuda_graph needs tensor_model_parallel_size 1 (got 2)"));
-        QCOMPARE(issues.size(), std::size_t{1});
-        c = valid_config();
-        c.runtime.enable_cuda_graph = true;
+        QVERIFY(validate(c, 2).empty());
+        c = graphed();
         c.training.global_batch_size = 4;
-        issues = validate(c, 2);  // two data-parallel ranks
-        QVERIFY(mentions(issues, "enable_cuda_graph", "runs on one GPU: 2 ranks give data-parallel size 2"));
-        QCOMPARE(issues.size(), std::size_t{1});
-        c = valid_config();
-        c.runtime.enable_cuda_graph = true;
+        QVERIFY(validate(c, 2).empty());  // two data-parallel ranks
+        c = graphed();
+        c.parallel.tensor_model_parallel_size = 2;
+        c.parallel.pipeline_model_parallel_size = 2;
+        c.training.global_batch_size = 8;
+        QVERIFY(validate(c, 8).empty());  // TP2 x PP2 x DP2
+        // Batch ramps: a graph per micro-batch count.
+        c = graphed();
         c.training.global_batch_size = 8;
         c.training.rampup_batch_size = {"2", "2", "100"};
-        QVERIFY(mentions(validate(c, 1), "rampup_batch_size", "enable_cuda_graph needs a constant global batch size"));
+        QVERIFY(validate(c, 1).empty());
+        QCOMPARE(max_num_micro_batches(c, 1), int64_t{8});  // the inputs' buffer: the largest count
         c.training.rampup_batch_size.clear();
         c.training.step_batch_size_schedule = "0:4 1000:8";
-        QVERIFY(mentions(validate(c, 1), "step_batch_size_schedule", "enable_cuda_graph needs a constant global batch size"));
-        // Without the flag none of this applies.
-        c.runtime.enable_cuda_graph = false;
-        QVERIFY(!mentions(validate(c, 1), "step_batch_size_schedule", "enable_cuda_graph"));
+        QVERIFY(validate(c, 1).empty());
+        c.training.step_batch_size_schedule = "0:16 1000:8";  // a schedule may go above global_batch_size
+        QCOMPARE(max_num_micro_batches(c, 1), int64_t{16});
+        c.training.step_batch_size_schedule.clear();
+        QCOMPARE(max_num_micro_batches(c, 2), int64_t{4});  // data-parallel ranks split it
+        // Without the flag the warm-up count is still checked (it is a field of its own).
+        c = valid_config();
+        c.runtime.cuda_graph_warmup_steps = 0;
+        QVERIFY(mentions(validate(c, 1), "cuda_graph_warmup_steps", "must be at least 1 (got 0)"));
         // The CPU has no graphs: a note, as attention_backend cudnn gets.
         Config cpu;
         cpu.runtime.enable_cuda_graph = true;

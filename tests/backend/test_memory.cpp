@@ -1,8 +1,10 @@
 // The caching allocator's capture pool (the CUDA graph of a training step, backend/train/step_graph.h),
 // on the CPU allocator, whose bookkeeping is the GPU's: blocks handed out or freed during a capture
 // belong to the pool and are never handed to anyone outside a capture until the pool is released;
-// freed ones are reused inside the capture; the byte counts stay exact. And StepGraph on the CPU:
-// every step eager.
+// freed ones are reused inside the capture; a later capture joins the pool and reuses its free
+// blocks; the byte counts stay exact. GraphPlan, the host-only choice of eager, capture or replay per
+// micro-batch count (warm-up per count, at most kMaxGraphs, least recently used evicted). And StepGraph
+// on the CPU: every step eager.
 #include "backend/core/memory.h"
 #include "backend/train/step_graph.h"
 #include "mwb/kernels/error.h"
@@ -58,8 +60,18 @@ private slots:
         for (auto& [p, bytes] : outside) a.release(p, bytes, W);
         QCOMPARE(a.stats().of(W), int64_t{0});
 
-        // A second capture while the pool lives is refused (one graph at a time).
-        QVERIFY_THROWS_EXCEPTION(mwb::Error, a.begin_capture());
+        // A second capture (another micro-batch count's graph) joins the pool: its free blocks first.
+        a.begin_capture();
+        QVERIFY_THROWS_EXCEPTION(mwb::Error, a.begin_capture());  // one capture at a time
+        void* shared = a.allocate(2000, W);
+        QCOMPARE(shared, y);
+        void* fresh = a.allocate(7000, W);  // new to the pool: it joins it
+        QVERIFY(!pool.contains(fresh));
+        a.release(shared, 2000, W);
+        a.release(fresh, 7000, W);
+        a.end_capture();
+        QCOMPARE(a.pool_bytes(), int64_t{1024 + 2048 + 3008 + 5056 + 7040});
+        QCOMPARE(a.pool_free_bytes(), a.pool_bytes());
         // Released (the graph is gone): its blocks are the cache's again.
         a.release_pool();
         QCOMPARE(a.pool_bytes(), int64_t{0});
@@ -92,6 +104,42 @@ private slots:
         QCOMPARE(a.stats().peak_of(A), int64_t{4096});
     }
 
+    void graph_plan_warms_up_captures_and_replays_per_count() {
+        using A = GraphPlan::Action;
+        GraphPlan off(false, 2);
+        for (int i = 0; i < 5; ++i) QVERIFY(off.next(4).action == A::Eager);
+        QVERIFY(off.graphs().empty());
+        QVERIFY_THROWS_EXCEPTION(mwb::Error, GraphPlan(true, 0));  // at least one eager step
+
+        // A batch ramp: 2, 2, 2, 4, 4, 4, 4, 2 micro-batches; two warm-up steps per count.
+        GraphPlan p(true, 2, /*max_graphs=*/2);
+        const auto step = [&](int64_t k) { return p.next(k); };
+        QVERIFY(step(2).action == A::Eager);
+        QVERIFY(step(2).action == A::Eager);
+        GraphPlan::Decision d = step(2);
+        QVERIFY(d.action == A::Capture);
+        QCOMPARE(d.evict, int64_t{-1});
+        QVERIFY(step(4).action == A::Eager);  // a new count warms up again
+        QVERIFY(step(4).action == A::Eager);
+        QVERIFY(step(4).action == A::Capture);
+        QVERIFY(step(4).action == A::Replay);
+        QVERIFY(step(2).action == A::Replay);  // the older graph is kept
+        QCOMPARE(p.graphs(), (std::vector<int64_t>{4, 2}));  // least recently used first
+        // A third count, past the two kept: warms up, then its capture evicts the least recent (4).
+        QVERIFY(step(8).action == A::Eager);
+        QVERIFY(step(8).action == A::Eager);
+        d = step(8);
+        QVERIFY(d.action == A::Capture);
+        QCOMPARE(d.evict, int64_t{4});
+        QCOMPARE(p.graphs(), (std::vector<int64_t>{2, 8}));
+        // The evicted count has had its warm-up: it is captured again at once (evicting 2 now).
+        d = step(4);
+        QVERIFY(d.action == A::Capture);
+        QCOMPARE(d.evict, int64_t{2});
+        QVERIFY(step(8).action == A::Replay);
+        QVERIFY(step(4).action == A::Replay);
+    }
+
     void step_graph_on_the_cpu_runs_every_step() {
         Allocator a;
         OpContext ctx;  // the CPU
@@ -99,6 +147,7 @@ private slots:
         QVERIFY(!g.enabled());
         int calls = 0;
         for (int i = 0; i < 3; ++i) {
+            g.prepare(i % 2 + 1);
             QVERIFY(!g.graphed());
             g.run([&] { ++calls; });
         }

@@ -1,6 +1,8 @@
 // NcclCommunicator against the values MPI's collectives give, on device buffers: all-reduce (sum,
 // max, double), all-gather, reduce-scatter (also in place), broadcast, gather, point-to-point exchanges (lone and grouped) and byte
-// counts equal to MpiCommunicator's. ctest runs it as one rank (a size-1 group); under
+// counts equal to MpiCommunicator's; an all-reduce and a ring exchange captured in a CUDA graph by a
+// blocking communicator (its host waits skipped while capturing) and replayed twice, waited for by
+// NcclCommunicator::await. ctest runs it as one rank (a size-1 group); under
 // `mpirun -np N` on N GPUs it checks the real multi-rank collectives. Exits 77 without a GPU.
 #include "backend/parallel/mpi_communicator.h"
 #include "backend/parallel/nccl_communicator.h"
@@ -143,6 +145,40 @@ private slots:
         const Message send{out.ptr, out.n, next, 0}, recv{in.ptr, in.n, prev, 0};
         nccl_->exchange({&send, 1}, {&recv, 1})->wait();
         QCOMPARE(in.host(), rank_values(prev, 1 << 20));
+    }
+
+    void collectives_and_exchange_in_a_cuda_graph() {
+        const int n_ranks = world_->size(), me = world_->rank();
+        void* stream = device::create_stream();
+        {
+            // Blocking: every call would wait on the host — which a capture must not (it would fail).
+            NcclCommunicator comm(*world_, stream, /*blocking=*/true);
+            const int64_t n = 1000;
+            DeviceVec x(rank_values(me, n)), out(rank_values(me, n)), in(std::vector<float>(static_cast<size_t>(n)));
+            std::vector<float> once = rank_values(me, n);  // Σ over ranks, then N · Σ: what two replays give
+            world_->all_reduce_sum(once.data(), n);
+            std::vector<float> twice = once;
+            world_->all_reduce_sum(twice.data(), n);
+            // A ring in one group (one rank sends to itself).
+            const int next = (me + 1) % n_ranks, prev = (me + n_ranks - 1) % n_ranks;
+            const Message send{out.ptr, n, next, 0}, recv{in.ptr, n, prev, 0};
+            comm.reset_stats();
+            device::begin_capture(stream);
+            comm.all_reduce_sum(x.ptr, n);
+            comm.exchange({&send, 1}, {&recv, 1})->wait();  // the sends' stream rejoins the capture
+            void* graph = device::end_capture(stream);
+            QCOMPARE(comm.stats().calls, 2);  // counted once, at the capture (StepGraph adds replays)
+            QCOMPARE(x.host(), rank_values(me, n));  // a capture only records
+            device::launch_graph(graph, stream);
+            NcclCommunicator::await(stream, {&comm});
+            QCOMPARE(x.host(), once);
+            QCOMPARE(in.host(), rank_values(prev, n));
+            device::launch_graph(graph, stream);
+            NcclCommunicator::await(stream, {&comm});
+            QCOMPARE(x.host(), twice);
+            device::destroy_graph(graph);
+        }
+        device::destroy_stream(stream);
     }
 
     void counts_bytes_as_mpi() {

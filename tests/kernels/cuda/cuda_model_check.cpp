@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <vector>
 
 namespace mwb::test {
 
@@ -52,7 +53,10 @@ std::vector<int32_t> tokens(const GptDims& d, int iteration) {
 /// The training step's inputs for check_cuda_graph: a tiny GPT with dropout, two micro-batches per
 /// iteration, clipping; fp16 with a dynamic loss scale that grows every two clean steps (so it changes
 /// while the graph replays), or bf16. Deterministic: cuBLAS's reductions pinned, the own attention.
-Config graph_check_config(const std::string& precision, bool graph) {
+/// `ramp`: a batch ramp (rampup_batch_size 4 4 20 up to 8): iterations 1-5 with half the micro-batches
+/// of iterations 6-14, so StepGraph warms up, captures and replays a graph per count. `tp` and
+/// `world`: tensor parallelism and the ranks (the rest data-parallel; NCCL inside the graph).
+Config graph_check_config(const std::string& precision, bool graph, bool ramp = false, int tp = 1, int world = 1) {
     Config c;
     c.model.num_layers = 2;
     c.model.hidden_size = 64;
@@ -64,9 +68,15 @@ Config graph_check_config(const std::string& precision, bool graph) {
     c.model.attention_dropout = 0.1;
     c.data.tokenizer_type = "NullTokenizer";
     c.data.mock_data = true;
+    c.parallel.tensor_model_parallel_size = tp;
     c.training.micro_batch_size = 2;
-    c.training.global_batch_size = 4;
+    c.training.global_batch_size = 4 * (world / tp);  // two micro-batches per data-parallel rank
     c.training.train_iters = 12;
+    if (ramp) {
+        c.training.global_batch_size = 8;
+        c.training.rampup_batch_size = {"4", "4", "20"};
+        c.training.train_iters = 14;
+    }
     c.training.lr = 1e-3;
     c.training.clip_grad = 1.0;
     c.training.fp16 = precision == "fp16";
@@ -77,24 +87,30 @@ Config graph_check_config(const std::string& precision, bool graph) {
     c.runtime.deterministic = true;
     c.runtime.enable_cuda_graph = graph;
     c.runtime.cuda_graph_warmup_steps = 2;
-    resolve(c, 1, 256);
-    check_config(c, 1);
+    resolve(c, world, 256);
+    check_config(c, world);
     return c;
 }
 
-struct GraphCheckRun {
-    std::vector<double> loss_sums, grad_norms, loss_scales;
-    int64_t skipped = 0, replays = 0;
-};
-
-/// `iterations` whole TrainSteps of `c` (one process, no MPI launcher: a world of one).
-GraphCheckRun train_steps(const Config& c, int iterations) {
+/// This process's world: one rank, or every rank of `mpirun -np N mwb-gpu-check cuda_graph` (each on
+/// its node-local GPU).
+World& check_world() {
     static int argc = 1;
     static char name[] = "mwb-gpu-check";
     static char* args[] = {name, nullptr};
     static char** argv = args;
     static World world(&argc, &argv);
-    ParallelContext par(world, c.parallel);
+    return world;
+}
+
+struct GraphCheckRun {
+    std::vector<double> loss_sums, grad_norms, loss_scales;
+    int64_t skipped = 0, replays = 0, graphs = 0;
+};
+
+/// `iterations` whole TrainSteps of `c` on check_world()'s ranks.
+GraphCheckRun train_steps(const Config& c, int iterations) {
+    ParallelContext par(check_world(), c.parallel);
     RunObjects o(c, par);
     const data::MockSampleSource train(c.model.seq_length, c.model.vocab_size, 1234, 0);
     IntervalLog log(c, par, o.alloc, o.flops, o.dims.seq, nullptr, false);
@@ -109,6 +125,7 @@ GraphCheckRun train_steps(const Config& c, int iterations) {
     }
     r.skipped = p.skipped;
     r.replays = step.graph().replays();
+    r.graphs = step.graph().graphs();
     return r;
 }
 
@@ -119,11 +136,32 @@ CudaCheckResult check_cuda_graph() {
     res.name = "cuda_graph";
     res.tolerance = 0;
     try {
-        constexpr int kIterations = 12, kWarmup = 2;
+        constexpr int kWarmup = 2;
         std::string detail;
-        for (const std::string precision : {"fp16", "bf16"}) {
-            const GraphCheckRun eager = train_steps(graph_check_config(precision, false), kIterations);
-            const GraphCheckRun graph = train_steps(graph_check_config(precision, true), kIterations);
+        struct Case {
+            std::string precision;
+            bool ramp;
+            int tp;
+        };
+        // One GPU: fp16, bf16, a bf16 batch ramp. Under `mpirun -np 2` on two GPUs: data-parallel bf16,
+        // tensor-parallel bf16 and a data-parallel fp16 ramp (NCCL captured in the graphs).
+        World& world = check_world();
+        const int ranks = world.size();
+        if (ranks > 1) device::set_device(world.local_rank());
+        const std::vector<Case> cases =
+            ranks == 1 ? std::vector<Case>{{"fp16", false, 1}, {"bf16", false, 1}, {"bf16", true, 1}}
+                       : std::vector<Case>{{"bf16", false, 1}, {"bf16", false, ranks}, {"fp16", true, 1}};
+        for (const Case& k : cases) {
+            const std::string layout = ranks == 1 ? "" : k.tp > 1 ? fmt::format(" tp{}", k.tp) : fmt::format(" dp{}", ranks);
+            const std::string precision = k.precision + layout + (k.ramp ? " ramp" : "");
+            // Without a ramp: 2 eager steps, a capture, 9 replays. The ramp: per count (2 micro-batches
+            // in iterations 1-5, 4 in 6-14) 2 eager steps, a capture, the rest replays: 2 + 6, two graphs.
+            const int kIterations = k.ramp ? 14 : 12;
+            const int64_t want_replays = k.ramp ? 8 : kIterations - kWarmup - 1, want_graphs = k.ramp ? 2 : 1;
+            const GraphCheckRun eager =
+                train_steps(graph_check_config(k.precision, false, k.ramp, k.tp, ranks), kIterations);
+            const GraphCheckRun graph =
+                train_steps(graph_check_config(k.precision, true, k.ramp, k.tp, ranks), kIterations);
             const auto first_difference = [&](const char* what, const std::vector<double>& a,
                                               const std::vector<double>& b) {
                 for (std::size_t i = 0; i < a.size(); ++i)
@@ -138,17 +176,18 @@ CudaCheckResult check_cuda_graph() {
             first_difference("loss (running sum)", eager.loss_sums, graph.loss_sums);
             first_difference("gradient norm", eager.grad_norms, graph.grad_norms);
             first_difference("loss scale", eager.loss_scales, graph.loss_scales);
-            if (graph.replays != kIterations - kWarmup - 1) {
+            if (graph.replays != want_replays || graph.graphs != want_graphs) {
                 res.error += 1;
                 if (res.detail.empty())
-                    res.detail = fmt::format("{}: {} replays of the graph, not {} (captured once after {} eager steps)",
-                                             precision, graph.replays, kIterations - kWarmup - 1, kWarmup);
+                    res.detail = fmt::format("{}: {} replays of {} graphs, not {} of {} (each captured once after {} "
+                                             "eager steps at its micro-batch count)",
+                                             precision, graph.replays, graph.graphs, want_replays, want_graphs, kWarmup);
             }
             // The loss scale must change while the graph replays, or the check proves nothing about it.
-            const bool scale_moved = precision != "fp16" || graph.loss_scales[kWarmup + 1] != graph.loss_scales.back();
+            const bool scale_moved = k.precision != "fp16" || graph.loss_scales[kWarmup + 1] != graph.loss_scales.back();
             if (!scale_moved) {
                 res.error += 1;
-                if (res.detail.empty()) res.detail = "fp16: the loss scale did not change while the graph replayed";
+                if (res.detail.empty()) res.detail = precision + ": the loss scale did not change while the graph replayed";
             }
             detail += fmt::format("{}{}: {} replays, loss scale {:g} -> {:g}, {} skipped", detail.empty() ? "" : "; ",
                                   precision, graph.replays, graph.loss_scales.front(), graph.loss_scales.back(),
