@@ -19,6 +19,8 @@ namespace mwb::cuda {
 
 namespace {
 
+static_assert(kLtTypeF32 == CUDA_R_32F, "gemm_lt_key.h's fp32 type");
+
 cudaDataType_t blas_type(const char* op, const TensorView& t) {
     switch (t.dtype) {
     case DType::F32: return CUDA_R_32F;
@@ -94,7 +96,7 @@ bool try_gemm_lt(cudaStream_t stream, const TensorView& d, const TensorView& a, 
     key.type_a = blas_type("cuBLASLt GEMM", b);
     key.type_b = blas_type("cuBLASLt GEMM", a);
     key.type_d = blas_type("cuBLASLt GEMM", d);
-    key.type_bias = lt_writes_bias_gradient(epilogue) ? CUDA_R_32F : blas_type("cuBLASLt GEMM", d);
+    key.type_bias = lt_bias_type(epilogue, blas_type("cuBLASLt GEMM", d));
     key.compute = compute_type(a, b);
     key.epilogue = epilogue;
     key.align_a = lt_alignment(reinterpret_cast<uintptr_t>(b.data));
