@@ -156,6 +156,15 @@ __global__ void k_ce_loss_sum(T* out, const float* lse, const float* target_logi
 /// Vocabulary rows per block of k_embedding_bwd (a block owns them and a tile of columns).
 constexpr int64_t kEmbeddingRowsPerBlock = 64;
 
+/// fp32 elements of scratch an f16 dtable (the f16 gradient arena) is widened into at a time: 64 MiB.
+constexpr int64_t kEmbeddingWidenElements = int64_t{16} << 20;
+/// Vocabulary rows of one such slice for a table of width h: whole blocks of kEmbeddingRowsPerBlock,
+/// at most max_elements floats, at least one block.
+constexpr int64_t embedding_slice_rows(int64_t h, int64_t max_elements) {
+    const int64_t blocks = max_elements / (h * kEmbeddingRowsPerBlock);
+    return (blocks > 0 ? blocks : 1) * kEmbeddingRowsPerBlock;
+}
+
 /// dtable (vocab, h) += Σ over the rows r with ids[r] − vocab_start = v of dout[r]. Block (x, y) owns
 /// vocabulary rows [y·64, y·64 + 64) and columns [x·blockDim·V, (x + 1)·blockDim·V): it walks every id
 /// in row order (staged through shared memory) and adds the rows that fall in its range, so each

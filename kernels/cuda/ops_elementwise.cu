@@ -344,9 +344,6 @@ void embedding_backward_f32(cudaStream_t stream, float* dtable, const TensorView
                                                                           h, vocab, vocab_start);
     });
 }
-
-/// Elements of fp32 scratch an f16 dtable is widened into at a time (64 MiB; whole blocks of vocabulary rows).
-constexpr int64_t kWidenedEmbeddingElements = int64_t{16} << 20;
 }  // namespace
 
 void embedding_backward(OpContext& ctx, TensorView dtable, TensorView dout, TensorView ids, int64_t vocab_start) {
@@ -358,8 +355,7 @@ void embedding_backward(OpContext& ctx, TensorView dtable, TensorView dout, Tens
     } else {
         // An f16 table (the f16 gradient arena): slices of vocabulary rows widened into fp32 scratch
         // (slot 0), accumulated there by the fp32 kernel, narrowed back: each element rounded once.
-        constexpr int64_t kBlockRows = classifier::kEmbeddingRowsPerBlock;
-        const int64_t slice = std::max<int64_t>(kWidenedEmbeddingElements / h / kBlockRows, 1) * kBlockRows;
+        const int64_t slice = classifier::embedding_slice_rows(h, classifier::kEmbeddingWidenElements);
         auto* table = static_cast<uint16_t*>(dtable.data);
         for (int64_t v0 = 0; v0 < vocab; v0 += slice) {
             const int64_t n = std::min(slice, vocab - v0) * h;

@@ -243,10 +243,12 @@ class TestClassifierEmulated : public QObject {
         return x;
     }
 
-    /// Word and position embedding backward into f16 tables from a dout in storage S; `slice_rows`: the
-    /// vocabulary rows the launcher widens at a time (a multiple of kEmbeddingRowsPerBlock).
+    /// Word and position embedding backward into f16 tables from a dout in storage S; the launcher widens
+    /// the word table embedding_slice_rows(h, max_elements) vocabulary rows at a time (max_elements:
+    /// kEmbeddingWidenElements there, smaller here so that small tables take several slices).
     template <int V, class S>
-    static void f16_gradient_case(int64_t rows, int64_t vocab, int64_t h, int64_t vocab_start, int64_t slice_rows) {
+    static void f16_gradient_case(int64_t rows, int64_t vocab, int64_t h, int64_t vocab_start, int64_t max_elements) {
+        const int64_t slice_rows = cl::embedding_slice_rows(h, max_elements);
         const std::vector<float> dvals = random_floats(static_cast<std::size_t>(rows * h), 41, -1, 1);
         std::vector<typename S::type> d(dvals.size());
         if constexpr (std::is_same_v<S, st::F32>)
@@ -307,9 +309,14 @@ class TestClassifierEmulated : public QObject {
 
 private slots:
     void gradients_into_an_f16_arena() {
-        f16_gradient_case<4, st::F16>(1200, 300, 40, 10, 128);  // three slices, the last partial; two staging passes
-        f16_gradient_case<1, st::F16>(64, 150, 37, 0, 64);
-        f16_gradient_case<4, st::F32>(48, 100, 8, 30, 1 << 20);  // one slice
+        // Slices: whole 64-row blocks within the bound, at least one block.
+        QCOMPARE(cl::embedding_slice_rows(2048, cl::kEmbeddingWidenElements), int64_t{8192});  // 64 MiB
+        QCOMPARE(cl::embedding_slice_rows(40, 128 * 40 + 39), int64_t{128});
+        QCOMPARE(cl::embedding_slice_rows(40, 127 * 40), int64_t{64});
+        QCOMPARE(cl::embedding_slice_rows(int64_t{1} << 20, cl::kEmbeddingWidenElements), int64_t{64});
+        f16_gradient_case<4, st::F16>(1200, 300, 40, 10, 128 * 40);  // three slices, the last partial; two staging passes
+        f16_gradient_case<1, st::F16>(64, 150, 37, 0, 64 * 37);
+        f16_gradient_case<4, st::F32>(48, 100, 8, 30, cl::kEmbeddingWidenElements);  // one slice
     }
 
     void embeddings_on_16bit_views() {
