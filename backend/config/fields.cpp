@@ -149,7 +149,7 @@ const auto kFields = std::to_array<Field>({
     MWB_FIELD(training, hysteresis, "Overflowing iterations tolerated before the loss scale halves.", ""),
     MWB_FIELD(training, accumulate_allreduce_grads_in_fp32,
               "Keep gradients in fp32 in 16-bit runs (always on with bf16); without it an fp16 run's gradient "
-              "arena is fp16 (on the CPU; docs/numerics.md).",
+              "arena is fp16 (docs/numerics.md).",
               ""),
     // data
     MWB_FIELD(data, data_path,

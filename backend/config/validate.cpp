@@ -622,9 +622,8 @@ DType storage_dtype(const TrainingConfig& t) {
     return DType::F32;
 }
 
-DType gradient_dtype(const TrainingConfig& t, Device device) {
-    const bool f16 = storage_dtype(t) == DType::F16 && !t.accumulate_allreduce_grads_in_fp32;
-    return f16 && device == Device::CPU ? DType::F16 : DType::F32;
+DType gradient_dtype(const TrainingConfig& t) {
+    return storage_dtype(t) == DType::F16 && !t.accumulate_allreduce_grads_in_fp32 ? DType::F16 : DType::F32;
 }
 
 }  // namespace mwb

@@ -44,11 +44,10 @@ int64_t global_batch_size_at(const Config& config, int64_t consumed_samples);
 int64_t iterations_for_samples(const Config& config);
 /// Element type activations and model weights are stored in (F32, BF16 or F16).
 DType storage_dtype(const TrainingConfig& training);
-/// Element type of the gradient arena ("main grads") on `device`: F16 in an fp16 run without
+/// Element type of the gradient arena ("main grads"), on every device: F16 in an fp16 run without
 /// accumulate_allreduce_grads_in_fp32, where Megatron-LM keeps main grads in the params' dtype, else
 /// F32 (bf16 forces the flag on). The one rule the model (GptModel's arena) and the planner
-/// (Precision::gradient) read. On CUDA F32 still: its kernels do not accumulate into f16 gradients yet,
-/// the step rounds the f32 arena to fp16 values instead (docs/gpu.md, "Missing"; docs/numerics.md).
-DType gradient_dtype(const TrainingConfig& training, Device device);
+/// (Precision::gradient) read (docs/numerics.md, "Gradients").
+DType gradient_dtype(const TrainingConfig& training);
 
 }  // namespace mwb

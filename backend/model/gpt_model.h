@@ -57,7 +57,7 @@ public:
     /// The whole model on one process (no communication). gradients = false: no gradient arena
     /// (inference: generation), grads() is then empty and backward must not run. grad_dtype: the
     /// gradient arena's dtype (mwb::gradient_dtype: F16 in fp16 runs without
-    /// accumulate_allreduce_grads_in_fp32 on the CPU, else F32).
+    /// accumulate_allreduce_grads_in_fp32, else F32).
     GptModel(const GptDims& dims, const RecomputePolicy& recompute, DType storage, OpContext& ctx, Allocator& alloc,
              bool gradients = true, DType grad_dtype = DType::F32);
     /// This rank's part: `partition` says which layers (and whether the embedding and head) it holds,

@@ -34,7 +34,7 @@ RunObjects::RunObjects(const Config& config, ParallelContext& context)
       tp(par.tp(), par.sp(), par.sequence_parallel(), ctx),
       distributed(cfg.parallel.use_distributed_optimizer),
       model(dims, partition, tp, RecomputePolicy::from_config(cfg.training), storage_dtype(cfg.training), ctx, alloc,
-            distributed ? par.dp_size() : 1, /*gradients=*/true, gradient_dtype(cfg.training, ctx.device)),
+            distributed ? par.dp_size() : 1, /*gradients=*/true, gradient_dtype(cfg.training)),
       reducer(model.layout(), model.grads(), par, dims.tied_output, distributed, cfg.parallel.ddp_bucket_size, ctx),
       runner(model, par),
       micro_batches(num_micro_batches(cfg, par.world_size())),

@@ -109,12 +109,8 @@ void TrainStep::run(Progress& p) {
                 return micro_batch(train_, p.consumed_samples, m, needs_tokens, it, grad_scale);
             },
             loss_sum());
-        // fp16 without accumulate_allreduce_grads_in_fp32: the arena is f16 itself on the CPU (each op
-        // rounded its sums into it); on CUDA it is f32 still, rounded to fp16 values here before the
-        // reduction (gradient_dtype, docs/numerics.md "Gradients").
-        if (o_.model.storage() != DType::F32 && !o_.cfg.training.accumulate_allreduce_grads_in_fp32 &&
-            o_.model.grads().dtype == DType::F32)
-            ops::round_to(o_.ctx, o_.model.grads(), o_.model.storage());
+        // fp16 without accumulate_allreduce_grads_in_fp32: the arena is f16 itself on both devices (each
+        // op rounded its sums into it; gradient_dtype, docs/numerics.md "Gradients").
         const auto t_reduce = Clock::now();
         o_.reducer.reduce();
         interval.reduce_s += seconds_since(t_reduce);

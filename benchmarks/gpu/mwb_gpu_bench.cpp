@@ -180,7 +180,9 @@ int main(int argc, char** argv) {
                                       ctx.gemm_inputs == DType::BF16);
         ctx.attention = attention.backend;
         Allocator alloc(Device::CUDA);
-        GptModel model(d, RecomputePolicy::from_config(cfg.training), storage, ctx, alloc);
+        // The gradient arena mwb-train allocates (f16 in fp16 runs without accumulate_allreduce_grads_in_fp32).
+        GptModel model(d, RecomputePolicy::from_config(cfg.training), storage, ctx, alloc, /*gradients=*/true,
+                       gradient_dtype(cfg.training));
         model.init_weights(1234);
         Optimizer opt(model.layout(), model.params(), model.grads(), cfg.training, storage, ctx, alloc);
 

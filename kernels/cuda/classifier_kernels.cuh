@@ -156,12 +156,23 @@ __global__ void k_ce_loss_sum(T* out, const float* lse, const float* target_logi
 /// Vocabulary rows per block of k_embedding_bwd (a block owns them and a tile of columns).
 constexpr int64_t kEmbeddingRowsPerBlock = 64;
 
+/// fp32 elements of scratch an f16 dtable (the f16 gradient arena) is widened into at a time: 64 MiB.
+constexpr int64_t kEmbeddingWidenElements = int64_t{16} << 20;
+/// Vocabulary rows of one such slice for a table of width h: whole blocks of kEmbeddingRowsPerBlock,
+/// at most max_elements floats, at least one block.
+constexpr int64_t embedding_slice_rows(int64_t h, int64_t max_elements) {
+    const int64_t blocks = max_elements / (h * kEmbeddingRowsPerBlock);
+    return (blocks > 0 ? blocks : 1) * kEmbeddingRowsPerBlock;
+}
+
 /// dtable (vocab, h) += Σ over the rows r with ids[r] − vocab_start = v of dout[r]. Block (x, y) owns
 /// vocabulary rows [y·64, y·64 + 64) and columns [x·blockDim·V, (x + 1)·blockDim·V): it walks every id
 /// in row order (staged through shared memory) and adds the rows that fall in its range, so each
 /// dtable element has one writer and sums its rows in row order — the CPU's order, bit for bit —
 /// while the grid covers vocabulary × columns instead of one thread per column.
-/// dout in storage S (an activation gradient, widened), dtable fp32 (the main gradient).
+/// dout in storage S (an activation gradient, widened), dtable fp32 (the main gradient; an f16 arena's
+/// table is widened into fp32 scratch by the launcher, a slice of vocabulary rows at a time, and
+/// narrowed after: one rounding per element per call, as the CPU op).
 template <int V, class S = storage::F32>
 __global__ void k_embedding_bwd(float* dtable, const typename S::type* dout, const int32_t* ids, int64_t rows,
                                 int64_t h, int64_t vocab, int64_t vocab_start) {
@@ -216,15 +227,16 @@ __global__ void k_pos_fwd(typename SO::type* out, const typename ST::type* wpe, 
     }
 }
 
-/// dwpe[s + offset] (fp32) += Σ_b dout[s, b] in b order; dout in S.
-template <class S>
-__global__ void k_pos_bwd(float* dwpe, const typename S::type* dout, int64_t s_len, int64_t b_len, int64_t h,
-                          int64_t offset) {
+/// dwpe[s + offset] += Σ_b dout[s, b] in b order; dout in S, dwpe in SW: fp32, or an f16 gradient (the
+/// f16 arena: widened, the batch's fp32 sum added to it, rounded once per call, as the CPU op).
+template <class S, class SW = storage::F32>
+__global__ void k_pos_bwd(typename SW::type* dwpe, const typename S::type* dout, int64_t s_len, int64_t b_len,
+                          int64_t h, int64_t offset) {
     for (int64_t i = kernel::first_index<int64_t>(); i < s_len * h; i += kernel::grid_stride<int64_t>()) {
         const int64_t s = i / h, c = i % h;
-        float acc = dwpe[(s + offset) * h + c];
+        float acc = SW::load(dwpe[(s + offset) * h + c]);
         for (int64_t b = 0; b < b_len; ++b) acc += S::load(dout[(s * b_len + b) * h + c]);
-        dwpe[(s + offset) * h + c] = acc;
+        dwpe[(s + offset) * h + c] = SW::store(acc);
     }
 }
 

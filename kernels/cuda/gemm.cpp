@@ -4,7 +4,9 @@
 // only when allowed and not deterministic), bf16/f16 inputs accumulate in fp32. 16-bit operands and
 // results are read and written directly (cublasGemmEx / cuBLASLt with 16-bit A, B, C/D): a 16-bit
 // result is rounded once, where the CPU's narrow() rounds (after the bias, before GELU's input is
-// stored); weight gradients stay fp32 (beta = 1 into the main gradient).
+// stored). Weight gradients accumulate with beta = 1 into the main gradient: fp32, or the f16 arena
+// (fp16 runs without accumulate_allreduce_grads_in_fp32: an f16 C with fp32 compute, each element's
+// fp32 sum rounded once per call; bias gradients summed in fp32 and added to the widened f16 value).
 #include "cuda_ops.h"
 #include "gemm_lt.h"
 #include "runtime.h"
@@ -16,6 +18,8 @@
 namespace mwb::cuda {
 
 namespace {
+
+static_assert(kLtTypeF32 == CUDA_R_32F, "gemm_lt_key.h's fp32 type");
 
 cudaDataType_t blas_type(const char* op, const TensorView& t) {
     switch (t.dtype) {
@@ -35,14 +39,15 @@ cublasComputeType_t compute_type(const TensorView& a, const TensorView& b) {
 
 /// C (M, N) = alpha·op(A)·op(B) + beta·C, row-major: the column-major call computes Cᵀ = op(B)ᵀ·op(A)ᵀ.
 /// A and B share a dtype (gemm_operands'); C is f32 or their 16-bit dtype (cuBLAS's combinations with
-/// fp32 compute). A 16-bit C of an f32 product is computed in f32 scratch and rounded once into C.
+/// fp32 compute). A 16-bit C of a product of another dtype (f32, or bf16 operands into the f16
+/// gradient arena) is computed in f32 scratch (beta·C widened into it) and rounded once into C.
 void gemm_rowmajor(cudaStream_t stream, const char* op, TensorView c, TensorView a, TensorView b, bool trans_a,
                    bool trans_b, float alpha, float beta) {
     const int64_t M = trans_a ? a.cols() : a.rows(), K = trans_a ? a.rows() : a.cols();
     const int64_t N = trans_b ? b.rows() : b.cols();  // shapes: checked by the dispatcher
     MWB_CHECK(a.dtype == b.dtype, "{}: a={} and b={} must have one dtype", op, a.describe(), b.describe());
     if (M == 0 || N == 0) return;
-    if (c.dtype != DType::F32 && a.dtype == DType::F32) {
+    if (c.dtype != DType::F32 && c.dtype != a.dtype) {
         TensorView staged = c;
         staged.dtype = DType::F32;
         staged.data = scratch(0, M * N * static_cast<int64_t>(sizeof(float)), stream);
@@ -51,8 +56,6 @@ void gemm_rowmajor(cudaStream_t stream, const char* op, TensorView c, TensorView
         convert(stream, c.dtype, c.data, DType::F32, staged.data, M * N);
         return;
     }
-    MWB_CHECK(c.dtype == DType::F32 || c.dtype == a.dtype, "{}: c={} must be f32 or the operands' {} on CUDA", op,
-              c.describe(), dtype_name(a.dtype));
     // cuBLAS wants leading dimensions >= 1 even when K == 0 (then C = beta·C, as on the CPU).
     const auto ld = [](int64_t cols) { return static_cast<int>(std::max<int64_t>(cols, 1)); };
     MWB_CUBLAS_CHECK(cublas().cublasGemmEx(cublas_handle(stream), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
@@ -63,9 +66,10 @@ void gemm_rowmajor(cudaStream_t stream, const char* op, TensorView c, TensorView
 }
 
 /// A row-major GEMM D (M, N) = op(A)·op(B) + beta·D through cuBLASLt with an epilogue (its plan cached
-/// per key, gemm_lt.cpp). `bias` (N floats, or M for BGradB) is read or written by the epilogue, `aux`
-/// (M, N) is the GELU epilogues' matrix. False, with nothing queued, when the epilogue cannot apply:
-/// the caller then runs the unfused sequence.
+/// per key, gemm_lt.cpp). `bias` (N elements, or M for BGradB) is read or written by the epilogue: of
+/// D's dtype when read, f32 scratch when written (a bias gradient), `aux` (M, N) is the GELU
+/// epilogues' matrix. False, with nothing queued, when the epilogue cannot apply: the caller then
+/// runs the unfused sequence.
 bool try_gemm_lt(cudaStream_t stream, const TensorView& d, const TensorView& a, const TensorView& b, bool trans_a,
                  bool trans_b, float beta, LtEpilogue epilogue, void* bias, const TensorView& aux) {
     const int64_t M = trans_a ? a.cols() : a.rows(), K = trans_a ? a.rows() : a.cols();
@@ -73,7 +77,10 @@ bool try_gemm_lt(cudaStream_t stream, const TensorView& d, const TensorView& a, 
     if (M == 0 || N == 0 || K == 0 || a.dtype != b.dtype) return false;
     // The epilogues read the bias with vector loads, and the aux matrix's leading dimension (N) must be
     // a multiple of 8 (cuBLASLt's rule); aux has D's dtype (the default cuBLASLt assumes), and so has
-    // the bias or bias gradient (cublasLt.h: "the same type as the elements of the output matrix").
+    // the bias (cublasLt.h: "the same type as the elements of the output matrix"). A bias gradient is
+    // asked for in fp32 (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE), also beside an f16 D (the f16 gradient
+    // arena's dw), so that it is added to the arena with one rounding; where cuBLASLt has no algorithm
+    // for that pair, the key is remembered unusable and the unfused path runs.
     if (lt_reads_bias(epilogue) && lt_alignment(reinterpret_cast<uintptr_t>(bias)) < 16) return false;
     if (d.dtype != DType::F32 && a.dtype != d.dtype) return false;
     if (lt_uses_aux(epilogue) &&
@@ -89,7 +96,7 @@ bool try_gemm_lt(cudaStream_t stream, const TensorView& d, const TensorView& a, 
     key.type_a = blas_type("cuBLASLt GEMM", b);
     key.type_b = blas_type("cuBLASLt GEMM", a);
     key.type_d = blas_type("cuBLASLt GEMM", d);
-    key.type_bias = blas_type("cuBLASLt GEMM", d);
+    key.type_bias = lt_bias_type(epilogue, blas_type("cuBLASLt GEMM", d));
     key.compute = compute_type(a, b);
     key.epilogue = epilogue;
     key.align_a = lt_alignment(reinterpret_cast<uintptr_t>(b.data));
@@ -107,10 +114,10 @@ bool gemm_lt_rowmajor(cudaStream_t stream, const TensorView& d, const TensorView
     return fused;
 }
 
-/// dbias (f32) += Σ_rows dy, dy f32 or 16-bit (widened).
+/// dbias += Σ_rows dy, dy f32 or 16-bit (widened); dbias f32 or f16 (the f16 gradient arena: the fp32
+/// sum added to the widened value, rounded once).
 void bias_gradient(cudaStream_t s, const TensorView& dbias, const TensorView& dy) {
-    require("linear_backward", "dbias", dbias, DType::F32);
-    column_sums_add(s, static_cast<float*>(dbias.data), dy.dtype, dy.data, dy.rows(), dy.cols());
+    column_sums_add(s, dbias, dy.dtype, dy.data, dy.rows(), dy.cols());
 }
 
 /// The GEMM operands of a and b, of one dtype (scratch slots `slot_a`, `slot_b` for conversions): with
@@ -155,15 +162,16 @@ void linear_forward_operands(cudaStream_t s, const TensorView& y, const TensorVi
 }
 
 /// dw += dyᵀ·x and dbias += Σ_rows dy: one GEMM with cuBLASLt's BGRADB epilogue (the bias gradient of
-/// its B operand, dy, into scratch, then added), else the GEMM and a column-sum kernel.
+/// its B operand, dy, into fp32 scratch, then added), else the GEMM and a column-sum kernel. dw and
+/// dbias f32, or both f16 (the f16 gradient arena).
 void weight_gradients(const OpContext& ctx, const TensorView& dw, const TensorView& dbias, const TensorView& dy,
                       const TensorView& x) {
     const cudaStream_t s = stream_of(ctx);
     const auto [dy_op, x_op] = gemm_operands(ctx, dy, x, 2, 3);
-    if (!dbias.empty() && dbias.dtype == DType::F32 && dw.dtype == DType::F32) {
+    if (!dbias.empty()) {
         float* partial = lt_bias_gradient_scratch(s, dbias.numel());
         if (gemm_lt_rowmajor(s, dw, dy_op, x_op, true, false, 1.0f, LtEpilogue::BGradB, partial)) {
-            column_sums_add(s, static_cast<float*>(dbias.data), partial, 1, dbias.numel());
+            column_sums_add(s, dbias, partial, 1, dbias.numel());
             return;
         }
     }
@@ -232,7 +240,7 @@ void linear_backward_gelu(OpContext& ctx, TensorView dpre, TensorView dpre_bias,
     } else {
         float* partial = lt_bias_gradient_scratch(s, dpre_bias.numel());
         fused = gemm_lt_rowmajor(s, dpre, dy_op, w_op, false, false, 0.0f, LtEpilogue::DGeluBGrad, partial, pre);
-        if (fused) column_sums_add(s, static_cast<float*>(dpre_bias.data), partial, 1, dpre_bias.numel());
+        if (fused) column_sums_add(s, dpre_bias, partial, 1, dpre_bias.numel());
     }
     if (fused) {
         round_to(ctx, dpre, storage);

@@ -31,6 +31,17 @@ constexpr bool lt_reads_bias(LtEpilogue e) {
     return e == LtEpilogue::Bias || e == LtEpilogue::GeluAuxBias;
 }
 
+/// cudaDataType_t's CUDA_R_32F (this header has no CUDA headers; gemm.cpp asserts the value).
+constexpr int kLtTypeF32 = 0;
+
+/// The bias vector's cudaDataType_t for epilogue `e` beside a D of `type_d`: D's for a bias the epilogue
+/// reads (cublasLt.h: "the same type as the elements of the output matrix"); fp32 for a bias gradient
+/// it writes, also beside a 16-bit D (an f16 gradient arena's dw): it goes to fp32 scratch and is added
+/// to the f32 or f16 dbias with one rounding (gemm.cpp).
+constexpr int lt_bias_type(LtEpilogue e, int type_d) {
+    return lt_writes_bias_gradient(e) ? kLtTypeF32 : type_d;
+}
+
 /// The largest power of two up to 256 that divides `address` (256 for 0): what cuBLASLt's heuristic is
 /// told about each operand (its MIN_ALIGNMENT preferences), and what a plan is keyed on.
 constexpr uint32_t lt_alignment(uintptr_t address) {

@@ -3,9 +3,9 @@
 // forward and backward (one block per row, a fixed tree over the row), the column sums of bias and
 // norm-parameter gradients (fixed chunks of kRowChunk rows, then the chunks in order) and the bias
 // add of the unfused linear layers. Activations (x, y, dy, dx) in storage S, the norm's weights in W
-// (storage.cuh), loaded and widened; statistics (mean, rstd) and parameter gradients in fp32; fp32
-// arithmetic and one rounding per stored element, where the CPU op rounds. No atomics: bit-identical
-// run to run. Plain CUDA C++ without runtime calls, so that test_kernels_norm_emulated runs this
+// (storage.cuh), loaded and widened; statistics (mean, rstd) in fp32, parameter gradients in fp32 or
+// f16 (k_sum_partials' SO); fp32 arithmetic and one rounding per stored element, where the CPU op
+// rounds. No atomics: bit-identical run to run. Plain CUDA C++ without runtime calls, so that test_kernels_norm_emulated runs this
 // source on CPU threads.
 #include "kernel_common.cuh"
 #include "storage.cuh"
@@ -33,14 +33,14 @@ __global__ void k_column_partials(const typename S::type* x, int64_t rows, int64
     partial[blockIdx.y * cols + c] = s;
 }
 
-/// out[c] += Σ_k partial[k, c] for the `chunks` partials in order (T = float; a template so that
-/// tests can include this header beside the library's instance).
-template <class T>
-__global__ void k_sum_partials(T* out, const T* partial, int64_t chunks, int64_t cols) {
+/// out[c] += Σ_k partial[k, c] for the `chunks` partials in order; out in storage SO: f32, or an f16
+/// parameter gradient (the f16 gradient arena: widened, the fp32 sum added, rounded once per call).
+template <class SO = storage::F32>
+__global__ void k_sum_partials(typename SO::type* out, const float* partial, int64_t chunks, int64_t cols) {
     for (int64_t c = first_index<int64_t>(); c < cols; c += grid_stride<int64_t>()) {
-        T s = 0;
+        float s = 0;
         for (int64_t k = 0; k < chunks; ++k) s += partial[k * cols + c];
-        out[c] += s;
+        out[c] = SO::store(SO::load(out[c]) + s);
     }
 }
 

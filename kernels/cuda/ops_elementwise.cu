@@ -122,11 +122,12 @@ void launched(const char* op) { check_launch(op); }
 
 // ---- host entry points ------------------------------------------------------------------------------
 
-void column_sums_add(cudaStream_t stream, float* out, const float* x, int64_t rows, int64_t cols) {
+void column_sums_add(cudaStream_t stream, const TensorView& out, const float* x, int64_t rows, int64_t cols) {
     column_sums_add(stream, out, DType::F32, x, rows, cols);
 }
 
-void column_sums_add(cudaStream_t stream, float* out, DType x_dtype, const void* x, int64_t rows, int64_t cols) {
+void column_sums_add(cudaStream_t stream, const TensorView& out, DType x_dtype, const void* x, int64_t rows,
+                     int64_t cols) {
     if (rows == 0 || cols == 0) return;
     const int64_t chunks = (rows + kRowChunk - 1) / kRowChunk;
     MWB_CHECK(chunks <= 65535, "column sums: {} rows exceed the {} a launch covers", rows, 65535 * kRowChunk);
@@ -136,7 +137,10 @@ void column_sums_add(cudaStream_t stream, float* out, DType x_dtype, const void*
         using S = decltype(sx);
         norm::k_column_partials<S><<<grid, 128, 0, stream>>>(static_cast<const typename S::type*>(x), rows, cols, partial);
     });
-    norm::k_sum_partials<<<blocks_for(cols), kThreads, 0, stream>>>(out, partial, chunks, cols);
+    with_storage(out.dtype, [&](auto so) {  // f32, or an f16 gradient
+        using SO = decltype(so);
+        norm::k_sum_partials<SO><<<blocks_for(cols), kThreads, 0, stream>>>(elements<SO>(out), partial, chunks, cols);
+    });
     launched("column sums");
 }
 
@@ -316,27 +320,51 @@ void embedding_forward(OpContext& ctx, TensorView out, TensorView ids, TensorVie
     launched("embedding_forward");
 }
 
-void embedding_backward(OpContext& ctx, TensorView dtable, TensorView dout, TensorView ids, int64_t vocab_start) {
-    const int64_t rows = ids.numel(), h = dtable.dim(1), vocab = dtable.dim(0);
-    if (rows * h == 0) return;
+namespace {
+/// k_embedding_bwd over an fp32 dtable (vocab, h) whose row 0 is vocabulary id vocab_start.
+void embedding_backward_f32(cudaStream_t stream, float* dtable, const TensorView& dout, const TensorView& ids,
+                            int64_t vocab, int64_t h, int64_t vocab_start) {
+    const int64_t rows = ids.numel();
     const int64_t vocab_blocks = (vocab + classifier::kEmbeddingRowsPerBlock - 1) / classifier::kEmbeddingRowsPerBlock;
     MWB_CHECK(vocab_blocks <= 65535, "embedding_backward: a vocabulary of {} rows exceeds the {} a launch covers",
               vocab, 65535 * classifier::kEmbeddingRowsPerBlock);
     with_storage(dout.dtype, [&](auto sd) {
         using S = decltype(sd);
         // 4 columns per thread: 16 bytes of the fp32 dtable, 16 or 8 of dout.
-        const bool wide = h % 4 == 0 && kernel::aligned16(dtable.data) &&
+        const bool wide = h % 4 == 0 && kernel::aligned16(dtable) &&
                           storage::aligned_to(4 * static_cast<int64_t>(sizeof(typename S::type)), dout.data);
         const int per_thread = wide ? 4 : 1;
         const dim3 grid(static_cast<unsigned>((h + kThreads * per_thread - 1) / (kThreads * per_thread)),
                         static_cast<unsigned>(vocab_blocks));
         if (wide)
-            classifier::k_embedding_bwd<4, S><<<grid, kThreads, 0, stream_of(ctx)>>>(mf(dtable), elements<S>(dout),
-                                                                                  ci(ids), rows, h, vocab, vocab_start);
+            classifier::k_embedding_bwd<4, S><<<grid, kThreads, 0, stream>>>(dtable, elements<S>(dout), ci(ids), rows,
+                                                                          h, vocab, vocab_start);
         else
-            classifier::k_embedding_bwd<1, S><<<grid, kThreads, 0, stream_of(ctx)>>>(mf(dtable), elements<S>(dout),
-                                                                                  ci(ids), rows, h, vocab, vocab_start);
+            classifier::k_embedding_bwd<1, S><<<grid, kThreads, 0, stream>>>(dtable, elements<S>(dout), ci(ids), rows,
+                                                                          h, vocab, vocab_start);
     });
+}
+}  // namespace
+
+void embedding_backward(OpContext& ctx, TensorView dtable, TensorView dout, TensorView ids, int64_t vocab_start) {
+    const int64_t rows = ids.numel(), h = dtable.dim(1), vocab = dtable.dim(0);
+    if (rows * h == 0) return;
+    const cudaStream_t s = stream_of(ctx);
+    if (dtable.dtype == DType::F32) {
+        embedding_backward_f32(s, mf(dtable), dout, ids, vocab, h, vocab_start);
+    } else {
+        // An f16 table (the f16 gradient arena): slices of vocabulary rows widened into fp32 scratch
+        // (slot 0), accumulated there by the fp32 kernel, narrowed back: each element rounded once.
+        const int64_t slice = classifier::embedding_slice_rows(h, classifier::kEmbeddingWidenElements);
+        auto* table = static_cast<uint16_t*>(dtable.data);
+        for (int64_t v0 = 0; v0 < vocab; v0 += slice) {
+            const int64_t n = std::min(slice, vocab - v0) * h;
+            auto* wide = static_cast<float*>(scratch(0, n * static_cast<int64_t>(sizeof(float)), s));
+            convert(s, DType::F32, wide, dtable.dtype, table + v0 * h, n);
+            embedding_backward_f32(s, wide, dout, ids, n / h, h, vocab_start + v0);
+            convert(s, dtable.dtype, table + v0 * h, DType::F32, wide, n);
+        }
+    }
     launched("embedding_backward");
 }
 
@@ -353,10 +381,11 @@ void position_embedding_forward(OpContext& ctx, TensorView out, TensorView wpe, 
 
 void position_embedding_backward(OpContext& ctx, TensorView dwpe, TensorView dout, int64_t position_offset) {
     if (dout.numel() == 0) return;
-    with_storage(dout.dtype, [&](auto sd) {
+    with_storages(dout.dtype, dwpe.dtype, [&](auto sd, auto sw) {  // dwpe f32, or an f16 gradient
         using S = decltype(sd);
-        classifier::k_pos_bwd<S><<<blocks_for(dout.dim(0) * dout.dim(2)), kThreads, 0, stream_of(ctx)>>>(
-            mf(dwpe), elements<S>(dout), dout.dim(0), dout.dim(1), dout.dim(2), position_offset);
+        using SW = decltype(sw);
+        classifier::k_pos_bwd<S, SW><<<blocks_for(dout.dim(0) * dout.dim(2)), kThreads, 0, stream_of(ctx)>>>(
+            elements<SW>(dwpe), elements<S>(dout), dout.dim(0), dout.dim(1), dout.dim(2), position_offset);
     });
     launched("position_embedding_backward");
 }
@@ -374,18 +403,25 @@ void with_norm_storages(const char* op, const TensorView& x, const TensorView& l
     with_storages(x.dtype, w.dtype, f);
 }
 
-/// dw (+ db when given) += Σ over rows of the norm's parameter gradient, in fixed row chunks.
+/// dw (+ db when given) += Σ over rows of the norm's parameter gradient, in fixed row chunks; dw and db
+/// f32, or f16 (the f16 gradient arena: the chunks' fp32 sum added to the widened value, rounded once).
 template <class S>
-void norm_param_grads(cudaStream_t s, float* dw, float* db, const typename S::type* dout, const typename S::type* x,
-                      const float* mean, const float* rstd, int64_t rows, int64_t h) {
+void norm_param_grads(cudaStream_t s, const TensorView& dw, const TensorView& db, const typename S::type* dout,
+                      const typename S::type* x, const float* mean, const float* rstd, int64_t rows, int64_t h) {
     const int64_t chunks = (rows + kRowChunk - 1) / kRowChunk;
     MWB_CHECK(chunks <= 65535, "norm backward: {} rows exceed the {} a launch covers", rows, 65535 * kRowChunk);
     float* pw = static_cast<float*>(scratch(0, 2 * chunks * h * static_cast<int64_t>(sizeof(float)), s));
-    float* pb = db ? pw + chunks * h : nullptr;
+    float* pb = db.empty() ? nullptr : pw + chunks * h;
     const dim3 grid(static_cast<unsigned>((h + 127) / 128), static_cast<unsigned>(chunks));
     norm::k_norm_bwd_partials<S><<<grid, 128, 0, s>>>(pw, pb, dout, x, mean, rstd, rows, h);
-    norm::k_sum_partials<<<blocks_for(h), kThreads, 0, s>>>(dw, pw, chunks, h);
-    if (db) norm::k_sum_partials<<<blocks_for(h), kThreads, 0, s>>>(db, pb, chunks, h);
+    const auto sum = [&](const TensorView& out, const float* partial) {
+        with_storage(out.dtype, [&](auto so) {
+            using SO = decltype(so);
+            norm::k_sum_partials<SO><<<blocks_for(h), kThreads, 0, s>>>(elements<SO>(out), partial, chunks, h);
+        });
+    };
+    sum(dw, pw);
+    if (pb) sum(db, pb);
 }
 }  // namespace
 
@@ -410,8 +446,8 @@ void layernorm_backward(OpContext& ctx, TensorView dx, TensorView dw, TensorView
         using S = decltype(sx);
         using W = decltype(sw);
         // Parameter gradients first (dx may alias dout).
-        norm_param_grads<S>(stream_of(ctx), mf(dw), mf(db), elements<S>(dout), elements<S>(x), cf(mean), cf(rstd),
-                            x.rows(), x.cols());
+        norm_param_grads<S>(stream_of(ctx), dw, db, elements<S>(dout), elements<S>(x), cf(mean), cf(rstd), x.rows(),
+                            x.cols());
         norm::k_norm_bwd_dx<S, W><<<static_cast<unsigned>(x.rows()), kNormThreads, 0, stream_of(ctx)>>>(
             elements<S>(dx), elements<S>(dout), elements<S>(x), cf(mean), cf(rstd), elements<W>(w), x.cols(),
             accumulate_dx ? 1 : 0);
@@ -438,8 +474,8 @@ void rmsnorm_backward(OpContext& ctx, TensorView dx, TensorView dw, TensorView d
     with_norm_storages("rmsnorm_backward", x, dx, w, {}, [&](auto sx, auto sw) {
         using S = decltype(sx);
         using W = decltype(sw);
-        norm_param_grads<S>(stream_of(ctx), mf(dw), nullptr, elements<S>(dout), elements<S>(x), nullptr, cf(rstd),
-                            x.rows(), x.cols());
+        norm_param_grads<S>(stream_of(ctx), dw, {}, elements<S>(dout), elements<S>(x), nullptr, cf(rstd), x.rows(),
+                            x.cols());
         norm::k_norm_bwd_dx<S, W><<<static_cast<unsigned>(x.rows()), kNormThreads, 0, stream_of(ctx)>>>(
             elements<S>(dx), elements<S>(dout), elements<S>(x), nullptr, cf(rstd), elements<W>(w), x.cols(),
             accumulate_dx ? 1 : 0);

@@ -62,9 +62,11 @@ void require(const char* op, const char* name, const TensorView& t, DType dtype,
 
 namespace mwb::cuda {
 /// out[c] += Σ_r x[r, c], summed over fixed 256-row chunks and then the chunks in order (no atomics);
-/// x f32, or of `x_dtype` (f32, bf16, f16: widened).
-void column_sums_add(cudaStream_t stream, float* out, const float* x, int64_t rows, int64_t cols);
-void column_sums_add(cudaStream_t stream, float* out, DType x_dtype, const void* x, int64_t rows, int64_t cols);
+/// x f32, or of `x_dtype` (f32, bf16, f16: widened); out (cols elements) f32, or an f16 gradient
+/// (the f16 arena: its value widened, the fp32 sum added, rounded once).
+void column_sums_add(cudaStream_t stream, const TensorView& out, const float* x, int64_t rows, int64_t cols);
+void column_sums_add(cudaStream_t stream, const TensorView& out, DType x_dtype, const void* x, int64_t rows,
+                     int64_t cols);
 /// y[r, c] = in[r, c] + bias[c] for row-major y (rows, cols) of f32, bf16 or f16 (rounded once): `in`
 /// holds the f32 GEMM result (y itself when y is f32); the bias f32 or of y's dtype.
 void add_bias_rows(cudaStream_t stream, const TensorView& y, const float* in, const TensorView& bias);

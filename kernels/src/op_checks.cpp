@@ -103,17 +103,17 @@ bool takes_16bit(const char* op, Device device) {
 /// The ops whose kernels accumulate parameter gradients into an f16 arena (Args::gradient), per device:
 /// each call's sum computed in fp32 and rounded once into the f16 element (what cuBLAS does with an f16
 /// C, beta = 1 and fp32 compute). The arena is f16 in fp16 runs without accumulate_allreduce_grads_in_fp32
-/// (mwb::gradient_dtype, backend/config/validate.h): on the CPU so far (docs/gpu.md, "Missing").
+/// (mwb::gradient_dtype, backend/config/validate.h), on both devices.
 /// fill, scale and copy (zeroing, the data-parallel mean, the shard's move) and adamw_update's grad
 /// take it through kSixteenBitOps.
 constexpr SixteenBit kF16GradientOps[] = {
     // op                          cpu    cuda
-    {"linear_backward", true, false},
-    {"linear_backward_gelu", true, false},
-    {"embedding_backward", true, false},
-    {"position_embedding_backward", true, false},
-    {"layernorm_backward", true, false},
-    {"rmsnorm_backward", true, false},
+    {"linear_backward", true, true},       // dw: an f16 C (gemm.cpp); dbias: fp32 column sums added once
+    {"linear_backward_gelu", true, true},  // the same, and fc1's bias gradient
+    {"embedding_backward", true, true},    // the table widened into fp32 scratch a slice at a time
+    {"position_embedding_backward", true, true},
+    {"layernorm_backward", true, true},  // k_sum_partials' f16 output (norm_kernels.cuh)
+    {"rmsnorm_backward", true, true},
     {"sum_squares_ranges", true, true},  // the gradient norm (grad_norm_kernels.cuh reads f16)
 };
 

@@ -67,10 +67,9 @@ Precision Precision::from(const TrainingConfig& t, const DeviceSpec& device) {
     // The weights' working copy is a 16-bit arena on every device (the CPU's kernels take 16-bit weights).
     p.weight = 2;
     // Main grads: the engine's rule (gradient_dtype): 2 bytes in fp16 runs without
-    // accumulate_allreduce_grads_in_fp32 where the arena is f16 (the CPU; CUDA's is f32 still), else 4
-    // (docs/numerics.md, "Gradients"; docs/memory.md).
-    p.gradient = static_cast<int>(
-        dtype_size(gradient_dtype(t, device.emulated_16bit ? Device::CPU : Device::CUDA)));
+    // accumulate_allreduce_grads_in_fp32 (an f16 arena on every device), else 4 (docs/numerics.md,
+    // "Gradients"; docs/memory.md).
+    p.gradient = static_cast<int>(dtype_size(gradient_dtype(t)));
     // probs stays 4 on every device: attention's saved log-sum-exps are fp32 on a GPU too.
     if (device.emulated_16bit) return p;  // the CPU: logits and sums stay fp32
     p.logits = 2;

@@ -7,13 +7,19 @@
 // the scalar (V = 1) kernels run. On 16-bit views (bf16, f16): the embedding backward of a 16-bit
 // dout is the CPU op on its values bit for bit; the embedding and position-embedding forward into a
 // 16-bit out (f32 or 16-bit tables) store each value rounded once, and the position backward sums a
-// 16-bit dout as the CPU op sums its values. No GPU.
+// 16-bit dout as the CPU op sums its values. Into an f16 gradient arena (fp16 runs without
+// accumulate_allreduce_grads_in_fp32): the position backward (k_pos_bwd's f16 table) and the word
+// embedding backward as its launcher runs it (slices of 64-row blocks widened into fp32, the fp32
+// kernel, narrowed) bit for bit against the CPU op on the same f16 table (itself held to the fp32 sum
+// rounded once by an independent encoder in test_kernels_f16_gradients), and against that fp32 sum
+// rounded once by the compiler's _Float16 here. No GPU.
 #include "cuda_emulation.h"
 
 #include "classifier_kernels.cuh"
 #include "emulated_storage.h"
 
 #include "mwb/kernels/ops.h"
+#include "support/precision_ref.h"
 #include "support/qt_checks.h"
 #include "support/reference.h"
 
@@ -228,7 +234,91 @@ class TestClassifierEmulated : public QObject {
         MWB_VERIFY_BITWISE(dwpe, dwpe_cpu);
     }
 
+    /// x's values rounded once to fp16 by the compiler (_Float16), and how many needed it.
+    static std::vector<float> rounded_once(std::vector<float> x, int& rounded) {
+        for (float& v : x) {
+            rounded += mwb::test::fp16_ref(v) != v;
+            v = mwb::test::fp16_ref(v);
+        }
+        return x;
+    }
+
+    /// Word and position embedding backward into f16 tables from a dout in storage S; the launcher widens
+    /// the word table embedding_slice_rows(h, max_elements) vocabulary rows at a time (max_elements:
+    /// kEmbeddingWidenElements there, smaller here so that small tables take several slices).
+    template <int V, class S>
+    static void f16_gradient_case(int64_t rows, int64_t vocab, int64_t h, int64_t vocab_start, int64_t max_elements) {
+        const int64_t slice_rows = cl::embedding_slice_rows(h, max_elements);
+        const std::vector<float> dvals = random_floats(static_cast<std::size_t>(rows * h), 41, -1, 1);
+        std::vector<typename S::type> d(dvals.size());
+        if constexpr (std::is_same_v<S, st::F32>)
+            d = dvals;
+        else
+            d = encode16(S::dtype, dvals);
+        std::vector<int32_t> ids(rows);
+        for (int64_t r = 0; r < rows; ++r)  // repeats (each row of the table summed over several) and outsiders
+            ids[r] = r % 3 == 0 ? static_cast<int32_t>(vocab_start + 5) : static_cast<int32_t>((r * 29) % (vocab + 30));
+        const std::vector<uint16_t> table0 = encode16(DType::F16, random_floats(static_cast<std::size_t>(vocab * h), 42, -8, 8));
+        // The launcher's sequence: slices widened, the fp32 kernel with the slice's vocab_start, narrowed.
+        std::vector<uint16_t> got = table0;
+        for (int64_t v0 = 0; v0 < vocab; v0 += slice_rows) {
+            const int64_t n = std::min(slice_rows, vocab - v0);
+            std::vector<uint16_t> part(got.begin() + v0 * h, got.begin() + (v0 + n) * h);
+            std::vector<float> wide = decode16(DType::F16, part);
+            const unsigned gx = static_cast<unsigned>((h + kThreads * V - 1) / (kThreads * V));
+            const unsigned gy = static_cast<unsigned>((n + cl::kEmbeddingRowsPerBlock - 1) / cl::kEmbeddingRowsPerBlock);
+            emu::launch(gx, gy, kThreads, [&] {
+                cl::k_embedding_bwd<V, S>(wide.data(), d.data(), ids.data(), rows, h, n, vocab_start + v0);
+            });
+            part = encode16(DType::F16, wide);
+            std::copy(part.begin(), part.end(), got.begin() + v0 * h);
+        }
+        mwb::OpContext ctx;
+        std::vector<uint16_t> cpu = table0;
+        const auto dview = [&](std::initializer_list<int64_t> shape) { return mwb::make_view(d.data(), S::dtype, shape); };
+        mwb::ops::embedding_backward(ctx, mwb::make_view(cpu.data(), DType::F16, {vocab, h}), dview({rows, h}),
+                                     mwb::view_i32(ids.data(), {rows}), vocab_start);
+        QCOMPARE(got, cpu);
+        // The fp32 sum (table + every matching row, in row order) rounded once.
+        std::vector<float> sum = decode16(DType::F16, table0);
+        const std::vector<float> dv = std::is_same_v<S, st::F32> ? dvals : decode16(S::dtype, encode16(S::dtype, dvals));
+        for (int64_t r = 0; r < rows; ++r) {
+            const int64_t local = ids[r] - vocab_start;
+            if (local < 0 || local >= vocab) continue;
+            for (int64_t c = 0; c < h; ++c) sum[local * h + c] += dv[r * h + c];
+        }
+        int rounded = 0;
+        MWB_VERIFY_BITWISE(decode16(DType::F16, got), rounded_once(sum, rounded));
+        QVERIFY(rounded > 0);
+        // Position embedding: dwpe (P, h) f16 += Σ_b dout[s, b] over (S_len, B) = rows.
+        const int64_t B = 4, S_len = rows / B, P = S_len + 3, offset = 2;
+        const std::vector<uint16_t> wpe0 = encode16(DType::F16, random_floats(static_cast<std::size_t>(P * h), 43, -8, 8));
+        std::vector<uint16_t> dwpe = wpe0, dwpe_cpu = wpe0;
+        emu::launch(2, 1, kThreads, [&] { cl::k_pos_bwd<S, st::F16>(dwpe.data(), d.data(), S_len, B, h, offset); });
+        mwb::ops::position_embedding_backward(ctx, mwb::make_view(dwpe_cpu.data(), DType::F16, {P, h}),
+                                              dview({S_len, B, h}), offset);
+        QCOMPARE(dwpe, dwpe_cpu);
+        std::vector<float> psum = decode16(DType::F16, wpe0);
+        for (int64_t s_ = 0; s_ < S_len; ++s_)
+            for (int64_t c = 0; c < h; ++c)
+                for (int64_t b_ = 0; b_ < B; ++b_) psum[(s_ + offset) * h + c] += dv[(s_ * B + b_) * h + c];
+        rounded = 0;
+        MWB_VERIFY_BITWISE(decode16(DType::F16, dwpe), rounded_once(psum, rounded));
+        QVERIFY(rounded > 0);
+    }
+
 private slots:
+    void gradients_into_an_f16_arena() {
+        // Slices: whole 64-row blocks within the bound, at least one block.
+        QCOMPARE(cl::embedding_slice_rows(2048, cl::kEmbeddingWidenElements), int64_t{8192});  // 64 MiB
+        QCOMPARE(cl::embedding_slice_rows(40, 128 * 40 + 39), int64_t{128});
+        QCOMPARE(cl::embedding_slice_rows(40, 127 * 40), int64_t{64});
+        QCOMPARE(cl::embedding_slice_rows(int64_t{1} << 20, cl::kEmbeddingWidenElements), int64_t{64});
+        f16_gradient_case<4, st::F16>(1200, 300, 40, 10, 128 * 40);  // three slices, the last partial; two staging passes
+        f16_gradient_case<1, st::F16>(64, 150, 37, 0, 64 * 37);
+        f16_gradient_case<4, st::F32>(48, 100, 8, 30, cl::kEmbeddingWidenElements);  // one slice
+    }
+
     void embeddings_on_16bit_views() {
         embedding_case_16bit<4, st::BF16>(1500, 150, 40, 0);
         embedding_case_16bit<1, st::F16>(300, 100, 37, 50);

@@ -407,7 +407,7 @@ private slots:
         QVERIFY(!takes_bf16(Device::CUDA, "attention_forward", {2}));  // qkv alone: out must match it
     }
     /// op_checks.cpp's kF16GradientOps: the parameter-gradient arguments that take the f16 gradient
-    /// arena (fp16 runs without accumulate_allreduce_grads_in_fp32), on the CPU only so far; never bf16.
+    /// arena (fp16 runs without accumulate_allreduce_grads_in_fp32), on both devices; never bf16.
     void f16_gradients_follow_the_table() {
         struct Grad {
             const char* op;
@@ -422,17 +422,16 @@ private slots:
             {"layernorm_backward", {1, 2}},     // dw, db
             {"rmsnorm_backward", {1}},          // dw
         };
-        for (const Grad& g : grads) {
-            QVERIFY2(takes_dtype(Device::CPU, g.op, g.args, DType::F16), g.op);
-            QVERIFY2(!takes_dtype(Device::CPU, g.op, g.args, DType::BF16), g.op);
-            QVERIFY2(!takes_dtype(Device::CUDA, g.op, g.args, DType::F16), g.op);
-        }
-        // The gradient norm reads an f16 arena on both devices (the CUDA kernel is templated on it).
         for (const Device d : {Device::CPU, Device::CUDA}) {
+            for (const Grad& g : grads) {
+                QVERIFY2(takes_dtype(d, g.op, g.args, DType::F16), g.op);
+                QVERIFY2(!takes_dtype(d, g.op, g.args, DType::BF16), g.op);
+            }
+            // The gradient norm reads an f16 arena too.
             QVERIFY(takes_dtype(d, "sum_squares_ranges", {1}, DType::F16));
             QVERIFY(!takes_dtype(d, "sum_squares_ranges", {1}, DType::BF16));
+            QVERIFY(!takes_dtype(d, "layernorm_backward", {5}, DType::F16));  // mean stays f32
         }
-        QVERIFY(!takes_dtype(Device::CPU, "layernorm_backward", {5}, DType::F16));  // mean stays f32
     }
 
     void scalar_arguments_are_named() {

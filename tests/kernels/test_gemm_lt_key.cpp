@@ -106,6 +106,26 @@ private slots:
             QVERIFY(lt_uses_aux(e));
         for (LtEpilogue e : {LtEpilogue::Default, LtEpilogue::Bias, LtEpilogue::BGradB}) QVERIFY(!lt_uses_aux(e));
     }
+
+    void bias_gradients_are_fp32_beside_any_output() {
+        constexpr int f16 = 2, bf16 = 14;  // CUDA_R_16F, CUDA_R_16BF
+        // A bias the epilogue reads has D's type; a bias gradient it writes is fp32 (scratch), also beside
+        // the f16 D of an f16 gradient arena's weight gradient.
+        QCOMPARE(lt_bias_type(LtEpilogue::Bias, bf16), bf16);
+        QCOMPARE(lt_bias_type(LtEpilogue::GeluAuxBias, f16), f16);
+        QCOMPARE(lt_bias_type(LtEpilogue::BGradB, f16), kLtTypeF32);
+        QCOMPARE(lt_bias_type(LtEpilogue::DGeluBGrad, bf16), kLtTypeF32);
+        QCOMPARE(lt_bias_type(LtEpilogue::BGradB, kLtTypeF32), kLtTypeF32);
+        // An f16 D is its own plan beside an f32 D of the same shape and epilogue (C's dtype is in the key).
+        LtKey a = base(), b = base();
+        a.epilogue = b.epilogue = LtEpilogue::BGradB;
+        b.type_d = f16;
+        a.type_bias = lt_bias_type(a.epilogue, a.type_d);
+        b.type_bias = lt_bias_type(b.epilogue, b.type_d);
+        QCOMPARE(a.type_bias, b.type_bias);
+        QVERIFY(!(a == b));
+        QVERIFY(LtKeyHash{}(a) != LtKeyHash{}(b));
+    }
 };
 
 QTEST_APPLESS_MAIN(TestGemmLtKey)

@@ -4,13 +4,17 @@
 // bias add, with activations in f32, bf16 and f16 and weights in f32 or the activations' dtype: the
 // 16-bit kernels bit for bit against the same kernels on the f32 values, rounded after (an emulated
 // 16-bit run: statistics and parameter gradients equal, each stored element rounded once), and the
-// f32 kernels against the CPU ops (another summation order: to rounding). No GPU.
+// f32 kernels against the CPU ops (another summation order: to rounding). Parameter gradients into an
+// f16 gradient arena (fp16 runs without accumulate_allreduce_grads_in_fp32): the f32 kernels' sums
+// (the arena's values + this call's chunks) rounded once by the compiler's _Float16, bit for bit, and
+// the CPU op on the same f16 arena within one fp16 step (its rows summed in another order). No GPU.
 #include "cuda_emulation.h"
 
 #include "emulated_storage.h"
 #include "norm_kernels.cuh"
 
 #include "mwb/kernels/ops.h"
+#include "support/precision_ref.h"
 #include "support/qt_checks.h"
 #include "support/reference.h"
 
@@ -182,6 +186,72 @@ private slots:
             MWB_VERIFY_ERROR(normwise_error(got.out, mwb::test::to_double(out)), 1e-5);
             MWB_VERIFY_ERROR(normwise_error(got.dx, mwb::test::to_double(dx)), 1e-5);
             MWB_VERIFY_ERROR(normwise_error(got.dw, mwb::test::to_double(dw)), 1e-5);
+        }
+    }
+
+    /// gamma (and beta) gradients of a norm over f16 activations added into an f16 arena by
+    /// k_sum_partials<F16>, as norm_param_grads launches it.
+    void parameter_gradients_into_an_f16_arena() {
+        const int64_t rows = kTwoChunks, n = rows * kCols, chunks = (rows + nk::kRowChunk - 1) / nk::kRowChunk;
+        using S = st::F16;
+        const Tensor<S> x = make<S>(random_floats(n, 31, -3, 5)), dout = make<S>(random_floats(n, 32, -1, 1));
+        std::vector<float> w = random_floats(kCols, 33, 0.5f, 1.5f), b = random_floats(kCols, 34, -0.5f, 0.5f);
+        for (bool layer : {true, false}) {
+            // Statistics from the forward kernel (what the backward reads).
+            std::vector<typename S::type> out(n);
+            std::vector<float> mean(rows), rstd(rows);
+            if (layer)
+                emu::launch(rows, 1, kRowThreads, [&] {
+                    nk::k_layernorm_fwd<S, st::F32>(out.data(), mean.data(), rstd.data(), x.raw.data(), w.data(),
+                                                    b.data(), kCols, 1e-5f);
+                });
+            else
+                emu::launch(rows, 1, kRowThreads, [&] {
+                    nk::k_rmsnorm_fwd<S, st::F32>(out.data(), rstd.data(), x.raw.data(), w.data(), kCols, 1e-6f);
+                });
+            const float* m = layer ? mean.data() : nullptr;
+            std::vector<float> pw(chunks * kCols), pb(chunks * kCols);
+            emu::launch(static_cast<unsigned>((kCols + 127) / 128), static_cast<unsigned>(chunks), 128, [&] {
+                nk::k_norm_bwd_partials<S>(pw.data(), layer ? pb.data() : nullptr, dout.raw.data(), x.raw.data(), m,
+                                           rstd.data(), rows, kCols);
+            });
+            // The arena's earlier values (an earlier micro-batch), of a size the sums' ulps matter against.
+            const std::vector<uint16_t> dw0 = encode16(DType::F16, random_floats(kCols, 35, -40, 40)),
+                                        db0 = encode16(DType::F16, random_floats(kCols, 36, -40, 40));
+            std::vector<uint16_t> dw = dw0, db = db0;
+            emu::launch(2, 1, 64, [&] { nk::k_sum_partials<st::F16>(dw.data(), pw.data(), chunks, kCols); });
+            if (layer) emu::launch(2, 1, 64, [&] { nk::k_sum_partials<st::F16>(db.data(), pb.data(), chunks, kCols); });
+            // Reference 1: the f32 kernel from the arena's values, rounded once by _Float16.
+            int rounded = 0;  // elements whose fp32 sum needed its rounding (else none and once look alike)
+            const auto once = [&](const std::vector<uint16_t>& start, std::vector<float>& partial) {
+                std::vector<float> acc = decode16(DType::F16, start);
+                emu::launch(2, 1, 64, [&] { nk::k_sum_partials(acc.data(), partial.data(), chunks, kCols); });
+                for (float& v : acc) {
+                    rounded += mwb::test::fp16_ref(v) != v;
+                    v = mwb::test::fp16_ref(v);
+                }
+                return acc;
+            };
+            MWB_VERIFY_BITWISE(decode16(DType::F16, dw), once(dw0, pw));
+            if (layer) MWB_VERIFY_BITWISE(decode16(DType::F16, db), once(db0, pb));
+            QVERIFY(rounded > kCols / 2);
+            // Reference 2: the CPU op on the same f16 arena (rows in another order: within one step).
+            mwb::OpContext ctx;
+            std::vector<uint16_t> cdw = dw0, cdb = db0, dx(n);
+            std::vector<typename S::type> xr = x.raw, dr = dout.raw;
+            const auto h16 = [](auto& v, std::initializer_list<int64_t> shape) {
+                return mwb::make_view(v.data(), DType::F16, shape);
+            };
+            const auto v32 = [](std::vector<float>& t) { return mwb::view_f32(t.data(), {int64_t(t.size())}); };
+            if (layer)
+                mwb::ops::layernorm_backward(ctx, h16(dx, {rows, kCols}), h16(cdw, {kCols}), h16(cdb, {kCols}),
+                                             h16(dr, {rows, kCols}), h16(xr, {rows, kCols}), v32(mean), v32(rstd),
+                                             v32(w), false);
+            else
+                mwb::ops::rmsnorm_backward(ctx, h16(dx, {rows, kCols}), h16(cdw, {kCols}), h16(dr, {rows, kCols}),
+                                           h16(xr, {rows, kCols}), v32(rstd), v32(w), false);
+            QVERIFY(mwb::test::max_ulp16(dw, cdw) <= 1);
+            if (layer) QVERIFY(mwb::test::max_ulp16(db, cdb) <= 1);
         }
     }
 

@@ -163,20 +163,20 @@ private slots:
         QCOMPARE(c.memory[0].peak[W], 17920 * 2);
         QCOMPARE(c.memory[0].peak[G], 17920 * 4);
         QCOMPARE(c.memory[0].peak[O], 17920 * 12);
-        // Plain fp16 (no fp32 accumulation asked): 2-byte main grads where the engine's arena is f16 (the
-        // CPU, as Megatron-LM keeps them), 4 on a GPU still (gradient_dtype; docs/gpu.md, "Missing");
-        // with the flag 4 everywhere.
+        // Plain fp16 (no fp32 accumulation asked): 2-byte main grads, the engine's f16 arena on the CPU and
+        // on a GPU alike (gradient_dtype, as Megatron-LM keeps them); with the flag 4 everywhere.
         Config fp16 = tiny(2, 2, false, true);
         fp16.training.bf16 = false;
         fp16.training.fp16 = true;
         fp16.training.accumulate_allreduce_grads_in_fp32 = false;
         const Plan h = plan_on(fp16, 8);
         QCOMPARE(h.memory[0].peak[W], 17920 * 2);
-        QCOMPARE(h.memory[0].peak[G], 17920 * 4);
+        QCOMPARE(h.memory[0].peak[G], 17920 * 2);
         const Plan hc = plan(fp16, make_cluster(cpu, 8, 1));
         QCOMPARE(hc.memory[0].peak[G], 17920 * 2);
         fp16.training.accumulate_allreduce_grads_in_fp32 = true;
         QCOMPARE(plan(fp16, make_cluster(cpu, 8, 1)).memory[0].peak[G], 17920 * 4);
+        QCOMPARE(plan_on(fp16, 8).memory[0].peak[G], 17920 * 4);
     }
 
     // Activations kept per micro-batch on a TP rank (engine accounting, bf16 on a GPU, N = s·b = 32 rows):

@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -56,7 +57,8 @@ std::vector<int32_t> tokens(const GptDims& d, int iteration) {
 /// `ramp`: a batch ramp (rampup_batch_size 4 4 20 up to 8): iterations 1-5 with half the micro-batches
 /// of iterations 6-14, so StepGraph warms up, captures and replays a graph per count. `tp` and
 /// `world`: tensor parallelism and the ranks (the rest data-parallel; NCCL inside the graph).
-Config graph_check_config(const std::string& precision, bool graph, bool ramp = false, int tp = 1, int world = 1) {
+Config graph_check_config(const std::string& precision, bool graph, bool ramp = false, int tp = 1, int world = 1,
+                          const std::string& device = "cuda") {
     Config c;
     c.model.num_layers = 2;
     c.model.hidden_size = 64;
@@ -83,7 +85,7 @@ Config graph_check_config(const std::string& precision, bool graph, bool ramp = 
     c.training.bf16 = precision == "bf16";
     c.training.initial_loss_scale = 1024.0;
     c.training.loss_scale_window = 2;
-    c.runtime.device = "cuda";
+    c.runtime.device = device;
     c.runtime.deterministic = true;
     c.runtime.enable_cuda_graph = graph;
     c.runtime.cuda_graph_warmup_steps = 2;
@@ -106,6 +108,7 @@ World& check_world() {
 struct GraphCheckRun {
     std::vector<double> loss_sums, grad_norms, loss_scales;
     int64_t skipped = 0, replays = 0, graphs = 0;
+    DType grad_dtype = DType::F32;  ///< the gradient arena's
 };
 
 /// `iterations` whole TrainSteps of `c` on check_world()'s ranks.
@@ -126,6 +129,7 @@ GraphCheckRun train_steps(const Config& c, int iterations) {
     r.skipped = p.skipped;
     r.replays = step.graph().replays();
     r.graphs = step.graph().graphs();
+    r.grad_dtype = o.model.grads().dtype;
     return r;
 }
 
@@ -195,6 +199,42 @@ CudaCheckResult check_cuda_graph() {
         }
         if (res.detail.empty()) res.detail = "bit-identical to eager: " + detail;
         res.passed = res.error == 0;
+    } catch (const std::exception& e) {
+        res.detail = e.what();
+    }
+    return res;
+}
+
+CudaCheckResult check_model_fp16_gradients() {
+    CudaCheckResult res;
+    res.name = "model_fp16_gradients";
+    res.tolerance = 1e-2;
+    try {
+        constexpr int kIterations = 6;
+        Config gpu_config = graph_check_config("fp16", false), cpu_config = graph_check_config("fp16", false, false, 1, 1, "cpu");
+        gpu_config.training.accumulate_allreduce_grads_in_fp32 = false;
+        cpu_config.training.accumulate_allreduce_grads_in_fp32 = false;
+        const GraphCheckRun gpu = train_steps(gpu_config, kIterations), cpu = train_steps(cpu_config, kIterations);
+        if (gpu.grad_dtype != DType::F16 || cpu.grad_dtype != DType::F16) {
+            res.error = 1;
+            res.detail = fmt::format("gradient arenas {} on the GPU, {} on the CPU, not f16", dtype_name(gpu.grad_dtype),
+                                     dtype_name(cpu.grad_dtype));
+        }
+        const auto worst = [&](const char* what, const std::vector<double>& g, const std::vector<double>& c) {
+            for (std::size_t i = 0; i < c.size(); ++i) {
+                double e = std::abs(g[i] - c[i]) / std::max(std::abs(c[i]), 1e-30);
+                if (std::isnan(e)) e = std::numeric_limits<double>::infinity();
+                if (e > res.error) {
+                    res.error = e;
+                    res.detail = fmt::format("{} of iteration {}: {:.9g} on the GPU, {:.9g} on the CPU", what, i + 1,
+                                             g[i], c[i]);
+                }
+            }
+        };
+        worst("loss (running sum)", gpu.loss_sums, cpu.loss_sums);
+        worst("gradient norm", gpu.grad_norms, cpu.grad_norms);
+        worst("loss scale", gpu.loss_scales, cpu.loss_scales);
+        res.passed = res.error <= res.tolerance;
     } catch (const std::exception& e) {
         res.detail = e.what();
     }

@@ -21,6 +21,12 @@ SmallGptRun train_small_gpt(Device device, int iterations);
 /// 4 iterations on the CPU and on the GPU: the worst relative loss difference (tolerance 1e-4).
 CudaCheckResult check_model_against_cpu();
 
+/// fp16 without accumulate_allreduce_grads_in_fp32 (Megatron-LM's default: main grads in fp16): 6 whole
+/// TrainSteps of the cuda_graph check's tiny GPT (dropout, two micro-batches, a dynamic loss scale),
+/// eagerly, on the GPU and on the CPU, both with an f16 gradient arena (checked): losses, gradient
+/// norms and loss scales within 1e-2 relative (16-bit GEMMs summing in other orders).
+CudaCheckResult check_model_fp16_gradients();
+
 /// NcclCommunicator over a group of one (the device machine has one GPU and no MPI): every
 /// collective and a grouped exchange with itself on device buffers, not blocking the host, ordered
 /// with ops queued before and after on the compute stream; values bit for bit.

@@ -5,7 +5,8 @@
 // masks and storage rounding bit for bit; deterministic mode bit-identical across two runs. 16-bit
 // views (bf16, f16): each non-GEMM op on them bit for bit against the same op on f32 views of the same
 // values rounded after (storage_16bit), the GEMMs writing 16-bit results against the CPU (1e-2),
-// AdamW's 16-bit gradients and weights' copy bit for bit against its f32 path (adamw_16bit).
+// AdamW's 16-bit gradients and weights' copy bit for bit against its f32 path (adamw_16bit), the ops
+// accumulating into an f16 gradient arena against the CPU ops on the same bits (f16_gradients).
 #include "cuda_op_checks.h"
 
 #include "mwb/kernels/device.h"
@@ -761,6 +762,122 @@ Compare check_gemm_16bit() {
     return cmp;
 }
 
+/// An f16 tensor in both places, of the same bits: `host` for the CPU op, the device copy for the CUDA op.
+class Half {
+public:
+    Half(const std::vector<float>& values, std::initializer_list<int64_t> shape) : shape_(shape) {
+        host_.resize(values.size());
+        for (std::size_t i = 0; i < values.size(); ++i) host_[i] = fp16_bits(values[i]);
+        dev_ = device::cuda_malloc(std::max<int64_t>(static_cast<int64_t>(host_.size()) * 2, 2));
+        device::copy_to_device(dev_, host_.data(), static_cast<int64_t>(host_.size()) * 2);
+    }
+    Half(const Half&) = delete;
+    Half& operator=(const Half&) = delete;
+    ~Half() { device::cuda_free(dev_); }
+    TensorView on(bool gpu) { return view(gpu ? dev_ : static_cast<void*>(host_.data()), gpu); }
+    std::vector<float> cpu_values() const { return widened(host_); }
+    std::vector<float> gpu_values() const {
+        std::vector<uint16_t> bits(host_.size());
+        device::copy_to_host(bits.data(), dev_, static_cast<int64_t>(bits.size()) * 2);
+        return widened(bits);
+    }
+
+private:
+    static std::vector<float> widened(const std::vector<uint16_t>& bits) {
+        std::vector<float> v(bits.size());
+        for (std::size_t i = 0; i < v.size(); ++i) v[i] = from_fp16_bits(bits[i]);
+        return v;
+    }
+    TensorView view(void* data, bool gpu) const {
+        TensorView v;
+        v.data = data;
+        v.dtype = DType::F16;
+        v.device = gpu ? Device::CUDA : Device::CPU;
+        v.ndim = static_cast<int>(shape_.size());
+        for (int i = 0; i < v.ndim; ++i) v.shape[i] = shape_[static_cast<size_t>(i)];
+        return v;
+    }
+    std::vector<uint16_t> host_;
+    std::vector<int64_t> shape_;
+    void* dev_ = nullptr;
+};
+
+/// fp16 without accumulate_allreduce_grads_in_fp32: every op that accumulates into the f16 gradient
+/// arena, on f16 activations and weights, against the CPU op on the same bits (each rounds its fp32
+/// sum once into the arena, test_kernels_f16_gradients): linear_backward's dw (cuBLAS/cuBLASLt with an
+/// f16 C, beta = 1) and dbias (BGRADB's fp32 bias gradient, or column sums, added once) over one and
+/// several 256-row chunks, linear_backward_gelu's (DGELU, fc1's bias gradient), LayerNorm and RMSNorm
+/// gamma and beta, and the word and position embedding tables (bit for bit: row order on both). The
+/// GEMMs and norms sum in other orders: within an fp16 step (1e-2 normwise). Whether cuBLASLt fused
+/// BGRADB with an fp32 bias gradient beside an f16 D is not asked: either path must give these values.
+Compare check_f16_gradients() {
+    Compare cmp;
+    auto c = cpu_ctx(), g = gpu_ctx();
+    for (const int64_t N : {192, 1000}) {
+        const int64_t in = 256, out = 160, F = 128;
+        const std::string tag = fmt::format(" ({} rows)", N);
+        Half x(random_floats(N * in, 170), {N, in}), w(random_floats(out * in, 171), {out, in});
+        Half dy(random_floats(N * out, 172), {N, out}), dx(std::vector<float>(N * in), {N, in});
+        Half dw(random_floats(out * in, 173, -4, 4), {out, in}), dbias(random_floats(out, 174, -4, 4), {out});
+        // fc2 of an MLP whose fc1 output (pre, act) is (N, F): dpre and fc1's bias gradient.
+        Half act(random_floats(N * F, 175), {N, F}), pre(random_floats(N * F, 176, -3, 3), {N, F});
+        Half w2(random_floats(out * F, 177), {out, F}), dpre(std::vector<float>(N * F), {N, F});
+        Half dw2(random_floats(out * F, 178, -4, 4), {out, F}), db2(random_floats(out, 179, -4, 4), {out});
+        Half db1(random_floats(F, 180, -4, 4), {F});
+        for (bool d : {false, true}) {
+            OpContext& ctx = d ? g : c;
+            ops::linear_backward(ctx, dx.on(d), dw.on(d), dbias.on(d), dy.on(d), x.on(d), w.on(d), false);
+            ops::linear_backward_gelu(ctx, dpre.on(d), db1.on(d), dw2.on(d), db2.on(d), dy.on(d), act.on(d), w2.on(d),
+                                      pre.on(d), DType::F16);
+        }
+        cmp.values("linear dx" + tag, dx.gpu_values(), dx.cpu_values());
+        cmp.values("linear dw into f16" + tag, dw.gpu_values(), dw.cpu_values());
+        cmp.values("linear dbias into f16" + tag, dbias.gpu_values(), dbias.cpu_values());
+        cmp.values("dpre" + tag, dpre.gpu_values(), dpre.cpu_values());
+        cmp.values("fc2 dw into f16" + tag, dw2.gpu_values(), dw2.cpu_values());
+        cmp.values("fc2 dbias into f16" + tag, db2.gpu_values(), db2.cpu_values());
+        cmp.values("fc1 dbias into f16 (from dpre)" + tag, db1.gpu_values(), db1.cpu_values());
+    }
+    for (const int64_t rows : {7, 600}) {
+        const int64_t H = 200;
+        const std::string tag = fmt::format(" ({} rows)", rows);
+        Half x(random_floats(rows * H, 181, -2, 3), {rows, H}), dout(random_floats(rows * H, 182), {rows, H});
+        Half w(random_floats(H, 183, 0.5f, 1.5f), {H}), b(random_floats(H, 184), {H});
+        Half out(std::vector<float>(rows * H), {rows, H}), dx(std::vector<float>(rows * H), {rows, H});
+        Half dw(random_floats(H, 185, -4, 4), {H}), db(random_floats(H, 186, -4, 4), {H});
+        Half rdw(random_floats(H, 187, -4, 4), {H});
+        Twin mean(std::vector<float>(rows), {rows}), rstd(std::vector<float>(rows), {rows});
+        for (bool d : {false, true}) {
+            OpContext& ctx = d ? g : c;
+            const auto f = [d](Twin& t) { return d ? t.gpu() : t.cpu(); };
+            ops::layernorm_forward(ctx, out.on(d), f(mean), f(rstd), x.on(d), w.on(d), b.on(d), 1e-5f);
+            ops::layernorm_backward(ctx, dx.on(d), dw.on(d), db.on(d), dout.on(d), x.on(d), f(mean), f(rstd), w.on(d),
+                                    false);
+            ops::rmsnorm_forward(ctx, out.on(d), f(rstd), x.on(d), w.on(d), 1e-6f);
+            ops::rmsnorm_backward(ctx, dx.on(d), rdw.on(d), dout.on(d), x.on(d), f(rstd), w.on(d), false);
+        }
+        cmp.values("layernorm dw into f16" + tag, dw.gpu_values(), dw.cpu_values());
+        cmp.values("layernorm db into f16" + tag, db.gpu_values(), db.cpu_values());
+        cmp.values("rmsnorm dw into f16" + tag, rdw.gpu_values(), rdw.cpu_values());
+    }
+    {
+        const int64_t S = 13, B = 3, H = 40, V = 150, vocab_start = 25;
+        std::vector<int32_t> idv = random_ids(S * B, 0, 200, 188);
+        for (int64_t r = 0; r < S * B; r += 4) idv[static_cast<std::size_t>(r)] = 30;  // a row summed many times
+        Twin ids(ids_as_floats(idv), {S * B});
+        Half dout(random_floats(S * B * H, 189), {S, B, H});
+        Half dtable(random_floats(V * H, 190, -8, 8), {V, H}), dwpe(random_floats(20 * H, 191, -8, 8), {20, H});
+        for (bool d : {false, true}) {
+            OpContext& ctx = d ? g : c;
+            ops::embedding_backward(ctx, dtable.on(d), dout.on(d), d ? ids.gpu_i32() : ids.cpu_i32(), vocab_start);
+            ops::position_embedding_backward(ctx, dwpe.on(d), dout.on(d), 4);
+        }
+        cmp.bits("embedding backward into f16 (bit for bit)", dtable.gpu_values(), dtable.cpu_values());
+        cmp.bits("position embedding backward into f16 (bit for bit)", dwpe.gpu_values(), dwpe.cpu_values());
+    }
+    return cmp;
+}
+
 struct AttnCase {
     int64_t S, B, A, D;
     float p;
@@ -1301,6 +1418,7 @@ const std::vector<std::pair<std::string, CheckDef>>& registry() {
         {"dropout_add", {check_dropout_add, 1e-6}},
         {"storage_16bit", {check_storage_16bit, 0.0}},
         {"gemm_16bit", {check_gemm_16bit, 1e-2}},
+        {"f16_gradients", {check_f16_gradients, 1e-2}},
         {"attention_forward", {check_attention_forward, 1e-5}},
         {"attention_backward", {check_attention_backward, 5e-5}},
         {"attention_tensor_cores", {check_attention_tensor_cores, 1e-2}},

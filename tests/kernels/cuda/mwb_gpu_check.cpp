@@ -3,7 +3,8 @@
 // 77 when no GPU is usable. `--list` names the checks; arguments select checks by name. The last
 // four (not in the fallback build): "nccl", the NCCL communicator over a group of one, "nccl_timeout",
 // its hang handling (a receive nothing matches fails after the timeout, naming who), "model", which
-// trains the whole GPT a few iterations on both devices, "generation", the decoder on both devices, and
+// trains the whole GPT a few iterations on both devices, "model_fp16_gradients", whole fp16 training
+// steps with the f16 gradient arena on both devices, "generation", the decoder on both devices, and
 // "cuda_graph", whole training steps eagerly and from a CUDA graph (scripts/gpu-check.sh runs it as a
 // step of its own).
 #include "cuda_op_checks.h"
@@ -23,6 +24,7 @@ std::vector<std::string> all_checks() {
     names.emplace_back("nccl");
     names.emplace_back("nccl_timeout");
     names.emplace_back("model");
+    names.emplace_back("model_fp16_gradients");
     names.emplace_back("generation");
     names.emplace_back("cuda_graph");
 #endif
@@ -32,6 +34,7 @@ std::vector<std::string> all_checks() {
 mwb::test::CudaCheckResult run_check(const std::string& name) {
 #if !defined(MWB_GPU_CHECK_NO_MODEL)
     if (name == "model") return mwb::test::check_model_against_cpu();
+    if (name == "model_fp16_gradients") return mwb::test::check_model_fp16_gradients();
     if (name == "generation") return mwb::test::check_generation_against_cpu();
     if (name == "cuda_graph") return mwb::test::check_cuda_graph();
     if (name == "nccl") return mwb::test::check_nccl_group_of_one();

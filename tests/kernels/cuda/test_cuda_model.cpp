@@ -3,7 +3,8 @@
 // losses and gradient norms within fp32 tolerance, and the GPU in deterministic mode repeats its
 // losses and weights bit for bit. Then the train loop itself (what `mwb-train --device cuda` runs):
 // its step records match the CPU run's, and a GPU checkpoint resumes bit-identically. Generation's
-// decoder on the GPU gives the CPU decoder's tokens and logits (cuda_model_check.h). Exits 77
+// decoder on the GPU gives the CPU decoder's tokens and logits, and fp16 steps with the f16 gradient
+// arena the CPU's (cuda_model_check.h). Exits 77
 // without a GPU.
 #include "backend/config/validate.h"
 #include "backend/data/mock_data.h"
@@ -159,6 +160,11 @@ private slots:
         device::set_deterministic(false);
         QCOMPARE(a.losses, b.losses);
         QVERIFY(a.weights == b.weights);
+    }
+
+    void fp16_steps_with_f16_gradients_match_the_cpu() {
+        const auto r = mwb::test::check_model_fp16_gradients();
+        QVERIFY2(r.passed, qPrintable(QString::fromStdString(r.detail) + QString(" error %1").arg(r.error)));
     }
 
     void generation_on_the_gpu_matches_the_cpu() {
