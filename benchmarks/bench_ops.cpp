@@ -137,6 +137,14 @@ int main(int argc, char** argv) {
             ops::dropout_add_forward(ctx, view_f32(out.data(), {N, H}), view_f32(x.data(), {N, H}),
                                      view_f32(ctxo.data(), {N, H}), 0.1f, RngStream{1, 2}, 0);
         }, reps), 0);
+    // The model's attention residual into the MLP norm: the two ops above in one pass per row.
+    row("dropout+add+layernorm fused (N,H) p=0.1", time_it([&] {
+            ops::bias_dropout_add_norm_forward(ctx, view_f32(y.data(), {N, H}), view_f32(out.data(), {N, H}),
+                                               view_f32(mean.data(), {N}), view_f32(rstd.data(), {N}),
+                                               view_f32(x.data(), {N, H}), view_f32(ctxo.data(), {N, H}), {},
+                                               view_f32(lnw.data(), {H}), view_f32(lnb.data(), {H}), 0.1f,
+                                               RngStream{1, 2}, 0, 1e-5f);
+        }, reps), 0);
 
     {
         auto logits = rnd(N * V), wte = rnd(V * H, 0.05f), dwte = rnd(V * H);

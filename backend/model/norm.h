@@ -21,6 +21,12 @@ struct NormActivations {
 /// n.out = norm(x) (stored rounded to the storage precision). b is ignored by RMSNorm.
 void norm_forward(ModelRuntime& rt, const GptDims& d, NormActivations& n, const TensorView& x, const TensorView& w,
                   const TensorView& b);
+/// out = residual + dropout(branch [+ bias]) (the residual connection, as ops::bias_dropout_add_forward)
+/// and n = norm(out) as norm_forward computes it, in one pass per row (ops::bias_dropout_add_norm_forward):
+/// the same bits as the two in sequence. b is ignored by RMSNorm.
+void residual_norm_forward(ModelRuntime& rt, const GptDims& d, NormActivations& n, const TensorView& out,
+                           const TensorView& residual, const TensorView& branch, const TensorView& bias, float p,
+                           RngStream rng, int64_t element_offset, const TensorView& w, const TensorView& b);
 /// dx += norm'(dout); dw, db += parameter gradients.
 void norm_backward(ModelRuntime& rt, const GptDims& d, const TensorView& dx, const TensorView& dw,
                    const TensorView& db, const TensorView& dout, const TensorView& x, const NormActivations& n,

@@ -166,11 +166,13 @@ void TransformerLayer::forward(ModelRuntime& rt, TensorParallel& tp, const Layer
     tp.reduce_rows(br, reduced);
     a.residual2 = rt.stored_activation(R * H);
     const TensorView x2 = a.residual2.view({R, H});
-    residual_add(rt, x2, x, reduced, w.proj_b, p_hidden, rt.rng(index_, DropoutSite::AttentionOutput));
-    rt.store(x2);
+    // x2 = x + dropout(proj + b) and the MLP's input norm of x2 in one pass per row (the same bits as
+    // residual_add, then norm_forward). The layer's output residual feeds the next layer's norm, the
+    // final norm or a pipeline send: unfused.
+    residual_norm_forward(rt, d_, a.ln2, x2, x, reduced, w.proj_b, p_hidden,
+                          rt.rng(index_, DropoutSite::AttentionOutput), residual_offset(), w.ln2_w, w.ln2_b);
 
     // MLP block.
-    norm_forward(rt, d_, a.ln2, x2, w.ln2_w, w.ln2_b);
     const TensorView ln2_full = sp ? gathered.view({N, H}) : a.ln2.out.view({N, H});
     tp.gather_rows(a.ln2.out.view({R, H}), ln2_full);
     a.fc1 = rt.stored_activation(N * fc1_width_);

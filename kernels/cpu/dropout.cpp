@@ -3,13 +3,12 @@
 // storage of out (and residual) and of x, loads widen, out is rounded once (storage.h).
 #include "cpu_ops.h"
 #include "dropout_mask.h"
+#include "residual_row.h"
 #include "storage.h"
 
 namespace mwb::cpu {
 
 namespace {
-
-constexpr int64_t kChunk = 1024;
 
 /// out[i] = base[i] + x[i]·mask[i] (base may be null: no residual), over fixed chunks of elements.
 /// O: storage of out and base, X: of x.
@@ -28,11 +27,11 @@ void apply_dropout(const TensorView& out_v, const TensorView* base_v, const Tens
         return;
     }
     const DropoutDraw draw(rng, p);
-    const int64_t chunks = (n + kChunk - 1) / kChunk;
+    const int64_t chunks = (n + kDropoutChunk - 1) / kDropoutChunk;
 #pragma omp parallel for schedule(static)
     for (int64_t c = 0; c < chunks; ++c) {
-        const int64_t i0 = c * kChunk, len = std::min(kChunk, n - i0);
-        float mult[kChunk];
+        const int64_t i0 = c * kDropoutChunk, len = std::min(kDropoutChunk, n - i0);
+        float mult[kDropoutChunk];
         draw.multipliers(static_cast<uint64_t>(element_offset + i0), len, mult);
         if (base) {
 #pragma omp simd
@@ -60,27 +59,11 @@ void bias_dropout_add_as(const TensorView& out, const TensorView& residual, cons
     const auto* pr = elements<O>(residual);
     auto* po = elements<O>(out);
     const float* pb = widened(bias, Scratch::Bias).f32();  // a 16-bit bias (bf16/fp16 runs): widened once
-    using SO = Storage<O>;
-    using SX = Storage<X>;
     const DropoutDraw draw(rng, p);
 #pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-        float mult[kChunk];
-        const auto* xr = px + r * cols;
-        const auto* rr = pr + r * cols;
-        auto* orow = po + r * cols;
-        for (int64_t c0 = 0; c0 < cols; c0 += kChunk) {
-            const int64_t len = std::min(kChunk, cols - c0);
-            if (p > 0.0f) {
-                draw.multipliers(static_cast<uint64_t>(element_offset + r * cols + c0), len, mult);
-            } else {
-                for (int64_t k = 0; k < len; ++k) mult[k] = 1.0f;
-            }
-#pragma omp simd
-            for (int64_t k = 0; k < len; ++k)
-                orow[c0 + k] = SO::store(SO::load(rr[c0 + k]) + (SX::load(xr[c0 + k]) + pb[c0 + k]) * mult[k]);
-        }
-    }
+    for (int64_t r = 0; r < rows; ++r)
+        residual_row<O, X>(po + r * cols, pr + r * cols, px + r * cols, pb, cols,
+                           static_cast<uint64_t>(element_offset + r * cols), draw, p);
 }
 
 }  // namespace

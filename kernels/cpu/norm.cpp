@@ -5,6 +5,7 @@
 // rounded once (storage.h). 16-bit gamma/beta (the weights' working copy in bf16/fp16 runs) are widened
 // once per call (H values, exact).
 #include "cpu_ops.h"
+#include "residual_row.h"
 #include "storage.h"
 
 #include <cmath>
@@ -36,6 +37,42 @@ struct BackwardRows {
     }
 };
 
+/// One row of LayerNorm: mean and rstd of xr (f32 values), out_row (storage O) = (x - mean)·rstd·w + b,
+/// computed in obuf when O is 16-bit and rounded once. The unfused op and the fused residual + norm.
+template <DType O>
+void layernorm_row(const float* xr, int64_t h, const float* pw, const float* pb, float eps,
+                   typename Storage<O>::type* out_row, float* obuf, float& mean, float& rstd) {
+    float sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t c = 0; c < h; ++c) sum += xr[c];
+    const float mu = sum / static_cast<float>(h);
+    float var = 0;
+#pragma omp simd reduction(+ : var)
+    for (int64_t c = 0; c < h; ++c) var += (xr[c] - mu) * (xr[c] - mu);
+    const float rs = 1.0f / std::sqrt(var / static_cast<float>(h) + eps);
+    float* orow = computed_row<O>(out_row, obuf);
+#pragma omp simd
+    for (int64_t c = 0; c < h; ++c) orow[c] = (xr[c] - mu) * rs * pw[c] + pb[c];
+    stored_row<O>(out_row, orow, h);
+    mean = mu;
+    rstd = rs;
+}
+
+/// One row of RMSNorm: rstd of xr, out_row = x·rstd·w (as layernorm_row).
+template <DType O>
+void rmsnorm_row(const float* xr, int64_t h, const float* pw, float eps, typename Storage<O>::type* out_row,
+                 float* obuf, float& rstd) {
+    float ss = 0;
+#pragma omp simd reduction(+ : ss)
+    for (int64_t c = 0; c < h; ++c) ss += xr[c] * xr[c];
+    const float rs = 1.0f / std::sqrt(ss / static_cast<float>(h) + eps);
+    float* orow = computed_row<O>(out_row, obuf);
+#pragma omp simd
+    for (int64_t c = 0; c < h; ++c) orow[c] = xr[c] * rs * pw[c];
+    stored_row<O>(out_row, orow, h);
+    rstd = rs;
+}
+
 /// X: storage of x (and dx), O: of out (forward) or dout (backward).
 template <DType X, DType O>
 void layernorm_forward_as(TensorView out, TensorView mean, TensorView rstd, TensorView x, TensorView w, TensorView b,
@@ -49,23 +86,9 @@ void layernorm_forward_as(TensorView out, TensorView mean, TensorView rstd, Tens
     {
         std::vector<float> xbuf(X == DType::F32 ? 0 : h), obuf(O == DType::F32 ? 0 : h);
 #pragma omp for schedule(static)
-        for (int64_t r = 0; r < rows; ++r) {
-            const float* xr = widened_row<X>(px + r * h, h, xbuf.data());
-            float sum = 0;
-#pragma omp simd reduction(+ : sum)
-            for (int64_t c = 0; c < h; ++c) sum += xr[c];
-            const float mu = sum / static_cast<float>(h);
-            float var = 0;
-#pragma omp simd reduction(+ : var)
-            for (int64_t c = 0; c < h; ++c) var += (xr[c] - mu) * (xr[c] - mu);
-            const float rs = 1.0f / std::sqrt(var / static_cast<float>(h) + eps);
-            float* orow = computed_row<O>(po + r * h, obuf.data());
-#pragma omp simd
-            for (int64_t c = 0; c < h; ++c) orow[c] = (xr[c] - mu) * rs * pw[c] + pb[c];
-            stored_row<O>(po + r * h, orow, h);
-            pm[r] = mu;
-            pr[r] = rs;
-        }
+        for (int64_t r = 0; r < rows; ++r)
+            layernorm_row<O>(widened_row<X>(px + r * h, h, xbuf.data()), h, pw, pb, eps, po + r * h, obuf.data(),
+                             pm[r], pr[r]);
     }
 }
 
@@ -142,17 +165,44 @@ void rmsnorm_forward_as(TensorView out, TensorView rstd, TensorView x, TensorVie
     {
         std::vector<float> xbuf(X == DType::F32 ? 0 : h), obuf(O == DType::F32 ? 0 : h);
 #pragma omp for schedule(static)
+        for (int64_t r = 0; r < rows; ++r)
+            rmsnorm_row<O>(widened_row<X>(px + r * h, h, xbuf.data()), h, pw, eps, po + r * h, obuf.data(), pr[r]);
+    }
+}
+
+/// The residual connection and the next norm, row by row: out's row as bias_dropout_add_forward writes
+/// it (residual_row), then the norm of that stored row as layernorm_row / rmsnorm_row (mean null:
+/// RMSNorm). O: storage of out, residual and norm_out; X: of x.
+template <DType O, DType X>
+void residual_norm_forward_as(TensorView out, TensorView norm_out, TensorView mean, TensorView rstd,
+                              TensorView residual, TensorView x, TensorView bias, TensorView w, TensorView b, float p,
+                              RngStream rng, int64_t element_offset, float eps) {
+    const int64_t rows = x.rows(), h = x.cols();
+    const auto* px = elements<X>(x);
+    const auto* pres = elements<O>(residual);
+    auto* po = elements<O>(out);
+    auto* pn = elements<O>(norm_out);
+    // 16-bit weights widened once each, into three slots (the residual's bias into one this op uses for
+    // nothing else).
+    const float* pbias = bias.empty() ? nullptr : widened(bias, Scratch::Out).f32();
+    const float* pw = widened(w, Scratch::Weight).f32();
+    const float* pb = b.empty() ? nullptr : widened(b, Scratch::Bias).f32();
+    float* pm = mean.empty() ? nullptr : mean.f32();
+    float* pr = rstd.f32();
+    const DropoutDraw draw(rng, p);
+#pragma omp parallel
+    {
+        std::vector<float> xbuf(O == DType::F32 ? 0 : h), obuf(O == DType::F32 ? 0 : h);
+#pragma omp for schedule(static)
         for (int64_t r = 0; r < rows; ++r) {
-            const float* xr = widened_row<X>(px + r * h, h, xbuf.data());
-            float ss = 0;
-#pragma omp simd reduction(+ : ss)
-            for (int64_t c = 0; c < h; ++c) ss += xr[c] * xr[c];
-            const float rs = 1.0f / std::sqrt(ss / static_cast<float>(h) + eps);
-            float* orow = computed_row<O>(po + r * h, obuf.data());
-#pragma omp simd
-            for (int64_t c = 0; c < h; ++c) orow[c] = xr[c] * rs * pw[c];
-            stored_row<O>(po + r * h, orow, h);
-            pr[r] = rs;
+            auto* orow = po + r * h;
+            residual_row<O, X>(orow, pres + r * h, px + r * h, pbias, h, static_cast<uint64_t>(element_offset + r * h),
+                               draw, p);
+            const float* xr = widened_row<O>(orow, h, xbuf.data());  // the row as stored
+            if (pm)
+                layernorm_row<O>(xr, h, pw, pb, eps, pn + r * h, obuf.data(), pm[r], pr[r]);
+            else
+                rmsnorm_row<O>(xr, h, pw, eps, pn + r * h, obuf.data(), pr[r]);
         }
     }
 }
@@ -242,6 +292,16 @@ void rmsnorm_backward(OpContext&, TensorView dx, TensorView dw, TensorView dout,
         rmsnorm_backward_as<decltype(xt)::value, decltype(ot)::value>(dx, dw32, dout, x, rstd, w, accumulate_dx);
     });
     narrow(dw, dw32);
+}
+
+// The norm's output is stored like out (the checks), so one dispatch on (out's storage, x's storage).
+void bias_dropout_add_norm_forward(OpContext&, TensorView out, TensorView norm_out, TensorView mean, TensorView rstd,
+                                   TensorView residual, TensorView x, TensorView bias, TensorView w, TensorView b,
+                                   float p, RngStream rng, int64_t element_offset, float eps) {
+    with_storages(out.dtype, x.dtype, [&](auto ot, auto xt) {
+        residual_norm_forward_as<decltype(ot)::value, decltype(xt)::value>(out, norm_out, mean, rstd, residual, x, bias,
+                                                                           w, b, p, rng, element_offset, eps);
+    });
 }
 
 }  // namespace mwb::cpu

@@ -102,12 +102,14 @@ struct DropoutArgs {
 };
 
 /// out[i] = base[i] + (x[i] + bias[i % cols])·mult(offset + i), one thread per group of four global
-/// indices (one Philox draw). out, base and x in storage S, bias in W; base and bias may be null. With
+/// indices (one Philox draw). out and base in storage S, x in SX (f32 beside a 16-bit out: the
+/// row-parallel sum into the residual, or a 16-bit gradient into an f32 one), bias in W; base and bias
+/// may be null. With
 /// `Wide` (offset and cols multiples of 4, pointers aligned to four elements: the launcher's choice)
 /// a whole group moves as one access per tensor (16 bytes of f32, 8 of 16-bit), else and at the ends
 /// element by element. Each element is read and written by one thread, so out may alias base or x.
-template <bool Wide, class S, class W>
-__global__ void k_dropout(typename S::type* out, const typename S::type* base, const typename S::type* x,
+template <bool Wide, class S, class W, class SX = S>
+__global__ void k_dropout(typename S::type* out, const typename S::type* base, const typename SX::type* x,
                           const typename W::type* bias, int64_t cols, DropoutArgs a) {
     const int64_t first_group = a.offset >> 2, last_group = (a.offset + a.n - 1) >> 2;
     const int64_t groups = last_group - first_group + 1;
@@ -121,7 +123,7 @@ __global__ void k_dropout(typename S::type* out, const typename S::type* base, c
 #pragma unroll
         for (int k = 0; k < 4; ++k) m[k] = a.enabled ? (d.v[k] < a.threshold ? a.scale : 0.0f) : 1.0f;
         if (Wide && i0 >= 0 && i0 + 4 <= a.n) {
-            Floats<4> v = load_n<S, 4>(x + i0), r{}, o;
+            Floats<4> v = load_n<SX, 4>(x + i0), r{}, o;
             if (bias) {
                 const Floats<4> b = load_n<W, 4>(bias + i0 % cols);
 #pragma unroll
@@ -137,7 +139,7 @@ __global__ void k_dropout(typename S::type* out, const typename S::type* base, c
         for (int k = 0; k < 4; ++k) {
             const int64_t i = i0 + k;
             if (i < 0 || i >= a.n) continue;
-            float v = S::load(x[i]);
+            float v = SX::load(x[i]);
             if (bias) v += W::load(bias[i % cols]);
             out[i] = S::store((base ? S::load(base[i]) : 0.0f) + v * m[k]);
         }

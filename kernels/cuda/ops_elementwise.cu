@@ -403,6 +403,18 @@ void with_norm_storages(const char* op, const TensorView& x, const TensorView& l
     with_storages(x.dtype, w.dtype, f);
 }
 
+/// Calls f(std::integral_constant<int, V>{}) with the V of a row kernel (norm_kernels.cuh): 16 bytes per
+/// access of activations in S (kPerAccess<S> elements) when every row of the row pointers starts 16-byte
+/// aligned (h % V == 0, the pointers 16-byte aligned: arena slices are), else 1. One choice for a norm's
+/// pointers, whether launched alone or fused after the residual add, so that both give the same bits.
+template <class S, class F, class... P>
+void with_row_width(int64_t h, F&& f, const P*... rows) {
+    if (h % storage::kPerAccess<S> == 0 && storage::aligned_to(16, rows...))
+        f(std::integral_constant<int, storage::kPerAccess<S>>{});
+    else
+        f(std::integral_constant<int, 1>{});
+}
+
 /// dw (+ db when given) += Σ over rows of the norm's parameter gradient, in fixed row chunks; dw and db
 /// f32, or f16 (the f16 gradient arena: the chunks' fp32 sum added to the widened value, rounded once).
 template <class S>
@@ -431,8 +443,14 @@ void layernorm_forward(OpContext& ctx, TensorView out, TensorView mean, TensorVi
     with_norm_storages("layernorm_forward", x, out, w, b, [&](auto sx, auto sw) {
         using S = decltype(sx);
         using W = decltype(sw);
-        norm::k_layernorm_fwd<S, W><<<static_cast<unsigned>(x.rows()), kNormThreads, 0, stream_of(ctx)>>>(
-            elements<S>(out), mf(mean), mf(rstd), elements<S>(x), elements<W>(w), elements<W>(b), x.cols(), eps);
+        const auto* px = elements<S>(x);
+        const auto *pw = elements<W>(w), *pb = elements<W>(b);
+        auto* po = elements<S>(out);
+        with_row_width<S>(x.cols(), [&](auto v) {
+            norm::k_layernorm_fwd<S, W, decltype(v)::value>
+                <<<static_cast<unsigned>(x.rows()), kNormThreads, 0, stream_of(ctx)>>>(po, mf(mean), mf(rstd), px, pw,
+                                                                                      pb, x.cols(), eps);
+        }, po, px, pw, pb);
     });
     launched("layernorm_forward");
 }
@@ -448,9 +466,14 @@ void layernorm_backward(OpContext& ctx, TensorView dx, TensorView dw, TensorView
         // Parameter gradients first (dx may alias dout).
         norm_param_grads<S>(stream_of(ctx), dw, db, elements<S>(dout), elements<S>(x), cf(mean), cf(rstd), x.rows(),
                             x.cols());
-        norm::k_norm_bwd_dx<S, W><<<static_cast<unsigned>(x.rows()), kNormThreads, 0, stream_of(ctx)>>>(
-            elements<S>(dx), elements<S>(dout), elements<S>(x), cf(mean), cf(rstd), elements<W>(w), x.cols(),
-            accumulate_dx ? 1 : 0);
+        const auto *pd = elements<S>(dout), *px = elements<S>(x);
+        const auto* pw = elements<W>(w);
+        auto* pdx = elements<S>(dx);
+        with_row_width<S>(x.cols(), [&](auto v) {
+            norm::k_norm_bwd_dx<S, W, decltype(v)::value>
+                <<<static_cast<unsigned>(x.rows()), kNormThreads, 0, stream_of(ctx)>>>(
+                    pdx, pd, px, cf(mean), cf(rstd), pw, x.cols(), accumulate_dx ? 1 : 0);
+        }, pdx, pd, px, pw);
     });
     launched("layernorm_backward");
 }
@@ -460,8 +483,15 @@ void rmsnorm_forward(OpContext& ctx, TensorView out, TensorView rstd, TensorView
     with_norm_storages("rmsnorm_forward", x, out, w, {}, [&](auto sx, auto sw) {
         using S = decltype(sx);
         using W = decltype(sw);
-        norm::k_rmsnorm_fwd<S, W><<<static_cast<unsigned>(x.rows()), kNormThreads, 0, stream_of(ctx)>>>(
-            elements<S>(out), mf(rstd), elements<S>(x), elements<W>(w), x.cols(), eps);
+        const auto* px = elements<S>(x);
+        const auto* pw = elements<W>(w);
+        auto* po = elements<S>(out);
+        // The pointers LayerNorm's choice reads (b: none), so that the fused op's choice is one helper.
+        with_row_width<S>(x.cols(), [&](auto v) {
+            norm::k_rmsnorm_fwd<S, W, decltype(v)::value>
+                <<<static_cast<unsigned>(x.rows()), kNormThreads, 0, stream_of(ctx)>>>(po, mf(rstd), px, pw, x.cols(),
+                                                                                      eps);
+        }, po, px, pw, static_cast<const typename W::type*>(nullptr));
     });
     launched("rmsnorm_forward");
 }
@@ -476,9 +506,14 @@ void rmsnorm_backward(OpContext& ctx, TensorView dx, TensorView dw, TensorView d
         using W = decltype(sw);
         norm_param_grads<S>(stream_of(ctx), dw, {}, elements<S>(dout), elements<S>(x), nullptr, cf(rstd), x.rows(),
                             x.cols());
-        norm::k_norm_bwd_dx<S, W><<<static_cast<unsigned>(x.rows()), kNormThreads, 0, stream_of(ctx)>>>(
-            elements<S>(dx), elements<S>(dout), elements<S>(x), nullptr, cf(rstd), elements<W>(w), x.cols(),
-            accumulate_dx ? 1 : 0);
+        const auto *pd = elements<S>(dout), *px = elements<S>(x);
+        const auto* pw = elements<W>(w);
+        auto* pdx = elements<S>(dx);
+        with_row_width<S>(x.cols(), [&](auto v) {
+            norm::k_norm_bwd_dx<S, W, decltype(v)::value>
+                <<<static_cast<unsigned>(x.rows()), kNormThreads, 0, stream_of(ctx)>>>(
+                    pdx, pd, px, nullptr, cf(rstd), pw, x.cols(), accumulate_dx ? 1 : 0);
+        }, pdx, pd, px, pw);
     });
     launched("rmsnorm_backward");
 }
@@ -507,36 +542,46 @@ void gelu_backward(OpContext& ctx, TensorView dx, TensorView dout, TensorView x)
 }
 
 namespace {
-/// The dropout family: out = base + (x + bias)·mask, out, base and x of one storage (an activation),
-/// the bias (a weight) f32 or of that storage.
+/// The dropout family: out = base + (x + bias)·mask, out and base of one storage (an activation), x of
+/// that storage or f32 where the other is 16-bit (the model's f32 row-parallel sum into a 16-bit
+/// residual; a 16-bit gradient into an f32 one), the bias (a weight) f32 or of out's storage.
 void run_dropout(OpContext& ctx, const char* op, TensorView out, TensorView base, TensorView x, TensorView bias,
                  float p, RngStream rng, int64_t element_offset) {
     const int64_t n = x.numel();
     if (n == 0) return;
-    MWB_CHECK(out.dtype == x.dtype && (base.empty() || base.dtype == x.dtype), "{}: out={}{}{} and x={} must share a dtype on CUDA", op,
-              out.describe(), base.empty() ? "" : ", residual=", base.empty() ? std::string() : base.describe(),
-              x.describe());
-    MWB_CHECK(bias.empty() || bias.dtype == DType::F32 || bias.dtype == x.dtype,
-              "{}: bias={} must be f32 or x's dtype ({}) on CUDA", op, bias.describe(), dtype_name(x.dtype));
+    MWB_CHECK(base.empty() || base.dtype == out.dtype, "{}: residual={} and out={} must share a dtype on CUDA", op,
+              base.describe(), out.describe());
+    MWB_CHECK(x.dtype == out.dtype || x.dtype == DType::F32 || out.dtype == DType::F32,
+              "{}: x={} must be out's dtype ({}) or one of them f32 on CUDA", op, x.describe(), dtype_name(out.dtype));
+    MWB_CHECK(bias.empty() || bias.dtype == DType::F32 || bias.dtype == out.dtype,
+              "{}: bias={} must be f32 or out's dtype ({}) on CUDA", op, bias.describe(), dtype_name(out.dtype));
     const elementwise::DropoutArgs a{rng, dropout_keep_threshold(p), p < 1.0f ? 1.0f / (1.0f - p) : 0.0f,
                                      element_offset, n, p > 0.0f};
     const int64_t groups = ((element_offset + n - 1) >> 2) - (element_offset >> 2) + 1;
     const int64_t cols = bias.empty() ? 4 : x.cols();
-    const DType bias_dtype = bias.empty() ? x.dtype : bias.dtype;
-    with_storages(x.dtype, bias_dtype, [&](auto sx, auto sw) {
-        using S = decltype(sx);
+    const auto run = [&](auto so, auto sx, auto sw) {
+        using S = decltype(so);
+        using SX = decltype(sx);
         using W = decltype(sw);
         auto* o = elements<S>(out);
         const auto* r = base.empty() ? nullptr : elements<S>(base);
-        const auto* in = elements<S>(x);
+        const auto* in = elements<SX>(x);
         const auto* b = bias.empty() ? nullptr : elements<W>(bias);
-        const int64_t bytes = 4 * static_cast<int64_t>(sizeof(typename S::type));
-        const bool wide = element_offset % 4 == 0 && cols % 4 == 0 && storage::aligned_to(bytes, o, r, in) &&
+        const bool wide = element_offset % 4 == 0 && cols % 4 == 0 &&
+                          storage::aligned_to(4 * static_cast<int64_t>(sizeof(typename S::type)), o, r) &&
+                          storage::aligned_to(4 * static_cast<int64_t>(sizeof(typename SX::type)), in) &&
                           storage::aligned_to(4 * static_cast<int64_t>(sizeof(typename W::type)), b);
         if (wide)
-            elementwise::k_dropout<true, S, W><<<blocks_for(groups), kThreads, 0, stream_of(ctx)>>>(o, r, in, b, cols, a);
+            elementwise::k_dropout<true, S, W, SX><<<blocks_for(groups), kThreads, 0, stream_of(ctx)>>>(o, r, in, b, cols, a);
         else
-            elementwise::k_dropout<false, S, W><<<blocks_for(groups), kThreads, 0, stream_of(ctx)>>>(o, r, in, b, cols, a);
+            elementwise::k_dropout<false, S, W, SX><<<blocks_for(groups), kThreads, 0, stream_of(ctx)>>>(o, r, in, b, cols, a);
+    };
+    // (out's storage, x's: out's or f32 or, beside an f32 out, any; bias f32 or out's): not every triple.
+    with_storages(out.dtype, x.dtype, [&](auto so, auto sx) {
+        if (bias.empty() || bias.dtype == DType::F32)
+            run(so, sx, storage::F32{});
+        else
+            run(so, sx, so);
     });
     launched(op);
 }
@@ -558,6 +603,58 @@ void dropout_add_forward(OpContext& ctx, TensorView out, TensorView residual, Te
 void bias_dropout_add_forward(OpContext& ctx, TensorView out, TensorView residual, TensorView x, TensorView bias,
                               float p, RngStream rng, int64_t element_offset) {
     run_dropout(ctx, "bias_dropout_add_forward", out, residual, x, bias, p, rng, element_offset);
+}
+
+void bias_dropout_add_norm_forward(OpContext& ctx, TensorView out, TensorView norm_out, TensorView mean,
+                                   TensorView rstd, TensorView residual, TensorView x, TensorView bias, TensorView w,
+                                   TensorView b, float p, RngStream rng, int64_t element_offset, float eps) {
+    constexpr const char* op = "bias_dropout_add_norm_forward";
+    const int64_t rows = x.rows(), h = x.cols();
+    if (rows == 0) return;
+    // out, residual and norm_out share the checks' dtype; x is f32 (the row-parallel sum) or that dtype;
+    // the bias and the norm's weights share one (the weights' dtype).
+    MWB_CHECK(x.dtype == DType::F32 || x.dtype == out.dtype, "{}: x={} must be f32 or out's dtype ({}) on CUDA", op,
+              x.describe(), dtype_name(out.dtype));
+    MWB_CHECK(w.dtype == DType::F32 || w.dtype == out.dtype, "{}: w={} must be f32 or out's dtype ({}) on CUDA", op,
+              w.describe(), dtype_name(out.dtype));
+    MWB_CHECK((bias.empty() || bias.dtype == w.dtype) && (b.empty() || b.dtype == w.dtype),
+              "{}: bias={} and b={} must share w's dtype ({}) on CUDA", op, bias.describe(), b.describe(),
+              dtype_name(w.dtype));
+    const elementwise::DropoutArgs a{rng, dropout_keep_threshold(p), p < 1.0f ? 1.0f / (1.0f - p) : 0.0f,
+                                     element_offset, x.numel(), p > 0.0f};
+    const auto run = [&](auto so, auto sx, auto sw) {
+        using S = decltype(so);
+        using SX = decltype(sx);
+        using W = decltype(sw);
+        auto *po = elements<S>(out), *pn = elements<S>(norm_out);
+        const auto* pr = elements<S>(residual);
+        const auto* px = elements<SX>(x);
+        const auto *pbias = bias.empty() ? nullptr : elements<W>(bias), *pw = elements<W>(w),
+                   *pb = b.empty() ? nullptr : elements<W>(b);
+        float* pm = mean.empty() ? nullptr : mf(mean);
+        // The norm's V as layernorm_forward / rmsnorm_forward choose it for (norm_out, out, w, b); the
+        // residual pass wide too when its own pointers allow and the dropout groups of four line up.
+        const int wide_residual = element_offset % 4 == 0 && storage::aligned_to(16, pr, px, pbias) ? 1 : 0;
+        with_row_width<S>(h, [&](auto v) {
+            norm::k_residual_norm_fwd<S, SX, W, decltype(v)::value>
+                <<<static_cast<unsigned>(rows), kNormThreads, 0, stream_of(ctx)>>>(po, pn, pm, mf(rstd), pr, px, pbias,
+                                                                                 pw, pb, h, eps, a, wide_residual);
+        }, pn, static_cast<const typename S::type*>(po), pw, pb);
+    };
+    // (out's storage, x f32 or out's, weights f32 or out's): nine instances, not 27.
+    with_storage(out.dtype, [&](auto so) {
+        const auto weights = [&](auto sx) {
+            if (w.dtype == DType::F32)
+                run(so, sx, storage::F32{});
+            else
+                run(so, sx, so);
+        };
+        if (x.dtype == DType::F32)
+            weights(storage::F32{});
+        else
+            weights(so);
+    });
+    launched(op);
 }
 
 namespace {

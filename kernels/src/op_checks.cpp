@@ -87,6 +87,7 @@ constexpr SixteenBit kSixteenBitOps[] = {
     {"dropout_backward", true, true},
     {"dropout_add_forward", true, true},
     {"bias_dropout_add_forward", true, true},
+    {"bias_dropout_add_norm_forward", true, true},
     {"attention_forward", true, true},
     {"attention_backward", true, true},
     // Weight arguments: linear biases; the optimizer's gradients and working copy (the 16-bit arenas).
@@ -575,6 +576,30 @@ void bias_dropout_add_forward(OpContext& ctx, TensorView out, TensorView residua
     same_size(c, "out", out, "x", x);
     same_size(c, "residual", residual, "x", x);
     elements(c, "bias", bias, x.cols(), "one per column of x");
+    dropout_p(c, p);
+    dropout_offset(c, element_offset);
+}
+
+void bias_dropout_add_norm_forward(OpContext& ctx, TensorView out, TensorView norm_out, TensorView mean,
+                                   TensorView rstd, TensorView residual, TensorView x, TensorView bias, TensorView w,
+                                   TensorView b, float p, RngStream, int64_t element_offset, float) {
+    const Args c("bias_dropout_add_norm_forward", ctx);
+    c.stored("out", out).tensor("residual", residual, out.dtype).stored("x", x);
+    same_size(c, "out", out, "x", x);
+    same_size(c, "residual", residual, "x", x);
+    if (!bias.empty()) {
+        c.stored("bias", bias);
+        elements(c, "bias", bias, x.cols(), "one per column of x");
+    }
+    // The norm of out, stored like out: LayerNorm with mean and b, RMSNorm with neither.
+    norm(c, out, "norm_out", norm_out, w, "rstd", rstd);
+    c.tensor("norm_out", norm_out, out.dtype);
+    if (!b.empty()) c.tensor("mean", mean, F32);
+    if (!mean.empty()) {
+        c.tensor("mean", mean, F32).stored("b", b);
+        elements(c, "mean", mean, x.rows(), "one per row of x");
+        elements(c, "b", b, x.cols(), "one per column of x");
+    }
     dropout_p(c, p);
     dropout_offset(c, element_offset);
 }

@@ -206,6 +206,13 @@ std::vector<Case> cases(Store& s) {
     add("bias_dropout_add_forward", {s.f({3, 4}), s.f({3, 4}), s.f({3, 4}), s.f({4})}, [](OpContext& x, V a) {
         ops::bias_dropout_add_forward(x, a[0], a[1], a[2], a[3], 0.1f, RngStream{1, 2}, 0);
     });
+    add("bias_dropout_add_norm_forward",
+        {s.f({3, 4}), s.f({3, 4}), s.f({3}), s.f({3}), s.f({3, 4}), s.f({3, 4}), s.f({4}, kOptional), s.f({4}),
+         s.f({4})},
+        [](OpContext& x, V a) {
+            ops::bias_dropout_add_norm_forward(x, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], 0.1f,
+                                               RngStream{1, 2}, 0, 1e-5f);
+        });
     add("attention_forward", {s.f({kS, kB, kCtx}), s.f({saved}), s.f({kS, kB, kQkv}), s.f({ws}, kAnyDtype)},
         [ap](OpContext& x, V a) { ops::attention_forward(x, a[0], a[1], a[2], a[3], ap); });
     add("attention_backward",
@@ -392,6 +399,8 @@ private slots:
             QVERIFY(takes_bf16(d, "layernorm_forward", {4}));   // w
             QVERIFY(!takes_bf16(d, "layernorm_forward", {1}));  // mean
             QVERIFY(takes_bf16(d, "dropout_add_forward", {0, 1, 2}));
+            QVERIFY(takes_bf16(d, "bias_dropout_add_norm_forward", {0, 1, 4, 5}));  // out, norm_out, residual, x
+            QVERIFY(!takes_bf16(d, "bias_dropout_add_norm_forward", {2}));          // mean
             QVERIFY(takes_bf16(d, "rope_forward", {0}));
             QVERIFY(takes_bf16(d, "embedding_forward", {0}));
             QVERIFY(takes_bf16(d, "attention_forward", {0, 2}));

@@ -307,6 +307,60 @@ private slots:
         }
     }
 
+    /// The storage mixes the model passes (since fusednorm): the f32 row-parallel sum x into a 16-bit
+    /// residual (bias_dropout_add, bias 16-bit), and a 16-bit gradient into the f32 branch gradient
+    /// (dropout_backward), against the CPU ops on the same views: one 16-bit step at most (the sum's
+    /// rounding after another FMA contraction), and the f32 product exactly.
+    void dropout_mixes_f32_and_16bit() {
+        const int64_t rows = 5, cols = 48, n = rows * cols;
+        const float p = 0.25f;
+        const mwb::RngStream rng{4321, 9};
+        for (DType dt : {DType::BF16, DType::F16}) {
+            const std::vector<float> x = random_floats(n, 41, -2, 2);
+            const std::vector<uint16_t> r16 = encode16(dt, random_floats(n, 42, -2, 2)),
+                                        b16 = encode16(dt, random_floats(cols, 43, -1, 1)),
+                                        d16 = encode16(dt, random_floats(n, 44, -1, 1));
+            for (int64_t offset : {int64_t{8}, int64_t{3}}) {
+                const ew::DropoutArgs args{rng, mwb::dropout_keep_threshold(p), 1.0f / (1.0f - p), offset, n, 1};
+                const int64_t groups = ((offset + n - 1) >> 2) - (offset >> 2) + 1;
+                Buffer16 pr(r16, 0), pb(b16, 0), pd(d16, 0), out(std::vector<uint16_t>(n), 0);
+                std::vector<float> dx(n);
+                const auto run = [&](auto s) {
+                    using S = decltype(s);
+                    if (offset % 4 == 0)
+                        emu::launch(blocks(groups), 1, 64, [&] {
+                            ew::k_dropout<true, S, S, st::F32>(out.data(), pr.data(), x.data(), pb.data(), cols, args);
+                        });
+                    else
+                        emu::launch(blocks(groups), 1, 64, [&] {
+                            ew::k_dropout<false, S, S, st::F32>(out.data(), pr.data(), x.data(), pb.data(), cols, args);
+                        });
+                    emu::launch(blocks(groups), 1, 64, [&] {
+                        ew::k_dropout<false, st::F32, st::F32, S>(dx.data(), nullptr, pd.data(), nullptr, 4, args);
+                    });
+                };
+                if (dt == DType::BF16)
+                    run(st::BF16{});
+                else
+                    run(st::F16{});
+                mwb::OpContext ctx;
+                std::vector<uint16_t> rs = r16, bs = b16, ds = d16, cpu(n);
+                std::vector<float> xs = x, cdx(n);
+                const auto v16 = [&](std::vector<uint16_t>& t, int64_t r, int64_t c) {
+                    return mwb::make_view(t.data(), dt, {r, c});
+                };
+                mwb::ops::bias_dropout_add_forward(ctx, v16(cpu, rows, cols), v16(rs, rows, cols),
+                                                   mwb::view_f32(xs.data(), {rows, cols}), mwb::make_view(bs.data(), dt, {cols}),
+                                                   p, rng, offset);
+                mwb::ops::dropout_backward(ctx, mwb::view_f32(cdx.data(), {rows, cols}), v16(ds, rows, cols), p, rng,
+                                           offset);
+                QVERIFY2(max_ulp16(out.values(n), cpu) <= 1, "bias_dropout_add, f32 x into 16-bit out: more than one step");
+                // Equal values (a dropped negative element is +0 here, 0 + x·0, and −0 on the CPU, x·0).
+                QVERIFY2(dx == cdx, "dropout_backward, 16-bit dout into f32 dx: not the CPU op's values");
+            }
+        }
+    }
+
 private:
     template <class S>
     static void map_cases() {

@@ -6,10 +6,12 @@
 
 #include "mwb/kernels/error.h"
 #include "mwb/kernels/ops.h"
+#include "mwb/kernels/precision.h"
 
 #include <QtTest>
 
 #include <cmath>
+#include <cstring>
 
 using namespace mwb;
 using mwb::test::finite_difference;
@@ -101,6 +103,23 @@ NormRun run_norm(Case& c, bool rms, bool accumulate_dx, std::vector<float> dx, s
     }
     return r;
 }
+
+/// A tensor's bytes in dtype dt (f32, bf16 or f16), filled from float values by the CPU's store rounding.
+struct Bytes {
+    DType dt;
+    std::vector<unsigned char> b;
+    Bytes(DType d, const std::vector<float>& v) : dt(d), b(v.size() * dtype_size(d)) {
+        for (std::size_t i = 0; i < v.size(); ++i) {
+            if (dt == DType::F32) {
+                std::memcpy(&b[4 * i], &v[i], 4);
+            } else {
+                const uint16_t h = dt == DType::BF16 ? bf16_bits(v[i]) : fp16_bits(v[i]);
+                std::memcpy(&b[2 * i], &h, 2);
+            }
+        }
+    }
+    TensorView view(std::initializer_list<int64_t> shape) { return make_view(b.data(), dt, shape); }
+};
 
 std::vector<float> concat(const NormRun& r) {
     std::vector<float> v = r.out;
@@ -237,6 +256,113 @@ private slots:
         const auto one = run(1), two = run(2), three = run(3);
         MWB_VERIFY_BITWISE(two, one);
         MWB_VERIFY_BITWISE(three, one);
+    }
+
+    /// bias_dropout_add_norm_forward against the two ops it fuses (its contract: the same bits), over the
+    /// storages a run uses (out, residual and norm_out in f32/bf16/f16; x f32, the row-parallel sum, or
+    /// out's dtype; bias and weights f32 or 16-bit), both norms, with and without bias, p = 0 and p > 0
+    /// at an element offset that is not a multiple of four, rows longer than one run of dropout
+    /// multipliers (1024), and out written over the residual.
+    void fused_residual_norm_is_the_two_ops_bitwise_data() {
+        QTest::addColumn<int>("out_dtype");
+        QTest::addColumn<bool>("x_f32");
+        QTest::addColumn<bool>("weights_16bit");
+        QTest::addColumn<int>("h");
+        for (DType dt : {DType::F32, DType::BF16, DType::F16})
+            for (bool x_f32 : {true, false})
+                for (bool w16 : {false, true}) {
+                    if (dt == DType::F32 && (!x_f32 || w16)) continue;
+                    for (int h : {200, 1030})
+                        QTest::addRow("%s x=%s w=%s h=%d", dtype_name(dt), x_f32 ? "f32" : "out's", w16 ? "16" : "f32",
+                                      h)
+                            << int(dt) << x_f32 << w16 << h;
+                }
+    }
+    void fused_residual_norm_is_the_two_ops_bitwise() {
+        QFETCH(int, out_dtype);
+        QFETCH(bool, x_f32);
+        QFETCH(bool, weights_16bit);
+        QFETCH(int, h);
+        const DType dt = static_cast<DType>(out_dtype), xt = x_f32 ? DType::F32 : dt;
+        const DType wt = weights_16bit ? dt : DType::F32;
+        const int64_t rows = 7, n = rows * h;
+        const std::vector<float> res_v = norm_input(rows, h, 11), x_v = random_floats(n, 12),
+                                 bias_v = random_floats(h, 13), w_v = random_floats(h, 14),
+                                 b_v = random_floats(h, 15);
+        const RngStream rng{21, 5};
+        const int64_t offset = 6;  // element 0 is lane 2 of its Philox group
+        OpContext ctx;
+        for (bool rms : {false, true})
+            for (bool with_bias : {false, true})
+                for (float p : {0.0f, 0.15f})
+                    for (bool in_place : {false, true}) {
+                        const QString what = QStringLiteral("%1 bias=%2 p=%3 in_place=%4")
+                                                 .arg(rms ? "rmsnorm" : "layernorm")
+                                                 .arg(with_bias)
+                                                 .arg(p)
+                                                 .arg(in_place);
+                        Bytes res(dt, res_v), x(xt, x_v), bias(wt, bias_v), w(wt, w_v), b(wt, b_v);
+                        const TensorView no;
+                        // The two ops.
+                        Bytes out1(dt, std::vector<float>(n)), norm1(dt, std::vector<float>(n));
+                        std::vector<float> mean1(rows, -1.0f), rstd1(rows, -1.0f);
+                        if (with_bias)
+                            ops::bias_dropout_add_forward(ctx, out1.view({rows, h}), res.view({rows, h}),
+                                                          x.view({rows, h}), bias.view({h}), p, rng, offset);
+                        else
+                            ops::dropout_add_forward(ctx, out1.view({rows, h}), res.view({rows, h}), x.view({rows, h}),
+                                                     p, rng, offset);
+                        if (rms)
+                            ops::rmsnorm_forward(ctx, norm1.view({rows, h}), view_f32(rstd1.data(), {rows}),
+                                                 out1.view({rows, h}), w.view({h}), kEps);
+                        else
+                            ops::layernorm_forward(ctx, norm1.view({rows, h}), view_f32(mean1.data(), {rows}),
+                                                   view_f32(rstd1.data(), {rows}), out1.view({rows, h}), w.view({h}),
+                                                   b.view({h}), kEps);
+                        // Fused, out over a copy of the residual when in_place.
+                        Bytes res2(dt, res_v), out2(dt, std::vector<float>(n)), norm2(dt, std::vector<float>(n));
+                        Bytes& out_target = in_place ? res2 : out2;
+                        std::vector<float> mean2(rows, -1.0f), rstd2(rows, -1.0f);
+                        ops::bias_dropout_add_norm_forward(
+                            ctx, out_target.view({rows, h}), norm2.view({rows, h}),
+                            rms ? no : view_f32(mean2.data(), {rows}), view_f32(rstd2.data(), {rows}),
+                            res2.view({rows, h}), x.view({rows, h}), with_bias ? bias.view({h}) : no, w.view({h}),
+                            rms ? no : b.view({h}), p, rng, offset, kEps);
+                        QVERIFY2(out_target.b == out1.b, qPrintable(what + ": out"));
+                        QVERIFY2(norm2.b == norm1.b, qPrintable(what + ": norm_out"));
+                        MWB_VERIFY_BITWISE(rstd2, rstd1);
+                        MWB_VERIFY_BITWISE(mean2, mean1);
+                    }
+    }
+
+    void fused_residual_norm_checks_its_arguments() {
+        std::vector<float> x(12), out(12), nout(12), w(4), b(4), stat(3), bad(5);
+        std::vector<uint16_t> half(12);
+        OpContext ctx;
+        const auto v = [](std::vector<float>& d, std::initializer_list<int64_t> s) { return view_f32(d.data(), s); };
+        const TensorView no;
+        const auto call = [&](TensorView norm_out, TensorView mean, TensorView rstd, TensorView bias, TensorView bb) {
+            ops::bias_dropout_add_norm_forward(ctx, v(out, {3, 4}), norm_out, mean, rstd, v(x, {3, 4}), v(x, {3, 4}),
+                                               bias, v(w, {4}), bb, 0.1f, RngStream{1, 2}, 0, kEps);
+        };
+        call(v(nout, {3, 4}), v(stat, {3}), v(stat, {3}), v(b, {4}), v(b, {4}));  // LayerNorm
+        call(v(nout, {3, 4}), no, v(stat, {3}), no, no);                           // RMSNorm, no bias
+        const auto fails = [&](auto f, const char* arg) {
+            try {
+                f();
+            } catch (const mwb::Error& e) {
+                const std::string want = std::string("bias_dropout_add_norm_forward: ") + arg + " must be";
+                QVERIFY2(std::string(e.what()).rfind(want, 0) == 0, e.what());
+                return;
+            }
+            QFAIL(qPrintable(QStringLiteral("accepted a wrong %1").arg(arg)));
+        };
+        fails([&] { call(v(nout, {3, 4}), v(stat, {3}), v(stat, {3}), no, no); }, "b");      // mean without b
+        fails([&] { call(v(nout, {3, 4}), no, v(stat, {3}), no, v(b, {4})); }, "mean");      // b without mean
+        fails([&] { call(v(nout, {3, 4}), no, v(stat, {3}), v(bad, {5}), no); }, "bias");    // bias per column
+        fails([&] { call(v(nout, {3, 4}), no, v(bad, {5}), no, no); }, "rstd");              // rstd per row
+        fails([&] { call(make_view(half.data(), DType::BF16, {3, 4}), no, v(stat, {3}), no, no); },
+              "norm_out");  // stored like out
     }
 
     void mismatched_shapes_throw() {

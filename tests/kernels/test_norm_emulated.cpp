@@ -78,8 +78,9 @@ struct NormResults {
     std::vector<float> out, mean, rstd, dx, dx_acc, dw, db;
 };
 
-/// LayerNorm (layer = true) or RMSNorm through the kernels, x/dout/out/dx in S, w/b in W, as the launcher.
-template <class S, class W>
+/// LayerNorm (layer = true) or RMSNorm through the kernels, x/dout/out/dx in S, w/b in W, as the launcher;
+/// the row kernels V columns per access (norm_kernels.cuh).
+template <class S, class W, int V = 1>
 NormResults run_norm(int64_t rows, bool layer, const Tensor<S>& x, const Tensor<S>& dout, const Tensor<S>& dx0, const Tensor<W>& w,
                      const Tensor<W>& b) {
     const int64_t n = rows * kCols;
@@ -89,12 +90,12 @@ NormResults run_norm(int64_t rows, bool layer, const Tensor<S>& x, const Tensor<
     r.rstd.assign(rows, -1.0f);
     if (layer)
         emu::launch(rows, 1, kRowThreads, [&] {
-            nk::k_layernorm_fwd<S, W>(out.data(), r.mean.data(), r.rstd.data(), x.raw.data(), w.raw.data(),
+            nk::k_layernorm_fwd<S, W, V>(out.data(), r.mean.data(), r.rstd.data(), x.raw.data(), w.raw.data(),
                                       b.raw.data(), kCols, 1e-5f);
         });
     else
         emu::launch(rows, 1, kRowThreads, [&] {
-            nk::k_rmsnorm_fwd<S, W>(out.data(), r.rstd.data(), x.raw.data(), w.raw.data(), kCols, 1e-6f);
+            nk::k_rmsnorm_fwd<S, W, V>(out.data(), r.rstd.data(), x.raw.data(), w.raw.data(), kCols, 1e-6f);
         });
     const float* mean = layer ? r.mean.data() : nullptr;
     // Parameter gradients: partials over row chunks, then the chunks in order (grid of 128 threads).
@@ -109,10 +110,10 @@ NormResults run_norm(int64_t rows, bool layer, const Tensor<S>& x, const Tensor<
     emu::launch(2, 1, 64, [&] { nk::k_sum_partials(r.dw.data(), pw.data(), chunks, kCols); });
     if (layer) emu::launch(2, 1, 64, [&] { nk::k_sum_partials(r.db.data(), pb.data(), chunks, kCols); });
     emu::launch(rows, 1, kRowThreads, [&] {
-        nk::k_norm_bwd_dx<S, W>(dx.data(), dout.raw.data(), x.raw.data(), mean, r.rstd.data(), w.raw.data(), kCols, 0);
+        nk::k_norm_bwd_dx<S, W, V>(dx.data(), dout.raw.data(), x.raw.data(), mean, r.rstd.data(), w.raw.data(), kCols, 0);
     });
     emu::launch(rows, 1, kRowThreads, [&] {
-        nk::k_norm_bwd_dx<S, W>(dx_acc.data(), dout.raw.data(), x.raw.data(), mean, r.rstd.data(), w.raw.data(), kCols,
+        nk::k_norm_bwd_dx<S, W, V>(dx_acc.data(), dout.raw.data(), x.raw.data(), mean, r.rstd.data(), w.raw.data(), kCols,
                                 1);
     });
     r.out = widen<S>(out);
@@ -126,15 +127,17 @@ NormResults run_norm(int64_t rows, bool layer, const Tensor<S>& x, const Tensor<
 class TestNormEmulated : public QObject {
     Q_OBJECT
 
-    template <class S, class W>
+    template <class S, class W, int V = 1>
     static void sixteen_bit_equals_f32_rounded(bool layer, int64_t rows = kOneChunk) {
         const int64_t n = rows * kCols;
         const Tensor<S> x = make<S>(random_floats(n, 1, -3, 5)), dout = make<S>(random_floats(n, 2, -1, 1)),
                         dx0 = make<S>(random_floats(n, 3, -1, 1));
         const Tensor<W> w = make<W>(random_floats(kCols, 4, 0.5f, 1.5f)), b = make<W>(random_floats(kCols, 5, -0.5f, 0.5f));
-        const NormResults got = run_norm<S, W>(rows, layer, x, dout, dx0, w, b);
+        const NormResults got = run_norm<S, W, V>(rows, layer, x, dout, dx0, w, b);
         const auto f = [](const std::vector<float>& v) { return make<st::F32>(v); };
-        const NormResults ref = run_norm<st::F32, st::F32>(rows, layer, f(x.f32), f(dout.f32), f(dx0.f32), f(w.f32), f(b.f32));
+        // The f32 kernels with the same V: the same sums in the same order.
+        const NormResults ref =
+            run_norm<st::F32, st::F32, V>(rows, layer, f(x.f32), f(dout.f32), f(dx0.f32), f(w.f32), f(b.f32));
         // Statistics and parameter gradients are f32 in both: the same bits; stored tensors rounded once.
         MWB_VERIFY_BITWISE(got.mean, ref.mean);
         MWB_VERIFY_BITWISE(got.rstd, ref.rstd);
@@ -145,12 +148,89 @@ class TestNormEmulated : public QObject {
         MWB_VERIFY_BITWISE(got.dx_acc, widen<S>(rounded_raw<S>(ref.dx_acc)));
     }
 
+    template <class S, class SX, class W>
+    static void fused_cases() {
+        constexpr int kWide = st::kPerAccess<S>;
+        for (bool layer : {true, false})
+            for (bool with_bias : {false, true})
+                for (float p : {0.0f, 0.2f})
+                    for (int64_t offset : {int64_t(8), int64_t(6)}) {
+                        fused_case<S, SX, W, 1>(layer, with_bias, p, offset, false);
+                        fused_case<S, SX, W, kWide>(layer, with_bias, p, offset, false);
+                        if (offset % 4 == 0) fused_case<S, SX, W, kWide>(layer, with_bias, p, offset, true);
+                        if (QTest::currentTestFailed()) return;  // the first failing case, not all of them
+                    }
+    }
+
+    template <class S, class SX, class W, int V>
+    static void fused_case(bool layer, bool with_bias, float p, int64_t offset, bool wide_residual) {
+        namespace ew = mwb::cuda::elementwise;
+        const int64_t rows = kOneChunk, n = rows * kCols;
+        const Tensor<S> res = make<S>(random_floats(n, 21, -3, 5));
+        const Tensor<SX> x = make<SX>(random_floats(n, 22, -1, 1));
+        const Tensor<W> bias = make<W>(random_floats(kCols, 23, -0.5f, 0.5f)),
+                        w = make<W>(random_floats(kCols, 24, 0.5f, 1.5f)),
+                        b = make<W>(random_floats(kCols, 25, -0.5f, 0.5f));
+        const mwb::RngStream rng{77, 3};
+        const ew::DropoutArgs a{rng, mwb::dropout_keep_threshold(p), 1.0f / (1.0f - p), offset, n, p > 0.0f};
+        const auto* pbias = with_bias ? bias.raw.data() : nullptr;
+        // The two kernels: k_dropout as run_dropout launches it, then the norm.
+        std::vector<typename S::type> out1(n), norm1(n);
+        std::vector<float> mean1(rows, -1.0f), rstd1(rows, -1.0f);
+        const int64_t cols = with_bias ? kCols : 4;
+        if (offset % 4 == 0)
+            emu::launch(3, 1, 64, [&] {
+                ew::k_dropout<true, S, W, SX>(out1.data(), res.raw.data(), x.raw.data(), pbias, cols, a);
+            });
+        else
+            emu::launch(3, 1, 64, [&] {
+                ew::k_dropout<false, S, W, SX>(out1.data(), res.raw.data(), x.raw.data(), pbias, cols, a);
+            });
+        if (layer)
+            emu::launch(rows, 1, kRowThreads, [&] {
+                nk::k_layernorm_fwd<S, W, V>(norm1.data(), mean1.data(), rstd1.data(), out1.data(), w.raw.data(),
+                                             b.raw.data(), kCols, 1e-5f);
+            });
+        else
+            emu::launch(rows, 1, kRowThreads, [&] {
+                nk::k_rmsnorm_fwd<S, W, V>(norm1.data(), rstd1.data(), out1.data(), w.raw.data(), kCols, 1e-6f);
+            });
+        // Fused.
+        std::vector<typename S::type> out2(n), norm2(n);
+        std::vector<float> mean2(rows, -1.0f), rstd2(rows, -1.0f);
+        emu::launch(rows, 1, kRowThreads, [&] {
+            nk::k_residual_norm_fwd<S, SX, W, V>(out2.data(), norm2.data(), layer ? mean2.data() : nullptr,
+                                                 rstd2.data(), res.raw.data(), x.raw.data(), pbias, w.raw.data(),
+                                                 layer ? b.raw.data() : nullptr, kCols, layer ? 1e-5f : 1e-6f, a,
+                                                 wide_residual ? 1 : 0);
+        });
+        const QByteArray what = QStringLiteral("S=%1 x=%2 w=%3 V=%4 %5 bias=%6 p=%7 offset=%8 wide_residual=%9")
+                                    .arg(mwb::dtype_name(S::dtype), mwb::dtype_name(SX::dtype),
+                                         mwb::dtype_name(W::dtype))
+                                    .arg(V)
+                                    .arg(layer ? "layernorm" : "rmsnorm")
+                                    .arg(with_bias)
+                                    .arg(p)
+                                    .arg(offset)
+                                    .arg(wide_residual)
+                                    .toUtf8();
+        QVERIFY2(out2 == out1, what.constData());
+        QVERIFY2(norm2 == norm1, what.constData());
+        MWB_VERIFY_BITWISE(rstd2, rstd1);
+        MWB_VERIFY_BITWISE(mean2, mean1);
+    }
+
 private slots:
     void layernorm_16bit_is_the_f32_kernel_rounded() {
         sixteen_bit_equals_f32_rounded<st::BF16, st::F32>(true, kTwoChunks);
         sixteen_bit_equals_f32_rounded<st::BF16, st::BF16>(true);
         sixteen_bit_equals_f32_rounded<st::F16, st::F32>(true);
         sixteen_bit_equals_f32_rounded<st::F16, st::F16>(true);
+        // The 16-byte row loops (8 16-bit values per access; kCols = 200 is a multiple of 8).
+        sixteen_bit_equals_f32_rounded<st::BF16, st::F32, 8>(true, kTwoChunks);
+        sixteen_bit_equals_f32_rounded<st::BF16, st::BF16, 8>(true);
+        sixteen_bit_equals_f32_rounded<st::F16, st::F32, 8>(true);
+        sixteen_bit_equals_f32_rounded<st::F16, st::F16, 8>(true);
     }
 
     void rmsnorm_16bit_is_the_f32_kernel_rounded() {
@@ -158,16 +238,33 @@ private slots:
         sixteen_bit_equals_f32_rounded<st::BF16, st::BF16>(false);
         sixteen_bit_equals_f32_rounded<st::F16, st::F32>(false);
         sixteen_bit_equals_f32_rounded<st::F16, st::F16>(false);
+        sixteen_bit_equals_f32_rounded<st::BF16, st::F32, 8>(false);
+        sixteen_bit_equals_f32_rounded<st::BF16, st::BF16, 8>(false);
+        sixteen_bit_equals_f32_rounded<st::F16, st::F32, 8>(false);
+        sixteen_bit_equals_f32_rounded<st::F16, st::F16, 8>(false);
     }
 
+    /// The f32 kernels against the CPU ops (float sums in another order: to rounding), one element per
+    /// access and in 16-byte row loops (4 floats per access; 8, as beside a 16-bit tensor): the wide
+    /// loops' own summation order is held to the same tolerance, not to the scalar kernel's bits.
+    void f32_kernels_match_the_cpu_ops_data() {
+        QTest::addColumn<int>("width");
+        QTest::newRow("scalar") << 1;
+        QTest::newRow("16-byte") << 4;
+        QTest::newRow("32-byte") << 8;
+    }
     void f32_kernels_match_the_cpu_ops() {
+        QFETCH(int, width);
         const int64_t rows = kTwoChunks, n = rows * kCols;
         std::vector<float> x = random_floats(n, 1, -3, 5), dout = random_floats(n, 2, -1, 1),
                            dx0 = random_floats(n, 3, -1, 1), w = random_floats(kCols, 4, 0.5f, 1.5f),
                            b = random_floats(kCols, 5, -0.5f, 0.5f);
         for (bool layer : {true, false}) {
             const auto f = [](const std::vector<float>& v) { return make<st::F32>(v); };
-            const NormResults got = run_norm<st::F32, st::F32>(rows, layer, f(x), f(dout), f(dx0), f(w), f(b));
+            const NormResults got =
+                width == 1   ? run_norm<st::F32, st::F32, 1>(rows, layer, f(x), f(dout), f(dx0), f(w), f(b))
+                : width == 4 ? run_norm<st::F32, st::F32, 4>(rows, layer, f(x), f(dout), f(dx0), f(w), f(b))
+                             : run_norm<st::F32, st::F32, 8>(rows, layer, f(x), f(dout), f(dx0), f(w), f(b));
             mwb::OpContext ctx;
             const auto m = [&](std::vector<float>& t) { return mwb::view_f32(t.data(), {rows, kCols}); };
             const auto v = [](std::vector<float>& t) { return mwb::view_f32(t.data(), {int64_t(t.size())}); };
@@ -253,6 +350,21 @@ private slots:
             QVERIFY(mwb::test::max_ulp16(dw, cdw) <= 1);
             if (layer) QVERIFY(mwb::test::max_ulp16(db, cdb) <= 1);
         }
+    }
+
+    /// k_residual_norm_fwd (bias_dropout_add_norm_forward) against the two kernels it fuses, launched as
+    /// the unfused ops launch them (k_dropout, then k_layernorm_fwd / k_rmsnorm_fwd with the same V):
+    /// out, norm_out, mean and rstd bit for bit, for f32/bf16/f16 storage, x f32 or of out's storage,
+    /// weights f32 or 16-bit, both norms, with and without bias, p = 0 and p > 0, the residual pass
+    /// one element or 16 bytes at a time.
+    void fused_residual_norm_is_the_two_kernels() {
+        fused_cases<st::F32, st::F32, st::F32>();
+        fused_cases<st::BF16, st::F32, st::F32>();
+        fused_cases<st::BF16, st::BF16, st::BF16>();
+        fused_cases<st::BF16, st::F32, st::BF16>();
+        fused_cases<st::F16, st::F32, st::F32>();
+        fused_cases<st::F16, st::F16, st::F16>();
+        fused_cases<st::F16, st::F32, st::F16>();
     }
 
     void column_sums_and_bias_add_on_16bit() {

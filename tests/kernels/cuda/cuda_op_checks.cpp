@@ -665,6 +665,80 @@ std::vector<float> rounded_values(std::vector<float> v, DType dtype) {
     return v;
 }
 
+/// bias_dropout_add_norm_forward: the fused kernel against the CPU op (f32; another summation order:
+/// to rounding) and, on the device, bit for bit against the two unfused ops it replaces (f32, and bf16 /
+/// f16 residual stream beside the model's f32 row-parallel sum x), LayerNorm and RMSNorm, with and
+/// without bias; H = 200 takes the 16-byte row loops, H = 203 the scalar ones.
+Compare check_residual_norm() {
+    Compare cmp;
+    auto c = cpu_ctx(), g = gpu_ctx();
+    for (const int64_t H : {200, 203}) {
+        const int64_t rows = 37, n = rows * H;
+        const RngStream rng{77, 6};
+        Twin x(random_floats(n, 160), {rows, H}), res(random_floats(n, 161, -2, 3), {rows, H});
+        Twin bias(random_floats(H, 162), {H}), w(random_floats(H, 163, 0.5f, 1.5f), {H}), b(random_floats(H, 164), {H});
+        Twin out(std::vector<float>(n), {rows, H}), nout(std::vector<float>(n), {rows, H});
+        Twin mean(std::vector<float>(rows), {rows}), rstd(std::vector<float>(rows), {rows});
+        Twin out1(std::vector<float>(n), {rows, H}), nout1(std::vector<float>(n), {rows, H});
+        Twin mean1(std::vector<float>(rows), {rows}), rstd1(std::vector<float>(rows), {rows});
+        for (const bool rms : {false, true}) {
+            const std::string tag = fmt::format(" ({}, H {})", rms ? "rmsnorm" : "layernorm", H);
+            const TensorView no;
+            for (auto* ctx : {&c, &g}) {
+                const bool d = ctx == &g;
+                ops::bias_dropout_add_norm_forward(*ctx, d ? out.gpu() : out.cpu(), d ? nout.gpu() : nout.cpu(),
+                                                   rms ? no : d ? mean.gpu() : mean.cpu(), d ? rstd.gpu() : rstd.cpu(),
+                                                   d ? res.gpu() : res.cpu(), d ? x.gpu() : x.cpu(),
+                                                   d ? bias.gpu() : bias.cpu(), d ? w.gpu() : w.cpu(),
+                                                   rms ? no : d ? b.gpu() : b.cpu(), 0.1f, rng, 8, 1e-5f);
+            }
+            cmp.twin("residual" + tag, out);
+            cmp.twin("norm out" + tag, nout);
+            cmp.twin("rstd" + tag, rstd);
+            if (!rms) cmp.twin("mean" + tag, mean);
+            // On the device: the two ops, bit for bit (no bias: dropout_add_forward).
+            for (const bool with_bias : {true, false}) {
+                const std::string t2 = tag + (with_bias ? " bias" : " no bias");
+                if (with_bias)
+                    ops::bias_dropout_add_forward(g, out1.gpu(), res.gpu(), x.gpu(), bias.gpu(), 0.1f, rng, 8);
+                else
+                    ops::dropout_add_forward(g, out1.gpu(), res.gpu(), x.gpu(), 0.1f, rng, 8);
+                if (rms)
+                    ops::rmsnorm_forward(g, nout1.gpu(), rstd1.gpu(), out1.gpu(), w.gpu(), 1e-5f);
+                else
+                    ops::layernorm_forward(g, nout1.gpu(), mean1.gpu(), rstd1.gpu(), out1.gpu(), w.gpu(), b.gpu(),
+                                           1e-5f);
+                ops::bias_dropout_add_norm_forward(g, out.gpu(), nout.gpu(), rms ? no : mean.gpu(), rstd.gpu(),
+                                                   res.gpu(), x.gpu(), with_bias ? bias.gpu() : no, w.gpu(),
+                                                   rms ? no : b.gpu(), 0.1f, rng, 8, 1e-5f);
+                cmp.bits("fused = unfused residual" + t2, out.device_values(), out1.device_values());
+                cmp.bits("fused = unfused norm out" + t2, nout.device_values(), nout1.device_values());
+                cmp.bits("fused = unfused rstd" + t2, rstd.device_values(), rstd1.device_values());
+                if (!rms) cmp.bits("fused = unfused mean" + t2, mean.device_values(), mean1.device_values());
+            }
+            // A 16-bit residual stream with the f32 sum x (the model's mix), against the same two ops.
+            for (DType dt : {DType::BF16, DType::F16}) {
+                const std::string t3 = tag + fmt::format(" {}", dtype_name(dt));
+                Twin res_r(rounded_values(res.host(), dt), {rows, H}), scratch(std::vector<float>(n), {rows, H});
+                Dev16 r16(res_r, dt, {rows, H}), o16(out, dt, {rows, H}), n16(nout, dt, {rows, H});
+                Dev16 o16b(out, dt, {rows, H}), n16b(nout, dt, {rows, H});
+                ops::bias_dropout_add_forward(g, o16b.gpu(), r16.gpu(), x.gpu(), bias.gpu(), 0.1f, rng, 8);
+                if (rms)
+                    ops::rmsnorm_forward(g, n16b.gpu(), rstd1.gpu(), o16b.gpu(), w.gpu(), 1e-5f);
+                else
+                    ops::layernorm_forward(g, n16b.gpu(), mean1.gpu(), rstd1.gpu(), o16b.gpu(), w.gpu(), b.gpu(), 1e-5f);
+                ops::bias_dropout_add_norm_forward(g, o16.gpu(), n16.gpu(), rms ? no : mean.gpu(), rstd.gpu(), r16.gpu(),
+                                                   x.gpu(), bias.gpu(), w.gpu(), rms ? no : b.gpu(), 0.1f, rng, 8,
+                                                   1e-5f);
+                cmp.bits("fused = unfused residual" + t3, o16.values(scratch), o16b.values(scratch));
+                cmp.bits("fused = unfused norm out" + t3, n16.values(scratch), n16b.values(scratch));
+                cmp.bits("fused = unfused rstd" + t3, rstd.device_values(), rstd1.device_values());
+            }
+        }
+    }
+    return cmp;
+}
+
 /// The 16-bit kernels on the device (storage.cuh) against the same ops on f32 views of the same
 /// values, their results rounded after: an emulated 16-bit run's bits, element for element.
 Compare check_storage_16bit() {
@@ -1416,6 +1490,7 @@ const std::vector<std::pair<std::string, CheckDef>>& registry() {
         {"rope", {check_rope, 1e-5}},
         {"dropout_masks", {check_dropout_masks, 0.0}},
         {"dropout_add", {check_dropout_add, 1e-6}},
+        {"residual_norm", {check_residual_norm, 1e-5}},
         {"storage_16bit", {check_storage_16bit, 0.0}},
         {"gemm_16bit", {check_gemm_16bit, 1e-2}},
         {"f16_gradients", {check_f16_gradients, 1e-2}},
