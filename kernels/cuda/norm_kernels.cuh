@@ -2,7 +2,8 @@
 // The row and column reductions of ops_elementwise.cu (contracts: ops.inc): LayerNorm and RMSNorm
 // forward and backward (one block per row, a fixed tree over the row), the column sums of bias and
 // norm-parameter gradients (fixed chunks of kRowChunk rows, then the chunks in order) and the bias
-// add of the unfused linear layers. Activations (x, y, dy, dx) in storage S, the norm's weights in W
+// add of the unfused linear layers. Activations (x, y, dy, dx) in storage S (the backward's dy in SD:
+// S, or f32 beside 16-bit x under tensor parallelism), the norm's weights in W
 // (storage.cuh), loaded and widened; statistics (mean, rstd) in fp32, parameter gradients in fp32 or
 // f16 (k_sum_partials' SO); fp32 arithmetic and one rounding per stored element, where the CPU op
 // rounds. No atomics: bit-identical run to run. Plain CUDA C++ without runtime calls, so that test_kernels_norm_emulated runs this
@@ -214,18 +215,22 @@ __global__ void k_residual_norm_fwd(typename S::type* out, typename S::type* nor
 }
 
 /// dx of LayerNorm (mean == nullptr: RMSNorm), one block per row; `accumulate`: dx += the gradient
-/// (rounded once). Each thread reads dout[c] before it writes dx[c], so dx may alias dout.
-template <class S, class W, int V = 1>
-__global__ void k_norm_bwd_dx(typename S::type* dx, const typename S::type* dout, const typename S::type* x,
+/// (rounded once). dout in storage SD: x's (S), or f32 beside 16-bit x (under tensor parallelism the
+/// norm-input gradient is the f32 reduction buffer); V columns per access of every tensor, an f32 dout
+/// beside 16-bit x (V = 8) in two 16-byte accesses (load_n). Each thread reads dout[c] before it
+/// writes dx[c], so dx may alias dout when SD is S (the launcher refuses an alias of another dtype).
+template <class S, class W, int V = 1, class SD = S>
+__global__ void k_norm_bwd_dx(typename S::type* dx, const typename SD::type* dout, const typename S::type* x,
                               const float* mean, const float* rstd, const typename W::type* w, int64_t h,
                               int accumulate) {
     __shared__ float sh[32];
     const int64_t r = blockIdx.x;
-    const typename S::type *xr = x + r * h, *dr = dout + r * h;
+    const typename S::type* xr = x + r * h;
+    const typename SD::type* dr = dout + r * h;
     const float mu = mean ? mean[r] : 0.0f, rs = rstd[r];
     float sg = 0, sgx = 0;
     for (int64_t c = V * static_cast<int64_t>(threadIdx.x); c < h; c += V * static_cast<int64_t>(blockDim.x)) {
-        const kernel::Floats<V> dv = storage::load_n<S, V>(dr + c), wv = storage::load_n<W, V>(w + c),
+        const kernel::Floats<V> dv = storage::load_n<SD, V>(dr + c), wv = storage::load_n<W, V>(w + c),
                                 xv = storage::load_n<S, V>(xr + c);
 #pragma unroll
         for (int k = 0; k < V; ++k) {
@@ -238,7 +243,7 @@ __global__ void k_norm_bwd_dx(typename S::type* dx, const typename S::type* dout
     const float mean_gx = block_sum(sgx, sh) / static_cast<float>(h);
     typename S::type* dxr = dx + r * h;
     for (int64_t c = V * static_cast<int64_t>(threadIdx.x); c < h; c += V * static_cast<int64_t>(blockDim.x)) {
-        const kernel::Floats<V> dv = storage::load_n<S, V>(dr + c), wv = storage::load_n<W, V>(w + c),
+        const kernel::Floats<V> dv = storage::load_n<SD, V>(dr + c), wv = storage::load_n<W, V>(w + c),
                                 xv = storage::load_n<S, V>(xr + c);
         kernel::Floats<V> o;
         if (accumulate) o = storage::load_n<S, V>(dxr + c);
@@ -251,16 +256,17 @@ __global__ void k_norm_bwd_dx(typename S::type* dx, const typename S::type* dout
     }
 }
 
-/// Partials of dw (Σ dout·x̂) and db (Σ dout) over one chunk of rows; mean == nullptr: RMSNorm.
-template <class S>
-__global__ void k_norm_bwd_partials(float* pw, float* pb, const typename S::type* dout, const typename S::type* x,
+/// Partials of dw (Σ dout·x̂) and db (Σ dout) over one chunk of rows; mean == nullptr: RMSNorm. x in
+/// S, dout in SD (S, or f32 beside 16-bit x: as k_norm_bwd_dx).
+template <class S, class SD = S>
+__global__ void k_norm_bwd_partials(float* pw, float* pb, const typename SD::type* dout, const typename S::type* x,
                                     const float* mean, const float* rstd, int64_t rows, int64_t h) {
     const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (c >= h) return;
     const int64_t r0 = blockIdx.y * kRowChunk, r1 = min(rows, r0 + kRowChunk);
     float gw = 0, gb = 0;
     for (int64_t r = r0; r < r1; ++r) {
-        const float d = S::load(dout[r * h + c]);
+        const float d = SD::load(dout[r * h + c]);
         gw += d * (S::load(x[r * h + c]) - (mean ? mean[r] : 0.0f)) * rstd[r];
         gb += d;
     }

@@ -415,17 +415,33 @@ void with_row_width(int64_t h, F&& f, const P*... rows) {
         f(std::integral_constant<int, 1>{});
 }
 
+/// Calls f(storage of dout) for a norm backward's dout: x's storage, or f32 beside 16-bit x (under
+/// tensor parallelism a 16-bit run's norm-input gradient is the f32 reduction buffer,
+/// TransformerLayer::backward's grad_h). dx may alias dout only when they share a dtype.
+template <class S, class F>
+void with_dout_storage(const char* op, const TensorView& dout, const TensorView& dx, F&& f) {
+    if (dout.dtype == S::dtype) return f(S{});
+    MWB_CHECK(dout.dtype == DType::F32, "{}: dout={} must be f32 or x's dtype ({}) on CUDA", op, dout.describe(),
+              dtype_name(S::dtype));
+    const auto* d = static_cast<const char*>(dout.data);
+    const auto* o = static_cast<const char*>(dx.data);
+    MWB_CHECK(d + dout.numel() * 4 <= o || o + dx.numel() * static_cast<int64_t>(sizeof(typename S::type)) <= d,
+              "{}: dx={} overlaps dout={} of another dtype", op, dx.describe(), dout.describe());
+    f(storage::F32{});
+}
+
 /// dw (+ db when given) += Σ over rows of the norm's parameter gradient, in fixed row chunks; dw and db
 /// f32, or f16 (the f16 gradient arena: the chunks' fp32 sum added to the widened value, rounded once).
-template <class S>
-void norm_param_grads(cudaStream_t s, const TensorView& dw, const TensorView& db, const typename S::type* dout,
+/// x in S, dout in SD (S, or f32 beside 16-bit x).
+template <class S, class SD>
+void norm_param_grads(cudaStream_t s, const TensorView& dw, const TensorView& db, const typename SD::type* dout,
                       const typename S::type* x, const float* mean, const float* rstd, int64_t rows, int64_t h) {
     const int64_t chunks = (rows + kRowChunk - 1) / kRowChunk;
     MWB_CHECK(chunks <= 65535, "norm backward: {} rows exceed the {} a launch covers", rows, 65535 * kRowChunk);
     float* pw = static_cast<float*>(scratch(0, 2 * chunks * h * static_cast<int64_t>(sizeof(float)), s));
     float* pb = db.empty() ? nullptr : pw + chunks * h;
     const dim3 grid(static_cast<unsigned>((h + 127) / 128), static_cast<unsigned>(chunks));
-    norm::k_norm_bwd_partials<S><<<grid, 128, 0, s>>>(pw, pb, dout, x, mean, rstd, rows, h);
+    norm::k_norm_bwd_partials<S, SD><<<grid, 128, 0, s>>>(pw, pb, dout, x, mean, rstd, rows, h);
     const auto sum = [&](const TensorView& out, const float* partial) {
         with_storage(out.dtype, [&](auto so) {
             using SO = decltype(so);
@@ -458,22 +474,24 @@ void layernorm_forward(OpContext& ctx, TensorView out, TensorView mean, TensorVi
 void layernorm_backward(OpContext& ctx, TensorView dx, TensorView dw, TensorView db, TensorView dout, TensorView x,
                         TensorView mean, TensorView rstd, TensorView w, bool accumulate_dx) {
     if (x.rows() == 0) return;
-    MWB_CHECK(dout.dtype == x.dtype, "layernorm_backward: dout={} and x={} must share a dtype on CUDA",
-              dout.describe(), x.describe());
     with_norm_storages("layernorm_backward", x, dx, w, {}, [&](auto sx, auto sw) {
         using S = decltype(sx);
         using W = decltype(sw);
-        // Parameter gradients first (dx may alias dout).
-        norm_param_grads<S>(stream_of(ctx), dw, db, elements<S>(dout), elements<S>(x), cf(mean), cf(rstd), x.rows(),
-                            x.cols());
-        const auto *pd = elements<S>(dout), *px = elements<S>(x);
-        const auto* pw = elements<W>(w);
-        auto* pdx = elements<S>(dx);
-        with_row_width<S>(x.cols(), [&](auto v) {
-            norm::k_norm_bwd_dx<S, W, decltype(v)::value>
-                <<<static_cast<unsigned>(x.rows()), kNormThreads, 0, stream_of(ctx)>>>(
-                    pdx, pd, px, cf(mean), cf(rstd), pw, x.cols(), accumulate_dx ? 1 : 0);
-        }, pdx, pd, px, pw);
+        with_dout_storage<S>("layernorm_backward", dout, dx, [&](auto sd) {
+            using SD = decltype(sd);
+            // Parameter gradients first (dx may alias dout).
+            norm_param_grads<S, SD>(stream_of(ctx), dw, db, elements<SD>(dout), elements<S>(x), cf(mean), cf(rstd),
+                                    x.rows(), x.cols());
+            const auto* pd = elements<SD>(dout);
+            const auto* px = elements<S>(x);
+            const auto* pw = elements<W>(w);
+            auto* pdx = elements<S>(dx);
+            with_row_width<S>(x.cols(), [&](auto v) {
+                norm::k_norm_bwd_dx<S, W, decltype(v)::value, SD>
+                    <<<static_cast<unsigned>(x.rows()), kNormThreads, 0, stream_of(ctx)>>>(
+                        pdx, pd, px, cf(mean), cf(rstd), pw, x.cols(), accumulate_dx ? 1 : 0);
+            }, pdx, pd, px, pw);
+        });
     });
     launched("layernorm_backward");
 }
@@ -499,21 +517,23 @@ void rmsnorm_forward(OpContext& ctx, TensorView out, TensorView rstd, TensorView
 void rmsnorm_backward(OpContext& ctx, TensorView dx, TensorView dw, TensorView dout, TensorView x, TensorView rstd,
                       TensorView w, bool accumulate_dx) {
     if (x.rows() == 0) return;
-    MWB_CHECK(dout.dtype == x.dtype, "rmsnorm_backward: dout={} and x={} must share a dtype on CUDA",
-              dout.describe(), x.describe());
     with_norm_storages("rmsnorm_backward", x, dx, w, {}, [&](auto sx, auto sw) {
         using S = decltype(sx);
         using W = decltype(sw);
-        norm_param_grads<S>(stream_of(ctx), dw, {}, elements<S>(dout), elements<S>(x), nullptr, cf(rstd), x.rows(),
-                            x.cols());
-        const auto *pd = elements<S>(dout), *px = elements<S>(x);
-        const auto* pw = elements<W>(w);
-        auto* pdx = elements<S>(dx);
-        with_row_width<S>(x.cols(), [&](auto v) {
-            norm::k_norm_bwd_dx<S, W, decltype(v)::value>
-                <<<static_cast<unsigned>(x.rows()), kNormThreads, 0, stream_of(ctx)>>>(
-                    pdx, pd, px, nullptr, cf(rstd), pw, x.cols(), accumulate_dx ? 1 : 0);
-        }, pdx, pd, px, pw);
+        with_dout_storage<S>("rmsnorm_backward", dout, dx, [&](auto sd) {
+            using SD = decltype(sd);
+            norm_param_grads<S, SD>(stream_of(ctx), dw, {}, elements<SD>(dout), elements<S>(x), nullptr, cf(rstd),
+                                    x.rows(), x.cols());
+            const auto* pd = elements<SD>(dout);
+            const auto* px = elements<S>(x);
+            const auto* pw = elements<W>(w);
+            auto* pdx = elements<S>(dx);
+            with_row_width<S>(x.cols(), [&](auto v) {
+                norm::k_norm_bwd_dx<S, W, decltype(v)::value, SD>
+                    <<<static_cast<unsigned>(x.rows()), kNormThreads, 0, stream_of(ctx)>>>(
+                        pdx, pd, px, nullptr, cf(rstd), pw, x.cols(), accumulate_dx ? 1 : 0);
+            }, pdx, pd, px, pw);
+        });
     });
     launched("rmsnorm_backward");
 }

@@ -18,6 +18,7 @@
 #include "support/qt_checks.h"
 #include "support/reference.h"
 
+#include <QScopeGuard>
 #include <QtTest>
 
 #include <cmath>
@@ -78,11 +79,11 @@ struct NormResults {
     std::vector<float> out, mean, rstd, dx, dx_acc, dw, db;
 };
 
-/// LayerNorm (layer = true) or RMSNorm through the kernels, x/dout/out/dx in S, w/b in W, as the launcher;
-/// the row kernels V columns per access (norm_kernels.cuh).
-template <class S, class W, int V = 1>
-NormResults run_norm(int64_t rows, bool layer, const Tensor<S>& x, const Tensor<S>& dout, const Tensor<S>& dx0, const Tensor<W>& w,
-                     const Tensor<W>& b) {
+/// LayerNorm (layer = true) or RMSNorm through the kernels, x/out/dx in S, dout in SD (S, or f32 beside
+/// 16-bit x), w/b in W, as the launcher; the row kernels V columns per access (norm_kernels.cuh).
+template <class S, class W, int V = 1, class SD = S>
+NormResults run_norm(int64_t rows, bool layer, const Tensor<S>& x, const Tensor<SD>& dout, const Tensor<S>& dx0,
+                     const Tensor<W>& w, const Tensor<W>& b) {
     const int64_t n = rows * kCols;
     std::vector<typename S::type> out(n), dx(n), dx_acc = dx0.raw;
     NormResults r;
@@ -102,19 +103,20 @@ NormResults run_norm(int64_t rows, bool layer, const Tensor<S>& x, const Tensor<
     const int64_t chunks = (rows + nk::kRowChunk - 1) / nk::kRowChunk;
     std::vector<float> pw(chunks * kCols), pb(chunks * kCols);
     emu::launch(static_cast<unsigned>((kCols + 127) / 128), static_cast<unsigned>(chunks), 128, [&] {
-        nk::k_norm_bwd_partials<S>(pw.data(), layer ? pb.data() : nullptr, dout.raw.data(), x.raw.data(), mean,
-                                   r.rstd.data(), rows, kCols);
+        nk::k_norm_bwd_partials<S, SD>(pw.data(), layer ? pb.data() : nullptr, dout.raw.data(), x.raw.data(), mean,
+                                       r.rstd.data(), rows, kCols);
     });
     r.dw.assign(kCols, 0.25f);  // accumulated into
     r.db.assign(kCols, -0.5f);
     emu::launch(2, 1, 64, [&] { nk::k_sum_partials(r.dw.data(), pw.data(), chunks, kCols); });
     if (layer) emu::launch(2, 1, 64, [&] { nk::k_sum_partials(r.db.data(), pb.data(), chunks, kCols); });
     emu::launch(rows, 1, kRowThreads, [&] {
-        nk::k_norm_bwd_dx<S, W, V>(dx.data(), dout.raw.data(), x.raw.data(), mean, r.rstd.data(), w.raw.data(), kCols, 0);
+        nk::k_norm_bwd_dx<S, W, V, SD>(dx.data(), dout.raw.data(), x.raw.data(), mean, r.rstd.data(), w.raw.data(),
+                                       kCols, 0);
     });
     emu::launch(rows, 1, kRowThreads, [&] {
-        nk::k_norm_bwd_dx<S, W, V>(dx_acc.data(), dout.raw.data(), x.raw.data(), mean, r.rstd.data(), w.raw.data(), kCols,
-                                1);
+        nk::k_norm_bwd_dx<S, W, V, SD>(dx_acc.data(), dout.raw.data(), x.raw.data(), mean, r.rstd.data(),
+                                       w.raw.data(), kCols, 1);
     });
     r.out = widen<S>(out);
     r.dx = widen<S>(dx);
@@ -127,13 +129,14 @@ NormResults run_norm(int64_t rows, bool layer, const Tensor<S>& x, const Tensor<
 class TestNormEmulated : public QObject {
     Q_OBJECT
 
-    template <class S, class W, int V = 1>
+    /// dout in SD: x's storage, or f32 beside 16-bit x (the f32 reduction buffer under t > 1).
+    template <class S, class W, int V = 1, class SD = S>
     static void sixteen_bit_equals_f32_rounded(bool layer, int64_t rows = kOneChunk) {
         const int64_t n = rows * kCols;
-        const Tensor<S> x = make<S>(random_floats(n, 1, -3, 5)), dout = make<S>(random_floats(n, 2, -1, 1)),
-                        dx0 = make<S>(random_floats(n, 3, -1, 1));
+        const Tensor<S> x = make<S>(random_floats(n, 1, -3, 5)), dx0 = make<S>(random_floats(n, 3, -1, 1));
+        const Tensor<SD> dout = make<SD>(random_floats(n, 2, -1, 1));
         const Tensor<W> w = make<W>(random_floats(kCols, 4, 0.5f, 1.5f)), b = make<W>(random_floats(kCols, 5, -0.5f, 0.5f));
-        const NormResults got = run_norm<S, W, V>(rows, layer, x, dout, dx0, w, b);
+        const NormResults got = run_norm<S, W, V, SD>(rows, layer, x, dout, dx0, w, b);
         const auto f = [](const std::vector<float>& v) { return make<st::F32>(v); };
         // The f32 kernels with the same V: the same sums in the same order.
         const NormResults ref =
@@ -220,6 +223,79 @@ class TestNormEmulated : public QObject {
         MWB_VERIFY_BITWISE(mean2, mean1);
     }
 
+    template <class S, class W, int V>
+    static void f32_dout_against_the_cpu_op(bool layer) {
+        const int64_t rows = kTwoChunks, n = rows * kCols, chunks = (rows + nk::kRowChunk - 1) / nk::kRowChunk;
+        const DType dt = S::dtype;
+        const Tensor<S> x = make<S>(random_floats(n, 41, -3, 5)), dx0 = make<S>(random_floats(n, 43, -1, 1));
+        const Tensor<st::F32> dout = make<st::F32>(random_floats(n, 42, -1, 1));
+        const Tensor<W> w = make<W>(random_floats(kCols, 44, 0.5f, 1.5f)), b = make<W>(random_floats(kCols, 45, -0.5f, 0.5f));
+        const NormResults got = run_norm<S, W, V, st::F32>(rows, layer, x, dout, dx0, w, b);
+        const QByteArray what = QStringLiteral("x=%1 w=%2 V=%3 %4")
+                                    .arg(mwb::dtype_name(dt), mwb::dtype_name(W::dtype))
+                                    .arg(V)
+                                    .arg(layer ? "layernorm" : "rmsnorm")
+                                    .toUtf8();
+        const auto name_the_case = qScopeGuard([&] {
+            if (QTest::currentTestFailed()) qWarning("in %s", what.constData());
+        });
+        // The CPU op on the same bits, with the kernel's statistics.
+        mwb::OpContext ctx;
+        std::vector<float> mean = got.mean, rstd = got.rstd, dw(kCols, 0.25f), db(kCols, -0.5f);
+        std::vector<typename S::type> xr = x.raw, dx(n), dx_acc = dx0.raw;
+        std::vector<float> dr = dout.raw;
+        std::vector<typename W::type> wr = w.raw;
+        const auto m = [&](auto& t) { return mwb::make_view(t.data(), dt, {rows, kCols}); };
+        const auto v32 = [](std::vector<float>& t) { return mwb::view_f32(t.data(), {int64_t(t.size())}); };
+        const mwb::TensorView vw = mwb::make_view(wr.data(), W::dtype, {kCols}), vd = mwb::view_f32(dr.data(), {rows, kCols});
+        std::vector<float> unused_dw(kCols), unused_db(kCols);
+        if (layer) {
+            mwb::ops::layernorm_backward(ctx, m(dx), v32(dw), v32(db), vd, m(xr), v32(mean), v32(rstd), vw, false);
+            mwb::ops::layernorm_backward(ctx, m(dx_acc), v32(unused_dw), v32(unused_db), vd, m(xr), v32(mean),
+                                         v32(rstd), vw, true);
+            MWB_VERIFY_ERROR(normwise_error(got.db, mwb::test::to_double(db)), 1e-5);
+        } else {
+            mwb::ops::rmsnorm_backward(ctx, m(dx), v32(dw), vd, m(xr), v32(rstd), vw, false);
+            mwb::ops::rmsnorm_backward(ctx, m(dx_acc), v32(unused_dw), vd, m(xr), v32(rstd), vw, true);
+        }
+        MWB_VERIFY_ERROR(normwise_error(got.dw, mwb::test::to_double(dw)), 1e-5);
+        // dx: both round once, from fp32 sums in other orders; the two roundings differ only where the
+        // value lies that close to a rounding boundary: at most one step, on a few elements (measured:
+        // at most 13 of 52,000; a dout rounded to 16 bits before use moves 9,000 to 14,000).
+        const auto rounded_alike = [&](const std::vector<float>& kernel, const std::vector<typename S::type>& cpu) {
+            const std::vector<uint16_t> a = encode16(dt, kernel);  // exact: 16-bit values
+            int64_t differ = 0;
+            for (std::size_t i = 0; i < a.size(); ++i) differ += a[i] != cpu[i];
+            QVERIFY2(mwb::test::max_ulp16(a, cpu) <= 1, what.constData());
+            QVERIFY2(differ < n / 1000, qPrintable(QStringLiteral("%1 of %2 differ").arg(differ).arg(n)));
+        };
+        rounded_alike(got.dx, dx);
+        rounded_alike(got.dx_acc, dx_acc);
+        if constexpr (std::is_same_v<S, st::F16>) {
+            // dw (and db) into an f16 gradient arena, as norm_param_grads launches k_sum_partials<F16>.
+            std::vector<float> pw(chunks * kCols), pb(chunks * kCols);
+            const float* mp = layer ? got.mean.data() : nullptr;
+            emu::launch(static_cast<unsigned>((kCols + 127) / 128), static_cast<unsigned>(chunks), 128, [&] {
+                nk::k_norm_bwd_partials<S, st::F32>(pw.data(), layer ? pb.data() : nullptr, dout.raw.data(),
+                                                    x.raw.data(), mp, got.rstd.data(), rows, kCols);
+            });
+            const std::vector<uint16_t> dw0 = encode16(DType::F16, random_floats(kCols, 46, -40, 40)),
+                                        db0 = encode16(DType::F16, random_floats(kCols, 47, -40, 40));
+            std::vector<uint16_t> hdw = dw0, hdb = db0, cdw = dw0, cdb = db0, cdx(n);
+            emu::launch(2, 1, 64, [&] { nk::k_sum_partials<st::F16>(hdw.data(), pw.data(), chunks, kCols); });
+            if (layer) emu::launch(2, 1, 64, [&] { nk::k_sum_partials<st::F16>(hdb.data(), pb.data(), chunks, kCols); });
+            const auto h16 = [](auto& t) { return mwb::make_view(t.data(), DType::F16, {int64_t(t.size())}); };
+            if (layer)
+                mwb::ops::layernorm_backward(ctx, m(cdx), h16(cdw), h16(cdb), vd, m(xr), v32(mean), v32(rstd), vw,
+                                             false);
+            else
+                mwb::ops::rmsnorm_backward(ctx, m(cdx), h16(cdw), vd, m(xr), v32(rstd), vw, false);
+            QVERIFY2(mwb::test::max_ulp16(hdw, cdw) <= 1, what.constData());
+            if (layer) QVERIFY2(mwb::test::max_ulp16(hdb, cdb) <= 1, what.constData());
+            QVERIFY2(hdw != dw0, what.constData());  // the sums reached the arena
+        }
+    }
+
 private slots:
     void layernorm_16bit_is_the_f32_kernel_rounded() {
         sixteen_bit_equals_f32_rounded<st::BF16, st::F32>(true, kTwoChunks);
@@ -242,6 +318,39 @@ private slots:
         sixteen_bit_equals_f32_rounded<st::BF16, st::BF16, 8>(false);
         sixteen_bit_equals_f32_rounded<st::F16, st::F32, 8>(false);
         sixteen_bit_equals_f32_rounded<st::F16, st::F16, 8>(false);
+    }
+
+    /// dout f32 beside 16-bit x (a 16-bit run's norm-input gradient under tensor parallelism: the f32
+    /// reduction buffer): the kernels are the f32 kernels on the same values with the same V, stored
+    /// tensors rounded after, bit for bit; the f32 dout in two 16-byte accesses per 8 columns (V = 8).
+    void f32_dout_beside_16bit_x_is_the_f32_kernel_rounded() {
+        for (bool layer : {true, false}) {
+            sixteen_bit_equals_f32_rounded<st::BF16, st::F32, 1, st::F32>(layer, kTwoChunks);
+            sixteen_bit_equals_f32_rounded<st::BF16, st::BF16, 1, st::F32>(layer);
+            sixteen_bit_equals_f32_rounded<st::F16, st::F32, 1, st::F32>(layer);
+            sixteen_bit_equals_f32_rounded<st::F16, st::F16, 1, st::F32>(layer);
+            sixteen_bit_equals_f32_rounded<st::BF16, st::F32, 8, st::F32>(layer, kTwoChunks);
+            sixteen_bit_equals_f32_rounded<st::BF16, st::BF16, 8, st::F32>(layer);
+            sixteen_bit_equals_f32_rounded<st::F16, st::F32, 8, st::F32>(layer);
+            sixteen_bit_equals_f32_rounded<st::F16, st::F16, 8, st::F32>(layer);
+        }
+    }
+
+    /// The same mix against the CPU op on the same inputs (16-bit x and dx, f32 dout, the kernel's
+    /// statistics): dw and db in f32 to 1e-5 normwise (as the f32 kernels: rows and columns summed in
+    /// another order); dx, rounded once by both, within one step of its format and equal but for a few
+    /// elements; with an f16 x, dw and db into an f16 arena too, within one fp16 step.
+    void f32_dout_beside_16bit_x_matches_the_cpu_op() {
+        for (bool layer : {true, false})
+            for (const auto& run : {f32_dout_against_the_cpu_op<st::BF16, st::F32, 1>,
+                                    f32_dout_against_the_cpu_op<st::BF16, st::F32, 8>,
+                                    f32_dout_against_the_cpu_op<st::BF16, st::BF16, 8>,
+                                    f32_dout_against_the_cpu_op<st::F16, st::F32, 1>,
+                                    f32_dout_against_the_cpu_op<st::F16, st::F32, 8>,
+                                    f32_dout_against_the_cpu_op<st::F16, st::F16, 8>}) {
+                run(layer);
+                if (QTest::currentTestFailed()) return;  // the first failing case, named by it
+            }
     }
 
     /// The f32 kernels against the CPU ops (float sums in another order: to rounding), one element per

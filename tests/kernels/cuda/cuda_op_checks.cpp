@@ -467,6 +467,8 @@ Compare check_embedding() {
     return cmp;
 }
 
+void norms_with_f32_dout(Compare& cmp);  // after Dev16
+
 Compare check_norms() {
     Compare cmp;
     for (const int64_t rows : {7, 600}) {
@@ -503,6 +505,7 @@ Compare check_norms() {
         cmp.twin("rmsnorm dx" + tag, dx);
         cmp.twin("rmsnorm dw" + tag, dw);
     }
+    norms_with_f32_dout(cmp);
     return cmp;
 }
 
@@ -663,6 +666,72 @@ private:
 std::vector<float> rounded_values(std::vector<float> v, DType dtype) {
     for (auto& x : v) x = dtype == DType::BF16 ? round_to_bf16(x) : round_to_fp16(x);
     return v;
+}
+
+/// The norms' backward with an f32 dout beside 16-bit x and dx (a 16-bit run's norm-input gradient
+/// under tensor parallelism: the f32 reduction buffer), both norms, bf16 and f16, the statistics of one
+/// device forward shared by every backward. Against the CPU op on the same values (dw, db: to
+/// rounding; dx, rounded once by both: no element more than one 16-bit step of the tensor's largest
+/// value away) and, on the device, bit for bit against the f32-x op on the widened values with dx
+/// rounded after: dw and db always (the column partials are the same kernel), dx at H = 203 (both
+/// scalar row loops; at H = 200 the 16-bit loop moves 8 columns per access and the f32 one 4).
+void norms_with_f32_dout(Compare& cmp) {
+    auto c = cpu_ctx(), g = gpu_ctx();
+    for (DType dt : {DType::BF16, DType::F16})
+        for (const int64_t H : {200, 203}) {
+            const int64_t rows = 600, n = rows * H;
+            const double step = dt == DType::BF16 ? 1.0 / 128 : 1.0 / 1024;
+            Twin x(rounded_values(random_floats(n, 90, -2, 3), dt), {rows, H}), dout(random_floats(n, 91), {rows, H});
+            Twin w(random_floats(H, 92, 0.5f, 1.5f), {H}), b(random_floats(H, 93), {H});
+            Twin mean(std::vector<float>(rows), {rows}), rstd(std::vector<float>(rows), {rows});
+            Twin out(std::vector<float>(n), {rows, H}), dx(std::vector<float>(n), {rows, H});
+            Twin dx32(std::vector<float>(n), {rows, H}), scratch(std::vector<float>(n), {rows, H});
+            Twin dw(random_floats(H, 94), {H}), db(random_floats(H, 95), {H});
+            Twin dw32(dw.host(), {H}), db32(db.host(), {H});
+            Dev16 x16(x, dt, {rows, H}), dx16(dx, dt, {rows, H});
+            for (const bool rms : {false, true}) {
+                const std::string tag = fmt::format(" ({}, {} x, f32 dout, H {})", rms ? "rmsnorm" : "layernorm",
+                                                    dtype_name(dt), H);
+                if (rms)
+                    ops::rmsnorm_forward(g, out.gpu(), rstd.gpu(), x.gpu(), w.gpu(), 1e-6f);
+                else
+                    ops::layernorm_forward(g, out.gpu(), mean.gpu(), rstd.gpu(), x.gpu(), w.gpu(), b.gpu(), 1e-5f);
+                mean.host() = mean.device_values();
+                rstd.host() = rstd.device_values();
+                for (auto* ctx : {&c, &g}) {
+                    const bool d = ctx == &g;
+                    const TensorView vx = d ? x16.gpu() : x.cpu(), vdx = d ? dx16.gpu() : dx.cpu();
+                    if (rms)
+                        ops::rmsnorm_backward(*ctx, vdx, d ? dw.gpu() : dw.cpu(), d ? dout.gpu() : dout.cpu(), vx,
+                                              d ? rstd.gpu() : rstd.cpu(), d ? w.gpu() : w.cpu(), false);
+                    else
+                        ops::layernorm_backward(*ctx, vdx, d ? dw.gpu() : dw.cpu(), d ? db.gpu() : db.cpu(),
+                                                d ? dout.gpu() : dout.cpu(), vx, d ? mean.gpu() : mean.cpu(),
+                                                d ? rstd.gpu() : rstd.cpu(), d ? w.gpu() : w.cpu(), false);
+                }
+                ops::round_to(c, dx.cpu(), dt);  // the CPU op's f32 dx, stored as a 16-bit dx would be
+                const std::vector<float> got = dx16.values(scratch);
+                double largest = 0;
+                for (float v : dx.host()) largest = std::max(largest, std::abs(static_cast<double>(v)));
+                int64_t beyond = 0;
+                for (int64_t i = 0; i < n; ++i)
+                    beyond += std::abs(static_cast<double>(got[i]) - dx.host()[i]) > step * largest;
+                cmp.values("dx: elements beyond one 16-bit step of the CPU op's" + tag, {static_cast<float>(beyond)},
+                           {0.0f});
+                cmp.twin("dw" + tag, dw);
+                if (!rms) cmp.twin("db" + tag, db);
+                // The f32-x op on the device, dx rounded after.
+                if (rms)
+                    ops::rmsnorm_backward(g, dx32.gpu(), dw32.gpu(), dout.gpu(), x.gpu(), rstd.gpu(), w.gpu(), false);
+                else
+                    ops::layernorm_backward(g, dx32.gpu(), dw32.gpu(), db32.gpu(), dout.gpu(), x.gpu(), mean.gpu(),
+                                            rstd.gpu(), w.gpu(), false);
+                ops::round_to(g, dx32.gpu(), dt);
+                cmp.bits("dw = the f32-x op's" + tag, dw.device_values(), dw32.device_values());
+                if (!rms) cmp.bits("db = the f32-x op's" + tag, db.device_values(), db32.device_values());
+                if (H % 8 != 0) cmp.bits("dx = the f32-x op's rounded" + tag, got, dx32.device_values());
+            }
+        }
 }
 
 /// bias_dropout_add_norm_forward: the fused kernel against the CPU op (f32; another summation order:
