@@ -7,7 +7,9 @@
 // f32 kernels against the CPU ops (another summation order: to rounding). Parameter gradients into an
 // f16 gradient arena (fp16 runs without accumulate_allreduce_grads_in_fp32): the f32 kernels' sums
 // (the arena's values + this call's chunks) rounded once by the compiler's _Float16, bit for bit, and
-// the CPU op on the same f16 arena within one fp16 step (its rows summed in another order). No GPU.
+// the CPU op on the same f16 arena within one fp16 step (its rows summed in another order). The
+// backward with an f32 dout beside 16-bit x and dx (t > 1's f32 reduction buffer): the f32 kernels
+// rounded, bit for bit, and the CPU op on the same inputs. No GPU.
 #include "cuda_emulation.h"
 
 #include "emulated_storage.h"
