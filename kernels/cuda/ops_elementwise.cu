@@ -471,17 +471,20 @@ void layernorm_forward(OpContext& ctx, TensorView out, TensorView mean, TensorVi
     launched("layernorm_forward");
 }
 
-void layernorm_backward(OpContext& ctx, TensorView dx, TensorView dw, TensorView db, TensorView dout, TensorView x,
-                        TensorView mean, TensorView rstd, TensorView w, bool accumulate_dx) {
+namespace {
+/// LayerNorm's backward (mean and db given) or RMSNorm's (both empty): the parameter gradients first
+/// (dx may alias dout), then dx.
+void norm_backward(const char* op, OpContext& ctx, TensorView dx, TensorView dw, TensorView db, TensorView dout,
+                   TensorView x, TensorView mean, TensorView rstd, TensorView w, bool accumulate_dx) {
     if (x.rows() == 0) return;
-    with_norm_storages("layernorm_backward", x, dx, w, {}, [&](auto sx, auto sw) {
+    with_norm_storages(op, x, dx, w, {}, [&](auto sx, auto sw) {
         using S = decltype(sx);
         using W = decltype(sw);
-        with_dout_storage<S>("layernorm_backward", dout, dx, [&](auto sd) {
+        with_dout_storage<S>(op, dout, dx, [&](auto sd) {
             using SD = decltype(sd);
-            // Parameter gradients first (dx may alias dout).
-            norm_param_grads<S, SD>(stream_of(ctx), dw, db, elements<SD>(dout), elements<S>(x), cf(mean), cf(rstd),
-                                    x.rows(), x.cols());
+            const float* pm = mean.empty() ? nullptr : cf(mean);
+            norm_param_grads<S, SD>(stream_of(ctx), dw, db, elements<SD>(dout), elements<S>(x), pm, cf(rstd), x.rows(),
+                                    x.cols());
             const auto* pd = elements<SD>(dout);
             const auto* px = elements<S>(x);
             const auto* pw = elements<W>(w);
@@ -489,11 +492,17 @@ void layernorm_backward(OpContext& ctx, TensorView dx, TensorView dw, TensorView
             with_row_width<S>(x.cols(), [&](auto v) {
                 norm::k_norm_bwd_dx<S, W, decltype(v)::value, SD>
                     <<<static_cast<unsigned>(x.rows()), kNormThreads, 0, stream_of(ctx)>>>(
-                        pdx, pd, px, cf(mean), cf(rstd), pw, x.cols(), accumulate_dx ? 1 : 0);
+                        pdx, pd, px, pm, cf(rstd), pw, x.cols(), accumulate_dx ? 1 : 0);
             }, pdx, pd, px, pw);
         });
     });
-    launched("layernorm_backward");
+    launched(op);
+}
+}  // namespace
+
+void layernorm_backward(OpContext& ctx, TensorView dx, TensorView dw, TensorView db, TensorView dout, TensorView x,
+                        TensorView mean, TensorView rstd, TensorView w, bool accumulate_dx) {
+    norm_backward("layernorm_backward", ctx, dx, dw, db, dout, x, mean, rstd, w, accumulate_dx);
 }
 
 void rmsnorm_forward(OpContext& ctx, TensorView out, TensorView rstd, TensorView x, TensorView w, float eps) {
@@ -516,26 +525,7 @@ void rmsnorm_forward(OpContext& ctx, TensorView out, TensorView rstd, TensorView
 
 void rmsnorm_backward(OpContext& ctx, TensorView dx, TensorView dw, TensorView dout, TensorView x, TensorView rstd,
                       TensorView w, bool accumulate_dx) {
-    if (x.rows() == 0) return;
-    with_norm_storages("rmsnorm_backward", x, dx, w, {}, [&](auto sx, auto sw) {
-        using S = decltype(sx);
-        using W = decltype(sw);
-        with_dout_storage<S>("rmsnorm_backward", dout, dx, [&](auto sd) {
-            using SD = decltype(sd);
-            norm_param_grads<S, SD>(stream_of(ctx), dw, {}, elements<SD>(dout), elements<S>(x), nullptr, cf(rstd),
-                                    x.rows(), x.cols());
-            const auto* pd = elements<SD>(dout);
-            const auto* px = elements<S>(x);
-            const auto* pw = elements<W>(w);
-            auto* pdx = elements<S>(dx);
-            with_row_width<S>(x.cols(), [&](auto v) {
-                norm::k_norm_bwd_dx<S, W, decltype(v)::value, SD>
-                    <<<static_cast<unsigned>(x.rows()), kNormThreads, 0, stream_of(ctx)>>>(
-                        pdx, pd, px, nullptr, cf(rstd), pw, x.cols(), accumulate_dx ? 1 : 0);
-            }, pdx, pd, px, pw);
-        });
-    });
-    launched("rmsnorm_backward");
+    norm_backward("rmsnorm_backward", ctx, dx, dw, {}, dout, x, {}, rstd, w, accumulate_dx);
 }
 
 void gelu_forward(OpContext& ctx, TensorView out, TensorView x) {
