@@ -33,6 +33,17 @@ namespace {
 
 // ---- device buffers mirrored by host vectors ------------------------------------------------------
 
+/// A view of `data` with a shape held as a vector (the buffers below keep theirs).
+TensorView view_of(void* data, DType dtype, Device device, const std::vector<int64_t>& shape) {
+    TensorView v;
+    v.data = data;
+    v.dtype = dtype;
+    v.device = device;
+    v.ndim = static_cast<int>(shape.size());
+    for (int i = 0; i < v.ndim; ++i) v.shape[i] = shape[static_cast<size_t>(i)];
+    return v;
+}
+
 /// A tensor in both places: `host` is what the CPU op works on, `dev` what the CUDA op works on.
 class Twin {
 public:
@@ -59,15 +70,7 @@ public:
     TensorView gpu_i32() { return view(dev_, Device::CUDA, DType::I32); }
 
 private:
-    TensorView view(void* data, Device d, DType t) const {
-        TensorView v;
-        v.data = data;
-        v.dtype = t;
-        v.device = d;
-        v.ndim = static_cast<int>(shape_.size());
-        for (int i = 0; i < v.ndim; ++i) v.shape[i] = shape_[static_cast<size_t>(i)];
-        return v;
-    }
+    TensorView view(void* data, Device d, DType t) const { return view_of(data, t, d, shape_); }
     std::vector<float> host_;
     std::vector<int64_t> shape_;
     void* dev_ = nullptr;
@@ -946,13 +949,7 @@ private:
         return v;
     }
     TensorView view(void* data, bool gpu) const {
-        TensorView v;
-        v.data = data;
-        v.dtype = DType::F16;
-        v.device = gpu ? Device::CUDA : Device::CPU;
-        v.ndim = static_cast<int>(shape_.size());
-        for (int i = 0; i < v.ndim; ++i) v.shape[i] = shape_[static_cast<size_t>(i)];
-        return v;
+        return view_of(data, DType::F16, gpu ? Device::CUDA : Device::CPU, shape_);
     }
     std::vector<uint16_t> host_;
     std::vector<int64_t> shape_;
@@ -1069,15 +1066,7 @@ public:
     Device16(const Device16&) = delete;
     Device16& operator=(const Device16&) = delete;
     ~Device16() { device::cuda_free(dev_); }
-    TensorView gpu() const {
-        TensorView v;
-        v.data = dev_;
-        v.dtype = dtype_;
-        v.device = Device::CUDA;
-        v.ndim = static_cast<int>(shape_.size());
-        for (int i = 0; i < v.ndim; ++i) v.shape[i] = shape_[static_cast<size_t>(i)];
-        return v;
-    }
+    TensorView gpu() const { return view_of(dev_, dtype_, Device::CUDA, shape_); }
     /// The device contents, decoded.
     std::vector<float> values() const {
         std::vector<uint16_t> bits(static_cast<size_t>(n_));
