@@ -24,6 +24,10 @@ done
 for check in swiglu rope attention_gqa attention_gqa_tensor_cores attention_16bit attention_cudnn_16bit deterministic model cuda_graph; do
     grep -q "^checks (.*--list):.* $check " "$log" || fail "check $check not listed"
 done
+# Each step names the program it runs, the one after `env` and its NAME=VALUE assignments.
+grep -q "^   program: .*=" "$log" && fail "a step's program is an environment assignment"
+grep -A1 "^== cuda-graph " "$log" | grep -q "^   program: $2" || fail "the cuda-graph step does not name mwb-gpu-check as its program"
+grep -A1 "^== mwb-gpt2-124m " "$log" | grep -q "^   program: $3" || fail "the mwb-gpt2-124m step does not name mwb-gpu-bench as its program"
 # mwb programs get the bundle's libraries, PyTorch never does.
 grep "^== mwb-" "$log" | grep -vq "LD_LIBRARY_PATH=.*gpu-bundle/lib" && fail "an mwb step without the bundle's libraries"
 grep "^== torch-" "$log" | grep -q "LD_LIBRARY_PATH" && fail "a PyTorch step with the bundle's libraries"
@@ -57,4 +61,56 @@ rows=$(awk '/^\| step \| what \| exit \| result \|$/ {t = 1; next} t && /^\| ---
 [ "$rows" = "$(echo $steps) " ] || fail "summary table rows: '$rows'"
 tail -n 1 "$out/run/summary.md" | grep -q "^| torch-llama-3.2-1b " || fail "summary.md does not end in its table"
 [ -s "$out/run/machine.txt" ] || fail "no machine.txt"
-echo "PASS: $(grep -c '^== ' "$log") steps walked"
+# PyTorch's cu130 wheels as they lay their libraries out (cuBLAS, cudart, NVRTC ... grouped in
+# nvidia/cu13/lib; NCCL in nvidia/nccl/lib; cuDNN in nvidia/cudnn/lib): each folder on the mwb
+# programs' library path, after the bundle and the toolkit, and cuDNN's said to be found.
+venv="$out/venv"
+/usr/bin/python3 -m venv --without-pip "$venv" || fail "no venv for the wheel layout"
+site_dir=$("$venv/bin/python3" -c 'import site; print(site.getsitepackages()[0])')
+for f in cu13/lib/libcublas.so.13 cu13/lib/libcublasLt.so.13 cu13/lib/libcudart.so.13 nccl/lib/libnccl.so.2 \
+         cudnn/lib/libcudnn.so.9 cudnn/lib/libcudnn_graph.so.9; do
+    mkdir -p "$(dirname "$site_dir/nvidia/$f")" && : >"$site_dir/nvidia/$f"
+done
+OUT="$out/wheels" PYTHON="$venv/bin/python3" MWB_GPU_CHECK=$2 MWB_GPU_BENCH=$3 "$root/scripts/gpu-check.sh" --dry-run \
+    >"$out/wheels.txt" 2>&1
+path=$(sed -n 's/^mwb library path: //p' "$out/wheels/machine.txt")
+for d in cu13/lib nccl/lib cudnn/lib; do
+    case ":$path:" in *":$site_dir/nvidia/$d:"*) ;; *) fail "the wheel folder nvidia/$d is not on the mwb library path ($path)" ;; esac
+done
+case "$path" in *gpu-bundle/lib:*/usr/local/cuda/lib64*"$site_dir"*) ;; *) fail "not bundle, toolkit, wheels in that order: $path" ;; esac
+grep -q "^== torch-.*LD_LIBRARY_PATH" "$out/wheels.txt" && fail "a PyTorch step with the wheels' library path"
+
+# The op checks (scripts/gpu-check.sh checks BIN) with a stand-in for mwb-gpu-check: each check in a
+# process of its own, MWB_CHECK_JOBS at a time, a line per check (a crash named with its exit status),
+# the count line the summary reads, cuda_graph left to its own step, exit 77 when there is no GPU.
+fake="$out/fake-check"
+cat >"$fake" <<'FAKE'
+#!/usr/bin/env bash
+if [ "$1" = --list ]; then printf '%s\n' a_pass b_fail c_crash cuda_graph d_pass e_pass f_pass; exit 0; fi
+[ -n "${FAKE_NO_GPU:-}" ] && { echo "no CUDA device: fake"; exit 77; }
+echo "check result error tolerance worst"
+case "$1" in
+    b_fail) sleep 1; echo "$1 FAIL 1 0 bad"; exit 1 ;;
+    c_crash) echo "illegal address"; exit 134 ;;
+    cuda_graph) exit 3 ;;
+    *) sleep 1; echo "$1 PASS 0 0 threads=$OMP_NUM_THREADS"; exit 0 ;;
+esac
+FAKE
+chmod +x "$fake"
+t0=$(date +%s)
+OMP_NUM_THREADS=16 MWB_CHECK_JOBS=4 "$root/scripts/gpu-check.sh" checks "$fake" >"$out/checks.txt" 2>&1
+rc=$?
+secs=$(( $(date +%s) - t0 ))
+[ "$rc" = 1 ] || { cat "$out/checks.txt"; fail "checks with a failure exit $rc, not 1"; }
+for want in "^a_pass PASS .*threads=4$" "^b_fail FAIL " "^c_crash +CRASH +exit 134: illegal address$" \
+            "^6 checks \(one process each, 4 at a time\), 2 failed$"; do
+    grep -Eq "$want" "$out/checks.txt" || { cat "$out/checks.txt"; fail "checks output lacks /$want/"; }
+done
+grep -q cuda_graph "$out/checks.txt" && fail "the op checks ran cuda_graph (a step of its own)"
+# Five checks sleep 1 s each: one after another that is at least 5 s.
+[ "$secs" -lt 5 ] || fail "the checks took ${secs}s: not run 4 at a time"
+FAKE_NO_GPU=1 "$root/scripts/gpu-check.sh" checks "$fake" >"$out/nogpu.txt" 2>&1
+rc=$?
+[ "$rc" = 77 ] || fail "checks without a GPU exit $rc, not 77"
+[ "$(grep -c 'no CUDA device' "$out/nogpu.txt")" = 1 ] || fail "the no-GPU reason is not said once"
+echo "PASS: $(grep -c '^== ' "$log") steps walked; the op checks' runner"
