@@ -71,6 +71,18 @@ private slots:
         QCOMPARE(copy.error, lib.error);  // the first failure is kept
     }
 
+    void a_missing_library_names_every_place_tried() {
+        // No override: the loader's search (its LD_LIBRARY_PATH said), then the folder of libcudart.
+        qunsetenv("MWB_TEST_MISSING_LIBRARY");
+        const std::string soname = "libmwb_no_such_library.so.1";
+        const mwb::cuda::DynamicLibrary lib = mwb::cuda::open_cuda_library(soname, "MWB_TEST_MISSING_LIBRARY");
+        QVERIFY(lib.handle == nullptr);
+        const std::string& e = lib.error;
+        QVERIFY2(e.rfind(soname + " not found (" + soname + " on the loader's path (LD_LIBRARY_PATH=", 0) == 0, e.c_str());
+        QVERIFY2(e.find("/" + soname + " (beside libcudart): ") != std::string::npos, e.c_str());
+        QVERIFY2(e.find("set MWB_TEST_MISSING_LIBRARY to its path") != std::string::npos, e.c_str());
+    }
+
     void a_symbol_the_library_lacks_is_named() {
         mwb::cuda::DynamicLibrary lib = mwb::cuda::open_cuda_library("libcudart.so.13", nullptr);
         if (!lib.handle) MWB_SKIP(qPrintable(QString::fromStdString(lib.error)));
