@@ -10,6 +10,8 @@
 #       limit), into the git-ignored folder gpu-bundle/ (bundle.tar.xz, manifest.txt) — name it in the
 #       device tool's `carry`. Fails when archive + working tree exceed the 64 MiB carry limit. The
 #       device run unpacks it in place first (step unpack).
+#   scripts/gpu-check.sh sanitize [CHECK...]   on the device machine, a call of its own when time is
+#       left: compute-sanitizer's memcheck over op checks (sanitize() below).
 #   scripts/gpu-check.sh [run] [--quick] [--dry-run]   on the device machine: the CUDA op checks
 #       (each in a process of its own: `scripts/gpu-check.sh checks BIN`), whole training steps eager
 #       against a CUDA graph of the step (mwb-gpu-check cuda_graph, step cuda-graph), the attention
@@ -445,14 +447,21 @@ PY
 # (an illegal address, say) costs that check only, not the ones after it. MWB_CHECK_JOBS of them at a
 # time (default 4; 1: one after another): each process's start (CUDA context, cuBLAS load: ~1-2 s)
 # outweighs most checks' work, and the GPU holds several small contexts side by side. Each gets
-# OMP_NUM_THREADS / jobs cores for its CPU twin and 45 s. A check's line is printed when it ends
-# (completion order), the count line last. Exit 0 when all pass, 77 when a check found no GPU.
+# OMP_NUM_THREADS / jobs cores for its CPU twin and MWB_CHECK_LIMIT seconds (default 45). A check's
+# line is printed when it ends (completion order), the count line last. Exit 0 when all pass, 77 when
+# a check found no GPU. The checks named after BIN, else every one but cuda_graph. MWB_CHECK_PREFIX:
+# a command each check runs under (sanitize's compute-sanitizer); MWB_CHECK_LOG: a file each check's
+# whole output is appended to as it ends.
 run_checks() {
-    local bin=$1 jobs=${MWB_CHECK_JOBS:-4} name failed=0 total=0 no_gpu=0 dir names
+    local bin=$1 jobs=${MWB_CHECK_JOBS:-4} limit=${MWB_CHECK_LIMIT:-45} name failed=0 total=0 no_gpu=0 dir names
+    shift
+    local prefix=()
+    read -r -a prefix <<<"${MWB_CHECK_PREFIX:-}"
     [ "$jobs" -ge 1 ] 2>/dev/null || jobs=1
     local threads=$(( ${OMP_NUM_THREADS:-16} / jobs ))
     [ "$threads" -ge 1 ] || threads=1
-    names=$("$bin" --list) || { echo "gpu-check: $bin --list failed"; return 1; }
+    if [ $# -gt 0 ]; then names="$*"
+    else names=$("$bin" --list) || { echo "gpu-check: $bin --list failed"; return 1; }; fi
     dir=$(mktemp -d)
     printf '%-28s %-6s %-10s %-10s %s\n' check result error tolerance "worst output"
     # Prints the lines of the checks that have ended since the last call (their .rc files).
@@ -463,11 +472,13 @@ run_checks() {
             n=$(basename "$rc_file" .rc)
             rc=$(cat "$rc_file")
             mv "$rc_file" "$dir/$n.reported"
+            [ -n "${MWB_CHECK_LOG:-}" ] && { echo "===== $n: exit $rc"; cat "$dir/$n.log"; } >>"$MWB_CHECK_LOG"
             if [ "$rc" = 77 ]; then
                 [ "$no_gpu" = 1 ] || sed -n '1p' "$dir/$n.log"  # "no CUDA device: why", once
                 no_gpu=1
             elif [ "$rc" = 0 ] || [ "$rc" = 1 ]; then
-                sed -n '2p' "$dir/$n.log"
+                # The check's own line (after the header; a prefix's banner may come first).
+                grep -m1 "^$n " "$dir/$n.log" || sed -n '2p' "$dir/$n.log"
             else
                 printf '%-28s %-6s exit %s: %s\n' "$n" CRASH "$rc" "$(tail -n 1 "$dir/$n.log")"
             fi
@@ -482,7 +493,7 @@ run_checks() {
             report
         done
         # The exit status is written to a temporary name and renamed: report() sees whole files only.
-        ( OMP_NUM_THREADS=$threads timeout -k 5 45 "$bin" "$name" >"$dir/$name.log" 2>&1
+        ( OMP_NUM_THREADS=$threads timeout -k 5 "$limit" "${prefix[@]}" "$bin" "$name" >"$dir/$name.log" 2>&1
           echo $? >"$dir/$name.rc.tmp" && mv "$dir/$name.rc.tmp" "$dir/$name.rc" ) &
     done
     wait
@@ -493,10 +504,43 @@ run_checks() {
     [ "$failed" = 0 ]
 }
 
+# On the device machine, a call of its own after the run when time is left: compute-sanitizer's
+# memcheck over op checks (those named, else the own kernels' checks below), each check in its own
+# process under the tool (4 at a time, 120 s each, SANITIZE_BUDGET seconds in all, default 240), to
+# find out-of-bounds and misaligned accesses that values compared against the CPU may not show. A
+# check the tool faults shows as CRASH with exit 99. Writes $OUT/sanitizer.log (every check's whole
+# output) and $OUT/sanitizer.txt (a line per check, the count last).
+sanitize() {
+    OUT=${OUT:-$here/gpu-check-out}
+    mkdir -p "$OUT"
+    [ -x "$bundle/bin/mwb-gpu-check" ] || [ ! -f "$bundle/$bundle_archive" ] || unpack_bundle >/dev/null
+    local check=${MWB_GPU_CHECK:-$bundle/bin/mwb-gpu-check} tool=${COMPUTE_SANITIZER:-compute-sanitizer} c
+    if ! command -v "$tool" >/dev/null; then
+        for c in /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer; do
+            [ -x "$c" ] && tool=$c && break
+        done
+    fi
+    command -v "$tool" >/dev/null || { echo "gpu-check: no compute-sanitizer (COMPUTE_SANITIZER names it)"; return 1; }
+    local names=("$@")
+    [ ${#names[@]} -gt 0 ] || names=(elementwise round_to sum_squares gradient_norm embedding norms gelu swiglu rope
+                                     dropout_masks dropout_add residual_norm storage_16bit attention_forward
+                                     attention_backward attention_tensor_cores attention_gqa_tensor_cores
+                                     attention_16bit cached_attention cross_entropy adamw adamw_16bit)
+    : >"$OUT/sanitizer.log"
+    MWB_LIBRARY_PATH=$(mwb_library_path)
+    echo "gpu-check: $tool memcheck over ${#names[@]} checks of $check (${SANITIZE_BUDGET:-240}s at most)"
+    MWB_CHECK_PREFIX="$tool --tool memcheck --error-exitcode 99 --print-limit 10" MWB_CHECK_LIMIT=120 \
+        MWB_CHECK_LOG="$OUT/sanitizer.log" timeout -k 5 "${SANITIZE_BUDGET:-240}" \
+        env LD_LIBRARY_PATH="$MWB_LIBRARY_PATH" MWB_RESOURCES_DIR="$here/resources" NCCL_DEBUG=WARN \
+        "$here/scripts/gpu-check.sh" checks "$check" "${names[@]}" | tee "$OUT/sanitizer.txt"
+    return "${PIPESTATUS[0]}"
+}
+
 dry_run=0
 quick=0
 mode=run
 build_dir=""
+names=()
 budget=${GPU_CHECK_BUDGET:-360}
 fallback_limit=60
 for a in "$@"; do
@@ -510,13 +554,16 @@ for a in "$@"; do
         -*) echo "gpu-check: unknown option $a" >&2; usage 2 ;;
         fallback) mode=fallback ;;
         unpack) mode=unpack ;;
+        sanitize) mode=sanitize ;;
         *) if { [ "$mode" = bundle ] || [ "$mode" = checks ] || [ "$mode" = fallback ]; } && [ -z "$build_dir" ]; then build_dir=$a
+           elif [ "$mode" = checks ] || [ "$mode" = sanitize ]; then names+=("$a")
            else echo "gpu-check: unexpected argument $a" >&2; usage 2; fi ;;
     esac
 done
 case "$mode" in
     bundle) make_bundle ${build_dir:+"$build_dir"} ;;
-    checks) run_checks "$build_dir"; exit $? ;;
+    checks) run_checks "$build_dir" "${names[@]}"; exit $? ;;
+    sanitize) sanitize "${names[@]}"; exit $? ;;
     fallback) fallback_build "$build_dir" ;;  # a step of run: the folder for the objects
     unpack) unpack_bundle ;;                  # a step of run
     run) run_all "$quick"; exit $? ;;

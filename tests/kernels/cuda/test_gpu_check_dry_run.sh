@@ -88,6 +88,12 @@ cat >"$fake" <<'FAKE'
 #!/usr/bin/env bash
 if [ "$1" = --list ]; then printf '%s\n' a_pass b_fail c_crash cuda_graph d_pass e_pass f_pass; exit 0; fi
 [ -n "${FAKE_NO_GPU:-}" ] && { echo "no CUDA device: fake"; exit 77; }
+# How many checks run at once: each marks itself running and counts the marks.
+if [ -n "${FAKE_DIR:-}" ]; then
+    : >"$FAKE_DIR/run.$1"
+    ls "$FAKE_DIR"/run.* | wc -l >"$FAKE_DIR/seen.$1"
+    trap 'rm -f "$FAKE_DIR/run.$1"' EXIT
+fi
 echo "check result error tolerance worst"
 case "$1" in
     b_fail) sleep 1; echo "$1 FAIL 1 0 bad"; exit 1 ;;
@@ -97,20 +103,44 @@ case "$1" in
 esac
 FAKE
 chmod +x "$fake"
-t0=$(date +%s)
-OMP_NUM_THREADS=16 MWB_CHECK_JOBS=4 "$root/scripts/gpu-check.sh" checks "$fake" >"$out/checks.txt" 2>&1
+mkdir -p "$out/marks"
+FAKE_DIR="$out/marks" OMP_NUM_THREADS=16 MWB_CHECK_JOBS=4 "$root/scripts/gpu-check.sh" checks "$fake" >"$out/checks.txt" 2>&1
 rc=$?
-secs=$(( $(date +%s) - t0 ))
 [ "$rc" = 1 ] || { cat "$out/checks.txt"; fail "checks with a failure exit $rc, not 1"; }
 for want in "^a_pass PASS .*threads=4$" "^b_fail FAIL " "^c_crash +CRASH +exit 134: illegal address$" \
             "^6 checks \(one process each, 4 at a time\), 2 failed$"; do
     grep -Eq "$want" "$out/checks.txt" || { cat "$out/checks.txt"; fail "checks output lacks /$want/"; }
 done
 grep -q cuda_graph "$out/checks.txt" && fail "the op checks ran cuda_graph (a step of its own)"
-# Five checks sleep 1 s each: one after another that is at least 5 s.
-[ "$secs" -lt 5 ] || fail "the checks took ${secs}s: not run 4 at a time"
+# Five checks sleep 1 s each: run 4 at a time, some overlapped (one after another, each sees only itself).
+most=$(cat "$out/marks"/seen.* | sort -n | tail -n 1)
+[ "$most" -ge 2 ] && [ "$most" -le 4 ] || fail "at most $most checks ran at once, not 2 to 4"
 FAKE_NO_GPU=1 "$root/scripts/gpu-check.sh" checks "$fake" >"$out/nogpu.txt" 2>&1
 rc=$?
 [ "$rc" = 77 ] || fail "checks without a GPU exit $rc, not 77"
 [ "$(grep -c 'no CUDA device' "$out/nogpu.txt")" = 1 ] || fail "the no-GPU reason is not said once"
-echo "PASS: $(grep -c '^== ' "$log") steps walked; the op checks' runner"
+# sanitize: the named checks under compute-sanitizer (a stand-in that prints a banner first and finds
+# an error in d_pass), every check's whole output in $OUT/sanitizer.log, a line per check.
+cat >"$out/fake-sanitizer" <<'FAKE'
+#!/usr/bin/env bash
+[ "$1 $2 $3 $4 $5 $6" = "--tool memcheck --error-exitcode 99 --print-limit 10" ] || { echo "bad options: $*"; exit 2; }
+shift 6
+echo "========= COMPUTE-SANITIZER"
+"$@"
+rc=$?
+if [ "$2" = d_pass ]; then echo "========= ERROR SUMMARY: 1 error"; exit 99; fi
+echo "========= ERROR SUMMARY: 0 errors"
+exit $rc
+FAKE
+chmod +x "$out/fake-sanitizer"
+OUT="$out/san" COMPUTE_SANITIZER="$out/fake-sanitizer" MWB_GPU_CHECK="$fake" "$root/scripts/gpu-check.sh" sanitize a_pass b_fail d_pass \
+    >"$out/sanitize.txt" 2>&1
+rc=$?
+[ "$rc" = 1 ] || { cat "$out/sanitize.txt"; fail "sanitize with a finding exits $rc, not 1"; }
+for want in "^a_pass PASS " "^b_fail FAIL " "^d_pass +CRASH +exit 99: ========= ERROR SUMMARY: 1 error$" \
+            "^3 checks \(one process each, 4 at a time\), 2 failed$"; do
+    grep -Eq "$want" "$out/san/sanitizer.txt" || { cat "$out/sanitize.txt"; fail "sanitizer.txt lacks /$want/"; }
+done
+[ "$(grep -c '^===== ' "$out/san/sanitizer.log")" = 3 ] && grep -q "COMPUTE-SANITIZER" "$out/san/sanitizer.log" ||
+    fail "sanitizer.log does not hold the three checks' output"
+echo "PASS: $(grep -c '^== ' "$log") steps walked; the op checks' runner; sanitize"
