@@ -5,6 +5,7 @@
 // libraries load without a driver); exit 77 when the toolkit's libraries cannot be loaded here.
 #include "cublas_loader.h"
 #include "dynamic_library.h"
+#include "mwb/kernels/device_runtime.h"
 #include "mwb/kernels/ops.h"
 
 #include "support/skip.h"
@@ -81,6 +82,29 @@ private slots:
         QVERIFY2(e.rfind(soname + " not found (" + soname + " on the loader's path (LD_LIBRARY_PATH=", 0) == 0, e.c_str());
         QVERIFY2(e.find("/" + soname + " (beside libcudart): ") != std::string::npos, e.c_str());
         QVERIFY2(e.find("set MWB_TEST_MISSING_LIBRARY to its path") != std::string::npos, e.c_str());
+    }
+
+    void a_failed_device_allocation_says_why() {
+        // "Out of GPU memory" only when CUDA says so: here (no GPU) the driver's error instead; on a
+        // GPU, 1 EiB is out of memory.
+        const auto message = [](int64_t bytes) -> std::string {
+            try {
+                mwb::device::cuda_free(mwb::device::cuda_malloc(bytes));
+            } catch (const std::exception& e) {
+                return e.what();
+            }
+            return {};
+        };
+        const std::string small = message(1 << 20);
+        if (small.empty()) {
+            const std::string huge = message(int64_t{1} << 60);
+            QVERIFY2(huge.find("out of GPU memory allocating 1152921504606846976 bytes") != std::string::npos,
+                     huge.c_str());
+        } else {
+            QVERIFY2(small.find("out of GPU memory") == std::string::npos &&
+                         small.rfind("cudaMalloc of 1048576 bytes failed: ", 0) == 0,
+                     small.c_str());
+        }
     }
 
     void a_symbol_the_library_lacks_is_named() {
