@@ -129,8 +129,8 @@ check_carry_size() {
 # PyTorch's nvidia-* wheel library folders (cuDNN, and cuBLAS/NCCL where the toolkit lacks them), found
 # through the python that holds PyTorch. The CUDA 13 wheels group the toolkit's libraries in
 # nvidia/cu13/lib (cuBLAS, cuBLASLt, cudart, NVRTC); NCCL stays in nvidia/nccl/lib and cuDNN in
-# nvidia/cudnn/lib: every folder under nvidia/ that holds a library is taken. The mwb programs dlopen cuDNN from there (it is never bundled:
-# hundreds of MB).
+# nvidia/cudnn/lib: every folder under nvidia/ that holds a library is taken. The mwb programs dlopen
+# cuDNN from there (it is never bundled: hundreds of MB).
 torch_wheel_dirs() {
     "${PYTHON:-python3}" - 2>/dev/null <<'PY'
 import glob, os, site
