@@ -479,6 +479,8 @@ run_checks() {
             elif [ "$rc" = 0 ] || [ "$rc" = 1 ]; then
                 # The check's own line (after the header; a prefix's banner may come first).
                 grep -m1 "^$n " "$dir/$n.log" || sed -n '2p' "$dir/$n.log"
+            elif [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+                printf '%-28s %-6s past its %ss: %s\n' "$n" TIMEOUT "$limit" "$(tail -n 1 "$dir/$n.log")"
             else
                 printf '%-28s %-6s exit %s: %s\n' "$n" CRASH "$rc" "$(tail -n 1 "$dir/$n.log")"
             fi

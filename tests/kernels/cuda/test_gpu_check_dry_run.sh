@@ -99,6 +99,7 @@ case "$1" in
     b_fail) sleep 1; echo "$1 FAIL 1 0 bad"; exit 1 ;;
     c_crash) echo "illegal address"; exit 134 ;;
     cuda_graph) exit 3 ;;
+    a_pass) sleep "${FAKE_SLOW:-1}"; echo "$1 PASS 0 0 threads=$OMP_NUM_THREADS"; exit 0 ;;
     *) sleep 1; echo "$1 PASS 0 0 threads=$OMP_NUM_THREADS"; exit 0 ;;
 esac
 FAKE
@@ -115,6 +116,10 @@ grep -q cuda_graph "$out/checks.txt" && fail "the op checks ran cuda_graph (a st
 # Five checks sleep 1 s each: run 4 at a time, some overlapped (one after another, each sees only itself).
 most=$(cat "$out/marks"/seen.* | sort -n | tail -n 1)
 [ "$most" -ge 2 ] && [ "$most" -le 4 ] || fail "at most $most checks ran at once, not 2 to 4"
+# A check past its limit is named as such, not as a crash.
+MWB_CHECK_LIMIT=3 FAKE_SLOW=8 "$root/scripts/gpu-check.sh" checks "$fake" a_pass f_pass >"$out/slow.txt" 2>&1
+grep -Eq "^a_pass +TIMEOUT past its 3s: " "$out/slow.txt" && grep -q "^f_pass PASS " "$out/slow.txt" ||
+    { cat "$out/slow.txt"; fail "a check past its limit is not reported as TIMEOUT (or the named checks did not run)"; }
 FAKE_NO_GPU=1 "$root/scripts/gpu-check.sh" checks "$fake" >"$out/nogpu.txt" 2>&1
 rc=$?
 [ "$rc" = 77 ] || fail "checks without a GPU exit $rc, not 77"
