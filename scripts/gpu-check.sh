@@ -10,6 +10,8 @@
 #       limit), into the git-ignored folder gpu-bundle/ (bundle.tar.xz, manifest.txt) — name it in the
 #       device tool's `carry`. Fails when archive + working tree exceed the 64 MiB carry limit. The
 #       device run unpacks it in place first (step unpack).
+#   scripts/gpu-check.sh sanitize [CHECK...]   on the device machine, a call of its own when time is
+#       left: compute-sanitizer's memcheck over op checks (sanitize() below).
 #   scripts/gpu-check.sh [run] [--quick] [--dry-run]   on the device machine: the CUDA op checks
 #       (each in a process of its own: `scripts/gpu-check.sh checks BIN`), whole training steps eager
 #       against a CUDA graph of the step (mwb-gpu-check cuda_graph, step cuda-graph), the attention
@@ -125,8 +127,10 @@ check_carry_size() {
 
 # ---- run (on the device machine) -------------------------------------------------------------------
 # PyTorch's nvidia-* wheel library folders (cuDNN, and cuBLAS/NCCL where the toolkit lacks them), found
-# through the python that holds PyTorch. The mwb programs dlopen cuDNN from there (it is never bundled:
-# hundreds of MB).
+# through the python that holds PyTorch. The CUDA 13 wheels group the toolkit's libraries in
+# nvidia/cu13/lib (cuBLAS, cuBLASLt, cudart, NVRTC); NCCL stays in nvidia/nccl/lib and cuDNN in
+# nvidia/cudnn/lib: every folder under nvidia/ that holds a library is taken. The mwb programs dlopen
+# cuDNN from there (it is never bundled: hundreds of MB).
 torch_wheel_dirs() {
     "${PYTHON:-python3}" - 2>/dev/null <<'PY'
 import glob, os, site
@@ -204,8 +208,13 @@ run_step() {
     if [ "$dry_run" = 1 ]; then
         planned=$(( planned + limit ))
         echo "== $name (limit ${limit}s; ${planned}s planned of ${budget}s): $*"
+        # The program: the first word after `env` and its NAME=VALUE assignments.
         local prog=$1
-        [ "$prog" = env ] && prog=$3
+        if [ "$prog" = env ]; then
+            shift
+            while [ $# -gt 0 ] && [[ "$1" == *=* ]]; do shift; done
+            prog=${1:-env}
+        fi
         if command -v "$prog" >/dev/null 2>&1 || [ -x "$prog" ]; then
             echo "   program: $prog"
         else
@@ -312,10 +321,15 @@ run_all() {
 
     # Before an mwb program: the bundle's libraries, and the presets and GPU catalogue of this tree.
     local lib=(env LD_LIBRARY_PATH="$MWB_LIBRARY_PATH" MWB_RESOURCES_DIR="$here/resources")
-    [ -n "$check" ] && run_step op-checks 45 "${lib[@]}" "$here/scripts/gpu-check.sh" checks "$check"
+    # 39 checks, 4 processes at a time (run_checks). Estimated, not measured: ~1-2 s per process for
+    # its CUDA context and cuBLAS, the two cuDNN checks ~10-20 s each (a dozen graphs, which cuDNN may
+    # compile with NVRTC when it finalizes them): ~100 s one after another, ~30-40 s four at a time.
+    [ -n "$check" ] && run_step op-checks 60 "${lib[@]}" "$here/scripts/gpu-check.sh" checks "$check"
     # Whole training steps eagerly and from a CUDA graph (--enable-cuda-graph), bit for bit: a step of
-    # its own (two precisions x two runs of a tiny GPT), not one of the op checks' 45 s.
-    [ -n "$check" ] && run_step cuda-graph 10 "${lib[@]}" "$check" cuda_graph
+    # its own. Six runs (fp16, bf16, a bf16 batch ramp; each eager and graphed) of a 2-layer, hidden-64
+    # GPT for 12-14 steps: ~80 steps of ~10-30 ms (launches and the step's one host read) and four
+    # captures (~50 ms each), plus the process's CUDA context and cuBLAS: ~3-6 s estimated; 25 s.
+    [ -n "$check" ] && run_step cuda-graph 25 "${lib[@]}" "$check" cuda_graph
 
     # The attention core alone: name, then the shape as both programs take it.
     local shapes=("attention-mha --batch 4 --heads 16 --seq 2048 --head-dim 128"
@@ -338,9 +352,11 @@ run_all() {
     # name, limit-mwb, limit-torch, then the model as both programs take it (mwb-train's flags; the
     # Llama from its preset, the file torch_gpt_gpu.py reads too): GPT-2 124M, a 1.3B GPT (GPT-3 XL
     # shape) and Llama-3.2-1B, bf16.
-    local models=("gpt2-124m 20 20 --num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --micro-batch-size 8 --vocab-size 50304 --iters 5"
-                  "gpt-1.3b 40 25 --num-layers 24 --hidden-size 2048 --num-attention-heads 16 --seq-length 2048 --micro-batch-size 4 --vocab-size 50304 --iters 3"
-                  "llama-3.2-1b 40 25 --preset llama-3.2-1b --seq-length 2048 --micro-batch-size 4 --iters 3")
+    # Limits (mwb, PyTorch): the 1.3B models' ~1.3e9 weights drawn on 16 host cores (~4 s) and
+    # uploaded, the 8192^3 peak measurement (~1 s), 4 steps of ~0.3 s at 20 % MFU: ~12 s estimated.
+    local models=("gpt2-124m 15 15 --num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --micro-batch-size 8 --vocab-size 50304 --iters 5"
+                  "gpt-1.3b 30 25 --num-layers 24 --hidden-size 2048 --num-attention-heads 16 --seq-length 2048 --micro-batch-size 4 --vocab-size 50304 --iters 3"
+                  "llama-3.2-1b 30 25 --preset llama-3.2-1b --seq-length 2048 --micro-batch-size 4 --iters 3")
     [ "$quick" = 1 ] && models=("${models[0]/--iters 5/--iters 3}")
     local m TM TT rest
     for m in "${models[@]}"; do
@@ -380,7 +396,7 @@ status = [s.split(" ", 1) for s in open(os.path.join(out, "status.txt")).read().
 checks = None
 log = os.path.join(out, "steps.log")
 if os.path.exists(log):
-    m = re.findall(r"^(\d+) checks \(one process each\), (\d+) failed", open(log).read(), re.M)
+    m = re.findall(r"^(\d+) checks \(one process each[^)]*\), (\d+) failed", open(log).read(), re.M)
     if m:
         checks = f"{int(m[-1][0]) - int(m[-1][1])} of {m[-1][0]} passed"
 
@@ -428,31 +444,105 @@ PY
 }
 
 # Every check of mwb-gpu-check ($1) in a process of its own: a fault that poisons the CUDA context
-# (an illegal address, say) costs that check only, not the ones after it. Exit 0 when all pass.
+# (an illegal address, say) costs that check only, not the ones after it. MWB_CHECK_JOBS of them at a
+# time (default 4; 1: one after another): each process's start (CUDA context, cuBLAS load: ~1-2 s)
+# outweighs most checks' work, and the GPU holds several small contexts side by side. Each gets
+# OMP_NUM_THREADS / jobs cores for its CPU twin and MWB_CHECK_LIMIT seconds (default 45). A check's
+# line is printed when it ends (completion order), the count line last. Exit 0 when all pass, 77 when
+# a check found no GPU. The checks named after BIN, else every one but cuda_graph. MWB_CHECK_PREFIX:
+# a command each check runs under (sanitize's compute-sanitizer); MWB_CHECK_LOG: a file each check's
+# whole output is appended to as it ends.
 run_checks() {
-    local bin=$1 name rc failed=0 total=0
+    local bin=$1 jobs=${MWB_CHECK_JOBS:-4} limit=${MWB_CHECK_LIMIT:-45} name failed=0 total=0 no_gpu=0 dir names
+    shift
+    local prefix=()
+    read -r -a prefix <<<"${MWB_CHECK_PREFIX:-}"
+    [ "$jobs" -ge 1 ] 2>/dev/null || jobs=1
+    local threads=$(( ${OMP_NUM_THREADS:-16} / jobs ))
+    [ "$threads" -ge 1 ] || threads=1
+    if [ $# -gt 0 ]; then names="$*"
+    else names=$("$bin" --list) || { echo "gpu-check: $bin --list failed"; return 1; }; fi
+    dir=$(mktemp -d)
     printf '%-28s %-6s %-10s %-10s %s\n' check result error tolerance "worst output"
-    for name in $("$bin" --list); do
+    # Prints the lines of the checks that have ended since the last call (their .rc files).
+    report() {
+        local rc_file n rc
+        for rc_file in "$dir"/*.rc; do
+            [ -e "$rc_file" ] || continue
+            n=$(basename "$rc_file" .rc)
+            rc=$(cat "$rc_file")
+            mv "$rc_file" "$dir/$n.reported"
+            [ -n "${MWB_CHECK_LOG:-}" ] && { echo "===== $n: exit $rc"; cat "$dir/$n.log"; } >>"$MWB_CHECK_LOG"
+            if [ "$rc" = 77 ]; then
+                [ "$no_gpu" = 1 ] || sed -n '1p' "$dir/$n.log"  # "no CUDA device: why", once
+                no_gpu=1
+            elif [ "$rc" = 0 ] || [ "$rc" = 1 ]; then
+                # The check's own line (after the header; a prefix's banner may come first).
+                grep -m1 "^$n " "$dir/$n.log" || sed -n '2p' "$dir/$n.log"
+            elif [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+                printf '%-28s %-6s past its %ss: %s\n' "$n" TIMEOUT "$limit" "$(tail -n 1 "$dir/$n.log")"
+            else
+                printf '%-28s %-6s exit %s: %s\n' "$n" CRASH "$rc" "$(tail -n 1 "$dir/$n.log")"
+            fi
+            [ "$rc" = 0 ] || failed=$((failed + 1))
+        done
+    }
+    for name in $names; do
         [ "$name" = cuda_graph ] && continue  # a step of its own (cuda-graph)
         total=$((total + 1))
-        timeout -k 5 45 "$bin" "$name" >"$WORK_CHECK" 2>&1
-        rc=$?
-        [ "$rc" = 77 ] && { cat "$WORK_CHECK"; return 77; }
-        if [ "$rc" = 0 ] || [ "$rc" = 1 ]; then
-            sed -n '2p' "$WORK_CHECK"
-        else
-            printf '%-28s %-6s exit %s: %s\n' "$name" CRASH "$rc" "$(tail -n 1 "$WORK_CHECK")"
-        fi
-        [ "$rc" = 0 ] || failed=$((failed + 1))
+        while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do
+            wait -n
+            report
+        done
+        # The exit status is written to a temporary name and renamed: report() sees whole files only.
+        ( OMP_NUM_THREADS=$threads timeout -k 5 "$limit" "${prefix[@]}" "$bin" "$name" >"$dir/$name.log" 2>&1
+          echo $? >"$dir/$name.rc.tmp" && mv "$dir/$name.rc.tmp" "$dir/$name.rc" ) &
     done
-    echo "$total checks (one process each), $failed failed"
+    wait
+    report
+    rm -rf "$dir"
+    [ "$no_gpu" = 1 ] && return 77
+    echo "$total checks (one process each, $jobs at a time), $failed failed"
     [ "$failed" = 0 ]
+}
+
+# On the device machine, a call of its own after the run when time is left: compute-sanitizer's
+# memcheck over op checks (those named, else the own kernels' checks below), each check in its own
+# process under the tool (4 at a time, 120 s each, SANITIZE_BUDGET seconds in all, default 240), to
+# find out-of-bounds and misaligned accesses that values compared against the CPU may not show. A
+# check the tool faults shows as CRASH with exit 99. Writes $OUT/sanitizer.log (every check's whole
+# output) and $OUT/sanitizer.txt (a line per check, the count last).
+sanitize() {
+    OUT=${OUT:-$here/gpu-check-out}
+    mkdir -p "$OUT"
+    [ -x "$bundle/bin/mwb-gpu-check" ] || [ ! -f "$bundle/$bundle_archive" ] || unpack_bundle >/dev/null
+    local check=${MWB_GPU_CHECK:-$bundle/bin/mwb-gpu-check} tool=${COMPUTE_SANITIZER:-compute-sanitizer} c
+    if ! command -v "$tool" >/dev/null; then
+        for c in /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer; do
+            [ -x "$c" ] && tool=$c && break
+        done
+    fi
+    command -v "$tool" >/dev/null || { echo "gpu-check: no compute-sanitizer (COMPUTE_SANITIZER names it)"; return 1; }
+    local names=("$@")
+    [ ${#names[@]} -gt 0 ] || names=(elementwise round_to sum_squares gradient_norm embedding norms gelu swiglu rope
+                                     dropout_masks dropout_add residual_norm storage_16bit attention_forward
+                                     attention_backward attention_tensor_cores attention_gqa_tensor_cores
+                                     attention_16bit cached_attention cross_entropy adamw adamw_16bit)
+    : >"$OUT/sanitizer.log"
+    MWB_LIBRARY_PATH=$(mwb_library_path)
+    echo "gpu-check: $tool memcheck over ${#names[@]} checks of $check (${SANITIZE_BUDGET:-240}s at most)"
+    MWB_CHECK_PREFIX="$tool --tool memcheck --error-exitcode 99 --print-limit 10" MWB_CHECK_LIMIT=120 \
+        MWB_CHECK_LOG="$OUT/sanitizer.log" timeout -k 5 "${SANITIZE_BUDGET:-240}" \
+        env LD_LIBRARY_PATH="$MWB_LIBRARY_PATH" MWB_RESOURCES_DIR="$here/resources" NCCL_DEBUG=WARN \
+        "$here/scripts/gpu-check.sh" checks "$check" "${names[@]}" | tee "$OUT/sanitizer.txt"
+    return "${PIPESTATUS[0]}"
 }
 
 dry_run=0
 quick=0
 mode=run
 build_dir=""
+names=()
 budget=${GPU_CHECK_BUDGET:-360}
 fallback_limit=60
 for a in "$@"; do
@@ -466,13 +556,16 @@ for a in "$@"; do
         -*) echo "gpu-check: unknown option $a" >&2; usage 2 ;;
         fallback) mode=fallback ;;
         unpack) mode=unpack ;;
+        sanitize) mode=sanitize ;;
         *) if { [ "$mode" = bundle ] || [ "$mode" = checks ] || [ "$mode" = fallback ]; } && [ -z "$build_dir" ]; then build_dir=$a
+           elif [ "$mode" = checks ] || [ "$mode" = sanitize ]; then names+=("$a")
            else echo "gpu-check: unexpected argument $a" >&2; usage 2; fi ;;
     esac
 done
 case "$mode" in
     bundle) make_bundle ${build_dir:+"$build_dir"} ;;
-    checks) WORK_CHECK=$(mktemp); run_checks "$build_dir"; rc=$?; rm -f "$WORK_CHECK"; exit $rc ;;
+    checks) run_checks "$build_dir" "${names[@]}"; exit $? ;;
+    sanitize) sanitize "${names[@]}"; exit $? ;;
     fallback) fallback_build "$build_dir" ;;  # a step of run: the folder for the objects
     unpack) unpack_bundle ;;                  # a step of run
     run) run_all "$quick"; exit $? ;;

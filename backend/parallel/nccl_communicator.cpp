@@ -242,7 +242,12 @@ void NcclCommunicator::await(void* stream, const std::vector<NcclCommunicator*>&
         const bool finished = completed(cudaEventQuery(ev), "step synchronize", first);
         if (finished || polls % 64 == 0) {
             for (NcclCommunicator* g : groups) g->check_async(g->last_op_);
-            if (finished) return;
+            if (finished) {
+                // The step's receive timings have fired: add them and recycle their events now, not
+                // only when stats() is read (between log intervals they would pile up, two per receive).
+                for (NcclCommunicator* g : groups) g->settle_waits();
+                return;
+            }
             const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
             if (waited > timeout_s) {
                 // Which groups hold it: those whose own stream still has work (eager collectives);
@@ -284,6 +289,10 @@ void NcclCommunicator::settle_waits() {
         impl_->spare.push_back(*it);
         it = waits.erase(it);
     }
+}
+
+std::pair<std::size_t, std::size_t> NcclCommunicator::timing_events() const {
+    return {impl_->waits.size(), impl_->spare.size()};
 }
 
 bool NcclCommunicator::capturing() const {

@@ -5,8 +5,10 @@
 // (MPI), so each group (tp, dp, pp, ...) gets its own NCCL communicator.
 #include "backend/parallel/communicator.h"
 
+#include <cstddef>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace mwb {
@@ -56,8 +58,12 @@ public:
     /// operation. The end of a training step's one wait (ParallelContext::await_device_step).
     static void await(void* stream, const std::vector<NcclCommunicator*>& groups);
     /// The pipeline receives' waits, timed on the GPU (exchange): adds to wait_seconds those whose
-    /// events have fired; never blocks.
+    /// events have fired and keeps their events for the next receives; never blocks. await() calls it
+    /// once the step's work is done (every event of the step has fired then), so the events in use are
+    /// bounded by one step's receives.
     void settle_waits();
+    /// Timing event pairs of receives not yet settled, and spare pairs (for the checks).
+    std::pair<std::size_t, std::size_t> timing_events() const;
     /// The world ranks of the group, in group order.
     const std::vector<int>& world_ranks() const { return world_ranks_; }
 

@@ -28,11 +28,11 @@ inline int max_block_smem() {
     return bytes;
 }
 
-/// Tensor cores when the inputs are 16-bit values and the tiles fit in shared memory (128.5 KiB at
-/// most: every sm_80/sm_90 part).
+/// Tensor cores when the inputs are 16-bit values and the forward's and backward's tiles fit in
+/// shared memory (130 KiB at most: every sm_80/sm_90 part).
 template <int D, class E>
 bool use_tensor_cores() {
-    return !std::is_same_v<E, int> && TcBackwardSmem<D>::bytes <= max_block_smem();
+    return !std::is_same_v<E, int> && tc_fits<D>(max_block_smem());
 }
 
 /// Lets `kernel` use `bytes` of dynamic shared memory (above the default 48 KiB), once per kernel.

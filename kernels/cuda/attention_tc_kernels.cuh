@@ -104,6 +104,14 @@ struct TcBackwardSmem {
                   "the output stage fits where the tiles were");
 };
 
+/// Whether the tensor-core kernels of head dim D fit a device whose blocks may opt in to
+/// `max_block_smem` bytes: the forward's and the backward's blocks both (at D 160 the forward's is the
+/// larger, 130 KiB against 127.5).
+template <int D>
+constexpr bool tc_fits(int max_block_smem) {
+    return TcForwardSmem<D>::bytes <= max_block_smem && TcBackwardSmem<D>::bytes <= max_block_smem;
+}
+
 /// Where warp `warp`'s views of the backward kernels' shared memory (TcBackwardSmem) start.
 template <int D, class E>
 struct TcBackwardShared {

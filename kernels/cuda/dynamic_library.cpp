@@ -23,20 +23,31 @@ DynamicLibrary open_cuda_library(const std::string& soname, const char* override
     DynamicLibrary lib;
     const char* path = override_env ? std::getenv(override_env) : nullptr;
     lib.name = path && *path ? path : soname;
-    lib.handle = dlopen(lib.name.c_str(), RTLD_NOW | RTLD_LOCAL);
-    std::string first_error;
-    if (!lib.handle) {
-        const char* e = dlerror();
-        first_error = e ? e : lib.name;
-    }
-    if (!lib.handle && lib.name == soname) {
-        if (const std::string folder = cudart_folder(); !folder.empty()) {
-            const std::string beside = folder + "/" + soname;
-            if ((lib.handle = dlopen(beside.c_str(), RTLD_NOW | RTLD_LOCAL))) lib.name = beside;
+    // Every place tried, with dlerror's reason, for the message when none has it.
+    std::string tried;
+    const auto attempt = [&](const std::string& name, const std::string& where) {
+        void* h = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+        if (!h) {
+            const char* e = dlerror();
+            tried += fmt::format("{}{}{}: {}", tried.empty() ? "" : "; ", name, where, e ? e : "not loadable");
+        }
+        return h;
+    };
+    if (lib.name != soname) {
+        lib.handle = attempt(lib.name, fmt::format(" (from {})", override_env));
+    } else {
+        const char* search = std::getenv("LD_LIBRARY_PATH");
+        lib.handle = attempt(soname, fmt::format(" on the loader's path (LD_LIBRARY_PATH={}, RUNPATH, ld.so.cache)",
+                                                 search && *search ? search : "unset"));
+        if (!lib.handle) {
+            if (const std::string folder = cudart_folder(); !folder.empty()) {
+                const std::string beside = folder + "/" + soname;
+                if ((lib.handle = attempt(beside, " (beside libcudart)"))) lib.name = beside;
+            }
         }
     }
     if (!lib.handle)
-        lib.error = fmt::format("{} not found ({}{})", soname, first_error,
+        lib.error = fmt::format("{} not found ({}{})", soname, tried,
                                 override_env ? fmt::format("; set {} to its path", override_env) : std::string());
     return lib;
 }

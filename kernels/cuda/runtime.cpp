@@ -45,11 +45,22 @@ void* cuda_malloc(int64_t bytes) {
     void* p = nullptr;
     const cudaError_t err = cudaMalloc(&p, static_cast<size_t>(bytes));
     if (err != cudaSuccess) {
-        size_t free_b = 0, total_b = 0;
         cudaGetLastError();
-        cudaMemGetInfo(&free_b, &total_b);
-        MWB_FAIL("out of GPU memory allocating {} bytes: {} ({} of {} bytes free)", bytes, cudaGetErrorString(err),
-                 free_b, total_b);
+        // Out of memory only when CUDA says so: a missing GPU, a failed context or a capture in progress
+        // fail here too, and an "out of memory" would send the reader the wrong way.
+        if (err == cudaErrorMemoryAllocation) {
+            size_t free_b = 0, total_b = 0;
+            cudaMemGetInfo(&free_b, &total_b);
+            cudaGetLastError();
+            MWB_FAIL("out of GPU memory allocating {} bytes: {} ({} of {} bytes free)", bytes, cudaGetErrorString(err),
+                     free_b, total_b);
+        }
+        const bool capture = err == cudaErrorStreamCaptureUnsupported || err == cudaErrorStreamCaptureInvalidated ||
+                             err == cudaErrorStreamCaptureImplicit;
+        MWB_FAIL("cudaMalloc of {} bytes failed: {} ({}){}", bytes, cudaGetErrorString(err), static_cast<int>(err),
+                 capture ? ": a new device allocation inside a CUDA graph capture (the caching allocator missed; "
+                           "the eager warm-up steps should have filled its cache)"
+                         : "");
     }
     return p;
 }
@@ -224,7 +235,9 @@ void* scratch(int slot, int64_t bytes, cudaStream_t stream) {
         if (err != cudaSuccess) {
             cudaGetLastError();
             s.ptr = nullptr;
-            MWB_FAIL("scratch slot {}: out of GPU memory allocating {} bytes: {}", slot, want, cudaGetErrorString(err));
+            MWB_FAIL("scratch slot {}: {} {} bytes: {}", slot,
+                     err == cudaErrorMemoryAllocation ? "out of GPU memory allocating" : "could not allocate", want,
+                     cudaGetErrorString(err));
         }
         s.pooled = pools;
         s.bytes = want;

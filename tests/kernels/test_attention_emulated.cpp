@@ -392,6 +392,10 @@ private slots:
         // Every head dim's blocks fit an A100's 163 KiB of opt-in shared memory per block.
         const int limit = 163 * 1024;
         QVERIFY(att::TcForwardSmem<160>::bytes <= limit && att::TcBackwardSmem<160>::bytes <= limit);
+        // The launcher's choice holds both passes: a device with 128 KiB per block fits D 160's backward
+        // (127.5 KiB) but not its forward (130 KiB), so D 160 runs on the fp32 kernels there.
+        QVERIFY(att::tc_fits<160>(limit) && att::tc_fits<128>(128 * 1024) && !att::tc_fits<160>(128 * 1024));
+        QVERIFY(!att::tc_fits<128>(99 * 1024) && att::tc_fits<96>(99 * 1024));  // sm_86/sm_89: 99 KiB
         qInfo("shared memory per block at D 64 / 128 / 160: forward %d / %d / %d, backward %d / %d / %d bytes",
               att::TcForwardSmem<64>::bytes, att::TcForwardSmem<128>::bytes, att::TcForwardSmem<160>::bytes,
               att::TcBackwardSmem<64>::bytes, att::TcBackwardSmem<128>::bytes, att::TcBackwardSmem<160>::bytes);

@@ -181,6 +181,30 @@ private slots:
         device::destroy_stream(stream);
     }
 
+    void receive_timing_events_are_recycled_at_the_steps_await() {
+        // Each eager receive times the compute stream's wait with two events; the step's await settles
+        // them (their time added) and keeps them for the next step's receives: the pool stays at one
+        // step's receives however many steps pass between two reads of stats().
+        const int n_ranks = world_->size(), me = world_->rank();
+        void* stream = device::create_stream();
+        {
+            NcclCommunicator comm(*world_, stream, /*blocking=*/false);
+            const int64_t n = 1000;
+            DeviceVec out(rank_values(me, n)), in(std::vector<float>(static_cast<size_t>(n)));
+            const int next = (me + 1) % n_ranks, prev = (me + n_ranks - 1) % n_ranks;
+            const Message send{out.ptr, n, next, 0}, recv{in.ptr, n, prev, 0};
+            constexpr std::size_t kReceives = 3;
+            for (int step = 0; step < 4; ++step) {
+                for (std::size_t r = 0; r < kReceives; ++r) comm.exchange({&send, 1}, {&recv, 1})->wait();
+                QCOMPARE(comm.timing_events().first, kReceives);  // in flight until the step's await
+                NcclCommunicator::await(stream, {&comm});
+                QCOMPARE(comm.timing_events(), std::make_pair(std::size_t{0}, kReceives));
+            }
+            QCOMPARE(in.host(), rank_values(prev, n));
+        }
+        device::destroy_stream(stream);
+    }
+
     void counts_bytes_as_mpi() {
         world_->reset_stats();
         nccl_->reset_stats();

@@ -470,7 +470,7 @@ Compare check_embedding() {
     return cmp;
 }
 
-void norms_with_f32_dout(Compare& cmp);  // after Dev16
+void norms_with_f32_dout(Compare& cmp);  // after Device16
 
 Compare check_norms() {
     Compare cmp;
@@ -640,30 +640,64 @@ Compare check_dropout_add() {
     return cmp;
 }
 
-/// A 16-bit device tensor holding a Twin's values (converted on the device; the values should be
-/// 16-bit exact), read back widened.
-class Dev16 {
+/// A tensor stored in 16 bits (bf16 or f16), on the device and bit for bit on the host: made from
+/// `values` (rounded on the host), or from a Twin (converted on the device by the copy op — its values
+/// should be 16-bit exact — the host copy rounded from the Twin's host values). The CPU op works on
+/// cpu(), the CUDA op on gpu() (on(gpu): either); the contents come back decoded on the host (values:
+/// the device's, cpu_values: the host's) or widened on the device into a Twin of the same size.
+class Device16 {
 public:
-    Dev16(Twin& src, DType dtype, std::initializer_list<int64_t> shape) {
-        data_ = device::cuda_malloc(std::max<int64_t>(static_cast<int64_t>(src.host().size()) * 2, 2));
-        view_ = make_view(data_, dtype, shape, Device::CUDA);
-        auto g = gpu_ctx();
-        ops::copy(g, view_, src.gpu());
+    Device16(DType dtype, const std::vector<float>& values, std::initializer_list<int64_t> shape)
+        : dtype_(dtype), shape_(shape), host_(encoded(dtype, values)) {
+        allocate();
+        device::copy_to_device(dev_, host_.data(), bytes());
     }
-    Dev16(const Dev16&) = delete;
-    Dev16& operator=(const Dev16&) = delete;
-    ~Dev16() { device::cuda_free(data_); }
-    TensorView gpu() const { return view_; }
-    /// The values, widened on the device into `scratch` (a Twin of the same size) and read back.
-    std::vector<float> values(Twin& scratch) const {
+    Device16(Twin& src, DType dtype, std::initializer_list<int64_t> shape)
+        : dtype_(dtype), shape_(shape), host_(encoded(dtype, src.host())) {
+        allocate();
         auto g = gpu_ctx();
-        ops::copy(g, scratch.gpu(), view_);
+        ops::copy(g, gpu(), src.gpu());
+    }
+    Device16(const Device16&) = delete;
+    Device16& operator=(const Device16&) = delete;
+    ~Device16() { device::cuda_free(dev_); }
+    TensorView gpu() const { return view_of(dev_, dtype_, Device::CUDA, shape_); }
+    TensorView cpu() { return view_of(host_.data(), dtype_, Device::CPU, shape_); }
+    TensorView on(bool gpu_side) { return gpu_side ? gpu() : cpu(); }
+    /// The device contents, decoded on the host.
+    std::vector<float> values() const {
+        std::vector<uint16_t> bits(host_.size());
+        device::copy_to_host(bits.data(), dev_, bytes());
+        return decoded(bits);
+    }
+    /// The host contents (what the CPU op wrote), decoded.
+    std::vector<float> cpu_values() const { return decoded(host_); }
+    /// The device contents widened on the device (the copy op) into `scratch`, read back.
+    std::vector<float> widened(Twin& scratch) const {
+        auto g = gpu_ctx();
+        ops::copy(g, scratch.gpu(), gpu());
         return scratch.device_values();
     }
 
 private:
-    void* data_ = nullptr;
-    TensorView view_;
+    static std::vector<uint16_t> encoded(DType dtype, const std::vector<float>& values) {
+        std::vector<uint16_t> bits(values.size());
+        for (std::size_t i = 0; i < values.size(); ++i)
+            bits[i] = dtype == DType::F16 ? fp16_bits(values[i]) : bf16_bits(values[i]);
+        return bits;
+    }
+    std::vector<float> decoded(const std::vector<uint16_t>& bits) const {
+        std::vector<float> v(bits.size());
+        for (std::size_t i = 0; i < v.size(); ++i)
+            v[i] = dtype_ == DType::F16 ? from_fp16_bits(bits[i]) : from_bf16_bits(bits[i]);
+        return v;
+    }
+    int64_t bytes() const { return static_cast<int64_t>(host_.size()) * 2; }
+    void allocate() { dev_ = device::cuda_malloc(std::max<int64_t>(bytes(), 4)); }
+    DType dtype_;
+    std::vector<int64_t> shape_;
+    std::vector<uint16_t> host_;
+    void* dev_ = nullptr;
 };
 
 std::vector<float> rounded_values(std::vector<float> v, DType dtype) {
@@ -691,7 +725,7 @@ void norms_with_f32_dout(Compare& cmp) {
             Twin dx32(std::vector<float>(n), {rows, H}), scratch(std::vector<float>(n), {rows, H});
             Twin dw(random_floats(H, 94), {H}), db(random_floats(H, 95), {H});
             Twin dw32(dw.host(), {H}), db32(db.host(), {H});
-            Dev16 x16(x, dt, {rows, H}), dx16(dx, dt, {rows, H});
+            Device16 x16(x, dt, {rows, H}), dx16(dx, dt, {rows, H});
             for (const bool rms : {false, true}) {
                 const std::string tag = fmt::format(" ({}, {} x, f32 dout, H {})", rms ? "rmsnorm" : "layernorm",
                                                     dtype_name(dt), H);
@@ -713,7 +747,7 @@ void norms_with_f32_dout(Compare& cmp) {
                                                 d ? rstd.gpu() : rstd.cpu(), d ? w.gpu() : w.cpu(), false);
                 }
                 ops::round_to(c, dx.cpu(), dt);  // the CPU op's f32 dx, stored as a 16-bit dx would be
-                const std::vector<float> got = dx16.values(scratch);
+                const std::vector<float> got = dx16.widened(scratch);
                 double largest = 0;
                 for (float v : dx.host()) largest = std::max(largest, std::abs(static_cast<double>(v)));
                 int64_t beyond = 0;
@@ -792,8 +826,8 @@ Compare check_residual_norm() {
             for (DType dt : {DType::BF16, DType::F16}) {
                 const std::string t3 = tag + fmt::format(" {}", dtype_name(dt));
                 Twin res_r(rounded_values(res.host(), dt), {rows, H}), scratch(std::vector<float>(n), {rows, H});
-                Dev16 r16(res_r, dt, {rows, H}), o16(out, dt, {rows, H}), n16(nout, dt, {rows, H});
-                Dev16 o16b(out, dt, {rows, H}), n16b(nout, dt, {rows, H});
+                Device16 r16(res_r, dt, {rows, H}), o16(out, dt, {rows, H}), n16(nout, dt, {rows, H});
+                Device16 o16b(out, dt, {rows, H}), n16b(nout, dt, {rows, H});
                 ops::bias_dropout_add_forward(g, o16b.gpu(), r16.gpu(), x.gpu(), bias.gpu(), 0.1f, rng, 8);
                 if (rms)
                     ops::rmsnorm_forward(g, n16b.gpu(), rstd1.gpu(), o16b.gpu(), w.gpu(), 1e-5f);
@@ -802,8 +836,8 @@ Compare check_residual_norm() {
                 ops::bias_dropout_add_norm_forward(g, o16.gpu(), n16.gpu(), rms ? no : mean.gpu(), rstd.gpu(), r16.gpu(),
                                                    x.gpu(), bias.gpu(), w.gpu(), rms ? no : b.gpu(), 0.1f, rng, 8,
                                                    1e-5f);
-                cmp.bits("fused = unfused residual" + t3, o16.values(scratch), o16b.values(scratch));
-                cmp.bits("fused = unfused norm out" + t3, n16.values(scratch), n16b.values(scratch));
+                cmp.bits("fused = unfused residual" + t3, o16.widened(scratch), o16b.widened(scratch));
+                cmp.bits("fused = unfused norm out" + t3, n16.widened(scratch), n16b.widened(scratch));
                 cmp.bits("fused = unfused rstd" + t3, rstd.device_values(), rstd1.device_values());
             }
         }
@@ -826,10 +860,11 @@ Compare check_storage_16bit() {
         Twin mean(std::vector<float>(rows), {rows}), rstd(std::vector<float>(rows), {rows});
         Twin mean16(std::vector<float>(rows), {rows}), rstd16(std::vector<float>(rows), {rows});
         Twin out(std::vector<float>(n), {rows, H}), readback(std::vector<float>(n), {rows, H});
-        Dev16 x16(x, dt, {rows, H}), dout16(dout, dt, {rows, H}), res16(res, dt, {rows, H}), out16(out, dt, {rows, H});
-        const auto same = [&](const std::string& name, const Dev16& got) {
+        Device16 x16(x, dt, {rows, H}), dout16(dout, dt, {rows, H});
+        Device16 res16(res, dt, {rows, H}), out16(out, dt, {rows, H});
+        const auto same = [&](const std::string& name, const Device16& got) {
             ops::round_to(g, out.gpu(), dt);
-            cmp.bits(name + tag, got.values(readback), out.device_values());
+            cmp.bits(name + tag, got.widened(readback), out.device_values());
         };
         ops::gelu_forward(g, out.gpu(), x.gpu());
         ops::gelu_forward(g, out16.gpu(), x16.gpu());
@@ -857,10 +892,10 @@ Compare check_storage_16bit() {
         Twin dw(std::vector<float>(Hn), {Hn}), db(std::vector<float>(Hn), {Hn});
         Twin dw16(std::vector<float>(Hn), {Hn}), db16(std::vector<float>(Hn), {Hn});
         Twin outn(std::vector<float>(nn), {rows, Hn}), readn(std::vector<float>(nn), {rows, Hn});
-        Dev16 xn16(xn, dt, {rows, Hn}), doutn16(doutn, dt, {rows, Hn}), outn16(outn, dt, {rows, Hn});
-        const auto same_n = [&](const std::string& name, const Dev16& got) {
+        Device16 xn16(xn, dt, {rows, Hn}), doutn16(doutn, dt, {rows, Hn}), outn16(outn, dt, {rows, Hn});
+        const auto same_n = [&](const std::string& name, const Device16& got) {
             ops::round_to(g, outn.gpu(), dt);
-            cmp.bits(name + tag, got.values(readn), outn.device_values());
+            cmp.bits(name + tag, got.widened(readn), outn.device_values());
         };
         ops::layernorm_forward(g, outn.gpu(), mean.gpu(), rstd.gpu(), xn.gpu(), wn.gpu(), bn.gpu(), 1e-5f);
         ops::layernorm_forward(g, outn16.gpu(), mean16.gpu(), rstd16.gpu(), xn16.gpu(), wn.gpu(), bn.gpu(), 1e-5f);
@@ -879,11 +914,11 @@ Compare check_storage_16bit() {
         same_n("rmsnorm out", outn16);
         // SwiGLU over x as (rows, 2·132).
         Twin half(std::vector<float>(n / 2), {rows, H / 2}), half_back(std::vector<float>(n / 2), {rows, H / 2});
-        Dev16 half16(half, dt, {rows, H / 2});
+        Device16 half16(half, dt, {rows, H / 2});
         ops::swiglu_forward(g, half.gpu(), x.gpu());
         ops::swiglu_forward(g, half16.gpu(), x16.gpu());
         ops::round_to(g, half.gpu(), dt);
-        cmp.bits("swiglu forward" + tag, half16.values(half_back), half.device_values());
+        cmp.bits("swiglu forward" + tag, half16.widened(half_back), half.device_values());
     }
     return cmp;
 }
@@ -901,7 +936,7 @@ Compare check_gemm_16bit() {
         Twin y(std::vector<float>(N * out), {N, out}), dx(std::vector<float>(N * in), {N, in});
         Twin dw(random_floats(out * in, 164), {out, in}), dbias(random_floats(out, 165), {out});
         Twin y_back(std::vector<float>(N * out), {N, out}), dx_back(std::vector<float>(N * in), {N, in});
-        Dev16 x16(x, dt, {N, in}), w16(w, dt, {out, in}), dy16(dy, dt, {N, out}), y16(y, dt, {N, out}), dx16(dx, dt, {N, in});
+        Device16 x16(x, dt, {N, in}), w16(w, dt, {out, in}), dy16(dy, dt, {N, out}), y16(y, dt, {N, out}), dx16(dx, dt, {N, in});
         // CPU: f32 views of the values, results rounded as a 16-bit store (fp32 bias on both).
         ops::linear_forward(c, y.cpu(), x.cpu(), w.cpu(), bias.cpu());
         ops::linear_backward(c, dx.cpu(), dw.cpu(), dbias.cpu(), dy.cpu(), x.cpu(), w.cpu(), false);
@@ -909,8 +944,8 @@ Compare check_gemm_16bit() {
         ops::round_to(c, dx.cpu(), dt);
         ops::linear_forward(g, y16.gpu(), x16.gpu(), w16.gpu(), bias.gpu());
         ops::linear_backward(g, dx16.gpu(), dw.gpu(), dbias.gpu(), dy16.gpu(), x16.gpu(), w16.gpu(), false);
-        cmp.values("linear y (16-bit x, w, y; f32 bias)" + tag, y16.values(y_back), y.host());
-        cmp.values("linear dx (16-bit dy, w, dx)" + tag, dx16.values(dx_back), dx.host());
+        cmp.values("linear y (16-bit x, w, y; f32 bias)" + tag, y16.widened(y_back), y.host());
+        cmp.values("linear dx (16-bit dy, w, dx)" + tag, dx16.widened(dx_back), dx.host());
         cmp.twin("linear dw (fp32 main gradient from 16-bit dy, x)" + tag, dw);
         cmp.twin("linear dbias (from 16-bit dy)" + tag, dbias);
         // The classifier's hidden input: 16-bit x times an f32 table (widened at the call), fp32 logits.
@@ -921,40 +956,6 @@ Compare check_gemm_16bit() {
     }
     return cmp;
 }
-
-/// An f16 tensor in both places, of the same bits: `host` for the CPU op, the device copy for the CUDA op.
-class Half {
-public:
-    Half(const std::vector<float>& values, std::initializer_list<int64_t> shape) : shape_(shape) {
-        host_.resize(values.size());
-        for (std::size_t i = 0; i < values.size(); ++i) host_[i] = fp16_bits(values[i]);
-        dev_ = device::cuda_malloc(std::max<int64_t>(static_cast<int64_t>(host_.size()) * 2, 2));
-        device::copy_to_device(dev_, host_.data(), static_cast<int64_t>(host_.size()) * 2);
-    }
-    Half(const Half&) = delete;
-    Half& operator=(const Half&) = delete;
-    ~Half() { device::cuda_free(dev_); }
-    TensorView on(bool gpu) { return view(gpu ? dev_ : static_cast<void*>(host_.data()), gpu); }
-    std::vector<float> cpu_values() const { return widened(host_); }
-    std::vector<float> gpu_values() const {
-        std::vector<uint16_t> bits(host_.size());
-        device::copy_to_host(bits.data(), dev_, static_cast<int64_t>(bits.size()) * 2);
-        return widened(bits);
-    }
-
-private:
-    static std::vector<float> widened(const std::vector<uint16_t>& bits) {
-        std::vector<float> v(bits.size());
-        for (std::size_t i = 0; i < v.size(); ++i) v[i] = from_fp16_bits(bits[i]);
-        return v;
-    }
-    TensorView view(void* data, bool gpu) const {
-        return view_of(data, DType::F16, gpu ? Device::CUDA : Device::CPU, shape_);
-    }
-    std::vector<uint16_t> host_;
-    std::vector<int64_t> shape_;
-    void* dev_ = nullptr;
-};
 
 /// fp16 without accumulate_allreduce_grads_in_fp32: every op that accumulates into the f16 gradient
 /// arena, on f16 activations and weights, against the CPU op on the same bits (each rounds its fp32
@@ -970,36 +971,44 @@ Compare check_f16_gradients() {
     for (const int64_t N : {192, 1000}) {
         const int64_t in = 256, out = 160, F = 128;
         const std::string tag = fmt::format(" ({} rows)", N);
-        Half x(random_floats(N * in, 170), {N, in}), w(random_floats(out * in, 171), {out, in});
-        Half dy(random_floats(N * out, 172), {N, out}), dx(std::vector<float>(N * in), {N, in});
-        Half dw(random_floats(out * in, 173, -4, 4), {out, in}), dbias(random_floats(out, 174, -4, 4), {out});
+        Device16 x(DType::F16, random_floats(N * in, 170), {N, in});
+        Device16 w(DType::F16, random_floats(out * in, 171), {out, in});
+        Device16 dy(DType::F16, random_floats(N * out, 172), {N, out});
+        Device16 dx(DType::F16, std::vector<float>(N * in), {N, in});
+        Device16 dw(DType::F16, random_floats(out * in, 173, -4, 4), {out, in});
+        Device16 dbias(DType::F16, random_floats(out, 174, -4, 4), {out});
         // fc2 of an MLP whose fc1 output (pre, act) is (N, F): dpre and fc1's bias gradient.
-        Half act(random_floats(N * F, 175), {N, F}), pre(random_floats(N * F, 176, -3, 3), {N, F});
-        Half w2(random_floats(out * F, 177), {out, F}), dpre(std::vector<float>(N * F), {N, F});
-        Half dw2(random_floats(out * F, 178, -4, 4), {out, F}), db2(random_floats(out, 179, -4, 4), {out});
-        Half db1(random_floats(F, 180, -4, 4), {F});
+        Device16 act(DType::F16, random_floats(N * F, 175), {N, F});
+        Device16 pre(DType::F16, random_floats(N * F, 176, -3, 3), {N, F});
+        Device16 w2(DType::F16, random_floats(out * F, 177), {out, F});
+        Device16 dpre(DType::F16, std::vector<float>(N * F), {N, F});
+        Device16 dw2(DType::F16, random_floats(out * F, 178, -4, 4), {out, F});
+        Device16 db2(DType::F16, random_floats(out, 179, -4, 4), {out});
+        Device16 db1(DType::F16, random_floats(F, 180, -4, 4), {F});
         for (bool d : {false, true}) {
             OpContext& ctx = d ? g : c;
             ops::linear_backward(ctx, dx.on(d), dw.on(d), dbias.on(d), dy.on(d), x.on(d), w.on(d), false);
             ops::linear_backward_gelu(ctx, dpre.on(d), db1.on(d), dw2.on(d), db2.on(d), dy.on(d), act.on(d), w2.on(d),
                                       pre.on(d), DType::F16);
         }
-        cmp.values("linear dx" + tag, dx.gpu_values(), dx.cpu_values());
-        cmp.values("linear dw into f16" + tag, dw.gpu_values(), dw.cpu_values());
-        cmp.values("linear dbias into f16" + tag, dbias.gpu_values(), dbias.cpu_values());
-        cmp.values("dpre" + tag, dpre.gpu_values(), dpre.cpu_values());
-        cmp.values("fc2 dw into f16" + tag, dw2.gpu_values(), dw2.cpu_values());
-        cmp.values("fc2 dbias into f16" + tag, db2.gpu_values(), db2.cpu_values());
-        cmp.values("fc1 dbias into f16 (from dpre)" + tag, db1.gpu_values(), db1.cpu_values());
+        cmp.values("linear dx" + tag, dx.values(), dx.cpu_values());
+        cmp.values("linear dw into f16" + tag, dw.values(), dw.cpu_values());
+        cmp.values("linear dbias into f16" + tag, dbias.values(), dbias.cpu_values());
+        cmp.values("dpre" + tag, dpre.values(), dpre.cpu_values());
+        cmp.values("fc2 dw into f16" + tag, dw2.values(), dw2.cpu_values());
+        cmp.values("fc2 dbias into f16" + tag, db2.values(), db2.cpu_values());
+        cmp.values("fc1 dbias into f16 (from dpre)" + tag, db1.values(), db1.cpu_values());
     }
     for (const int64_t rows : {7, 600}) {
         const int64_t H = 200;
         const std::string tag = fmt::format(" ({} rows)", rows);
-        Half x(random_floats(rows * H, 181, -2, 3), {rows, H}), dout(random_floats(rows * H, 182), {rows, H});
-        Half w(random_floats(H, 183, 0.5f, 1.5f), {H}), b(random_floats(H, 184), {H});
-        Half out(std::vector<float>(rows * H), {rows, H}), dx(std::vector<float>(rows * H), {rows, H});
-        Half dw(random_floats(H, 185, -4, 4), {H}), db(random_floats(H, 186, -4, 4), {H});
-        Half rdw(random_floats(H, 187, -4, 4), {H});
+        Device16 x(DType::F16, random_floats(rows * H, 181, -2, 3), {rows, H});
+        Device16 dout(DType::F16, random_floats(rows * H, 182), {rows, H});
+        Device16 w(DType::F16, random_floats(H, 183, 0.5f, 1.5f), {H}), b(DType::F16, random_floats(H, 184), {H});
+        Device16 out(DType::F16, std::vector<float>(rows * H), {rows, H});
+        Device16 dx(DType::F16, std::vector<float>(rows * H), {rows, H});
+        Device16 dw(DType::F16, random_floats(H, 185, -4, 4), {H}), db(DType::F16, random_floats(H, 186, -4, 4), {H});
+        Device16 rdw(DType::F16, random_floats(H, 187, -4, 4), {H});
         Twin mean(std::vector<float>(rows), {rows}), rstd(std::vector<float>(rows), {rows});
         for (bool d : {false, true}) {
             OpContext& ctx = d ? g : c;
@@ -1010,24 +1019,25 @@ Compare check_f16_gradients() {
             ops::rmsnorm_forward(ctx, out.on(d), f(rstd), x.on(d), w.on(d), 1e-6f);
             ops::rmsnorm_backward(ctx, dx.on(d), rdw.on(d), dout.on(d), x.on(d), f(rstd), w.on(d), false);
         }
-        cmp.values("layernorm dw into f16" + tag, dw.gpu_values(), dw.cpu_values());
-        cmp.values("layernorm db into f16" + tag, db.gpu_values(), db.cpu_values());
-        cmp.values("rmsnorm dw into f16" + tag, rdw.gpu_values(), rdw.cpu_values());
+        cmp.values("layernorm dw into f16" + tag, dw.values(), dw.cpu_values());
+        cmp.values("layernorm db into f16" + tag, db.values(), db.cpu_values());
+        cmp.values("rmsnorm dw into f16" + tag, rdw.values(), rdw.cpu_values());
     }
     {
         const int64_t S = 13, B = 3, H = 40, V = 150, vocab_start = 25;
         std::vector<int32_t> idv = random_ids(S * B, 0, 200, 188);
         for (int64_t r = 0; r < S * B; r += 4) idv[static_cast<std::size_t>(r)] = 30;  // a row summed many times
         Twin ids(ids_as_floats(idv), {S * B});
-        Half dout(random_floats(S * B * H, 189), {S, B, H});
-        Half dtable(random_floats(V * H, 190, -8, 8), {V, H}), dwpe(random_floats(20 * H, 191, -8, 8), {20, H});
+        Device16 dout(DType::F16, random_floats(S * B * H, 189), {S, B, H});
+        Device16 dtable(DType::F16, random_floats(V * H, 190, -8, 8), {V, H});
+        Device16 dwpe(DType::F16, random_floats(20 * H, 191, -8, 8), {20, H});
         for (bool d : {false, true}) {
             OpContext& ctx = d ? g : c;
             ops::embedding_backward(ctx, dtable.on(d), dout.on(d), d ? ids.gpu_i32() : ids.cpu_i32(), vocab_start);
             ops::position_embedding_backward(ctx, dwpe.on(d), dout.on(d), 4);
         }
-        cmp.bits("embedding backward into f16 (bit for bit)", dtable.gpu_values(), dtable.cpu_values());
-        cmp.bits("position embedding backward into f16 (bit for bit)", dwpe.gpu_values(), dwpe.cpu_values());
+        cmp.bits("embedding backward into f16 (bit for bit)", dtable.values(), dtable.cpu_values());
+        cmp.bits("position embedding backward into f16 (bit for bit)", dwpe.values(), dwpe.cpu_values());
     }
     return cmp;
 }
@@ -1052,36 +1062,6 @@ AttentionParams attn_params(const AttnCase& a) {
     p.rng = RngStream{2024, 11};
     return p;
 }
-
-/// A device tensor stored in 16 bits (bf16 or f16) holding `values` rounded to it.
-class Device16 {
-public:
-    Device16(DType dtype, const std::vector<float>& values, std::initializer_list<int64_t> shape)
-        : dtype_(dtype), n_(static_cast<int64_t>(values.size())), shape_(shape) {
-        std::vector<uint16_t> bits;
-        for (float x : values) bits.push_back(dtype == DType::F16 ? fp16_bits(x) : bf16_bits(x));
-        dev_ = device::cuda_malloc(std::max<int64_t>(n_ * 2, 4));
-        device::copy_to_device(dev_, bits.data(), n_ * 2);
-    }
-    Device16(const Device16&) = delete;
-    Device16& operator=(const Device16&) = delete;
-    ~Device16() { device::cuda_free(dev_); }
-    TensorView gpu() const { return view_of(dev_, dtype_, Device::CUDA, shape_); }
-    /// The device contents, decoded.
-    std::vector<float> values() const {
-        std::vector<uint16_t> bits(static_cast<size_t>(n_));
-        device::copy_to_host(bits.data(), dev_, n_ * 2);
-        std::vector<float> out;
-        for (uint16_t h : bits) out.push_back(dtype_ == DType::F16 ? from_fp16_bits(h) : from_bf16_bits(h));
-        return out;
-    }
-
-private:
-    DType dtype_;
-    int64_t n_;
-    std::vector<int64_t> shape_;
-    void* dev_ = nullptr;
-};
 
 /// x rounded to `dtype` (bf16 or f16) element by element: the CPU op's results on 16-bit views.
 std::vector<float> rounded(std::vector<float> x, DType dtype) {
@@ -1460,7 +1440,7 @@ Compare check_adamw_16bit() {
             Twin v(random_floats(n, 172, 0.0f, 0.01f), {n}), grad(rounded_values(random_floats(n, 173, -3, 3), dt), {n});
             Twin w32(w.host(), {n}), m32(m.host(), {n}), v32(v.host(), {n}), grad32(grad.host(), {n});
             Twin copy32(std::vector<float>(n), {n}), zeros(std::vector<float>(n), {n}), back(std::vector<float>(n), {n});
-            Dev16 grad16(grad, dt, {n}), copy16(zeros, dt, {n});
+            Device16 grad16(grad, dt, {n}), copy16(zeros, dt, {n});
             AdamWParams p;
             p.lr = 3e-3f;
             p.weight_decay = 0.1f;
@@ -1474,12 +1454,12 @@ Compare check_adamw_16bit() {
             cmp.bits("adamw 16-bit grad: param" + tag, w.device_values(), w32.device_values());
             cmp.bits("adamw 16-bit grad: exp_avg" + tag, m.device_values(), m32.device_values());
             cmp.bits("adamw 16-bit grad: exp_avg_sq" + tag, v.device_values(), v32.device_values());
-            cmp.bits("adamw 16-bit copy" + tag, copy16.values(back), copy32.device_values());
-            cmp.bits("adamw 16-bit zeroed grad" + tag, grad16.values(back), grad32.device_values());
+            cmp.bits("adamw 16-bit copy" + tag, copy16.widened(back), copy32.device_values());
+            cmp.bits("adamw 16-bit zeroed grad" + tag, grad16.widened(back), grad32.device_values());
             // The copy is the rounding of the GPU's own fp32 weights (precision.h), untouched before `at`.
             std::vector<float> rounded = rounded_values(w.device_values(), dt);
             std::fill(rounded.begin(), rounded.begin() + at, 0.0f);
-            cmp.bits("adamw 16-bit copy = round(param)" + tag, copy16.values(back), rounded);
+            cmp.bits("adamw 16-bit copy = round(param)" + tag, copy16.widened(back), rounded);
         }
     return cmp;
 }

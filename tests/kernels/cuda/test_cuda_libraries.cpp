@@ -5,6 +5,7 @@
 // libraries load without a driver); exit 77 when the toolkit's libraries cannot be loaded here.
 #include "cublas_loader.h"
 #include "dynamic_library.h"
+#include "mwb/kernels/device_runtime.h"
 #include "mwb/kernels/ops.h"
 
 #include "support/skip.h"
@@ -69,6 +70,41 @@ private slots:
         copy.resolve(fn, "cublasLtCreate");
         QVERIFY(fn == nullptr);
         QCOMPARE(copy.error, lib.error);  // the first failure is kept
+    }
+
+    void a_missing_library_names_every_place_tried() {
+        // No override: the loader's search (its LD_LIBRARY_PATH said), then the folder of libcudart.
+        qunsetenv("MWB_TEST_MISSING_LIBRARY");
+        const std::string soname = "libmwb_no_such_library.so.1";
+        const mwb::cuda::DynamicLibrary lib = mwb::cuda::open_cuda_library(soname, "MWB_TEST_MISSING_LIBRARY");
+        QVERIFY(lib.handle == nullptr);
+        const std::string& e = lib.error;
+        QVERIFY2(e.rfind(soname + " not found (" + soname + " on the loader's path (LD_LIBRARY_PATH=", 0) == 0, e.c_str());
+        QVERIFY2(e.find("/" + soname + " (beside libcudart): ") != std::string::npos, e.c_str());
+        QVERIFY2(e.find("set MWB_TEST_MISSING_LIBRARY to its path") != std::string::npos, e.c_str());
+    }
+
+    void a_failed_device_allocation_says_why() {
+        // "Out of GPU memory" only when CUDA says so: here (no GPU) the driver's error instead; on a
+        // GPU, 1 EiB is out of memory.
+        const auto message = [](int64_t bytes) -> std::string {
+            try {
+                mwb::device::cuda_free(mwb::device::cuda_malloc(bytes));
+            } catch (const std::exception& e) {
+                return e.what();
+            }
+            return {};
+        };
+        const std::string small = message(1 << 20);
+        if (small.empty()) {
+            const std::string huge = message(int64_t{1} << 60);
+            QVERIFY2(huge.find("out of GPU memory allocating 1152921504606846976 bytes") != std::string::npos,
+                     huge.c_str());
+        } else {
+            QVERIFY2(small.find("out of GPU memory") == std::string::npos &&
+                         small.rfind("cudaMalloc of 1048576 bytes failed: ", 0) == 0,
+                     small.c_str());
+        }
     }
 
     void a_symbol_the_library_lacks_is_named() {
