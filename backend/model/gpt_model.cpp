@@ -285,14 +285,13 @@ TensorView row_block(const TensorView& m, int64_t r0, int64_t count) {
 }
 }  // namespace
 
-void GptModel::head(ModelRuntime& rt, const MicroState& st, const Buffer& final_input, float grad_scale,
-                    const TensorView& d, const TensorView& loss, bool accumulate) {
+void GptModel::head(ModelRuntime& rt, const MicroState& st, const Buffer& final_input, NormActivations& lnf,
+                    float grad_scale, const TensorView& d, const TensorView& loss, bool accumulate) {
     const int64_t N = d_.rows(), R = local_rows_, H = d_.hidden, V = vocab_local_;
     const bool sp = tp_.sequence_parallel(), vocab_parallel = tp_.size() > 1, training = !d.empty();
     const TensorView params = params_.view();
     const TensorView x = final_input.view({R, H});
-    NormActivations lnf;
-    norm_forward(rt, d_, lnf, x, layout_.view(params, lnf_w_), final_norm_bias(params));
+    if (lnf.out.empty()) norm_forward(rt, d_, lnf, x, layout_.view(params, lnf_w_), final_norm_bias(params));
     Buffer lnf_gathered = sp ? rt.stored_workspace(N * H) : Buffer{};
     const TensorView lnf_full = sp ? lnf_gathered.view({N, H}) : lnf.out.view({N, H});
     tp_.gather_rows(lnf.out.view({R, H}), lnf_full);
@@ -361,10 +360,20 @@ void GptModel::head(ModelRuntime& rt, const MicroState& st, const Buffer& final_
                   layout_.view(params, lnf_w_), false);
 }
 
-void GptModel::forward_layer(ModelRuntime& rt, int64_t global_layer, LayerActivations& a, Buffer& out, bool keep) {
+void GptModel::forward_layer(ModelRuntime& rt, int64_t global_layer, LayerActivations& a, Buffer& out, bool keep,
+                             const NextNorm& next) {
     const std::size_t slot = layer_slot(global_layer);
     const bool store_probs = recompute_.granularity != RecomputeGranularity::Selective;
-    layers_[slot].forward(rt, tp_, w_[slot], a, out, keep, store_probs, attention_workspace_.view());
+    layers_[slot].forward(rt, tp_, w_[slot], a, out, keep, store_probs, attention_workspace_.view(), next);
+}
+
+NextNorm GptModel::input_norm(int64_t global_layer, LayerActivations& a) {
+    const LayerParams& w = w_[layer_slot(global_layer)];
+    return NextNorm{&a.ln1, w.ln1_w, w.ln1_b};
+}
+
+NextNorm GptModel::final_norm(NormActivations& lnf) {
+    return NextNorm{&lnf, layout_.view(params_.view(), lnf_w_), final_norm_bias(params_.view())};
 }
 
 ForwardResult GptModel::forward(int chunk, const MicroBatch& mb, Buffer input) {
@@ -393,23 +402,32 @@ ForwardResult GptModel::forward(int chunk, const MicroBatch& mb, Buffer input) {
         st.acts[0].input = std::move(input);
     }
     // A fully recomputed layer keeps its input only at the start of its recompute chunk; evaluation
-    // keeps nothing.
+    // keeps nothing. Each layer's output residual runs fused with the norm that reads it next: the
+    // next layer's input norm, or the final norm after the head chunk's last layer; a chunk's output
+    // that goes to a pipeline send stays unfused.
     Buffer out;
+    NormActivations lnf;  // the final norm's output and statistics (head chunk), until the head returns
     for (int64_t l = 0; l < layers; ++l) {
-        Buffer& next = l + 1 < layers ? st.acts[l + 1].input : out;
+        const bool last = l + 1 == layers;
+        Buffer& next = last ? out : st.acts[l + 1].input;
+        const NextNorm next_norm = !last      ? input_norm(range.first_layer + l + 1, st.acts[l + 1])
+                                   : has_head ? final_norm(lnf)
+                                              : NextNorm{};
         const bool keep = mb.training && recompute_.stores_all(l);
-        forward_layer(rt, range.first_layer + l, st.acts[l], next, keep);
+        forward_layer(rt, range.first_layer + l, st.acts[l], next, keep, next_norm);
         if (!keep && (!mb.training || recompute_.chunk_begin(l) != l)) st.acts[l].input.reset();
     }
-    stored_activation_bytes_ = alloc_.stats().of(MemCategory::Activations);
+    // What is kept for backward: the final norm belongs to the head, which runs now.
+    stored_activation_bytes_ = alloc_.stats().of(MemCategory::Activations) - lnf.bytes();
 
     ForwardResult result;
     if (has_head) {
         if (mb.training) st.grad = rt.stored_workspace(local_rows_ * d_.hidden);
         // Without the caller's accumulator the loss comes back at once (evaluation, single-stage use).
         Buffer own = mb.loss_sum.empty() ? Buffer(alloc_, MemCategory::Workspace, 1, DType::F64) : Buffer{};
-        head(rt, st, out, mb.grad_scale, mb.training ? st.grad.view({local_rows_, d_.hidden}) : TensorView{},
+        head(rt, st, out, lnf, mb.grad_scale, mb.training ? st.grad.view({local_rows_, d_.hidden}) : TensorView{},
              own.empty() ? mb.loss_sum : own.view(), mb.accumulate_loss && own.empty());
+        lnf.reset();
         if (!own.empty()) result.loss = ops::read_f64(ctx_, own.view())[0];
         out.reset();
     } else {
@@ -437,9 +455,12 @@ Buffer GptModel::backward(int chunk, int64_t id, Buffer grad_output) {
     for (int64_t l = layers - 1; l >= 0; --l) {
         if (!recompute_.stores_all(l) && l == recompute_.chunk_end(l, layers) - 1) {
             // Recompute the whole recompute chunk from its stored input, keeping everything.
+            // Each output residual fused with the next layer's input norm as in forward (the same
+            // bits); the chunk's last output is not needed.
             for (int64_t j = recompute_.chunk_begin(l); j <= l; ++j) {
                 Buffer out;
-                forward_layer(rt, range.first_layer + j, st.acts[j], out, true);
+                forward_layer(rt, range.first_layer + j, st.acts[j], out, true,
+                              j < l ? input_norm(range.first_layer + j + 1, st.acts[j + 1]) : NextNorm{});
                 if (j < l) st.acts[j + 1].input = std::move(out);
             }
         }
@@ -488,13 +509,13 @@ std::vector<float> GptModel::forward_logits(const int32_t* tokens) {
     prepare_inputs(st, mb, true, false);
     embed(rt, st, st.acts[0].input);
     Buffer out;
-    for (int64_t l = 0; l < d_.layers; ++l) {
-        Buffer& next = l + 1 < d_.layers ? st.acts[l + 1].input : out;
-        forward_layer(rt, l, st.acts[l], next, false);
+    NormActivations lnf;
+    for (int64_t l = 0; l < d_.layers; ++l) {  // as forward: each output residual fused with the next norm
+        const bool last = l + 1 == d_.layers;
+        Buffer& next = last ? out : st.acts[l + 1].input;
+        forward_layer(rt, l, st.acts[l], next, false, last ? final_norm(lnf) : input_norm(l + 1, st.acts[l + 1]));
         st.acts[l].input.reset();
     }
-    NormActivations lnf;
-    norm_forward(rt, d_, lnf, out.view({N, H}), layout_.view(params_.view(), lnf_w_), final_norm_bias(params_.view()));
     Buffer logits = rt.workspace(N * V);
     ops::linear_forward(ctx_, logits.view({N, V}), lnf.out.view({N, H}), layout_.view(params_.view(), out_w_), {});
     std::vector<float> rows(static_cast<std::size_t>(N * V)), result(rows.size());  // rows in (s, b) order

@@ -137,9 +137,17 @@ private:
     /// Final norm, logits and loss (written to `loss`, F64 (1) on the device, or added to it with
     /// `accumulate`); with d non-empty also their backward (d receives dL/d final_input).
     /// The loss gradient's scale is `grad_scale`, or with a step block (st.step) its GradScale.
-    void head(ModelRuntime& rt, const MicroState& st, const Buffer& final_input, float grad_scale, const TensorView& d,
-              const TensorView& loss, bool accumulate);
-    void forward_layer(ModelRuntime& rt, int64_t global_layer, LayerActivations& a, Buffer& out, bool keep);
+    /// `lnf`: the final norm of final_input, computed here when empty (else by the last layer's fused
+    /// output residual); the caller frees it after.
+    void head(ModelRuntime& rt, const MicroState& st, const Buffer& final_input, NormActivations& lnf, float grad_scale,
+              const TensorView& d, const TensorView& loss, bool accumulate);
+    /// `next`: the norm that reads the layer's output next on this rank (TransformerLayer::forward).
+    void forward_layer(ModelRuntime& rt, int64_t global_layer, LayerActivations& a, Buffer& out, bool keep,
+                       const NextNorm& next = {});
+    /// The input norm of layer `global_layer` (held here) as the previous layer's NextNorm, into a.ln1.
+    NextNorm input_norm(int64_t global_layer, LayerActivations& a);
+    /// The final norm as the last layer's NextNorm, into lnf.
+    NextNorm final_norm(NormActivations& lnf);
     TensorView final_norm_bias(const TensorView& arena) const;
     std::size_t layer_slot(int64_t global_layer) const;
 

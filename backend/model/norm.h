@@ -16,6 +16,17 @@ struct NormActivations {
         mean.reset();
         rstd.reset();
     }
+    int64_t bytes() const { return out.bytes() + mean.bytes() + rstd.bytes(); }
+};
+
+/// The norm that reads a residual-stream tensor next, on the same rank: given to the code that writes
+/// that tensor (a layer's output residual), which then runs the residual add and this norm in one pass
+/// (residual_norm_forward) and fills `n`. Empty (n null) when the tensor goes elsewhere (a pipeline send).
+struct NextNorm {
+    NormActivations* n = nullptr;
+    TensorView w, b;  // b: empty under RMSNorm
+
+    explicit operator bool() const { return n != nullptr; }
 };
 
 /// n.out = norm(x) (stored rounded to the storage precision). b is ignored by RMSNorm.

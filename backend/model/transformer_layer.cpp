@@ -127,7 +127,8 @@ AttentionParams TransformerLayer::attention_params(const ModelRuntime& rt) const
 }
 
 void TransformerLayer::forward(ModelRuntime& rt, TensorParallel& tp, const LayerParams& w, LayerActivations& a,
-                               Buffer& out, bool keep, bool store_probs, const TensorView& attention_workspace) const {
+                               Buffer& out, bool keep, bool store_probs, const TensorView& attention_workspace,
+                               const NextNorm& next) const {
     const int64_t N = rows_, R = local_rows_, H = d_.hidden, S = d_.seq, B = d_.micro_batch;
     const float p_hidden = rt.dropout(d_.hidden_dropout);
     const TensorView x = a.input.view({R, H});
@@ -137,8 +138,8 @@ void TransformerLayer::forward(ModelRuntime& rt, TensorParallel& tp, const Layer
     Buffer branch = rt.workspace(N * H);
     const TensorView br = branch.view({N, H});
 
-    // Attention block.
-    norm_forward(rt, d_, a.ln1, x, w.ln1_w, w.ln1_b);
+    // Attention block. ln1 is there already when the previous layer's output residual computed it.
+    if (a.ln1.out.empty()) norm_forward(rt, d_, a.ln1, x, w.ln1_w, w.ln1_b);
     const TensorView ln1_full = sp ? gathered.view({N, H}) : a.ln1.out.view({N, H});
     tp.gather_rows(a.ln1.out.view({R, H}), ln1_full);
     a.qkv = rt.stored_activation(N * qkv_width_);
@@ -167,8 +168,7 @@ void TransformerLayer::forward(ModelRuntime& rt, TensorParallel& tp, const Layer
     a.residual2 = rt.stored_activation(R * H);
     const TensorView x2 = a.residual2.view({R, H});
     // x2 = x + dropout(proj + b) and the MLP's input norm of x2 in one pass per row (the same bits as
-    // residual_add, then norm_forward). The layer's output residual feeds the next layer's norm, the
-    // final norm or a pipeline send: unfused.
+    // residual_add, then norm_forward).
     residual_norm_forward(rt, d_, a.ln2, x2, x, reduced, w.proj_b, p_hidden,
                           rt.rng(index_, DropoutSite::AttentionOutput), residual_offset(), w.ln2_w, w.ln2_b);
 
@@ -192,10 +192,21 @@ void TransformerLayer::forward(ModelRuntime& rt, TensorParallel& tp, const Layer
     tp.reduce_rows(br, reduced);
     out = rt.stored_activation(R * H);
     const TensorView y = out.view({R, H});
-    residual_add(rt, y, x2, reduced, w.fc2_b, p_hidden, rt.rng(index_, DropoutSite::MlpOutput));
-    rt.store(y);
-
+    const RngStream mlp_rng = rt.rng(index_, DropoutSite::MlpOutput);
+    if (!next) {  // no norm reads the output next on this rank: a pipeline send (or a recompute's last output)
+        residual_add(rt, y, x2, reduced, w.fc2_b, p_hidden, mlp_rng);
+        rt.store(y);
+        if (!keep) a.drop_intermediates();
+        return;
+    }
+    // y = x2 + dropout(fc2 + b) and the next norm of y in one pass per row. The next norm's buffers
+    // are allocated here, before this layer's workspace is freed and (without keep) after its
+    // intermediates but x2 are: the tracked peaks stay those of the unfused order (docs/memory.md).
+    MWB_CHECK(next.n->out.empty(), "layer {}: the next norm's output is computed already", index_);
+    Buffer residual2 = keep ? Buffer{} : std::move(a.residual2);
     if (!keep) a.drop_intermediates();
+    residual_norm_forward(rt, d_, *next.n, y, x2, reduced, w.fc2_b, p_hidden, mlp_rng, residual_offset(), next.w,
+                          next.b);
 }
 
 void TransformerLayer::backward(ModelRuntime& rt, TensorParallel& tp, const LayerParams& w, const LayerParams& g,

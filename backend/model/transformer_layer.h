@@ -55,9 +55,12 @@ public:
     static LayerParams params(const ParamLayout& layout, const TensorView& arena, int64_t index, const GptDims& dims);
 
     /// Computes `out` (R, H) from `a.input`. keep = false frees the intermediates (full recompute);
-    /// store_probs = false never keeps the attention probabilities (selective recompute).
+    /// store_probs = false never keeps the attention probabilities (selective recompute). With `next`
+    /// (the norm that reads `out` next on this rank: the next layer's ln1 or the final norm) the output
+    /// residual and that norm run fused, filling next.n. A layer whose `a.ln1` is filled already
+    /// (by the previous layer's fused residual) does not run its input norm again.
     void forward(ModelRuntime& rt, TensorParallel& tp, const LayerParams& w, LayerActivations& a, Buffer& out,
-                 bool keep, bool store_probs, const TensorView& attention_workspace) const;
+                 bool keep, bool store_probs, const TensorView& attention_workspace, const NextNorm& next = {}) const;
     /// d (R, H): gradient of the layer output in, gradient of the layer input out. Frees `a`.
     void backward(ModelRuntime& rt, TensorParallel& tp, const LayerParams& w, const LayerParams& g, LayerActivations& a,
                   const TensorView& d, const TensorView& attention_workspace) const;

@@ -41,12 +41,14 @@ namespace {
 #endif
 
 // An op that returns a value hands a device result to the host: OpContext::host_reads counts it.
+// OpContext::calls counts every call, per op.
 #define MWB_DEFAULT(value)
-#define MWB_OP(ret, name, params, args)                        \
-    ret name params {                                          \
-        check::name args;                                      \
+#define MWB_OP(ret, name, params, args)                       \
+    ret name params {                                         \
+        check::name args;                                     \
+        ++ctx.calls[static_cast<std::size_t>(OpId::name)];    \
         if constexpr (!std::is_void_v<ret>) ++ctx.host_reads; \
-        MWB_RUN_ON_DEVICE(name, args);                         \
+        MWB_RUN_ON_DEVICE(name, args);                        \
     }
 #include "mwb/kernels/ops.inc"
 #undef MWB_OP

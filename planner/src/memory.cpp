@@ -70,7 +70,8 @@ struct Shapes {
 };
 
 /// TransformerLayer::forward. The layer's input is counted already; its output (the next layer's
-/// input) stays allocated.
+/// input) stays allocated. The norm that reads the output next (fused with the output residual) is
+/// counted where the next layer or the head allocates it: the peaks are the same (docs/memory.md).
 void forward_layer(Tracker& t, const Shapes& x, bool keep, bool store_probs) {
     const LayerBytes& b = x.b;
     const WorkspaceBytes& w = x.w;

@@ -346,6 +346,22 @@ private slots:
         QCOMPARE(loss, 2.5);
     }
 
+    void calls_count_each_op_that_ran() {
+        // OpContext::calls, per op: what the model tests read to see which kernels a pass runs.
+        auto x = random_floats(8, 14);
+        std::vector<float> y(8);
+        OpContext ctx;
+        ops::fill(ctx, view(y), 1.0f);
+        ops::fill(ctx, view(y), 2.0f);
+        ops::copy(ctx, view(y), view(x));
+        QCOMPARE(ctx.calls_of(OpId::fill), int64_t{2});
+        QCOMPARE(ctx.calls_of(OpId::copy), int64_t{1});
+        QCOMPARE(ctx.calls_of(OpId::scale), int64_t{0});
+        // A call its checks refuse never ran: not counted.
+        QVERIFY_THROWS_EXCEPTION(mwb::Error, ops::copy(ctx, view(y), make_view(x.data(), DType::F32, {7})));
+        QCOMPARE(ctx.calls_of(OpId::copy), int64_t{1});
+    }
+
     void mismatched_shapes_throw() {
         std::vector<float> a(6), b(5), c(6);
         std::vector<int32_t> ids(6);

@@ -20,10 +20,21 @@
 #include "mwb/kernels/philox.h"
 #include "mwb/kernels/tensor.h"
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
 namespace mwb {
+
+/// Every op of ops.inc, in its order: the index of OpContext::calls.
+enum class OpId : int {
+#define MWB_DEFAULT(value)
+#define MWB_OP(ret, name, params, args) name,
+#include "mwb/kernels/ops.inc"
+#undef MWB_OP
+#undef MWB_DEFAULT
+    Count
+};
 
 /// Where and how ops run. On the CPU the stream is unused; on CUDA it is the cudaStream_t.
 struct OpContext {
@@ -39,6 +50,11 @@ struct OpContext {
     /// adds one, on both devices. On a GPU each is a wait for the stream, so a training step's count
     /// is its host synchronisations; the CPU path runs the same calls and counts the same.
     int64_t host_reads = 0;
+    /// Calls of each op through this context, on both devices (a CUDA graph's ops count when queued):
+    /// which kernels a model's pass runs, e.g. that a fusion is used (tests).
+    using Counts = std::array<int64_t, static_cast<std::size_t>(OpId::Count)>;
+    Counts calls{};
+    int64_t calls_of(OpId op) const { return calls[static_cast<std::size_t>(op)]; }
 };
 
 /// Shapes and randomness of the attention core of one layer on one rank.
