@@ -11,6 +11,7 @@
 #include "mwb/store/store.h"
 #include "support/fixtures.h"
 #include "support/jsonl.h"
+#include "support/suite.h"
 
 #include <QElapsedTimer>
 #include <QProcess>
@@ -20,6 +21,8 @@
 #include <fstream>
 #include <random>
 #include <thread>
+
+namespace test_slurm {
 
 using namespace mwb;
 using test::jsonl_records;
@@ -193,7 +196,7 @@ private slots:
     }
 };
 
-int main(int argc, char** argv) {
+int run_suite(int argc, char** argv) {
     test::TempDir cluster;
     QProcess start;
     start.setProcessChannelMode(QProcess::MergedChannels);
@@ -213,4 +216,6 @@ int main(int argc, char** argv) {
     return result;
 }
 
+MWB_TEST_SUITE_MAIN(test_slurm, run_suite)
+}  // namespace test_slurm
 #include "test_slurm.moc"

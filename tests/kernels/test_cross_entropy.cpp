@@ -4,6 +4,7 @@
 #include "support/qt_checks.h"
 #include "support/reference.h"
 #include "support/threads.h"
+#include "support/suite.h"
 
 #include "mwb/kernels/error.h"
 #include "mwb/kernels/ops.h"
@@ -11,6 +12,8 @@
 #include <QtTest>
 
 #include <cmath>
+
+namespace test_kernels_cross_entropy {
 
 using namespace mwb;
 using mwb::test::finite_difference;
@@ -349,5 +352,6 @@ private slots:
     }
 };
 
-QTEST_APPLESS_MAIN(TestCrossEntropy)
+MWB_TEST_SUITE_APPLESS(test_kernels_cross_entropy, TestCrossEntropy)
+}  // namespace test_kernels_cross_entropy
 #include "test_cross_entropy.moc"

@@ -4,6 +4,7 @@
 #include "support/qt_checks.h"
 #include "support/reference.h"
 #include "support/threads.h"
+#include "support/suite.h"
 
 #include "mwb/kernels/error.h"
 #include "mwb/kernels/ops.h"
@@ -13,6 +14,8 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+
+namespace test_kernels_elementwise {
 
 using namespace mwb;
 using mwb::test::bf16_ref;
@@ -358,5 +361,6 @@ private slots:
     }
 };
 
-QTEST_APPLESS_MAIN(TestElementwise)
+MWB_TEST_SUITE_APPLESS(test_kernels_elementwise, TestElementwise)
+}  // namespace test_kernels_elementwise
 #include "test_elementwise.moc"

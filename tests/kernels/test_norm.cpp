@@ -3,6 +3,7 @@
 #include "support/qt_checks.h"
 #include "support/reference.h"
 #include "support/threads.h"
+#include "support/suite.h"
 
 #include "mwb/kernels/error.h"
 #include "mwb/kernels/ops.h"
@@ -12,6 +13,8 @@
 
 #include <cmath>
 #include <cstring>
+
+namespace test_kernels_norm {
 
 using namespace mwb;
 using mwb::test::finite_difference;
@@ -398,5 +401,6 @@ private slots:
     }
 };
 
-QTEST_APPLESS_MAIN(TestNorm)
+MWB_TEST_SUITE_APPLESS(test_kernels_norm, TestNorm)
+}  // namespace test_kernels_norm
 #include "test_norm.moc"
