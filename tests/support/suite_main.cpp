@@ -1,4 +1,5 @@
 // main() of a test group (support/suite.h): argv[1] names the suite, the rest goes to the suite.
+#include "support/child_process.h"
 #include "support/suite.h"
 
 #include <cstdio>
@@ -31,6 +32,8 @@ int main(int argc, char* argv[]) {
     if (argc >= 2)
         for (const auto& s : mwb::test::suites())
             if (std::strcmp(argv[1], s.name) == 0) {
+                // A child the suite starts of this executable (support/child_process.h) runs it too.
+                setenv(mwb::test::kSuiteEnv, s.name, 1);
                 argv[1] = argv[0];  // the suite sees "program [Qt Test options]"
                 return s.main(argc - 1, argv + 1);
             }
