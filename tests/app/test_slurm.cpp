@@ -5,8 +5,8 @@
 // requeued job resumes from that checkpoint with the same script and finishes. Then the run directory
 // and the store (mwb-record import) must hold every iteration once. Exit 77 (skipped) when Slurm is not
 // installed or cannot start here.
-#include "backend/config/config_io.h"
 #include "app/launch/commands.h"
+#include "backend/config/config_io.h"
 #include "mwb/ipc/curve.h"
 #include "mwb/store/store.h"
 #include "support/fixtures.h"

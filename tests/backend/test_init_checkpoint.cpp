@@ -23,8 +23,8 @@
 #include "parallel/mpi_runs.h"
 #include "support/fixtures.h"
 #include "support/skip.h"
-#include "support/trainer_process.h"
 #include "support/suite.h"
+#include "support/trainer_process.h"
 
 #include <QtTest>
 

@@ -5,8 +5,8 @@
 // GPTDataset index files), and follow PyTorch's training curve on the way.
 #include "support/fixtures.h"
 #include "support/skip.h"
-#include "support/trainer_process.h"
 #include "support/suite.h"
+#include "support/trainer_process.h"
 
 #include <QtTest>
 

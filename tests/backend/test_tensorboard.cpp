@@ -4,8 +4,8 @@
 // Megatron-LM's tag must be exactly (as float32) the number the run wrote to metrics.jsonl.
 // Exit 77 (skip) when /usr/bin/python3 with protobuf and crcmod, or protoc, is missing.
 #include "support/fixtures.h"
-#include "support/trainer_process.h"
 #include "support/suite.h"
+#include "support/trainer_process.h"
 
 #include "backend/telemetry/tensorboard.h"
 

@@ -6,8 +6,8 @@
 #include "support/child_process.h"
 #include "support/qt_checks.h"
 #include "support/reference.h"
-#include "support/threads.h"
 #include "support/suite.h"
+#include "support/threads.h"
 
 #include "mwb/kernels/device.h"
 #include "mwb/kernels/error.h"

@@ -3,8 +3,8 @@
 // differences (per shard a slice of the whole), with per-row loss scales.
 #include "support/qt_checks.h"
 #include "support/reference.h"
-#include "support/threads.h"
 #include "support/suite.h"
+#include "support/threads.h"
 
 #include "mwb/kernels/error.h"
 #include "mwb/kernels/ops.h"

@@ -2,8 +2,8 @@
 // float64 references; shards and sequence halves must reproduce the whole bit for bit.
 #include "support/qt_checks.h"
 #include "support/reference.h"
-#include "support/threads.h"
 #include "support/suite.h"
+#include "support/threads.h"
 
 #include "mwb/kernels/error.h"
 #include "mwb/kernels/ops.h"

@@ -1,8 +1,8 @@
 // GEMM and the linear layer against float64 references; gradients against finite differences.
 #include "support/qt_checks.h"
 #include "support/reference.h"
-#include "support/threads.h"
 #include "support/suite.h"
+#include "support/threads.h"
 
 #include "mwb/kernels/error.h"
 #include "mwb/kernels/ops.h"

@@ -2,8 +2,8 @@
 // of the float64 forward, accumulation semantics, and results that do not depend on the thread count.
 #include "support/qt_checks.h"
 #include "support/reference.h"
-#include "support/threads.h"
 #include "support/suite.h"
+#include "support/threads.h"
 
 #include "mwb/kernels/error.h"
 #include "mwb/kernels/ops.h"

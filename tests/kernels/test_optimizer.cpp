@@ -4,8 +4,8 @@
 #include "support/precision_ref.h"
 #include "support/qt_checks.h"
 #include "support/reference.h"
-#include "support/threads.h"
 #include "support/suite.h"
+#include "support/threads.h"
 
 #include "mwb/kernels/error.h"
 #include "mwb/kernels/ops.h"

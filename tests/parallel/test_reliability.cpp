@@ -4,8 +4,8 @@
 // every rank exits non-zero in bounded time. Times to exit are printed for docs/reliability.md.
 #include "support/fixtures.h"
 #include "support/jsonl.h"
-#include "support/trainer_process.h"
 #include "support/suite.h"
+#include "support/trainer_process.h"
 
 #include <QElapsedTimer>
 #include <QProcess>

@@ -22,14 +22,14 @@ bool register_suite(const char* name, SuiteMain main);
 #define MWB_TEST_SUITE_MAIN(name, function) \
     [[maybe_unused]] static const bool mwb_suite_registered_##name = ::mwb::test::register_suite(#name, &function);
 
-#define MWB_TEST_SUITE_WITH(name, TestObject, ...)                                      \
-    static int mwb_suite_main_##name(int argc, char* argv[]) {                          \
-        QT_PREPEND_NAMESPACE(QTest::Internal::callInitMain)<TestObject>();              \
-        __VA_ARGS__                                                                     \
-        TestObject tc;                                                                  \
-        QTEST_SET_MAIN_SOURCE_PATH                                                      \
-        return ::mwb::test::exit_status(QTest::qExec(&tc, argc, argv));                 \
-    }                                                                                   \
+#define MWB_TEST_SUITE_WITH(name, TestObject, ...)                         \
+    static int mwb_suite_main_##name(int argc, char* argv[]) {             \
+        QT_PREPEND_NAMESPACE(QTest::Internal::callInitMain)<TestObject>(); \
+        __VA_ARGS__                                                        \
+        TestObject tc;                                                     \
+        QTEST_SET_MAIN_SOURCE_PATH                                         \
+        return ::mwb::test::exit_status(QTest::qExec(&tc, argc, argv));    \
+    }                                                                      \
     MWB_TEST_SUITE_MAIN(name, mwb_suite_main_##name)
 /// QTEST_APPLESS_MAIN's: no application object.
 #define MWB_TEST_SUITE_APPLESS(name, TestObject) MWB_TEST_SUITE_WITH(name, TestObject)

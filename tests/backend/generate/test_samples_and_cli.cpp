@@ -15,8 +15,8 @@
 #include "mwb/kernels/device.h"
 #include "parallel/mpi_runs.h"
 #include "support/jsonl.h"
-#include "support/trainer_process.h"
 #include "support/suite.h"
+#include "support/trainer_process.h"
 
 #include <QtTest>
 
