@@ -15,6 +15,8 @@
 #include "app/designer/plan_panel.h"
 #include "mwb/planner/presets.h"
 
+#include "support/suite.h"
+
 #include <QCheckBox>
 #include <QComboBox>
 #include <QGroupBox>
@@ -24,7 +26,10 @@
 #include <QSignalSpy>
 #include <QSpinBox>
 #include <QTemporaryDir>
+
 #include <QtTest>
+
+namespace test_designer {
 
 using namespace mwb;
 using namespace mwb::app;
@@ -286,5 +291,6 @@ private:
     QTemporaryDir tmp_;
 };
 
-QTEST_MAIN(TestDesigner)
+MWB_TEST_SUITE_WIDGETS(test_designer, TestDesigner)
+}  // namespace test_designer
 #include "test_designer.moc"

@@ -15,6 +15,8 @@
 #include "app/launch/generate_stream.h"
 #include "mwb/store/store.h"
 
+#include "support/suite.h"
+
 #include <QCheckBox>
 #include <QLabel>
 #include <QLineEdit>
@@ -27,6 +29,8 @@
 #include <QTextBrowser>
 
 #include <cstdio>
+
+namespace test_generate {
 
 using namespace mwb;
 using namespace mwb::app;
@@ -188,7 +192,7 @@ private slots:
     }
 };
 
-int main(int argc, char** argv) {
+int run_suite(int argc, char** argv) {
     if (!*kGenerate || !QFileInfo(QString::fromUtf8(kGenerate)).isExecutable()) {
         std::printf("SKIP: this build has no mwb-generate target (%s)\n", *kGenerate ? kGenerate : "not defined");
         return 77;
@@ -198,4 +202,6 @@ int main(int argc, char** argv) {
     return QTest::qExec(&t, argc, argv);
 }
 
+MWB_TEST_SUITE_MAIN(test_generate, run_suite)
+}  // namespace test_generate
 #include "test_generate.moc"

@@ -15,6 +15,8 @@
 #include "mwb/ipc/control_client.h"
 #include "mwb/store/store.h"
 
+#include "support/suite.h"
+
 #include <QAbstractItemModelTester>
 #include <QComboBox>
 #include <QLineEdit>
@@ -25,6 +27,8 @@
 #include <cmath>
 #include <map>
 #include <set>
+
+namespace test_history {
 
 using namespace mwb;
 using namespace mwb::app;
@@ -408,5 +412,6 @@ private slots:
     }
 };
 
-QTEST_MAIN(TestHistory)
+MWB_TEST_SUITE_WIDGETS(test_history, TestHistory)
+}  // namespace test_history
 #include "test_history.moc"

@@ -20,10 +20,13 @@
 #include <QSignalSpy>
 #include <QTemporaryDir>
 #include "support/skip.h"
+#include "support/suite.h"
 
 #include <QtTest>
 
 #include <fstream>
+
+namespace test_launch {
 
 using namespace mwb;
 using namespace mwb::app;
@@ -388,5 +391,6 @@ private:
     QTemporaryDir tmp_;
 };
 
-MWB_TEST_MAIN(TestLaunch)
+MWB_TEST_SUITE_WIDGETS(test_launch, TestLaunch)
+}  // namespace test_launch
 #include "test_launch.moc"

@@ -4,6 +4,7 @@
 // continues live without a gap; a killed run keeps its data and says how it ended; the rank grid
 // flags a straggler among 64 ranks.
 #include "support/skip.h"
+#include "support/suite.h"
 #include "test_monitor_fixtures.h"
 
 #include "app/core/theme.h"
@@ -23,6 +24,8 @@
 #include <QStandardPaths>
 
 #include <cmath>
+
+namespace test_monitor {
 
 using namespace mwb;
 using namespace mwb::app;
@@ -395,5 +398,6 @@ private slots:
     }
 };
 
-MWB_TEST_MAIN(TestMonitor)
+MWB_TEST_SUITE_WIDGETS(test_monitor, TestMonitor)
+}  // namespace test_monitor
 #include "test_monitor.moc"

@@ -9,12 +9,17 @@
 #include "app/plot/trace.h"
 #include "mwb/ipc/metrics.h"
 
+#include "support/suite.h"
+
 #include <QElapsedTimer>
+
 #include <QtTest>
 
 #include <cmath>
 #include <random>
 #include <set>
+
+namespace test_plot {
 
 using namespace mwb::app;
 
@@ -263,5 +268,6 @@ private slots:
     }
 };
 
-QTEST_MAIN(TestPlot)
+MWB_TEST_SUITE_WIDGETS(test_plot, TestPlot)
+}  // namespace test_plot
 #include "test_plot.moc"

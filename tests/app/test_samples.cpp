@@ -20,6 +20,8 @@
 #include "mwb/ipc/server.h"
 #include "mwb/store/store.h"
 
+#include "support/suite.h"
+
 #include <QClipboard>
 #include <QComboBox>
 #include <QGuiApplication>
@@ -32,6 +34,8 @@
 #include <QTableView>
 #include <QTextBlock>
 #include <QTextBrowser>
+
+namespace test_samples {
 
 using namespace mwb;
 using namespace mwb::app;
@@ -372,5 +376,6 @@ private slots:
     }
 };
 
-QTEST_MAIN(TestSamples)
+MWB_TEST_SUITE_WIDGETS(test_samples, TestSamples)
+}  // namespace test_samples
 #include "test_samples.moc"

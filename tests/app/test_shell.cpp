@@ -14,6 +14,8 @@
 #include "app/shell/app_options.h"
 #include "app/shell/main_window.h"
 
+#include "support/suite.h"
+
 #include <QAction>
 #include <QLineSeries>
 #include <QMenuBar>
@@ -22,7 +24,10 @@
 #include <QStatusBar>
 #include <QTabWidget>
 #include <QTemporaryDir>
+
 #include <QtTest>
+
+namespace test_shell {
 
 using namespace mwb;
 using namespace mwb::app;
@@ -278,5 +283,6 @@ private:
     QTemporaryDir tmp_;
 };
 
-QTEST_MAIN(TestShell)
+MWB_TEST_SUITE_WIDGETS(test_shell, TestShell)
+}  // namespace test_shell
 #include "test_shell.moc"

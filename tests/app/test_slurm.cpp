@@ -5,12 +5,13 @@
 // requeued job resumes from that checkpoint with the same script and finishes. Then the run directory
 // and the store (mwb-record import) must hold every iteration once. Exit 77 (skipped) when Slurm is not
 // installed or cannot start here.
-#include "backend/config/config_io.h"
 #include "app/launch/commands.h"
+#include "backend/config/config_io.h"
 #include "mwb/ipc/curve.h"
 #include "mwb/store/store.h"
 #include "support/fixtures.h"
 #include "support/jsonl.h"
+#include "support/suite.h"
 
 #include <QElapsedTimer>
 #include <QProcess>
@@ -20,6 +21,8 @@
 #include <fstream>
 #include <random>
 #include <thread>
+
+namespace test_slurm {
 
 using namespace mwb;
 using test::jsonl_records;
@@ -193,7 +196,7 @@ private slots:
     }
 };
 
-int main(int argc, char** argv) {
+int run_suite(int argc, char** argv) {
     test::TempDir cluster;
     QProcess start;
     start.setProcessChannelMode(QProcess::MergedChannels);
@@ -213,4 +216,6 @@ int main(int argc, char** argv) {
     return result;
 }
 
+MWB_TEST_SUITE_MAIN(test_slurm, run_suite)
+}  // namespace test_slurm
 #include "test_slurm.moc"

@@ -14,6 +14,7 @@
 #include "mwb/store/store.h"
 #include "store/store_fixtures.h"
 #include "support/fixtures.h"
+#include "support/suite.h"
 
 #include <algorithm>
 #include <cmath>
@@ -21,6 +22,8 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+
+namespace test_telemetry_fixture {
 
 using namespace mwb;
 using namespace mwb::app;
@@ -145,7 +148,7 @@ bool same(const nlohmann::json& a, const nlohmann::json& b, const std::string& w
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run_suite(int argc, char** argv) {
     const bool write_expected = argc > 1 && std::string(argv[1]) == "--write-expected";
     const test::TempDir t;
     const auto messages = test::run_dir_messages(fixture_dir() / "run");
@@ -271,3 +274,5 @@ int main(int argc, char** argv) {
         std::printf("telemetry fixture: all checks passed\n");
     return failures ? 1 : 0;
 }
+MWB_TEST_SUITE_MAIN(test_telemetry_fixture, run_suite)
+}  // namespace test_telemetry_fixture

@@ -17,6 +17,8 @@
 #include "app/plot/ticks.h"
 #include "app/shell/main_window.h"
 
+#include "support/suite.h"
+
 #include <QComboBox>
 #include <QMenu>
 #include <QMessageBox>
@@ -26,10 +28,13 @@
 #include <QSpinBox>
 #include <QTimer>
 #include <QWheelEvent>
+
 #include <QtTest>
 
 #include <csignal>
 #include <cmath>
+
+namespace test_use_faults {
 
 using namespace mwb::app;
 
@@ -542,5 +547,6 @@ private slots:
     }
 };
 
-QTEST_MAIN(TestUseFaults)
+MWB_TEST_SUITE_WIDGETS(test_use_faults, TestUseFaults)
+}  // namespace test_use_faults
 #include "test_use_faults.moc"

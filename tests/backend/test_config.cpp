@@ -1,5 +1,6 @@
 // Configuration: JSON and flags onto the struct tree, errors that name the field, validation rules.
 #include "support/fixtures.h"
+#include "support/suite.h"
 
 #include "backend/config/cli.h"
 #include "backend/config/config_io.h"
@@ -9,6 +10,8 @@
 
 #include <algorithm>
 #include <fstream>
+
+namespace test_backend_config {
 
 using namespace mwb;
 
@@ -435,5 +438,6 @@ private slots:
     }
 };
 
-QTEST_APPLESS_MAIN(TestConfig)
+MWB_TEST_SUITE_APPLESS(test_backend_config, TestConfig)
+}  // namespace test_backend_config
 #include "test_config.moc"

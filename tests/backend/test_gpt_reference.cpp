@@ -9,7 +9,11 @@
 
 #include "backend/optim/optimizer.h"
 
+#include "support/suite.h"
+
 #include <QtTest>
+
+namespace test_backend_gpt_reference {
 
 using namespace mwb;
 
@@ -171,5 +175,6 @@ private slots:
     }
 };
 
-QTEST_APPLESS_MAIN(TestGptReference)
+MWB_TEST_SUITE_APPLESS(test_backend_gpt_reference, TestGptReference)
+}  // namespace test_backend_gpt_reference
 #include "test_gpt_reference.moc"

@@ -23,11 +23,14 @@
 #include "parallel/mpi_runs.h"
 #include "support/fixtures.h"
 #include "support/skip.h"
+#include "support/suite.h"
 #include "support/trainer_process.h"
 
 #include <QtTest>
 
 #include <cmath>
+
+namespace test_backend_init_checkpoint {
 
 using namespace mwb::test;
 
@@ -257,5 +260,6 @@ private slots:
     }
 };
 
-MWB_TEST_APPLESS_MAIN(TestInitCheckpoint)
+MWB_TEST_SUITE_APPLESS(test_backend_init_checkpoint, TestInitCheckpoint)
+}  // namespace test_backend_init_checkpoint
 #include "test_init_checkpoint.moc"

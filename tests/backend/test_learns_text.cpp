@@ -5,12 +5,15 @@
 // GPTDataset index files), and follow PyTorch's training curve on the way.
 #include "support/fixtures.h"
 #include "support/skip.h"
+#include "support/suite.h"
 #include "support/trainer_process.h"
 
 #include <QtTest>
 
 #include <cmath>
 #include <fstream>
+
+namespace test_backend_learns_text {
 
 using namespace mwb::test;
 
@@ -113,5 +116,6 @@ private slots:
     }
 };
 
-MWB_TEST_APPLESS_MAIN(TestLearnsText)
+MWB_TEST_SUITE_APPLESS(test_backend_learns_text, TestLearnsText)
+}  // namespace test_backend_learns_text
 #include "test_learns_text.moc"

@@ -9,9 +9,13 @@
 #include "backend/train/step_graph.h"
 #include "mwb/kernels/error.h"
 
+#include "support/suite.h"
+
 #include <QtTest>
 
 #include <set>
+
+namespace test_backend_memory {
 
 using namespace mwb;
 
@@ -158,5 +162,6 @@ private slots:
     }
 };
 
-QTEST_APPLESS_MAIN(TestMemory)
+MWB_TEST_SUITE_APPLESS(test_backend_memory, TestMemory)
+}  // namespace test_backend_memory
 #include "test_memory.moc"

@@ -7,9 +7,13 @@
 #include "backend/model/init.h"
 #include "backend/model/transformer_layer.h"
 
+#include "support/suite.h"
+
 #include <QtTest>
 
 #include <cmath>
+
+namespace test_backend_model_init {
 
 using namespace mwb;
 
@@ -181,5 +185,6 @@ private slots:
     }
 };
 
-QTEST_APPLESS_MAIN(TestModelInit)
+MWB_TEST_SUITE_APPLESS(test_backend_model_init, TestModelInit)
+}  // namespace test_backend_model_init
 #include "test_model_init.moc"

@@ -5,12 +5,15 @@
 
 #include <QProcess>
 #include "support/skip.h"
+#include "support/suite.h"
 
 #include <QtTest>
 
 #include <csignal>
 #include <fstream>
 #include <thread>
+
+namespace test_backend_mwb_train {
 
 namespace fs = std::filesystem;
 
@@ -372,5 +375,6 @@ private slots:
     }
 };
 
-MWB_TEST_GUILESS_MAIN(TestMwbTrain)
+MWB_TEST_SUITE_GUILESS(test_backend_mwb_train, TestMwbTrain)
+}  // namespace test_backend_mwb_train
 #include "test_mwb_train.moc"

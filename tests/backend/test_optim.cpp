@@ -1,6 +1,7 @@
 // Learning-rate schedule, loss scaling, mixed precision and gradient accumulation.
 #include "support/fixtures.h"
 #include "support/reference.h"
+#include "support/suite.h"
 
 #include "backend/config/config_io.h"
 #include "backend/config/validate.h"
@@ -16,6 +17,8 @@
 #include <cmath>
 #include <limits>
 #include <random>
+
+namespace test_backend_optim {
 
 using namespace mwb;
 
@@ -322,5 +325,6 @@ private slots:
     }
 };
 
-QTEST_APPLESS_MAIN(TestOptim)
+MWB_TEST_SUITE_APPLESS(test_backend_optim, TestOptim)
+}  // namespace test_backend_optim
 #include "test_optim.moc"

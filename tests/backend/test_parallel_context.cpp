@@ -4,9 +4,13 @@
 
 #include "mwb/kernels/error.h"
 
+#include "support/suite.h"
+
 #include <QtTest>
 
 #include <cstdlib>
+
+namespace test_backend_parallel_context {
 
 using namespace mwb;
 
@@ -46,5 +50,6 @@ private slots:
     }
 };
 
-QTEST_GUILESS_MAIN(TestParallelContext)
+MWB_TEST_SUITE_GUILESS(test_backend_parallel_context, TestParallelContext)
+}  // namespace test_backend_parallel_context
 #include "test_parallel_context.moc"

@@ -4,6 +4,7 @@
 // Llama-family layer (RoPE, SwiGLU, grouped-query attention with a head dim != hidden/heads, RMSNorm,
 // no biases).
 #include "support/reference.h"
+#include "support/suite.h"
 
 #include "backend/model/gpt_model.h"
 
@@ -11,6 +12,8 @@
 
 #include <cstring>
 #include <random>
+
+namespace test_backend_recompute {
 
 using namespace mwb;
 
@@ -153,5 +156,6 @@ private slots:
     }
 };
 
-QTEST_APPLESS_MAIN(TestRecompute)
+MWB_TEST_SUITE_APPLESS(test_backend_recompute, TestRecompute)
+}  // namespace test_backend_recompute
 #include "test_recompute.moc"

@@ -8,10 +8,13 @@
 #include "backend/train/memory_fit.h"
 
 #include "support/skip.h"
+#include "support/suite.h"
 
 #include <QtTest>
 
 #include <fstream>
+
+namespace test_backend_reliability {
 
 namespace fs = std::filesystem;
 using namespace mwb::test;
@@ -121,5 +124,6 @@ private slots:
     }
 };
 
-MWB_TEST_APPLESS_MAIN(TestReliability)
+MWB_TEST_SUITE_APPLESS(test_backend_reliability, TestReliability)
+}  // namespace test_backend_reliability
 #include "test_reliability.moc"

@@ -5,6 +5,8 @@
 // a pipeline send stays unfused (bias_dropout_add_forward, or dropout_add_forward without biases), and
 // the next stage's first layer runs its own input norm. A full recompute fuses as the forward did.
 // The bits of the fused path are the unfused path's: scripts/compare-bits.sh, test_backend_gpt_reference.
+#include "support/suite.h"
+
 #include "backend/parallel/self_communicator.h"
 
 #include "backend/model/gpt_model.h"
@@ -12,6 +14,8 @@
 #include <QtTest>
 
 #include <random>
+
+namespace test_backend_residual_norm_fusion {
 
 using namespace mwb;
 
@@ -177,5 +181,6 @@ private slots:
     }
 };
 
-QTEST_APPLESS_MAIN(TestResidualNormFusion)
+MWB_TEST_SUITE_APPLESS(test_backend_residual_norm_fusion, TestResidualNormFusion)
+}  // namespace test_backend_residual_norm_fusion
 #include "test_residual_norm_fusion.moc"

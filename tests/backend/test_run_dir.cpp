@@ -2,12 +2,15 @@
 // could not finish (disk full, killed inside a write) neither swallows the next run's first record nor
 // stays behind as a line no reader can parse.
 #include "support/fixtures.h"
+#include "support/suite.h"
 
 #include "backend/telemetry/run_dir.h"
 
 #include <QtTest>
 
 #include <fstream>
+
+namespace test_backend_run_dir {
 
 using namespace mwb;
 namespace fs = std::filesystem;
@@ -79,5 +82,6 @@ private slots:
     }
 };
 
-QTEST_APPLESS_MAIN(TestRunDir)
+MWB_TEST_SUITE_APPLESS(test_backend_run_dir, TestRunDir)
+}  // namespace test_backend_run_dir
 #include "test_run_dir.moc"

@@ -7,6 +7,8 @@
 // wrongly on GPUs fails here, without GPUs.
 #include "backend/parallel/schedule.h"
 
+#include "support/suite.h"
+
 #include <QtTest>
 
 #include <algorithm>
@@ -14,6 +16,8 @@
 #include <string>
 #include <tuple>
 #include <vector>
+
+namespace test_backend_schedule {
 
 using namespace mwb;
 using Kind = PipelineAction::Kind;
@@ -195,5 +199,6 @@ private slots:
     }
 };
 
-QTEST_GUILESS_MAIN(TestSchedule)
+MWB_TEST_SUITE_GUILESS(test_backend_schedule, TestSchedule)
+}  // namespace test_backend_schedule
 #include "test_schedule.moc"

@@ -7,10 +7,13 @@
 // here (exit 77) must not hide test_gpt_reference's checks, which hold on any CPU.
 #include "gpt_reference_case.h"
 #include "support/skip.h"
+#include "support/suite.h"
 
 #include "mwb/kernels/ops.h"
 
 #include <cstring>
+
+namespace test_backend_sixteen_bit_reference {
 
 using namespace mwb;
 
@@ -85,5 +88,6 @@ private slots:
     }
 };
 
-MWB_TEST_APPLESS_MAIN(TestSixteenBitReference)
+MWB_TEST_SUITE_APPLESS(test_backend_sixteen_bit_reference, TestSixteenBitReference)
+}  // namespace test_backend_sixteen_bit_reference
 #include "test_sixteen_bit_reference.moc"

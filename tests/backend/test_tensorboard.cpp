@@ -4,6 +4,7 @@
 // Megatron-LM's tag must be exactly (as float32) the number the run wrote to metrics.jsonl.
 // Exit 77 (skip) when /usr/bin/python3 with protobuf and crcmod, or protoc, is missing.
 #include "support/fixtures.h"
+#include "support/suite.h"
 #include "support/trainer_process.h"
 
 #include "backend/telemetry/tensorboard.h"
@@ -15,6 +16,8 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+
+namespace test_backend_tensorboard {
 
 namespace fs = std::filesystem;
 
@@ -127,7 +130,7 @@ private slots:
     }
 };
 
-int main(int argc, char** argv) {
+int run_suite(int argc, char** argv) {
     QCoreApplication app(argc, argv);
     if (!reader_available()) {
         std::cerr << "skip: the independent reader needs /usr/bin/python3 with python3-protobuf and python3-crcmod, "
@@ -138,4 +141,6 @@ int main(int argc, char** argv) {
     return QTest::qExec(&t, argc, argv);
 }
 
+MWB_TEST_SUITE_MAIN(test_backend_tensorboard, run_suite)
+}  // namespace test_backend_tensorboard
 #include "test_tensorboard.moc"

@@ -4,6 +4,7 @@
 #include "support/child_process.h"
 #include "support/fixtures.h"
 #include "support/jsonl.h"
+#include "support/suite.h"
 
 #include "backend/checkpoint/checkpoint.h"
 #include "backend/config/validate.h"
@@ -20,6 +21,8 @@
 #include <csignal>
 #include <fstream>
 #include <functional>
+
+namespace test_backend_training {
 
 using namespace mwb;
 using test::jsonl_records;
@@ -805,5 +808,6 @@ private slots:
     }
 };
 
-QTEST_APPLESS_MAIN(TestTraining)
+MWB_TEST_SUITE_APPLESS(test_backend_training, TestTraining)
+}  // namespace test_backend_training
 #include "test_training.moc"

@@ -12,12 +12,15 @@
 #include "mwb/ipc/server.h"
 
 #include "support/skip.h"
+#include "support/suite.h"
 
 #include <QtTest>
 
 #include <atomic>
 #include <fstream>
 #include <thread>
+
+namespace test_ipc_control {
 
 using namespace mwb;
 using namespace std::chrono_literals;
@@ -278,5 +281,6 @@ private slots:
     }
 };
 
-MWB_TEST_GUILESS_MAIN(TestIpcControl)
+MWB_TEST_SUITE_GUILESS(test_ipc_control, TestIpcControl)
+}  // namespace test_ipc_control
 #include "test_control.moc"

@@ -4,6 +4,7 @@
 // and the servers keep answering valid requests afterwards.
 #include "ipc/wire_fixtures.h"
 #include "support/fixtures.h"
+#include "support/suite.h"
 
 #include "mwb/ipc/control_client.h"
 #include "mwb/ipc/follower.h"
@@ -17,6 +18,8 @@
 #include <zmq.hpp>
 
 #include <random>
+
+namespace test_ipc_fuzz {
 
 using namespace mwb;
 using namespace std::chrono_literals;
@@ -219,5 +222,6 @@ private slots:
     }
 };
 
-QTEST_GUILESS_MAIN(TestIpcFuzz)
+MWB_TEST_SUITE_GUILESS(test_ipc_fuzz, TestIpcFuzz)
+}  // namespace test_ipc_fuzz
 #include "test_fuzz.moc"

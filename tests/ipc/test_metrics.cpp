@@ -4,6 +4,7 @@
 // built-in series has exactly one row; the phases are the table's rows in Phase order; the
 // derivations against the formulas written out here; docs/protocol.md's table is the generated one.
 #include "support/fixtures.h"
+#include "support/suite.h"
 
 #include "mwb/ipc/message.h"
 #include "mwb/ipc/run_dir_log.h"
@@ -16,6 +17,8 @@
 #include <map>
 #include <set>
 #include <sstream>
+
+namespace test_ipc_metrics {
 
 using namespace mwb;
 using nlohmann::json;
@@ -295,5 +298,6 @@ private slots:
     }
 };
 
-QTEST_GUILESS_MAIN(MetricsTest)
+MWB_TEST_SUITE_GUILESS(test_ipc_metrics, MetricsTest)
+}  // namespace test_ipc_metrics
 #include "test_metrics.moc"

@@ -4,6 +4,7 @@
 // never blocks the caller.
 #include "ipc/wire_fixtures.h"
 #include "support/fixtures.h"
+#include "support/suite.h"
 
 #include "mwb/ipc/follower.h"
 #include "mwb/ipc/requests.h"
@@ -14,6 +15,8 @@
 
 #include <algorithm>
 #include <fstream>
+
+namespace test_ipc_pubsub {
 
 using namespace mwb;
 using namespace std::chrono_literals;
@@ -428,5 +431,6 @@ private slots:
     }
 };
 
-QTEST_GUILESS_MAIN(TestIpcPubSub)
+MWB_TEST_SUITE_GUILESS(test_ipc_pubsub, TestIpcPubSub)
+}  // namespace test_ipc_pubsub
 #include "test_pubsub.moc"

@@ -14,6 +14,7 @@
 #include "mwb/ipc/run_dir_log.h"
 
 #include "support/skip.h"
+#include "support/suite.h"
 
 #include <QtTest>
 
@@ -21,6 +22,8 @@
 
 #include <fstream>
 #include <set>
+
+namespace test_ipc_schema {
 
 using namespace mwb;
 namespace fs = std::filesystem;
@@ -272,5 +275,6 @@ private slots:
     }
 };
 
-MWB_TEST_GUILESS_MAIN(TestIpcSchema)
+MWB_TEST_SUITE_GUILESS(test_ipc_schema, TestIpcSchema)
+}  // namespace test_ipc_schema
 #include "test_schema.moc"

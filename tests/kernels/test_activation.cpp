@@ -3,6 +3,7 @@
 // likewise against float64 and finite differences.
 #include "support/qt_checks.h"
 #include "support/reference.h"
+#include "support/suite.h"
 
 #include "mwb/kernels/error.h"
 #include "mwb/kernels/ops.h"
@@ -12,6 +13,8 @@
 #include <cmath>
 #include <limits>
 #include <numbers>
+
+namespace test_kernels_activation {
 
 using namespace mwb;
 using mwb::test::max_rel_error;
@@ -150,5 +153,6 @@ private slots:
     }
 };
 
-QTEST_APPLESS_MAIN(TestActivation)
+MWB_TEST_SUITE_APPLESS(test_kernels_activation, TestActivation)
+}  // namespace test_kernels_activation
 #include "test_activation.moc"

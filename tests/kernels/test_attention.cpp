@@ -6,6 +6,7 @@
 #include "support/child_process.h"
 #include "support/qt_checks.h"
 #include "support/reference.h"
+#include "support/suite.h"
 #include "support/threads.h"
 
 #include "mwb/kernels/device.h"
@@ -16,6 +17,8 @@
 #include <QtTest>
 
 #include <cmath>
+
+namespace test_kernels_attention {
 
 using namespace mwb;
 using mwb::test::finite_difference;
@@ -156,7 +159,9 @@ std::vector<float> columns(const std::vector<float>& t, int64_t cols, int64_t c0
 
 }  // namespace
 
-Q_DECLARE_METATYPE(Shape)
+}  // namespace test_kernels_attention
+Q_DECLARE_METATYPE(test_kernels_attention::Shape)
+namespace test_kernels_attention {
 
 class TestAttention : public QObject {
     Q_OBJECT
@@ -395,5 +400,6 @@ private slots:
     }
 };
 
-QTEST_APPLESS_MAIN(TestAttention)
+MWB_TEST_SUITE_APPLESS(test_kernels_attention, TestAttention)
+}  // namespace test_kernels_attention
 #include "test_attention.moc"

@@ -12,9 +12,13 @@
 
 #include "cudnn_sdpa_plan.h"
 
+#include "support/suite.h"
+
 #include <QtTest>
 
 #include <set>
+
+namespace test_kernels_attention_backend {
 
 using namespace mwb;
 namespace sdpa = mwb::cudnn_sdpa;
@@ -153,5 +157,6 @@ private slots:
     }
 };
 
-QTEST_GUILESS_MAIN(TestAttentionBackend)
+MWB_TEST_SUITE_GUILESS(test_kernels_attention_backend, TestAttentionBackend)
+}  // namespace test_kernels_attention_backend
 #include "test_attention_backend.moc"

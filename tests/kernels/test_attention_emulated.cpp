@@ -18,11 +18,14 @@
 #include "mwb/kernels/ops.h"
 #include "mwb/kernels/precision.h"
 #include "support/reference.h"
+#include "support/suite.h"
 
 #include <QtTest>
 
 #include <algorithm>
 #include <random>
+
+namespace test_kernels_attention_emulated {
 
 using namespace mwb;
 namespace att = mwb::cuda::attention;
@@ -450,5 +453,6 @@ private slots:
     }
 };
 
-QTEST_GUILESS_MAIN(TestAttentionEmulated)
+MWB_TEST_SUITE_GUILESS(test_kernels_attention_emulated, TestAttentionEmulated)
+}  // namespace test_kernels_attention_emulated
 #include "test_attention_emulated.moc"

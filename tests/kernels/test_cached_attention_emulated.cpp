@@ -14,12 +14,15 @@
 #include "mwb/kernels/error.h"
 #include "mwb/kernels/ops.h"
 #include "support/reference.h"
+#include "support/suite.h"
 
 #include <QtTest>
 
 #include <cmath>
 #include <random>
 #include <vector>
+
+namespace test_kernels_cached_attention_emulated {
 
 using namespace mwb;
 namespace ca = mwb::cuda::cached_attention;
@@ -272,5 +275,6 @@ private slots:
     }
 };
 
-QTEST_APPLESS_MAIN(TestCachedAttention)
+MWB_TEST_SUITE_APPLESS(test_kernels_cached_attention_emulated, TestCachedAttention)
+}  // namespace test_kernels_cached_attention_emulated
 #include "test_cached_attention_emulated.moc"

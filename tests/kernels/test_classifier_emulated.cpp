@@ -22,6 +22,7 @@
 #include "support/precision_ref.h"
 #include "support/qt_checks.h"
 #include "support/reference.h"
+#include "support/suite.h"
 
 #include <QtTest>
 
@@ -29,6 +30,8 @@
 #include <cmath>
 #include <type_traits>
 #include <vector>
+
+namespace test_kernels_classifier_emulated {
 
 namespace cl = mwb::cuda::classifier;
 namespace st = mwb::cuda::storage;
@@ -379,5 +382,6 @@ private slots:
     }
 };
 
-QTEST_APPLESS_MAIN(TestClassifierEmulated)
+MWB_TEST_SUITE_APPLESS(test_kernels_classifier_emulated, TestClassifierEmulated)
+}  // namespace test_kernels_classifier_emulated
 #include "test_classifier_emulated.moc"

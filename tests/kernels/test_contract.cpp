@@ -8,6 +8,8 @@
 #include "mwb/kernels/error.h"
 #include "mwb/kernels/ops.h"
 
+#include "support/suite.h"
+
 #include <QtTest>
 
 #include <deque>
@@ -15,6 +17,8 @@
 #include <set>
 #include <string>
 #include <vector>
+
+namespace test_kernels_contract {
 
 using namespace mwb;
 
@@ -467,5 +471,6 @@ private slots:
     }
 };
 
-QTEST_APPLESS_MAIN(TestContract)
+MWB_TEST_SUITE_APPLESS(test_kernels_contract, TestContract)
+}  // namespace test_kernels_contract
 #include "test_contract.moc"

@@ -3,6 +3,7 @@
 // differences (per shard a slice of the whole), with per-row loss scales.
 #include "support/qt_checks.h"
 #include "support/reference.h"
+#include "support/suite.h"
 #include "support/threads.h"
 
 #include "mwb/kernels/error.h"
@@ -11,6 +12,8 @@
 #include <QtTest>
 
 #include <cmath>
+
+namespace test_kernels_cross_entropy {
 
 using namespace mwb;
 using mwb::test::finite_difference;
@@ -349,5 +352,6 @@ private slots:
     }
 };
 
-QTEST_APPLESS_MAIN(TestCrossEntropy)
+MWB_TEST_SUITE_APPLESS(test_kernels_cross_entropy, TestCrossEntropy)
+}  // namespace test_kernels_cross_entropy
 #include "test_cross_entropy.moc"

@@ -3,6 +3,7 @@
 // thread counts agree with the whole), and p = 0 as the identity.
 #include "support/qt_checks.h"
 #include "support/reference.h"
+#include "support/suite.h"
 #include "support/threads.h"
 
 #include "mwb/kernels/error.h"
@@ -12,6 +13,8 @@
 #include <QtTest>
 
 #include <cmath>
+
+namespace test_kernels_dropout {
 
 using namespace mwb;
 using mwb::test::max_rel_error;
@@ -291,5 +294,6 @@ private slots:
     }
 };
 
-QTEST_APPLESS_MAIN(TestDropout)
+MWB_TEST_SUITE_APPLESS(test_kernels_dropout, TestDropout)
+}  // namespace test_kernels_dropout
 #include "test_dropout.moc"

@@ -3,6 +3,7 @@
 #include "support/precision_ref.h"
 #include "support/qt_checks.h"
 #include "support/reference.h"
+#include "support/suite.h"
 #include "support/threads.h"
 
 #include "mwb/kernels/error.h"
@@ -13,6 +14,8 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+
+namespace test_kernels_elementwise {
 
 using namespace mwb;
 using mwb::test::bf16_ref;
@@ -374,5 +377,6 @@ private slots:
     }
 };
 
-QTEST_APPLESS_MAIN(TestElementwise)
+MWB_TEST_SUITE_APPLESS(test_kernels_elementwise, TestElementwise)
+}  // namespace test_kernels_elementwise
 #include "test_elementwise.moc"

@@ -18,6 +18,7 @@
 #include "mwb/kernels/ops.h"
 #include "support/qt_checks.h"
 #include "support/reference.h"
+#include "support/suite.h"
 
 #include <QtTest>
 
@@ -25,6 +26,8 @@
 #include <cmath>
 #include <random>
 #include <vector>
+
+namespace test_kernels_elementwise_emulated {
 
 namespace ew = mwb::cuda::elementwise;
 namespace st = mwb::cuda::storage;
@@ -472,5 +475,6 @@ private:
     static unsigned blocks(int64_t groups) { return static_cast<unsigned>(std::min<int64_t>(3, (groups + 63) / 64)); }
 };
 
-QTEST_APPLESS_MAIN(TestElementwiseEmulated)
+MWB_TEST_SUITE_APPLESS(test_kernels_elementwise_emulated, TestElementwiseEmulated)
+}  // namespace test_kernels_elementwise_emulated
 #include "test_elementwise_emulated.moc"

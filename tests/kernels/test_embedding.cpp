@@ -2,12 +2,15 @@
 // float64 references; shards and sequence halves must reproduce the whole bit for bit.
 #include "support/qt_checks.h"
 #include "support/reference.h"
+#include "support/suite.h"
 #include "support/threads.h"
 
 #include "mwb/kernels/error.h"
 #include "mwb/kernels/ops.h"
 
 #include <QtTest>
+
+namespace test_kernels_embedding {
 
 using namespace mwb;
 using mwb::test::normwise_error;
@@ -228,5 +231,6 @@ private slots:
     }
 };
 
-QTEST_APPLESS_MAIN(TestEmbedding)
+MWB_TEST_SUITE_APPLESS(test_kernels_embedding, TestEmbedding)
+}  // namespace test_kernels_embedding
 #include "test_embedding.moc"

@@ -8,6 +8,7 @@
 #include "support/precision_ref.h"
 #include "support/qt_checks.h"
 #include "support/reference.h"
+#include "support/suite.h"
 
 #include "mwb/kernels/ops.h"
 #include "mwb/kernels/precision.h"
@@ -16,6 +17,8 @@
 
 #include <cmath>
 #include <vector>
+
+namespace test_kernels_f16_gradients {
 
 using namespace mwb;
 using mwb::test::random_floats;
@@ -190,5 +193,6 @@ private slots:
     }
 };
 
-QTEST_GUILESS_MAIN(TestF16Gradients)
+MWB_TEST_SUITE_GUILESS(test_kernels_f16_gradients, TestF16Gradients)
+}  // namespace test_kernels_f16_gradients
 #include "test_f16_gradients.moc"

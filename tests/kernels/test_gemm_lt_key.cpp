@@ -3,11 +3,15 @@
 // plan), and alignments are what the heuristic is told.
 #include "gemm_lt_key.h"
 
+#include "support/suite.h"
+
 #include <QtTest>
 
 #include <functional>
 #include <unordered_set>
 #include <vector>
+
+namespace test_kernels_gemm_lt_key {
 
 using namespace mwb::cuda;
 
@@ -128,5 +132,6 @@ private slots:
     }
 };
 
-QTEST_APPLESS_MAIN(TestGemmLtKey)
+MWB_TEST_SUITE_APPLESS(test_kernels_gemm_lt_key, TestGemmLtKey)
+}  // namespace test_kernels_gemm_lt_key
 #include "test_gemm_lt_key.moc"

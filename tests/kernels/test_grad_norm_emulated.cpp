@@ -10,6 +10,7 @@
 #include "mwb/kernels/ops.h"
 #include "mwb/kernels/precision.h"
 #include "support/reference.h"
+#include "support/suite.h"
 
 #include <QtTest>
 
@@ -18,6 +19,8 @@
 #include <limits>
 #include <type_traits>
 #include <vector>
+
+namespace test_kernels_grad_norm_emulated {
 
 namespace gn = mwb::cuda::grad_norm;
 namespace emu = mwb::emulation;
@@ -126,5 +129,6 @@ private slots:
     }
 };
 
-QTEST_APPLESS_MAIN(TestGradNormEmulated)
+MWB_TEST_SUITE_APPLESS(test_kernels_grad_norm_emulated, TestGradNormEmulated)
+}  // namespace test_kernels_grad_norm_emulated
 #include "test_grad_norm_emulated.moc"

@@ -1,6 +1,7 @@
 // GEMM and the linear layer against float64 references; gradients against finite differences.
 #include "support/qt_checks.h"
 #include "support/reference.h"
+#include "support/suite.h"
 #include "support/threads.h"
 
 #include "mwb/kernels/error.h"
@@ -13,6 +14,8 @@
 
 #include <cmath>
 #include <limits>
+
+namespace test_kernels_linear {
 
 using namespace mwb;
 using mwb::test::finite_difference;
@@ -384,5 +387,6 @@ private slots:
     }
 };
 
-QTEST_APPLESS_MAIN(TestLinear)
+MWB_TEST_SUITE_APPLESS(test_kernels_linear, TestLinear)
+}  // namespace test_kernels_linear
 #include "test_linear.moc"

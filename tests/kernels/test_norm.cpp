@@ -2,6 +2,7 @@
 // of the float64 forward, accumulation semantics, and results that do not depend on the thread count.
 #include "support/qt_checks.h"
 #include "support/reference.h"
+#include "support/suite.h"
 #include "support/threads.h"
 
 #include "mwb/kernels/error.h"
@@ -12,6 +13,8 @@
 
 #include <cmath>
 #include <cstring>
+
+namespace test_kernels_norm {
 
 using namespace mwb;
 using mwb::test::finite_difference;
@@ -398,5 +401,6 @@ private slots:
     }
 };
 
-QTEST_APPLESS_MAIN(TestNorm)
+MWB_TEST_SUITE_APPLESS(test_kernels_norm, TestNorm)
+}  // namespace test_kernels_norm
 #include "test_norm.moc"

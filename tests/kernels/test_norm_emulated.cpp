@@ -19,6 +19,7 @@
 #include "support/precision_ref.h"
 #include "support/qt_checks.h"
 #include "support/reference.h"
+#include "support/suite.h"
 
 #include <QScopeGuard>
 #include <QtTest>
@@ -26,6 +27,8 @@
 #include <cmath>
 #include <type_traits>
 #include <vector>
+
+namespace test_kernels_norm_emulated {
 
 namespace nk = mwb::cuda::norm;
 namespace st = mwb::cuda::storage;
@@ -521,5 +524,6 @@ private slots:
     }
 };
 
-QTEST_APPLESS_MAIN(TestNormEmulated)
+MWB_TEST_SUITE_APPLESS(test_kernels_norm_emulated, TestNormEmulated)
+}  // namespace test_kernels_norm_emulated
 #include "test_norm_emulated.moc"

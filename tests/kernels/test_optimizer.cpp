@@ -4,6 +4,7 @@
 #include "support/precision_ref.h"
 #include "support/qt_checks.h"
 #include "support/reference.h"
+#include "support/suite.h"
 #include "support/threads.h"
 
 #include "mwb/kernels/error.h"
@@ -14,6 +15,8 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+
+namespace test_kernels_optimizer {
 
 using namespace mwb;
 using mwb::test::max_rel_error;
@@ -280,5 +283,6 @@ private slots:
     }
 };
 
-QTEST_APPLESS_MAIN(TestOptimizer)
+MWB_TEST_SUITE_APPLESS(test_kernels_optimizer, TestOptimizer)
+}  // namespace test_kernels_optimizer
 #include "test_optimizer.moc"

@@ -19,11 +19,14 @@
 #include "mwb/kernels/precision.h"
 #include "support/qt_checks.h"
 #include "support/reference.h"
+#include "support/suite.h"
 
 #include <QtTest>
 
 #include <algorithm>
 #include <vector>
+
+namespace test_kernels_optimizer_emulated {
 
 namespace opt = mwb::cuda::optimizer;
 namespace st = mwb::cuda::storage;
@@ -289,5 +292,6 @@ private slots:
     }
 };
 
-QTEST_APPLESS_MAIN(TestOptimizerEmulated)
+MWB_TEST_SUITE_APPLESS(test_kernels_optimizer_emulated, TestOptimizerEmulated)
+}  // namespace test_kernels_optimizer_emulated
 #include "test_optimizer_emulated.moc"

@@ -4,6 +4,7 @@
 // backward against central finite differences of it; untouched parts (value heads, dims past R) exact.
 #include "support/qt_checks.h"
 #include "support/reference.h"
+#include "support/suite.h"
 
 #include "mwb/kernels/error.h"
 #include "mwb/kernels/ops.h"
@@ -11,6 +12,8 @@
 #include <QtTest>
 
 #include <cmath>
+
+namespace test_kernels_rope {
 
 using namespace mwb;
 using mwb::test::finite_difference;
@@ -95,7 +98,9 @@ void run(const Shape& s, std::vector<float>& x, const std::vector<float>& cos, c
 
 }  // namespace
 
-Q_DECLARE_METATYPE(Shape)
+}  // namespace test_kernels_rope
+Q_DECLARE_METATYPE(test_kernels_rope::Shape)
+namespace test_kernels_rope {
 
 class TestRope : public QObject {
     Q_OBJECT
@@ -159,5 +164,6 @@ private slots:
     }
 };
 
-QTEST_APPLESS_MAIN(TestRope)
+MWB_TEST_SUITE_APPLESS(test_kernels_rope, TestRope)
+}  // namespace test_kernels_rope
 #include "test_rope.moc"

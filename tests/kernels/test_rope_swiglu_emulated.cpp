@@ -18,12 +18,16 @@
 
 #include "mwb/kernels/ops.h"
 
+#include "support/suite.h"
+
 #include <QtTest>
 
 #include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
+
+namespace test_kernels_rope_swiglu_emulated {
 
 namespace rs = mwb::cuda::rope_swiglu;
 namespace st = mwb::cuda::storage;
@@ -314,5 +318,6 @@ private slots:
     }
 };
 
-QTEST_GUILESS_MAIN(TestRopeSwigluEmulated)
+MWB_TEST_SUITE_GUILESS(test_kernels_rope_swiglu_emulated, TestRopeSwigluEmulated)
+}  // namespace test_kernels_rope_swiglu_emulated
 #include "test_rope_swiglu_emulated.moc"

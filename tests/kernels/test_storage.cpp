@@ -7,6 +7,7 @@
 #include "support/precision_ref.h"
 #include "support/qt_checks.h"
 #include "support/reference.h"
+#include "support/suite.h"
 
 #include "mwb/kernels/error.h"
 #include "mwb/kernels/ops.h"
@@ -19,6 +20,8 @@
 #include <cstring>
 #include <random>
 #include <vector>
+
+namespace test_kernels_storage {
 
 using namespace mwb;
 using mwb::test::bf16_ref;
@@ -493,5 +496,7 @@ private slots:
     }
 };
 
-QTEST_GUILESS_MAIN(TestStorage)
+MWB_TEST_SUITE_GUILESS(test_kernels_storage, TestStorage)
+#undef QCOMPARE_BITS
+}  // namespace test_kernels_storage
 #include "test_storage.moc"

@@ -8,6 +8,7 @@
 #include "support/precision_ref.h"
 #include "support/qt_checks.h"
 #include "support/reference.h"
+#include "support/suite.h"
 
 #include "mwb/kernels/error.h"
 #include "mwb/kernels/ops.h"
@@ -18,6 +19,8 @@
 
 #include <cmath>
 #include <vector>
+
+namespace test_kernels_weights16 {
 
 using namespace mwb;
 using mwb::test::random_floats;
@@ -262,5 +265,6 @@ private slots:
     }
 };
 
-QTEST_GUILESS_MAIN(TestWeights16)
+MWB_TEST_SUITE_GUILESS(test_kernels_weights16, TestWeights16)
+}  // namespace test_kernels_weights16
 #include "test_weights16.moc"

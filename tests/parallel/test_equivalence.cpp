@@ -11,8 +11,11 @@
 #include "final_state.h"
 #include "layout_checks.h"
 #include "support/fixtures.h"
+#include "support/suite.h"
 
 #include <QtTest>
+
+namespace test_parallel_equivalence {
 
 namespace fs = std::filesystem;
 using namespace mwb::test;
@@ -274,5 +277,6 @@ private:
     }
 };
 
-QTEST_GUILESS_MAIN(TestEquivalence)
+MWB_TEST_SUITE_GUILESS(test_parallel_equivalence, TestEquivalence)
+}  // namespace test_parallel_equivalence
 #include "test_equivalence.moc"

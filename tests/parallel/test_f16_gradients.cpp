@@ -11,10 +11,13 @@
 // exceed the global one), so no step may be skipped here; test_optim covers an overflow in the arena.
 #include "mpi_runs.h"
 #include "support/fixtures.h"
+#include "support/suite.h"
 
 #include <QtTest>
 
 #include <cmath>
+
+namespace test_parallel_f16_gradients {
 
 namespace fs = std::filesystem;
 using namespace mwb::test;
@@ -104,5 +107,6 @@ private slots:
     }
 };
 
-QTEST_GUILESS_MAIN(TestF16Gradients)
+MWB_TEST_SUITE_GUILESS(test_parallel_f16_gradients, TestF16Gradients)
+}  // namespace test_parallel_f16_gradients
 #include "test_f16_gradients.moc"

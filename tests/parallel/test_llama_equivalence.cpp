@@ -10,8 +10,11 @@
 #include "final_state.h"
 #include "layout_checks.h"
 #include "support/fixtures.h"
+#include "support/suite.h"
 
 #include <QtTest>
+
+namespace test_parallel_llama_equivalence {
 
 namespace fs = std::filesystem;
 using namespace mwb::test;
@@ -181,5 +184,6 @@ private slots:
     }
 };
 
-QTEST_GUILESS_MAIN(TestLlamaEquivalence)
+MWB_TEST_SUITE_GUILESS(test_parallel_llama_equivalence, TestLlamaEquivalence)
+}  // namespace test_parallel_llama_equivalence
 #include "test_llama_equivalence.moc"

@@ -7,10 +7,14 @@
 
 #include "mwb/kernels/error.h"
 
+#include "support/suite.h"
+
 #include <QtTest>
 
 #include <cmath>
 #include <limits>
+
+namespace test_parallel_nccl_watch {
 
 using namespace mwb;
 
@@ -69,5 +73,6 @@ private slots:
     }
 };
 
-QTEST_APPLESS_MAIN(TestNcclWatch)
+MWB_TEST_SUITE_APPLESS(test_parallel_nccl_watch, TestNcclWatch)
+}  // namespace test_parallel_nccl_watch
 #include "test_nccl_watch.moc"

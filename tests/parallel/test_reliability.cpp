@@ -4,6 +4,7 @@
 // every rank exits non-zero in bounded time. Times to exit are printed for docs/reliability.md.
 #include "support/fixtures.h"
 #include "support/jsonl.h"
+#include "support/suite.h"
 #include "support/trainer_process.h"
 
 #include <QElapsedTimer>
@@ -15,6 +16,8 @@
 #include <cstdio>
 #include <fstream>
 #include <thread>
+
+namespace test_parallel_reliability {
 
 namespace fs = std::filesystem;
 using namespace mwb::test;
@@ -196,5 +199,6 @@ private slots:
     }
 };
 
-QTEST_APPLESS_MAIN(TestReliabilityParallel)
+MWB_TEST_SUITE_APPLESS(test_parallel_reliability, TestReliabilityParallel)
+}  // namespace test_parallel_reliability
 #include "test_reliability.moc"

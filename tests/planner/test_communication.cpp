@@ -7,7 +7,11 @@
 
 #include "mwb/planner/plan.h"
 
+#include "support/suite.h"
+
 #include <QtTest>
+
+namespace test_planner_communication {
 
 using namespace mwb;
 using namespace mwb::planner;
@@ -164,5 +168,6 @@ private slots:
     }
 };
 
-QTEST_APPLESS_MAIN(TestPlannerCommunication)
+MWB_TEST_SUITE_APPLESS(test_planner_communication, TestPlannerCommunication)
+}  // namespace test_planner_communication
 #include "test_communication.moc"

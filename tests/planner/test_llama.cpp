@@ -14,9 +14,13 @@
 #include "mwb/planner/plan.h"
 #include "mwb/planner/presets.h"
 
+#include "support/suite.h"
+
 #include <QtTest>
 
 #include <cmath>
+
+namespace test_planner_llama {
 
 using namespace mwb;
 using namespace mwb::planner;
@@ -240,5 +244,6 @@ private slots:
     }
 };
 
-QTEST_APPLESS_MAIN(TestPlannerLlama)
+MWB_TEST_SUITE_APPLESS(test_planner_llama, TestPlannerLlama)
+}  // namespace test_planner_llama
 #include "test_llama.moc"

@@ -4,6 +4,7 @@
 // exactly, for each recompute mode, fp32/bf16/fp16, micro/global batch, untied embeddings, RMSNorm.
 #include "measured.h"
 #include "support/fixtures.h"
+#include "support/suite.h"
 
 #include "backend/config/config_io.h"
 #include "mwb/planner/plan.h"
@@ -13,6 +14,8 @@
 #include <QtTest>
 
 #include <fstream>
+
+namespace test_planner_measured {
 
 using namespace mwb;
 using namespace mwb::planner;
@@ -179,5 +182,6 @@ private slots:
     }
 };
 
-QTEST_GUILESS_MAIN(TestPlannerMeasured)
+MWB_TEST_SUITE_GUILESS(test_planner_measured, TestPlannerMeasured)
+}  // namespace test_planner_measured
 #include "test_measured.moc"

@@ -6,6 +6,7 @@
 // the measured peak is the prediction give or take a whole number of (s/t·b·h) fp32 buffers.
 #include "measured.h"
 #include "support/fixtures.h"
+#include "support/suite.h"
 
 #include "backend/config/config_io.h"
 #include "mwb/planner/plan.h"
@@ -15,6 +16,8 @@
 #include <QtTest>
 
 #include <fstream>
+
+namespace test_planner_measured_parallel {
 
 using namespace mwb;
 using namespace mwb::planner;
@@ -221,5 +224,6 @@ private slots:
     }
 };
 
-QTEST_GUILESS_MAIN(TestPlannerMeasuredParallel)
+MWB_TEST_SUITE_GUILESS(test_planner_measured_parallel, TestPlannerMeasuredParallel)
+}  // namespace test_planner_measured_parallel
 #include "test_measured_parallel.moc"

@@ -7,7 +7,11 @@
 #include "mwb/planner/plan.h"
 #include "mwb/planner/report.h"
 
+#include "support/suite.h"
+
 #include <QtTest>
+
+namespace test_planner_memory {
 
 using namespace mwb;
 using namespace mwb::planner;
@@ -265,5 +269,6 @@ private slots:
     }
 };
 
-QTEST_APPLESS_MAIN(TestPlannerMemory)
+MWB_TEST_SUITE_APPLESS(test_planner_memory, TestPlannerMemory)
+}  // namespace test_planner_memory
 #include "test_memory.moc"

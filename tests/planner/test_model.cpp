@@ -7,9 +7,13 @@
 #include "backend/config/validate.h"
 #include "mwb/planner/plan.h"
 
+#include "support/suite.h"
+
 #include <QtTest>
 
 #include <cmath>
+
+namespace test_planner_model {
 
 using namespace mwb;
 using namespace mwb::planner;
@@ -120,5 +124,6 @@ private slots:
     }
 };
 
-QTEST_APPLESS_MAIN(TestPlannerModel)
+MWB_TEST_SUITE_APPLESS(test_planner_model, TestPlannerModel)
+}  // namespace test_planner_model
 #include "test_model.moc"

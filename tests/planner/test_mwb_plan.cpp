@@ -2,6 +2,7 @@
 // (as mwb-train and the app load it) and, where one process can run it, in mwb-train itself.
 #include "published.h"
 #include "support/fixtures.h"
+#include "support/suite.h"
 
 #include "backend/config/config_io.h"
 #include "backend/config/validate.h"
@@ -11,6 +12,8 @@
 #include <QtTest>
 
 #include <fstream>
+
+namespace test_planner_mwb_plan {
 
 namespace {
 
@@ -182,5 +185,6 @@ private slots:
     }
 };
 
-QTEST_GUILESS_MAIN(TestMwbPlan)
+MWB_TEST_SUITE_GUILESS(test_planner_mwb_plan, TestMwbPlan)
+}  // namespace test_planner_mwb_plan
 #include "test_mwb_plan.moc"

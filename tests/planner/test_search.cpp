@@ -3,9 +3,13 @@
 
 #include "mwb/planner/search.h"
 
+#include "support/suite.h"
+
 #include <QtTest>
 
 #include <chrono>
+
+namespace test_planner_search {
 
 using namespace mwb;
 using namespace mwb::planner;
@@ -104,5 +108,6 @@ private slots:
     }
 };
 
-QTEST_APPLESS_MAIN(TestPlannerSearch)
+MWB_TEST_SUITE_APPLESS(test_planner_search, TestPlannerSearch)
+}  // namespace test_planner_search
 #include "test_search.moc"

@@ -9,9 +9,13 @@
 
 #include "mwb/planner/plan.h"
 
+#include "support/suite.h"
+
 #include <QtTest>
 
 #include <cmath>
+
+namespace test_planner_time {
 
 using namespace mwb;
 using namespace mwb::planner;
@@ -119,5 +123,6 @@ private slots:
     }
 };
 
-QTEST_APPLESS_MAIN(TestPlannerTime)
+MWB_TEST_SUITE_APPLESS(test_planner_time, TestPlannerTime)
+}  // namespace test_planner_time
 #include "test_time.moc"

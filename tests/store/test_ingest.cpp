@@ -3,6 +3,7 @@
 // are kept, runs follow their lifecycle; and the app's run list, tags, notes and config diff.
 #include "ipc/wire_fixtures.h"
 #include "support/fixtures.h"
+#include "support/suite.h"
 
 #include "mwb/store/error.h"
 #include "mwb/store/store.h"
@@ -10,6 +11,8 @@
 #include <QtTest>
 
 #include <random>
+
+namespace test_store_ingest {
 
 using namespace mwb;
 namespace fs = std::filesystem;
@@ -265,5 +268,6 @@ private slots:
     }
 };
 
-QTEST_GUILESS_MAIN(TestStoreIngest)
+MWB_TEST_SUITE_GUILESS(test_store_ingest, TestStoreIngest)
+}  // namespace test_store_ingest
 #include "test_ingest.moc"

@@ -12,6 +12,7 @@
 
 #include <QProcess>
 #include "support/skip.h"
+#include "support/suite.h"
 
 #include <QtTest>
 
@@ -20,6 +21,8 @@
 #include <csignal>
 #include <fstream>
 #include <set>
+
+namespace test_record {
 
 using namespace mwb;
 using namespace std::chrono_literals;
@@ -349,5 +352,6 @@ private slots:
     }
 };
 
-MWB_TEST_GUILESS_MAIN(TestRecord)
+MWB_TEST_SUITE_GUILESS(test_record, TestRecord)
+}  // namespace test_record
 #include "test_record.moc"

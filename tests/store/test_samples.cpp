@@ -6,6 +6,7 @@
 #include "ipc/wire_fixtures.h"
 #include "store_fixtures.h"
 #include "support/fixtures.h"
+#include "support/suite.h"
 
 #include "mwb/ipc/follower.h"
 #include "mwb/ipc/server.h"
@@ -14,6 +15,8 @@
 #include "mwb/store/store.h"
 
 #include <QtTest>
+
+namespace test_store_samples {
 
 using namespace mwb;
 using namespace std::chrono_literals;
@@ -250,5 +253,6 @@ private slots:
     }
 };
 
-QTEST_GUILESS_MAIN(TestStoreSamples)
+MWB_TEST_SUITE_GUILESS(test_store_samples, TestStoreSamples)
+}  // namespace test_store_samples
 #include "test_samples.moc"

@@ -4,6 +4,7 @@
 #include "ipc/wire_fixtures.h"
 #include "store_fixtures.h"
 #include "support/fixtures.h"
+#include "support/suite.h"
 
 #include "mwb/ipc/message.h"
 #include "mwb/store/error.h"
@@ -16,6 +17,8 @@
 
 #include <fstream>
 #include <sstream>
+
+namespace test_store_schema {
 
 using namespace mwb;
 namespace fs = std::filesystem;
@@ -192,5 +195,6 @@ private slots:
     }
 };
 
-QTEST_GUILESS_MAIN(TestStoreSchema)
+MWB_TEST_SUITE_GUILESS(test_store_schema, TestStoreSchema)
+}  // namespace test_store_schema
 #include "test_schema.moc"

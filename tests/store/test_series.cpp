@@ -4,6 +4,7 @@
 // per bucket must be identical; means agree to rounding.
 #include "ipc/wire_fixtures.h"
 #include "support/fixtures.h"
+#include "support/suite.h"
 
 #include "mwb/store/error.h"
 #include "mwb/store/store.h"
@@ -12,6 +13,8 @@
 
 #include <map>
 #include <random>
+
+namespace test_store_series {
 
 using namespace mwb;
 using nlohmann::json;
@@ -150,5 +153,6 @@ private slots:
     }
 };
 
-QTEST_GUILESS_MAIN(TestStoreSeries)
+MWB_TEST_SUITE_GUILESS(test_store_series, TestStoreSeries)
+}  // namespace test_store_series
 #include "test_series.moc"

@@ -31,8 +31,12 @@ struct ChildResult {
     }
 };
 
-/// Runs `<this binary> -silent -nocrashhandler <function>` with kChildEnv set and waits for it (no crash
-/// handler: a crash is the expected failure, not something to attach a debugger to).
+/// Set by a test group's main() (support/suite_main.cpp) to the suite it runs, which the child is then
+/// told to run too.
+inline constexpr const char* kSuiteEnv = "MWB_TEST_SUITE";
+
+/// Runs `<this binary> [suite] -silent -nocrashhandler <function>` with kChildEnv set and waits for it (no
+/// crash handler: a crash is the expected failure, not something to attach a debugger to).
 inline ChildResult run_test_function_in_child(const std::string& function) {
     std::vector<std::string> env_strings;
     for (char** e = environ; *e; ++e) env_strings.emplace_back(*e);
@@ -41,10 +45,15 @@ inline ChildResult run_test_function_in_child(const std::string& function) {
     for (auto& s : env_strings) envp.push_back(s.data());
     envp.push_back(nullptr);
     std::string exe = "/proc/self/exe", silent = "-silent", nocrash = "-nocrashhandler", fn = function;
-    char* argv[] = {exe.data(), silent.data(), nocrash.data(), fn.data(), nullptr};
+    const char* suite_env = std::getenv(kSuiteEnv);
+    std::string suite = suite_env ? suite_env : "";
+    std::vector<char*> argv{exe.data()};
+    if (!suite.empty()) argv.push_back(suite.data());
+    for (std::string* a : {&silent, &nocrash, &fn}) argv.push_back(a->data());
+    argv.push_back(nullptr);
     pid_t pid = 0;
     ChildResult r;
-    if (posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv, envp.data()) != 0) return r;
+    if (posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv.data(), envp.data()) != 0) return r;
     int status = 0;
     if (waitpid(pid, &status, 0) != pid) return r;
     r.exited = WIFEXITED(status);

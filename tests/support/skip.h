@@ -1,8 +1,9 @@
 #pragma once
 // ctest tells a skipped check from a passed one. Qt Test exits 0 when a function calls QSKIP, so ctest
 // would count a suite that could not run its check as passed; suites that can skip use MWB_SKIP instead
-// of QSKIP and one of the MWB_TEST_*MAIN macros instead of QTEST_*MAIN: when nothing failed but
-// something was skipped, the binary exits 77, which mwb_add_test declares as SKIP_RETURN_CODE.
+// of QSKIP and one of the MWB_TEST_*MAIN macros instead of QTEST_*MAIN (a standalone executable) or
+// support/suite.h's MWB_TEST_SUITE_* (a suite of a test group): when nothing failed but something was
+// skipped, the suite exits 77, which mwb_add_test declares as SKIP_RETURN_CODE.
 #include <QtTest>
 
 #include <cstdio>

@@ -7,9 +7,13 @@
 #include "backend/data/tokenizer.h"
 #include "data_test_util.h"
 
+#include "support/suite.h"
+
 #include <QtTest>
 
 #include <random>
+
+namespace test_data_blending {
 
 using namespace mwb;
 using namespace mwb::data;
@@ -152,5 +156,6 @@ private slots:
     }
 };
 
-QTEST_APPLESS_MAIN(TestBlending)
+MWB_TEST_SUITE_APPLESS(test_data_blending, TestBlending)
+}  // namespace test_data_blending
 #include "test_blending.moc"

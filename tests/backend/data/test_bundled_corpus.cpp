@@ -11,8 +11,11 @@
 
 #include <QElapsedTimer>
 #include "support/skip.h"
+#include "support/suite.h"
 
 #include <QtTest>
+
+namespace test_data_bundled_corpus {
 
 using namespace mwb;
 using namespace mwb::data;
@@ -84,5 +87,6 @@ private slots:
     }
 };
 
-MWB_TEST_APPLESS_MAIN(TestBundledCorpus)
+MWB_TEST_SUITE_APPLESS(test_data_bundled_corpus, TestBundledCorpus)
+}  // namespace test_data_bundled_corpus
 #include "test_bundled_corpus.moc"

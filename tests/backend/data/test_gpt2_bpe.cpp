@@ -8,11 +8,14 @@
 #include "data_test_util.h"
 
 #include "support/skip.h"
+#include "support/suite.h"
 
 #include <QtTest>
 #include <nlohmann/json.hpp>
 
 #include <random>
+
+namespace test_data_gpt2_bpe {
 
 using namespace mwb;
 using namespace mwb::data;
@@ -215,5 +218,6 @@ private slots:
     }
 };
 
-MWB_TEST_APPLESS_MAIN(TestGpt2Bpe)
+MWB_TEST_SUITE_APPLESS(test_data_gpt2_bpe, TestGpt2Bpe)
+}  // namespace test_data_gpt2_bpe
 #include "test_gpt2_bpe.moc"

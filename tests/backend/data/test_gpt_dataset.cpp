@@ -9,10 +9,14 @@
 #include "backend/data/split.h"
 #include "data_test_util.h"
 
+#include "support/suite.h"
+
 #include <QtTest>
 #include <nlohmann/json.hpp>
 
 #include <random>
+
+namespace test_data_gpt_dataset {
 
 using namespace mwb;
 using namespace mwb::data;
@@ -225,5 +229,6 @@ private slots:
     }
 };
 
-QTEST_APPLESS_MAIN(TestGptDataset)
+MWB_TEST_SUITE_APPLESS(test_data_gpt_dataset, TestGptDataset)
+}  // namespace test_data_gpt_dataset
 #include "test_gpt_dataset.moc"

@@ -13,10 +13,14 @@
 #include "backend/config/config.h"
 #include "data_test_util.h"
 
+#include "support/suite.h"
+
 #include <QtTest>
 #include <nlohmann/json.hpp>
 
 #include <random>
+
+namespace test_data_hf_tokenizer {
 
 using namespace mwb;
 using namespace mwb::data;
@@ -328,5 +332,6 @@ private slots:
     }
 };
 
-QTEST_GUILESS_MAIN(TestHfTokenizer)
+MWB_TEST_SUITE_GUILESS(test_data_hf_tokenizer, TestHfTokenizer)
+}  // namespace test_data_hf_tokenizer
 #include "test_hf_tokenizer.moc"

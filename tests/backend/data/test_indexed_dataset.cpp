@@ -5,7 +5,11 @@
 #include "backend/data/npy.h"
 #include "data_test_util.h"
 
+#include "support/suite.h"
+
 #include <QtTest>
+
+namespace test_data_indexed_dataset {
 
 using namespace mwb;
 using namespace mwb::data;
@@ -183,5 +187,6 @@ private slots:
     }
 };
 
-QTEST_APPLESS_MAIN(TestIndexedDataset)
+MWB_TEST_SUITE_APPLESS(test_data_indexed_dataset, TestIndexedDataset)
+}  // namespace test_data_indexed_dataset
 #include "test_indexed_dataset.moc"

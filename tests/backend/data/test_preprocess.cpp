@@ -8,9 +8,12 @@
 
 #include <QProcess>
 #include "support/skip.h"
+#include "support/suite.h"
 
 #include <QtTest>
 #include <nlohmann/json.hpp>
+
+namespace test_data_preprocess {
 
 using namespace mwb;
 using namespace mwb::data;
@@ -172,5 +175,6 @@ private slots:
     }
 };
 
-MWB_TEST_APPLESS_MAIN(TestPreprocess)
+MWB_TEST_SUITE_APPLESS(test_data_preprocess, TestPreprocess)
+}  // namespace test_data_preprocess
 #include "test_preprocess.moc"

@@ -5,9 +5,13 @@
 #include "backend/data/tokenizer.h"
 #include "data_test_util.h"
 
+#include "support/suite.h"
+
 #include <QtTest>
 
 #include <random>
+
+namespace test_data_tokenizers {
 
 using namespace mwb;
 using namespace mwb::data;
@@ -117,5 +121,6 @@ private slots:
     }
 };
 
-QTEST_APPLESS_MAIN(TestTokenizers)
+MWB_TEST_SUITE_APPLESS(test_data_tokenizers, TestTokenizers)
+}  // namespace test_data_tokenizers
 #include "test_tokenizers.moc"

@@ -20,13 +20,18 @@
 #include "mwb/kernels/error.h"
 #include "mwb/kernels/ops.h"
 
+#include "support/suite.h"
+
 #include <omp.h>
+
 #include <QtTest>
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <numeric>
+
+namespace test_generate_engine {
 
 using namespace mwb;
 using namespace mwb::generate;
@@ -448,5 +453,6 @@ private slots:
     }
 };
 
-QTEST_APPLESS_MAIN(TestGeneration)
+MWB_TEST_SUITE_APPLESS(test_generate_engine, TestGeneration)
+}  // namespace test_generate_engine
 #include "test_generation.moc"

@@ -15,11 +15,14 @@
 #include "mwb/kernels/device.h"
 #include "parallel/mpi_runs.h"
 #include "support/jsonl.h"
+#include "support/suite.h"
 #include "support/trainer_process.h"
 
 #include <QtTest>
 
 #include <map>
+
+namespace test_generate_processes {
 
 using namespace mwb;
 using namespace std::chrono_literals;
@@ -425,5 +428,6 @@ private slots:
     }
 };
 
-QTEST_GUILESS_MAIN(TestSamplesAndCli)
+MWB_TEST_SUITE_GUILESS(test_generate_processes, TestSamplesAndCli)
+}  // namespace test_generate_processes
 #include "test_samples_and_cli.moc"
